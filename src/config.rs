@@ -1,0 +1,118 @@
+//! Command-line flags (named as upstream kube-proxy names them) and the validated configuration built from them.
+
+use clap::Parser;
+use ipnet::IpNet;
+use std::path::PathBuf;
+
+/// Errors in the flags; they stop the program before it touches anything.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A CIDR flag held something else.
+    #[error("--{flag}: {value:?} is not a CIDR")]
+    BadCidr {
+        /// Flag name.
+        flag: &'static str,
+        /// Offending value.
+        value: String,
+    },
+    /// The masquerade bit is outside the 32-bit mark.
+    #[error("--masquerade-bit must be within 0..=31, got {0}")]
+    BadMasqueradeBit(u8),
+    /// The node name is needed to tell local endpoints apart.
+    #[error("--hostname-override is required (the name of this node's Node object)")]
+    MissingHostname,
+    /// Nothing to read.
+    #[error("--manifests is required")]
+    MissingManifests,
+}
+
+/// Raw command-line flags.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "kube-nftproxy", version, about = "Kubernetes service proxy on nftables")]
+pub struct Flags {
+    /// Print the nftables script a full sync would apply, then exit without touching the kernel.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// A file or directory of YAML/JSON manifests (Services, EndpointSlices, this Node; `kind: List` too).
+    #[arg(long, value_name = "PATH")]
+    pub manifests: Option<PathBuf>,
+    /// This node's name, as in its Node object and EndpointSlice `nodeName`.
+    #[arg(long, value_name = "NODE", env = "NODE_NAME")]
+    pub hostname_override: Option<String>,
+    /// Pod CIDRs of the cluster (comma separated, one per family); traffic from outside them to a ClusterIP is masqueraded.
+    #[arg(long, value_name = "CIDR[,CIDR]", value_delimiter = ',')]
+    pub cluster_cidr: Vec<String>,
+    /// Where NodePorts are served: `primary` (the node's primary IPs, the default), `all`, or a CIDR list.
+    #[arg(long, value_name = "primary|all|CIDR,...", value_delimiter = ',', default_value = "primary")]
+    pub nodeport_addresses: Vec<String>,
+    /// Masquerade all traffic sent to service IPs.
+    #[arg(long)]
+    pub masquerade_all: bool,
+    /// The bit of the packet mark used to flag packets for masquerading.
+    #[arg(long, default_value_t = 14)]
+    pub masquerade_bit: u8,
+}
+
+/// Where NodePort traffic is accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodePortAddresses {
+    /// The node's primary IP of each family (upstream nftables mode's default).
+    Primary,
+    /// Every local address but loopback (`0.0.0.0/0` / `::/0`).
+    All,
+    /// The node's addresses within these CIDRs; per family, a `/0` means all local
+    /// addresses and no CIDR of that family means no NodePorts in that family.
+    Cidrs(Vec<IpNet>),
+}
+
+/// The validated configuration the renderer and sync loop use.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// This node's name.
+    pub node_name: String,
+    /// Cluster pod CIDRs; empty means no local-traffic detector.
+    pub cluster_cidrs: Vec<IpNet>,
+    /// NodePort address selection.
+    pub nodeport_addresses: NodePortAddresses,
+    /// Masquerade all service traffic.
+    pub masquerade_all: bool,
+    /// The masquerade mark (`1 << masquerade_bit`).
+    pub masquerade_mark: u32,
+}
+
+impl Config {
+    /// Validates flags into a configuration.
+    pub fn from_flags(flags: &Flags) -> Result<Config, ConfigError> {
+        let node_name =
+            flags.hostname_override.clone().filter(|h| !h.is_empty()).ok_or(ConfigError::MissingHostname)?;
+        if flags.masquerade_bit > 31 {
+            return Err(ConfigError::BadMasqueradeBit(flags.masquerade_bit));
+        }
+        Ok(Config {
+            node_name,
+            cluster_cidrs: parse_cidrs("cluster-cidr", &flags.cluster_cidr)?,
+            nodeport_addresses: nodeport_addresses(&flags.nodeport_addresses)?,
+            masquerade_all: flags.masquerade_all,
+            masquerade_mark: 1u32 << flags.masquerade_bit,
+        })
+    }
+}
+
+fn nodeport_addresses(values: &[String]) -> Result<NodePortAddresses, ConfigError> {
+    let values: Vec<String> = values.iter().map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect();
+    match values.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        [] | ["primary"] => return Ok(NodePortAddresses::Primary),
+        ["all"] => return Ok(NodePortAddresses::All),
+        _ => {}
+    }
+    Ok(NodePortAddresses::Cidrs(parse_cidrs("nodeport-addresses", &values)?))
+}
+
+fn parse_cidrs(flag: &'static str, values: &[String]) -> Result<Vec<IpNet>, ConfigError> {
+    values
+        .iter()
+        .map(|v| v.trim())
+        .filter(|v| !v.is_empty())
+        .map(|v| v.parse::<IpNet>().map(|n| n.trunc()).map_err(|_| ConfigError::BadCidr { flag, value: v.to_string() }))
+        .collect()
+}

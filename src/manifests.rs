@@ -1,0 +1,130 @@
+//! The manifests source: reads Services, EndpointSlices and Nodes from YAML or JSON files, as `kubectl get -o yaml` prints them.
+
+use crate::model::ApiObject;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// A manifest file could not be read or parsed; nothing from it is used.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// The file or directory could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The file is not valid YAML or JSON.
+    #[error("{path}:{line}: {message}")]
+    Parse {
+        /// Path.
+        path: PathBuf,
+        /// 1-based line of the error (0 if unknown).
+        line: u64,
+        /// Parser message.
+        message: String,
+    },
+}
+
+/// An object in a manifest that has the right `kind` but not the right shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadObject {
+    /// File it came from.
+    pub path: PathBuf,
+    /// `kind namespace/name` as far as it could be read.
+    pub what: String,
+    /// Why it could not be decoded.
+    pub reason: String,
+}
+
+/// What a manifest path holds.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// Decoded objects, in file order.
+    pub objects: Vec<ApiObject>,
+    /// Objects that could not be decoded; the caller warns and skips them.
+    pub bad: Vec<BadObject>,
+}
+
+/// Reads a file, or every `.yaml`, `.yml` and `.json` file below a directory (sorted by path).
+pub fn load(path: &Path) -> Result<Loaded, ManifestError> {
+    let mut loaded = Loaded::default();
+    for file in manifest_files(path)? {
+        let text = std::fs::read_to_string(&file).map_err(|source| ManifestError::Io { path: file.clone(), source })?;
+        for doc in parse_documents(&file, &text)? {
+            collect(&file, doc, &mut loaded);
+        }
+    }
+    Ok(loaded)
+}
+
+fn manifest_files(path: &Path) -> Result<Vec<PathBuf>, ManifestError> {
+    let io = |source| ManifestError::Io { path: path.to_path_buf(), source };
+    if !path.is_dir() {
+        std::fs::metadata(path).map_err(io)?;
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(path).map_err(io)? {
+        let p = entry.map_err(io)?.path();
+        if p.is_dir() {
+            files.extend(manifest_files(&p)?);
+        } else if matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")) {
+            files.push(p);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Parses JSON (`.json`) or multi-document YAML (anything else).
+pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, ManifestError> {
+    if path.extension().and_then(|e| e.to_str()) == Some("json") {
+        let doc: Value = serde_json::from_str(text).map_err(|e| ManifestError::Parse {
+            path: path.to_path_buf(),
+            line: e.line() as u64,
+            message: e.to_string(),
+        })?;
+        return Ok(vec![doc]);
+    }
+    serde_saphyr::from_multiple::<Value>(text).map_err(|e| ManifestError::Parse {
+        path: path.to_path_buf(),
+        line: e.location().map(|l| l.line()).unwrap_or(0),
+        message: e.to_string(),
+    })
+}
+
+/// Files one document: a known kind, a `List` of them, or something the proxy ignores.
+fn collect(path: &Path, doc: Value, out: &mut Loaded) {
+    let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
+    if kind == "List" || kind.ends_with("List") {
+        if let Some(Value::Array(items)) = doc.get("items") {
+            for item in items {
+                collect(path, item.clone(), out);
+            }
+        }
+        return;
+    }
+    let decoded = match kind.as_str() {
+        "Service" => serde_json::from_value(doc.clone()).map(|s| ApiObject::Service(Box::new(s))),
+        "EndpointSlice" => serde_json::from_value(doc.clone()).map(|s| ApiObject::EndpointSlice(Box::new(s))),
+        "Node" => serde_json::from_value(doc.clone()).map(|s| ApiObject::Node(Box::new(s))),
+        _ => {
+            log::debug!("{}: ignoring object of kind {kind:?}", path.display());
+            return;
+        }
+    };
+    match decoded {
+        Ok(obj) => out.objects.push(obj),
+        Err(e) => {
+            out.bad.push(BadObject { path: path.to_path_buf(), what: describe(&kind, &doc), reason: e.to_string() })
+        }
+    }
+}
+
+fn describe(kind: &str, doc: &Value) -> String {
+    let meta = doc.get("metadata");
+    let field = |f: &str| meta.and_then(|m| m.get(f)).and_then(Value::as_str).unwrap_or("?").to_string();
+    format!("{kind} {}/{}", field("namespace"), field("name"))
+}

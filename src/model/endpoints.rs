@@ -1,0 +1,171 @@
+//! EndpointSlices, converted and validated: which addresses serve which service port, and in what state.
+
+use super::{Family, ObjectKey, Protocol, ServicePortName};
+use crate::model::services::ObjectError;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use std::net::IpAddr;
+
+/// The label that ties an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// One endpoint of one service port, with the conditions endpoint selection needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The endpoint's address (the first of the slice endpoint's addresses, as upstream uses).
+    pub ip: IpAddr,
+    /// The target port, resolved by the EndpointSlice for this slice.
+    pub port: u16,
+    /// `conditions.ready` (absent means ready).
+    pub ready: bool,
+    /// `conditions.serving` (absent means the same as ready).
+    pub serving: bool,
+    /// `conditions.terminating` (absent means not terminating).
+    pub terminating: bool,
+    /// The node the endpoint runs on, if the slice says.
+    pub node_name: Option<String>,
+    /// `hints.forZones`; empty when the endpoint has no zone hints.
+    pub zone_hints: Vec<String>,
+    /// `hints.forNodes`; empty when the endpoint has no node hints.
+    pub node_hints: Vec<String>,
+}
+
+/// A port listed by an EndpointSlice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlicePort {
+    /// The service port name it serves ("" for an unnamed port).
+    pub name: String,
+    /// The protocol.
+    pub protocol: Protocol,
+    /// The endpoints' port number for this service port.
+    pub port: u16,
+}
+
+/// An endpoint as a slice lists it, before it is paired with a port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SliceEndpoint {
+    /// Address.
+    pub ip: IpAddr,
+    /// Ready condition.
+    pub ready: bool,
+    /// Serving condition.
+    pub serving: bool,
+    /// Terminating condition.
+    pub terminating: bool,
+    /// Node name.
+    pub node_name: Option<String>,
+    /// Zone hints.
+    pub zone_hints: Vec<String>,
+    /// Node hints.
+    pub node_hints: Vec<String>,
+}
+
+/// A validated EndpointSlice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointSliceInfo {
+    /// Namespace.
+    pub namespace: String,
+    /// The slice's own name.
+    pub name: String,
+    /// The Service it belongs to.
+    pub service: String,
+    /// Address family of all its endpoints.
+    pub family: Family,
+    /// Ports.
+    pub ports: Vec<SlicePort>,
+    /// Endpoints.
+    pub endpoints: Vec<SliceEndpoint>,
+}
+
+impl EndpointSliceInfo {
+    /// Appends this slice's endpoints for `spn` to `out`.
+    pub fn endpoints_for(&self, spn: &ServicePortName, out: &mut Vec<Endpoint>) {
+        for p in self.ports.iter().filter(|p| p.name == spn.port && p.protocol == spn.protocol) {
+            out.extend(self.endpoints.iter().map(|e| Endpoint {
+                ip: e.ip,
+                port: p.port,
+                ready: e.ready,
+                serving: e.serving,
+                terminating: e.terminating,
+                node_name: e.node_name.clone(),
+                zone_hints: e.zone_hints.clone(),
+                node_hints: e.node_hints.clone(),
+            }));
+        }
+    }
+
+    /// Converts an EndpointSlice; `Ok(None)` means it is valid but not for this proxy (FQDN slices).
+    pub fn from_api(slice: &EndpointSlice) -> Result<Option<EndpointSliceInfo>, ObjectError> {
+        let (namespace, name) = object_key("EndpointSlice", &slice.metadata)?;
+        let err = |what: String| ObjectError::new("EndpointSlice", &namespace, &name, what);
+        let family = match slice.address_type.as_str() {
+            "IPv4" => Family::V4,
+            "IPv6" => Family::V6,
+            "FQDN" => return Ok(None),
+            other => return Err(err(format!("unknown addressType {other:?}"))),
+        };
+        let service = slice
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SERVICE_NAME_LABEL))
+            .cloned()
+            .ok_or_else(|| err(format!("has no {SERVICE_NAME_LABEL} label")))?;
+        let ports = slice
+            .ports
+            .iter()
+            .flatten()
+            .map(|p| {
+                let port = p.port.ok_or_else(|| err("a port has no port number".into()))?;
+                Ok(SlicePort {
+                    name: p.name.clone().unwrap_or_default(),
+                    protocol: Protocol::parse(p.protocol.as_deref()).map_err(&err)?,
+                    port: valid_port(port).map_err(&err)?,
+                })
+            })
+            .collect::<Result<Vec<_>, ObjectError>>()?;
+        let endpoints = slice
+            .endpoints
+            .iter()
+            .map(|e| slice_endpoint(e, family).map_err(&err))
+            .collect::<Result<Vec<_>, ObjectError>>()?;
+        Ok(Some(EndpointSliceInfo { namespace, name, service, family, ports, endpoints }))
+    }
+}
+
+fn slice_endpoint(e: &k8s_openapi::api::discovery::v1::Endpoint, family: Family) -> Result<SliceEndpoint, String> {
+    let first = e.addresses.first().ok_or("an endpoint has no addresses")?;
+    let ip: IpAddr = first.parse().map_err(|_| format!("endpoint address {first:?} is not an IP"))?;
+    if Family::of(&ip) != family {
+        return Err(format!("endpoint address {ip} does not match the slice's addressType"));
+    }
+    let c = e.conditions.clone().unwrap_or_default();
+    let ready = c.ready.unwrap_or(true);
+    let hints = e.hints.clone().unwrap_or_default();
+    Ok(SliceEndpoint {
+        ip,
+        ready,
+        serving: c.serving.unwrap_or(ready),
+        terminating: c.terminating.unwrap_or(false),
+        node_name: e.node_name.clone(),
+        zone_hints: hints.for_zones.into_iter().flatten().map(|z| z.name).collect(),
+        node_hints: hints.for_nodes.into_iter().flatten().map(|n| n.name).collect(),
+    })
+}
+
+/// Checks a port number is within 1..=65535.
+pub fn valid_port(port: i32) -> Result<u16, String> {
+    u16::try_from(port).ok().filter(|p| *p != 0).ok_or_else(|| format!("port {port} is out of range"))
+}
+
+/// Namespace and name of an object; both must be present.
+pub fn object_key(
+    kind: &'static str,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Result<ObjectKey, ObjectError> {
+    let name = meta.name.clone().unwrap_or_default();
+    let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
+    if name.is_empty() {
+        return Err(ObjectError::new(kind, &namespace, "<unnamed>", "has no metadata.name".into()));
+    }
+    Ok((namespace, name))
+}

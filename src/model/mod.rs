@@ -1,0 +1,202 @@
+//! The proxy's view of the cluster: service ports, endpoints and this node, converted from API objects at the edge.
+
+mod endpoints;
+mod node;
+mod services;
+
+pub use endpoints::{Endpoint, EndpointSliceInfo, SliceEndpoint, SlicePort};
+pub use node::NodeInfo;
+pub use services::{ObjectError, ServicePort};
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+/// An IP family; each family has its own nftables table, as upstream keeps them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Family {
+    /// IPv4 (`table ip`).
+    V4,
+    /// IPv6 (`table ip6`).
+    V6,
+}
+
+impl Family {
+    /// Both families, in the order tables are written.
+    pub const ALL: [Family; 2] = [Family::V4, Family::V6];
+
+    /// The family an address belongs to.
+    pub fn of(ip: &IpAddr) -> Family {
+        match ip {
+            IpAddr::V4(_) => Family::V4,
+            IpAddr::V6(_) => Family::V6,
+        }
+    }
+}
+
+/// A service port's transport protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Protocol {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+    /// SCTP.
+    Sctp,
+}
+
+impl Protocol {
+    /// All protocols a Service may use.
+    pub const ALL: [Protocol; 3] = [Protocol::Tcp, Protocol::Udp, Protocol::Sctp];
+
+    /// Parses the Kubernetes spelling; a missing protocol means TCP, as the API defaults it.
+    pub fn parse(s: Option<&str>) -> Result<Protocol, String> {
+        match s.unwrap_or("TCP") {
+            "TCP" => Ok(Protocol::Tcp),
+            "UDP" => Ok(Protocol::Udp),
+            "SCTP" => Ok(Protocol::Sctp),
+            other => Err(format!("unknown protocol {other:?}")),
+        }
+    }
+
+    /// The lower-case name nftables uses (`tcp`, `udp`, `sctp`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Identifies one port of one Service, as upstream's `ServicePortName` does.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServicePortName {
+    /// The Service's namespace.
+    pub namespace: String,
+    /// The Service's name.
+    pub name: String,
+    /// The port's name; empty for a single unnamed port.
+    pub port: String,
+    /// The port's protocol.
+    pub protocol: Protocol,
+}
+
+impl fmt::Display for ServicePortName {
+    /// Upstream's spelling: `namespace/name:port`, or `namespace/name` for an unnamed port.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)?;
+        if !self.port.is_empty() {
+            write!(f, ":{}", self.port)?;
+        }
+        Ok(())
+    }
+}
+
+/// Namespace and name of an API object.
+pub type ObjectKey = (String, String);
+
+/// Everything the proxy knows about the cluster at one moment.
+///
+/// The sync thread owns it; sources send it changes and it is rendered whole.
+#[derive(Debug, Clone, Default)]
+pub struct Model {
+    /// Service ports by owning Service.
+    pub services: BTreeMap<ObjectKey, Vec<ServicePort>>,
+    /// EndpointSlices by the Service they belong to, then by slice name.
+    slices: BTreeMap<ObjectKey, BTreeMap<String, EndpointSliceInfo>>,
+    /// Which Service each slice (namespace, slice name) was filed under, for deletes.
+    slice_owner: BTreeMap<ObjectKey, String>,
+    /// This node, once its Node object has been seen.
+    pub node: Option<NodeInfo>,
+}
+
+impl Model {
+    /// Adds or replaces an EndpointSlice.
+    pub fn upsert_slice(&mut self, slice: EndpointSliceInfo) {
+        let key = (slice.namespace.clone(), slice.name.clone());
+        self.delete_slice(&key);
+        self.slice_owner.insert(key, slice.service.clone());
+        self.slices
+            .entry((slice.namespace.clone(), slice.service.clone()))
+            .or_default()
+            .insert(slice.name.clone(), slice);
+    }
+
+    /// Removes an EndpointSlice by namespace and name; unknown slices are ignored.
+    pub fn delete_slice(&mut self, key: &ObjectKey) {
+        let Some(service) = self.slice_owner.remove(key) else {
+            return;
+        };
+        let owner = (key.0.clone(), service);
+        if let Some(by_name) = self.slices.get_mut(&owner) {
+            by_name.remove(&key.1);
+            if by_name.is_empty() {
+                self.slices.remove(&owner);
+            }
+        }
+    }
+
+    /// The endpoints of one service port in one family, merged over all its slices.
+    ///
+    /// Slices are visited in name order and an `ip:port` seen twice is kept once
+    /// (the first wins), so the result does not depend on arrival order.
+    pub fn endpoints(&self, spn: &ServicePortName, family: Family) -> Vec<Endpoint> {
+        let mut out: Vec<Endpoint> = Vec::new();
+        let owner = (spn.namespace.clone(), spn.name.clone());
+        for slice in self.slices.get(&owner).into_iter().flat_map(|m| m.values()) {
+            if slice.family == family {
+                slice.endpoints_for(spn, &mut out);
+            }
+        }
+        out.sort_by_key(|e| (e.ip, e.port));
+        out.dedup_by(|a, b| a.ip == b.ip && a.port == b.port);
+        out
+    }
+}
+
+/// An API object as a source delivers it, before validation.
+#[derive(Debug, Clone)]
+pub enum ApiObject {
+    /// `v1.Service`.
+    Service(Box<k8s_openapi::api::core::v1::Service>),
+    /// `discovery.k8s.io/v1.EndpointSlice`.
+    EndpointSlice(Box<k8s_openapi::api::discovery::v1::EndpointSlice>),
+    /// `v1.Node`.
+    Node(Box<k8s_openapi::api::core::v1::Node>),
+}
+
+impl Model {
+    /// Validates an object and files it; a malformed object is returned as an error and
+    /// changes nothing. Nodes other than `node_name` are ignored.
+    pub fn apply(&mut self, obj: &ApiObject, node_name: &str) -> Result<(), ObjectError> {
+        match obj {
+            ApiObject::Service(svc) => {
+                let key = endpoints::object_key("Service", &svc.metadata)?;
+                match ServicePort::from_api(svc)? {
+                    Some((key, ports)) => self.services.insert(key, ports),
+                    None => self.services.remove(&key),
+                };
+            }
+            ApiObject::EndpointSlice(slice) => {
+                let key = endpoints::object_key("EndpointSlice", &slice.metadata)?;
+                match EndpointSliceInfo::from_api(slice)? {
+                    Some(info) => self.upsert_slice(info),
+                    None => self.delete_slice(&key),
+                }
+            }
+            ApiObject::Node(node) => {
+                if node.metadata.name.as_deref() == Some(node_name) {
+                    self.node = Some(NodeInfo::from_api(node)?);
+                }
+            }
+        }
+        Ok(())
+    }
+}

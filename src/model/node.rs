@@ -1,0 +1,52 @@
+//! This node: its name, zone label and addresses, which decide local endpoints, topology and NodePort addresses.
+
+use super::Family;
+use super::endpoints::object_key;
+use super::services::ObjectError;
+use k8s_openapi::api::core::v1::Node;
+use std::net::IpAddr;
+
+/// The well-known zone label that topology hints are matched against.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+/// What the proxy needs from its own Node object.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeInfo {
+    /// Node name (matches EndpointSlice `nodeName`).
+    pub name: String,
+    /// `topology.kubernetes.io/zone`, if labelled.
+    pub zone: Option<String>,
+    /// InternalIP addresses in listed order, then ExternalIP addresses.
+    pub addresses: Vec<IpAddr>,
+}
+
+impl NodeInfo {
+    /// Converts a Node object.
+    pub fn from_api(node: &Node) -> Result<NodeInfo, ObjectError> {
+        let (_, name) = object_key("Node", &node.metadata)?;
+        let zone = node.metadata.labels.as_ref().and_then(|l| l.get(ZONE_LABEL)).cloned();
+        let listed = node.status.iter().flat_map(|s| s.addresses.iter().flatten());
+        let mut internal = Vec::new();
+        let mut external = Vec::new();
+        for a in listed {
+            let bucket = match a.type_.as_str() {
+                "InternalIP" => &mut internal,
+                "ExternalIP" => &mut external,
+                _ => continue,
+            };
+            let ip: IpAddr = a
+                .address
+                .parse()
+                .map_err(|_| ObjectError::new("Node", "", &name, format!("address {:?} is not an IP", a.address)))?;
+            bucket.push(ip);
+        }
+        internal.extend(external);
+        Ok(NodeInfo { name, zone, addresses: internal })
+    }
+
+    /// The node's primary IP of a family: its first InternalIP of that family, else its first
+    /// ExternalIP, which is what upstream's `primary` NodePort address mode uses.
+    pub fn primary_ip(&self, family: Family) -> Option<IpAddr> {
+        self.addresses.iter().copied().find(|ip| Family::of(ip) == family)
+    }
+}

@@ -1,0 +1,185 @@
+//! Rendering: from the model and configuration to the desired nftables state, and from that to scripts.
+//!
+//! Per-packet work does not grow with the number of services: traffic is dispatched by
+//! verdict maps (`service-ips`, `service-nodeports`) to a small per-service chain, which
+//! jumps to a shared `lb-*` chain that DNATs through one endpoint map per scope and protocol,
+//! keyed by the frontend and a random slot. No chain holds an anonymous set, and only as
+//! many rules reference an endpoint map as there are distinct endpoint counts, which keeps
+//! the kernel off its super-linear paths (see `../shared/research/kernel-costs.md`).
+//! Session-affinity services alone get upstream's per-endpoint chains and sets.
+
+mod names;
+mod ruleset;
+mod service;
+mod templates;
+
+pub use ruleset::{Entry, Fixed, Key, MapName, Ruleset, Scope, Table, Value};
+
+use crate::config::{Config, NodePortAddresses};
+use crate::model::{Family, Model, NodeInfo, Protocol};
+use crate::topology::categorize_endpoints;
+use askama::Template;
+use ipnet::IpNet;
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use templates::{EndpointMapDecl, FamilyWords, FullSync, LbChain, TableView};
+
+/// Rendering failed; only a template that cannot be written out does that.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// A template failed to render.
+    #[error("rendering {template}: {source}")]
+    Template {
+        /// Which template.
+        template: &'static str,
+        /// Cause.
+        source: askama::Error,
+    },
+}
+
+fn render_template(t: &impl Template, template: &'static str) -> Result<String, RenderError> {
+    t.render().map_err(|source| RenderError::Template { template, source })
+}
+
+/// The name of the proxy's table in each family.
+pub const TABLE_NAME: &str = "kube-nftproxy";
+
+fn words(family: Family) -> FamilyWords {
+    match family {
+        Family::V4 => FamilyWords { fam: "ip", addr_type: "ipv4_addr", loopback: "127.0.0.0/8" },
+        Family::V6 => FamilyWords { fam: "ip6", addr_type: "ipv6_addr", loopback: "::1" },
+    }
+}
+
+/// Where NodePorts are served in one family.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum NodePorts {
+    /// On every local address but loopback.
+    All,
+    /// On these addresses (possibly none).
+    Ips(Vec<IpAddr>),
+}
+
+impl NodePorts {
+    fn resolve(cfg: &NodePortAddresses, node: Option<&NodeInfo>, family: Family) -> NodePorts {
+        let addrs: Vec<IpAddr> = node.map(|n| n.addresses.clone()).unwrap_or_default();
+        let of_family = addrs.into_iter().filter(|ip| Family::of(ip) == family);
+        let chosen: Vec<IpAddr> = match cfg {
+            NodePortAddresses::All => return NodePorts::All,
+            NodePortAddresses::Primary => of_family.take(1).collect(),
+            NodePortAddresses::Cidrs(cidrs) => {
+                let mine: Vec<&IpNet> = cidrs.iter().filter(|c| Family::of(&c.addr()) == family).collect();
+                if mine.iter().any(|c| c.prefix_len() == 0) {
+                    return NodePorts::All;
+                }
+                of_family.filter(|ip| mine.iter().any(|c| c.contains(ip))).collect()
+            }
+        };
+        let (loopback, usable): (Vec<IpAddr>, Vec<IpAddr>) = chosen.into_iter().partition(IpAddr::is_loopback);
+        for ip in loopback {
+            log::warn!("not serving NodePorts on {ip}: localhost NodePorts are not supported");
+        }
+        NodePorts::Ips(usable)
+    }
+
+    fn enabled(&self) -> bool {
+        !matches!(self, NodePorts::Ips(ips) if ips.is_empty())
+    }
+}
+
+/// What one family's rendering needs besides the model.
+struct FamilyContext<'a> {
+    family: Family,
+    words: FamilyWords,
+    cfg: &'a Config,
+    mark: String,
+    pod_cidrs: Vec<IpNet>,
+    nodeports: NodePorts,
+    node: Option<&'a NodeInfo>,
+}
+
+/// Renders the desired state of both tables.
+pub fn render(model: &Model, cfg: &Config) -> Result<Ruleset, RenderError> {
+    if model.node.is_none() {
+        log::warn!("Node {:?} not found: no NodePort addresses and no zone for topology", cfg.node_name);
+    }
+    let tables = Family::ALL.iter().map(|f| render_table(model, &context(model, cfg, *f))).collect::<Result<_, _>>()?;
+    Ok(Ruleset { tables })
+}
+
+fn context<'a>(model: &'a Model, cfg: &'a Config, family: Family) -> FamilyContext<'a> {
+    FamilyContext {
+        family,
+        words: words(family),
+        cfg,
+        mark: format!("{:#x}", cfg.masquerade_mark),
+        pod_cidrs: cfg.cluster_cidrs.iter().filter(|c| Family::of(&c.addr()) == family).copied().collect(),
+        nodeports: NodePorts::resolve(&cfg.nodeport_addresses, model.node.as_ref(), family),
+        node: model.node.as_ref(),
+    }
+}
+
+fn render_table(model: &Model, ctx: &FamilyContext) -> Result<Table, RenderError> {
+    let mut b = service::Builder::new(ctx);
+    if let NodePorts::Ips(ips) = &ctx.nodeports {
+        for ip in ips {
+            b.table.insert(MapName::NodeportIps, Key::Ip(*ip), Value::None, "node");
+        }
+    }
+    let zone = ctx.node.and_then(|n| n.zone.as_deref());
+    for sp in model.services.values().flatten() {
+        let endpoints = model.endpoints(&sp.name, ctx.family);
+        let cat = categorize_endpoints(&endpoints, sp, &ctx.cfg.node_name, zone);
+        b.add_service_port(sp, &cat)?;
+    }
+    b.finish()
+}
+
+/// Renders the `lb-*` chain for one scope, frontend kind, protocol and endpoint count.
+fn lb_chain(
+    words: FamilyWords,
+    (scope, nodeport, proto, n): (Scope, bool, Protocol, usize),
+) -> Result<String, RenderError> {
+    let map = if nodeport { MapName::NodeportEndpoints(scope, proto) } else { MapName::Endpoints(scope, proto) };
+    let t = LbChain { fam: words.fam, proto: proto.as_str(), n, nodeport, map: map.to_string() };
+    render_template(&t, "lb.nft")
+}
+
+fn endpoint_maps() -> Vec<EndpointMapDecl> {
+    let mut maps = Vec::new();
+    for scope in [Scope::Cluster, Scope::Local] {
+        for nodeport in [false, true] {
+            for proto in Protocol::ALL {
+                let name =
+                    if nodeport { MapName::NodeportEndpoints(scope, proto) } else { MapName::Endpoints(scope, proto) };
+                maps.push(EndpointMapDecl { name: name.to_string(), proto: proto.as_str(), nodeport });
+            }
+        }
+    }
+    maps
+}
+
+/// Writes the full-sync script: both tables created or replaced in one transaction.
+pub fn full_sync_script(ruleset: &Ruleset, node: &str) -> Result<String, RenderError> {
+    let tables = ruleset
+        .tables
+        .iter()
+        .map(|table| {
+            let w = words(table.family);
+            TableView {
+                fam: w.fam,
+                addr_type: w.addr_type,
+                loopback: w.loopback,
+                mark: format!("{:#x}", table.fixed.mark),
+                pod_cidrs: table.fixed.pod_cidrs.clone(),
+                nodeport_all: table.fixed.nodeport_all,
+                endpoint_maps: endpoint_maps(),
+                table,
+            }
+        })
+        .collect();
+    render_template(&FullSync { node, tables }, "full-sync.nft")
+}
+
+/// Distinct `lb-*` chains a table needs.
+type LbSet = BTreeSet<(Scope, bool, Protocol, usize)>;

@@ -1,0 +1,94 @@
+//! Names of per-service chains and sets: readable `namespace/name/protocol/port` with a role prefix.
+//!
+//! Upstream puts a hash in front of the same base; here the base alone is unique (it is the
+//! `ServicePortName`) and at most about 210 bytes, under nftables' 256-byte limit, so the
+//! name stays greppable by namespace.
+
+use super::ruleset::Scope;
+use crate::model::{Protocol, ServicePortName};
+use std::net::IpAddr;
+
+/// `namespace/name/protocol/port`, with the port number standing in for an unnamed port.
+pub fn base(spn: &ServicePortName, port: u16) -> String {
+    if spn.port.is_empty() {
+        format!("{}/{}/{}/{port}", spn.namespace, spn.name, spn.protocol)
+    } else {
+        format!("{}/{}/{}/{}", spn.namespace, spn.name, spn.protocol, spn.port)
+    }
+}
+
+/// The chain ClusterIP traffic enters.
+pub fn service_chain(base: &str) -> String {
+    format!("service-{base}")
+}
+
+/// The chain external IP and LoadBalancer IP traffic enters.
+pub fn external_chain(base: &str) -> String {
+    format!("external-{base}")
+}
+
+/// The chain NodePort traffic enters.
+pub fn nodeport_chain(base: &str) -> String {
+    format!("nodeport-{base}")
+}
+
+/// A session-affinity service's balancing chain for one scope.
+pub fn balance_chain(scope: Scope, base: &str) -> String {
+    format!("{}-{base}", scope.as_str())
+}
+
+/// `base__ip/port`; IPv6 colons become dots, as upstream writes them.
+fn endpoint_suffix(base: &str, ip: IpAddr, port: u16) -> String {
+    format!("{base}__{}/{port}", ip.to_string().replace(':', "."))
+}
+
+/// A session-affinity endpoint's chain.
+pub fn endpoint_chain(base: &str, ip: IpAddr, port: u16) -> String {
+    format!("endpoint-{}", endpoint_suffix(base, ip, port))
+}
+
+/// A session-affinity endpoint's set of recent clients.
+pub fn affinity_set(base: &str, ip: IpAddr, port: u16) -> String {
+    format!("affinity-{}", endpoint_suffix(base, ip, port))
+}
+
+/// The shared chain that picks one of `n` endpoints from an endpoint map.
+pub fn lb_chain(scope: Scope, nodeport: bool, proto: Protocol, n: usize) -> String {
+    let kind = if nodeport { "-nodeport" } else { "" };
+    format!("lb-{}{kind}-{proto}-{n}", scope.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spn(port: &str) -> ServicePortName {
+        ServicePortName { namespace: "ns1".into(), name: "svc1".into(), port: port.into(), protocol: Protocol::Udp }
+    }
+
+    #[test]
+    fn names_show_namespace_name_protocol_and_port() {
+        assert_eq!(service_chain(&base(&spn("dns"), 53)), "service-ns1/svc1/udp/dns");
+        assert_eq!(external_chain(&base(&spn(""), 53)), "external-ns1/svc1/udp/53");
+        assert_eq!(nodeport_chain(&base(&spn("dns"), 53)), "nodeport-ns1/svc1/udp/dns");
+        assert_eq!(balance_chain(Scope::Local, "a/b/tcp/p"), "local-a/b/tcp/p");
+        assert_eq!(lb_chain(Scope::Cluster, true, Protocol::Sctp, 3), "lb-cluster-nodeport-sctp-3");
+        assert_eq!(lb_chain(Scope::Local, false, Protocol::Tcp, 1), "lb-local-tcp-1");
+    }
+
+    #[test]
+    fn endpoint_names_replace_ipv6_colons() {
+        let ip: IpAddr = "fd00::1:2".parse().unwrap();
+        assert_eq!(endpoint_chain("a/b/tcp/p", ip, 80), "endpoint-a/b/tcp/p__fd00..1.2/80");
+        assert_eq!(affinity_set("a/b/tcp/p", "10.0.0.1".parse().unwrap(), 8080), "affinity-a/b/tcp/p__10.0.0.1/8080");
+    }
+
+    #[test]
+    fn longest_names_fit_nftables_limit() {
+        let long = "a".repeat(63);
+        let spn =
+            ServicePortName { namespace: long.clone(), name: long, port: "p".repeat(15), protocol: Protocol::Sctp };
+        let ip: IpAddr = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff".parse().unwrap();
+        assert!(endpoint_chain(&base(&spn, 1), ip, 65535).len() < 256);
+    }
+}

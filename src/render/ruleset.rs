@@ -1,0 +1,172 @@
+//! The desired state of one node's tables as data: chains with their rule text, affinity sets, and map elements.
+//!
+//! Rendering fills a `Ruleset`; scripts (full now, partial later) are written from it by the
+//! templates, and two rulesets can be compared to find what changed.
+
+use crate::model::{Family, Protocol};
+use ipnet::IpNet;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+/// Who uses an endpoint map: traffic balanced over all cluster endpoints or over this node's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scope {
+    /// Cluster traffic policy endpoints.
+    Cluster,
+    /// Node-local endpoints.
+    Local,
+}
+
+impl Scope {
+    /// Name fragment used in map and chain names.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Cluster => "cluster",
+            Scope::Local => "local",
+        }
+    }
+}
+
+/// The named sets and maps a table holds elements in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum MapName {
+    /// `service-ips`: service IP . proto . port → verdict.
+    ServiceIps,
+    /// `service-nodeports`: proto . port → verdict.
+    ServiceNodeports,
+    /// `no-endpoint-services`: service IP . proto . port → drop / reject.
+    NoEndpointServices,
+    /// `no-endpoint-nodeports`: proto . port → drop / reject.
+    NoEndpointNodeports,
+    /// `cluster-ips`: every active ClusterIP.
+    ClusterIps,
+    /// `nodeport-ips`: the node addresses NodePorts are served on.
+    NodeportIps,
+    /// `firewall-ips`: LB IP . proto . port guarded by source ranges.
+    FirewallIps,
+    /// `firewall-allow`: LB IP . proto . port . allowed source range.
+    FirewallAllow,
+    /// `hairpin-connections`: endpoint . endpoint, for pods reaching themselves.
+    HairpinConnections,
+    /// `{scope}-endpoints-{proto}`: frontend IP . port . slot → endpoint.
+    Endpoints(Scope, Protocol),
+    /// `{scope}-nodeport-endpoints-{proto}`: node port . slot → endpoint.
+    NodeportEndpoints(Scope, Protocol),
+}
+
+impl fmt::Display for MapName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MapName::ServiceIps => f.write_str("service-ips"),
+            MapName::ServiceNodeports => f.write_str("service-nodeports"),
+            MapName::NoEndpointServices => f.write_str("no-endpoint-services"),
+            MapName::NoEndpointNodeports => f.write_str("no-endpoint-nodeports"),
+            MapName::ClusterIps => f.write_str("cluster-ips"),
+            MapName::NodeportIps => f.write_str("nodeport-ips"),
+            MapName::FirewallIps => f.write_str("firewall-ips"),
+            MapName::FirewallAllow => f.write_str("firewall-allow"),
+            MapName::HairpinConnections => f.write_str("hairpin-connections"),
+            MapName::Endpoints(s, p) => write!(f, "{}-endpoints-{p}", s.as_str()),
+            MapName::NodeportEndpoints(s, p) => write!(f, "{}-nodeport-endpoints-{p}", s.as_str()),
+        }
+    }
+}
+
+/// The key of a set or map element.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Key {
+    /// `ip . proto . port`.
+    IpProtoPort(IpAddr, Protocol, u16),
+    /// `proto . port`.
+    ProtoPort(Protocol, u16),
+    /// `ip`.
+    Ip(IpAddr),
+    /// `ip . proto . port . source-range`.
+    Allow(IpAddr, Protocol, u16, IpNet),
+    /// `ip . ip`.
+    Pair(IpAddr, IpAddr),
+    /// `ip . port . slot` (an IP frontend's endpoint slot).
+    IpSlot(IpAddr, u16, u32),
+    /// `port . slot` (a NodePort's endpoint slot).
+    PortSlot(u16, u32),
+}
+
+/// What a map element maps to.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Value {
+    /// Set element: no value.
+    None,
+    /// `goto chain`.
+    Goto(String),
+    /// `drop`, with the service it belongs to as element comment.
+    Drop(String),
+    /// `goto reject-chain`, with the service it belongs to as element comment.
+    Reject(String),
+    /// `ip . port`: a DNAT destination.
+    Endpoint(IpAddr, u16),
+}
+
+/// One element and the service port that put it there (for conflict messages).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Element value.
+    pub value: Value,
+    /// `namespace/name:port` of the owner.
+    pub owner: String,
+}
+
+/// Settings the fixed part of a table (base chains, `services`, `masquerading`) is written from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fixed {
+    /// The masquerade mark.
+    pub mark: u32,
+    /// Pod CIDRs of this family (empty: no local-traffic detector).
+    pub pod_cidrs: Vec<IpNet>,
+    /// NodePorts are served on every local address rather than on `@nodeport-ips`.
+    pub nodeport_all: bool,
+}
+
+/// Desired state of one family's table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Table {
+    /// Address family.
+    pub family: Family,
+    /// Settings of the fixed part.
+    pub fixed: Fixed,
+    /// Service, external, balancing, endpoint and `lb-` chains: name → rule lines.
+    pub chains: BTreeMap<String, String>,
+    /// Per-endpoint session affinity sets: name → timeout in seconds.
+    pub affinity_sets: BTreeMap<String, u32>,
+    /// Elements of the named sets and maps.
+    pub elements: BTreeMap<MapName, BTreeMap<Key, Entry>>,
+}
+
+impl Table {
+    /// An empty table of a family.
+    pub fn new(family: Family, fixed: Fixed) -> Table {
+        Table { family, fixed, chains: BTreeMap::new(), affinity_sets: BTreeMap::new(), elements: BTreeMap::new() }
+    }
+
+    /// Adds an element. If another service port already holds the key with a different value,
+    /// the first one is kept and a warning names both, so one bad Service cannot break the rest.
+    pub fn insert(&mut self, map: MapName, key: Key, value: Value, owner: &str) {
+        let entries = self.elements.entry(map).or_default();
+        match entries.get(&key) {
+            None => {
+                entries.insert(key, Entry { value, owner: owner.to_string() });
+            }
+            Some(e) if e.value == value => {}
+            Some(e) => {
+                log::warn!("{owner}: {map} element {key:?} is already used by {}; keeping {}'s", e.owner, e.owner)
+            }
+        }
+    }
+}
+
+/// The desired state of the node: one table per family.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ruleset {
+    /// Tables, IPv4 first.
+    pub tables: Vec<Table>,
+}

@@ -1,0 +1,245 @@
+//! Renders one service port into a table: its dispatch elements, its chains and its endpoint picks.
+
+use super::names;
+use super::ruleset::{Fixed, Key, MapName, Scope, Table, Value};
+use super::templates::{AffinityEndpoint, BalanceChain, EndpointChain, ExternalChain, ServiceChain};
+use super::{FamilyContext, LbSet, NodePorts, RenderError, lb_chain, render_template};
+use crate::model::{Endpoint, Family, ServicePort};
+use crate::topology::Categorized;
+use ipnet::IpNet;
+use std::net::IpAddr;
+
+/// Where traffic entered: a service IP and port, or a node port.
+#[derive(Debug, Clone, Copy)]
+enum Frontend {
+    Ip(IpAddr, u16),
+    NodePort(u16),
+}
+
+/// Accumulates one family's table, service port by service port.
+pub(super) struct Builder<'a> {
+    ctx: &'a FamilyContext<'a>,
+    pub(super) table: Table,
+    lb: LbSet,
+}
+
+/// The facts about one service port that all its frontends share.
+struct Port<'s> {
+    sp: &'s ServicePort,
+    owner: String,
+    base: String,
+    cat: &'s Categorized,
+}
+
+impl<'a> Builder<'a> {
+    pub(super) fn new(ctx: &'a FamilyContext<'a>) -> Builder<'a> {
+        let fixed = Fixed {
+            mark: ctx.cfg.masquerade_mark,
+            pod_cidrs: ctx.pod_cidrs.clone(),
+            nodeport_all: ctx.nodeports == NodePorts::All,
+        };
+        Builder { ctx, table: Table::new(ctx.family, fixed), lb: LbSet::new() }
+    }
+
+    /// Adds everything for one service port in this builder's family; a port without a
+    /// ClusterIP of this family is not served in it.
+    pub(super) fn add_service_port(&mut self, sp: &ServicePort, cat: &Categorized) -> Result<(), RenderError> {
+        let family = self.ctx.family;
+        let Some(cluster_ip) = sp.cluster_ips.iter().copied().find(|ip| Family::of(ip) == family) else {
+            return Ok(());
+        };
+        let p = Port { sp, owner: sp.name.to_string(), base: names::base(&sp.name, sp.port), cat };
+        self.cluster_ip(&p, cluster_ip)?;
+        let of_family = |ips: &[IpAddr]| ips.iter().copied().filter(|ip| Family::of(ip) == family).collect::<Vec<_>>();
+        let mut external = of_family(&sp.external_ips);
+        let lb_ips = of_family(&sp.load_balancer_ips);
+        self.firewall(&p, &lb_ips);
+        for ip in &lb_ips {
+            if !external.contains(ip) {
+                external.push(*ip);
+            }
+        }
+        self.external_ips(&p, &external)?;
+        if let Some(node_port) = sp.node_port.filter(|_| self.ctx.nodeports.enabled()) {
+            self.node_port(&p, node_port)?;
+        }
+        for ep in cat.all_reachable() {
+            if ep.node_name.as_deref() == Some(self.ctx.cfg.node_name.as_str()) {
+                self.table.insert(MapName::HairpinConnections, Key::Pair(ep.ip, ep.ip), Value::None, &p.owner);
+            }
+        }
+        Ok(())
+    }
+
+    /// ClusterIP traffic: to the service chain, or dropped/rejected when it has no endpoints.
+    fn cluster_ip(&mut self, p: &Port, ip: IpAddr) -> Result<(), RenderError> {
+        let key = Key::IpProtoPort(ip, p.sp.name.protocol, p.sp.port);
+        self.table.insert(MapName::ClusterIps, Key::Ip(ip), Value::None, &p.owner);
+        let (scope, eps) =
+            if p.sp.internal_policy_local { (Scope::Local, &p.cat.local) } else { (Scope::Cluster, &p.cat.cluster) };
+        let Some(pick) = self.pick(p, scope, Frontend::Ip(ip, p.sp.port), eps)? else {
+            self.table.insert(MapName::NoEndpointServices, key, self.no_endpoints(p), &p.owner);
+            return Ok(());
+        };
+        let chain = names::service_chain(&p.base);
+        let t = ServiceChain { masquerade_all: self.ctx.cfg.masquerade_all, mark: &self.ctx.mark, pick: &pick };
+        self.table.chains.insert(chain.clone(), render_template(&t, "service.nft")?);
+        self.table.insert(MapName::ServiceIps, key, Value::Goto(chain), &p.owner);
+        Ok(())
+    }
+
+    /// External IPs and LoadBalancer IPs share one chain; each IP has its own endpoint slots.
+    fn external_ips(&mut self, p: &Port, ips: &[IpAddr]) -> Result<(), RenderError> {
+        let chain = names::external_chain(&p.base);
+        for ip in ips {
+            let key = Key::IpProtoPort(*ip, p.sp.name.protocol, p.sp.port);
+            if self.external_chain(p, &chain, Frontend::Ip(*ip, p.sp.port))? {
+                self.table.insert(MapName::ServiceIps, key.clone(), Value::Goto(chain.clone()), &p.owner);
+            }
+            if !self.has_external_endpoints(p) {
+                self.table.insert(MapName::NoEndpointServices, key, self.no_endpoints(p), &p.owner);
+            }
+        }
+        Ok(())
+    }
+
+    fn node_port(&mut self, p: &Port, node_port: u16) -> Result<(), RenderError> {
+        let chain = names::nodeport_chain(&p.base);
+        let key = Key::ProtoPort(p.sp.name.protocol, node_port);
+        if self.external_chain(p, &chain, Frontend::NodePort(node_port))? {
+            self.table.insert(MapName::ServiceNodeports, key.clone(), Value::Goto(chain), &p.owner);
+        }
+        if !self.has_external_endpoints(p) {
+            self.table.insert(MapName::NoEndpointNodeports, key, self.no_endpoints(p), &p.owner);
+        }
+        Ok(())
+    }
+
+    /// Writes an external or NodePort chain; false when the service has no endpoints at all,
+    /// so there is nothing for the chain to lead to.
+    fn external_chain(&mut self, p: &Port, chain: &str, frontend: Frontend) -> Result<bool, RenderError> {
+        let Some(cluster_pick) = self.pick(p, Scope::Cluster, frontend, &p.cat.cluster)? else {
+            return Ok(false);
+        };
+        let local_pick = match p.sp.external_policy_local {
+            true => self.pick(p, Scope::Local, frontend, &p.cat.local)?,
+            false => None,
+        };
+        let t = ExternalChain {
+            fam: self.ctx.words.fam,
+            masquerade_all: self.ctx.cfg.masquerade_all,
+            mark: &self.ctx.mark,
+            local_policy: p.sp.external_policy_local,
+            pod_cidrs: &self.ctx.pod_cidrs,
+            cluster_pick: &cluster_pick,
+            local_pick: local_pick.as_deref(),
+        };
+        self.table.chains.insert(chain.to_string(), render_template(&t, "external.nft")?);
+        Ok(true)
+    }
+
+    fn has_external_endpoints(&self, p: &Port) -> bool {
+        if p.sp.external_policy_local { !p.cat.local.is_empty() } else { p.cat.has_any }
+    }
+
+    /// Reject when no endpoint exists anywhere; drop when endpoints exist but policy forbids them.
+    fn no_endpoints(&self, p: &Port) -> Value {
+        if p.cat.has_any { Value::Drop(p.owner.clone()) } else { Value::Reject(p.owner.clone()) }
+    }
+
+    /// LoadBalancer source ranges: only LB IPs, checked before DNAT.
+    fn firewall(&mut self, p: &Port, lb_ips: &[IpAddr]) {
+        let family = self.ctx.family;
+        let ranges: Vec<IpNet> =
+            p.sp.source_ranges.iter().filter(|r| Family::of(&r.addr()) == family).copied().collect();
+        if ranges.is_empty() {
+            return;
+        }
+        let node_ips: Vec<IpAddr> = self.ctx.node.map(|n| n.addresses.clone()).unwrap_or_default();
+        let node_in_range = ranges.iter().any(|r| node_ips.iter().any(|ip| r.contains(ip)));
+        let (proto, port) = (p.sp.name.protocol, p.sp.port);
+        for ip in lb_ips {
+            self.table.insert(MapName::FirewallIps, Key::IpProtoPort(*ip, proto, port), Value::None, &p.owner);
+            let mut allowed = ranges.clone();
+            if node_in_range {
+                // Traffic from this node to its own LB IP carries the LB IP as source.
+                allowed.push(IpNet::from(*ip));
+            }
+            for src in outermost(allowed) {
+                self.table.insert(MapName::FirewallAllow, Key::Allow(*ip, proto, port, src), Value::None, &p.owner);
+            }
+        }
+    }
+
+    /// Returns the chain that picks one of `eps` for traffic that entered at `frontend`,
+    /// adding the endpoint map slots it needs; `None` when `eps` is empty.
+    fn pick(
+        &mut self,
+        p: &Port,
+        scope: Scope,
+        frontend: Frontend,
+        eps: &[Endpoint],
+    ) -> Result<Option<String>, RenderError> {
+        if eps.is_empty() {
+            return Ok(None);
+        }
+        if let Some(timeout) = p.sp.affinity_timeout {
+            return self.affinity_pick(p, scope, eps, timeout).map(Some);
+        }
+        let proto = p.sp.name.protocol;
+        let nodeport = matches!(frontend, Frontend::NodePort(_));
+        let map = if nodeport { MapName::NodeportEndpoints(scope, proto) } else { MapName::Endpoints(scope, proto) };
+        for (slot, ep) in (0u32..).zip(eps) {
+            let key = match frontend {
+                Frontend::Ip(ip, port) => Key::IpSlot(ip, port, slot),
+                Frontend::NodePort(port) => Key::PortSlot(port, slot),
+            };
+            self.table.insert(map, key, Value::Endpoint(ep.ip, ep.port), &p.owner);
+        }
+        self.lb.insert((scope, nodeport, proto, eps.len()));
+        Ok(Some(names::lb_chain(scope, nodeport, proto, eps.len())))
+    }
+
+    /// Session affinity: a balancing chain per scope over per-endpoint chains and client sets.
+    fn affinity_pick(&mut self, p: &Port, scope: Scope, eps: &[Endpoint], timeout: u32) -> Result<String, RenderError> {
+        let chain = names::balance_chain(scope, &p.base);
+        if self.table.chains.contains_key(&chain) {
+            return Ok(chain);
+        }
+        let fam = self.ctx.words.fam;
+        let mut refs = Vec::with_capacity(eps.len());
+        for ep in eps {
+            let set = names::affinity_set(&p.base, ep.ip, ep.port);
+            let ep_chain = names::endpoint_chain(&p.base, ep.ip, ep.port);
+            let proto = p.sp.name.protocol.as_str();
+            let t = EndpointChain { fam, v6: ep.ip.is_ipv6(), set: &set, proto, ip: ep.ip, port: ep.port };
+            self.table.chains.insert(ep_chain.clone(), render_template(&t, "endpoint.nft")?);
+            self.table.affinity_sets.insert(set.clone(), timeout);
+            refs.push(AffinityEndpoint { chain: ep_chain, set });
+        }
+        let body = render_template(&BalanceChain { fam, endpoints: &refs }, "balance.nft")?;
+        self.table.chains.insert(chain.clone(), body);
+        Ok(chain)
+    }
+
+    /// Adds the shared `lb-*` chains and returns the finished table.
+    pub(super) fn finish(mut self) -> Result<Table, RenderError> {
+        for key in std::mem::take(&mut self.lb) {
+            let name = names::lb_chain(key.0, key.1, key.2, key.3);
+            self.table.chains.insert(name, lb_chain(self.ctx.words, key)?);
+        }
+        Ok(self.table)
+    }
+}
+
+/// Drops ranges contained in another, since an interval set may not hold overlapping ranges.
+fn outermost(mut ranges: Vec<IpNet>) -> Vec<IpNet> {
+    ranges.sort_by_key(|r| r.prefix_len());
+    let mut kept: Vec<IpNet> = Vec::new();
+    for r in ranges {
+        if !kept.iter().any(|k| k.contains(&r)) {
+            kept.push(r);
+        }
+    }
+    kept
+}

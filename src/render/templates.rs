@@ -1,0 +1,142 @@
+//! The template bindings: one struct per file in `nft-templates/`, holding only the data its rules need.
+
+use super::ruleset::{Key, Table, Value};
+use askama::Template;
+use ipnet::IpNet;
+
+/// Family words the templates need: `ip`/`ip6`, the address type, the loopback range.
+#[derive(Debug, Clone, Copy)]
+pub struct FamilyWords {
+    /// `ip` or `ip6` (table family and payload protocol).
+    pub fam: &'static str,
+    /// `ipv4_addr` or `ipv6_addr`.
+    pub addr_type: &'static str,
+    /// `127.0.0.0/8` or `::1`.
+    pub loopback: &'static str,
+}
+
+/// `service.nft`: the chain ClusterIP traffic enters.
+#[derive(Template)]
+#[template(path = "service.nft")]
+pub struct ServiceChain<'a> {
+    /// Masquerade everything.
+    pub masquerade_all: bool,
+    /// The masquerade mark, in hex.
+    pub mark: &'a str,
+    /// The chain that picks an endpoint.
+    pub pick: &'a str,
+}
+
+/// `external.nft`: the chain external IP, LoadBalancer IP and NodePort traffic enters.
+#[derive(Template)]
+#[template(path = "external.nft")]
+pub struct ExternalChain<'a> {
+    /// `ip` or `ip6`.
+    pub fam: &'static str,
+    /// Masquerade everything.
+    pub masquerade_all: bool,
+    /// The masquerade mark, in hex.
+    pub mark: &'a str,
+    /// `externalTrafficPolicy: Local`.
+    pub local_policy: bool,
+    /// Pod CIDRs of this family, for short-circuiting pod traffic (empty: no detector).
+    pub pod_cidrs: &'a [IpNet],
+    /// Endpoint pick over cluster endpoints.
+    pub cluster_pick: &'a str,
+    /// Endpoint pick over local endpoints, if there are any.
+    pub local_pick: Option<&'a str>,
+}
+
+/// One endpoint of a session-affinity service, as its balancing chain refers to it.
+#[derive(Debug, Clone)]
+pub struct AffinityEndpoint {
+    /// The endpoint's chain.
+    pub chain: String,
+    /// The endpoint's set of recent clients.
+    pub set: String,
+}
+
+/// `balance.nft`: a session-affinity service's endpoint pick.
+#[derive(Template)]
+#[template(path = "balance.nft")]
+pub struct BalanceChain<'a> {
+    /// `ip` or `ip6`.
+    pub fam: &'static str,
+    /// Endpoints in slot order.
+    pub endpoints: &'a [AffinityEndpoint],
+}
+
+/// `endpoint.nft`: a session-affinity endpoint: remember the client, then DNAT.
+#[derive(Template)]
+#[template(path = "endpoint.nft")]
+pub struct EndpointChain<'a> {
+    /// `ip` or `ip6`.
+    pub fam: &'static str,
+    /// IPv6 addresses need brackets before a port.
+    pub v6: bool,
+    /// The affinity set.
+    pub set: &'a str,
+    /// Protocol name.
+    pub proto: &'static str,
+    /// Endpoint address.
+    pub ip: std::net::IpAddr,
+    /// Endpoint port.
+    pub port: u16,
+}
+
+/// `lb.nft`: the shared chain that DNATs to slot `numgen mod n` of a frontend in an endpoint map.
+#[derive(Template)]
+#[template(path = "lb.nft")]
+pub struct LbChain {
+    /// `ip` or `ip6`.
+    pub fam: &'static str,
+    /// Protocol name.
+    pub proto: &'static str,
+    /// Endpoint count.
+    pub n: usize,
+    /// Keyed by node port rather than by destination IP and port.
+    pub nodeport: bool,
+    /// The endpoint map.
+    pub map: String,
+}
+
+/// An endpoint map declaration.
+#[derive(Debug, Clone)]
+pub struct EndpointMapDecl {
+    /// Map name.
+    pub name: String,
+    /// Protocol name.
+    pub proto: &'static str,
+    /// Keyed by node port.
+    pub nodeport: bool,
+}
+
+/// Everything `table.nft` and `full-sync.nft` need about one family's table.
+pub struct TableView<'a> {
+    /// `ip` or `ip6`.
+    pub fam: &'static str,
+    /// Address type.
+    pub addr_type: &'static str,
+    /// Loopback range.
+    pub loopback: &'static str,
+    /// Masquerade mark, in hex.
+    pub mark: String,
+    /// Pod CIDRs of this family (empty: no local-traffic detector).
+    pub pod_cidrs: Vec<IpNet>,
+    /// NodePorts on every local address rather than `@nodeport-ips`.
+    pub nodeport_all: bool,
+    /// Endpoint maps to declare.
+    pub endpoint_maps: Vec<EndpointMapDecl>,
+    /// The rendered content.
+    pub table: &'a Table,
+}
+
+/// `full-sync.nft`: the script that creates or replaces both tables.
+#[derive(Template)]
+#[template(path = "full-sync.nft")]
+pub struct FullSync<'a> {
+    /// Node name, for the header.
+    pub node: &'a str,
+    /// One view per family.
+    pub tables: Vec<TableView<'a>>,
+}
