@@ -163,7 +163,9 @@ pub fn object_key(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
 ) -> Result<ObjectKey, ObjectError> {
     let name = meta.name.clone().unwrap_or_default();
-    let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
+    let cluster_scoped = kind == "Node";
+    let namespace =
+        if cluster_scoped { String::new() } else { meta.namespace.clone().unwrap_or_else(|| "default".into()) };
     if name.is_empty() {
         return Err(ObjectError::new(kind, &namespace, "<unnamed>", "has no metadata.name".into()));
     }

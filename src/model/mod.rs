@@ -200,3 +200,6 @@ impl Model {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -14,7 +14,7 @@ pub const DEFAULT_AFFINITY_TIMEOUT: u32 = 10800;
 
 /// Why one API object was skipped; the message names it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("skipping {kind} {namespace}/{name}: {reason}")]
+#[error("skipping {kind} {}: {reason}", self.object())]
 pub struct ObjectError {
     /// Object kind.
     pub kind: &'static str,
@@ -27,6 +27,11 @@ pub struct ObjectError {
 }
 
 impl ObjectError {
+    /// `namespace/name`, or just the name of a cluster-scoped object.
+    fn object(&self) -> String {
+        if self.namespace.is_empty() { self.name.clone() } else { format!("{}/{}", self.namespace, self.name) }
+    }
+
     /// Builds an error for `kind namespace/name`.
     pub fn new(kind: &'static str, namespace: &str, name: &str, reason: String) -> ObjectError {
         ObjectError { kind, namespace: namespace.into(), name: name.into(), reason }

@@ -7,6 +7,7 @@ use super::{FamilyContext, LbSet, NodePorts, RenderError, lb_chain, render_templ
 use crate::model::{Endpoint, Family, ServicePort};
 use crate::topology::Categorized;
 use ipnet::IpNet;
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 /// Where traffic entered: a service IP and port, or a node port.
@@ -21,6 +22,8 @@ pub(super) struct Builder<'a> {
     ctx: &'a FamilyContext<'a>,
     pub(super) table: Table,
     lb: LbSet,
+    /// Which service port owns each frontend (`ip . proto . port` or `proto . nodeport`).
+    frontends: BTreeMap<Key, String>,
 }
 
 /// The facts about one service port that all its frontends share.
@@ -38,7 +41,28 @@ impl<'a> Builder<'a> {
             pod_cidrs: ctx.pod_cidrs.clone(),
             nodeport_all: ctx.nodeports == NodePorts::All,
         };
-        Builder { ctx, table: Table::new(ctx.family, fixed), lb: LbSet::new() }
+        Builder { ctx, table: Table::new(ctx.family, fixed), lb: LbSet::new(), frontends: BTreeMap::new() }
+    }
+
+    /// Claims a frontend for a service port. The first claimant keeps it and a later one is
+    /// warned about and left out there, so two Services that collide cannot break each other.
+    fn claim(&mut self, key: &Key, owner: &str) -> bool {
+        match self.frontends.get(key) {
+            None => {
+                self.frontends.insert(key.clone(), owner.to_string());
+                true
+            }
+            Some(first) if first == owner => true,
+            Some(first) => {
+                let what = match key {
+                    Key::ProtoPort(proto, port) => format!("node port {port}/{proto}"),
+                    Key::IpProtoPort(ip, proto, port) => format!("{ip} port {port}/{proto}"),
+                    other => format!("{other:?}"),
+                };
+                log::warn!("skipping {what} for {owner}: already used by {first}");
+                false
+            }
+        }
     }
 
     /// Adds everything for one service port in this builder's family; a port without a
@@ -75,6 +99,9 @@ impl<'a> Builder<'a> {
     fn cluster_ip(&mut self, p: &Port, ip: IpAddr) -> Result<(), RenderError> {
         let key = Key::IpProtoPort(ip, p.sp.name.protocol, p.sp.port);
         self.table.insert(MapName::ClusterIps, Key::Ip(ip), Value::None, &p.owner);
+        if !self.claim(&key, &p.owner) {
+            return Ok(());
+        }
         let (scope, eps) =
             if p.sp.internal_policy_local { (Scope::Local, &p.cat.local) } else { (Scope::Cluster, &p.cat.cluster) };
         let Some(pick) = self.pick(p, scope, Frontend::Ip(ip, p.sp.port), eps)? else {
@@ -93,6 +120,9 @@ impl<'a> Builder<'a> {
         let chain = names::external_chain(&p.base);
         for ip in ips {
             let key = Key::IpProtoPort(*ip, p.sp.name.protocol, p.sp.port);
+            if !self.claim(&key, &p.owner) {
+                continue;
+            }
             if self.external_chain(p, &chain, Frontend::Ip(*ip, p.sp.port))? {
                 self.table.insert(MapName::ServiceIps, key.clone(), Value::Goto(chain.clone()), &p.owner);
             }
@@ -106,6 +136,9 @@ impl<'a> Builder<'a> {
     fn node_port(&mut self, p: &Port, node_port: u16) -> Result<(), RenderError> {
         let chain = names::nodeport_chain(&p.base);
         let key = Key::ProtoPort(p.sp.name.protocol, node_port);
+        if !self.claim(&key, &p.owner) {
+            return Ok(());
+        }
         if self.external_chain(p, &chain, Frontend::NodePort(node_port))? {
             self.table.insert(MapName::ServiceNodeports, key.clone(), Value::Goto(chain), &p.owner);
         }

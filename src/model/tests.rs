@@ -1,0 +1,192 @@
+//! Tests of converting API objects into the model: what is kept, what is skipped, what is refused.
+
+use super::*;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use serde_json::{Value, json};
+
+fn service(spec: Value, status: Value) -> Service {
+    serde_json::from_value(json!({"metadata": {"name": "web", "namespace": "shop"}, "spec": spec, "status": status}))
+        .unwrap()
+}
+
+fn ports_of(spec: Value) -> Result<Option<Vec<ServicePort>>, ObjectError> {
+    ServicePort::from_api(&service(spec, json!({}))).map(|o| o.map(|(_, p)| p))
+}
+
+#[test]
+fn service_ports_carry_every_field() {
+    let svc = service(
+        json!({"type": "LoadBalancer", "clusterIPs": ["10.96.0.1", "fd00::1"], "externalIPs": ["192.0.2.1"],
+               "externalTrafficPolicy": "Local", "internalTrafficPolicy": "Local", "healthCheckNodePort": 32000,
+               "loadBalancerSourceRanges": [" 203.0.113.0/25 "], "sessionAffinity": "ClientIP",
+               "ports": [{"name": "http", "port": 80, "nodePort": 30080}, {"name": "dns", "port": 53, "protocol": "UDP"}]}),
+        json!({"loadBalancer": {"ingress": [{"ip": "198.51.100.1"}, {"ip": "198.51.100.2", "ipMode": "Proxy"}, {"hostname": "lb.example"}]}}),
+    );
+    let (key, ports) = ServicePort::from_api(&svc).unwrap().unwrap();
+    assert_eq!(key, ("shop".to_string(), "web".to_string()));
+    assert_eq!(ports.len(), 2);
+    let http = &ports[0];
+    assert_eq!(http.name.to_string(), "shop/web:http");
+    assert_eq!((http.port, http.node_port, http.name.protocol), (80, Some(30080), Protocol::Tcp));
+    assert_eq!(http.cluster_ips, vec!["10.96.0.1".parse::<IpAddr>().unwrap(), "fd00::1".parse().unwrap()]);
+    assert_eq!(http.external_ips, vec!["192.0.2.1".parse::<IpAddr>().unwrap()]);
+    assert_eq!(http.load_balancer_ips, vec!["198.51.100.1".parse::<IpAddr>().unwrap()], "ipMode Proxy is left out");
+    assert_eq!(http.source_ranges, vec!["203.0.113.0/25".parse::<ipnet::IpNet>().unwrap()]);
+    assert_eq!(http.affinity_timeout, Some(services::DEFAULT_AFFINITY_TIMEOUT));
+    assert!(http.external_policy_local && http.internal_policy_local);
+    assert_eq!(http.health_check_node_port, Some(32000));
+    assert_eq!(ports[1].name.protocol, Protocol::Udp);
+}
+
+#[test]
+fn external_policy_local_needs_external_access() {
+    let ports = ports_of(json!({"clusterIP": "10.96.0.1", "externalTrafficPolicy": "Local", "ports": [{"port": 80}]}));
+    assert!(!ports.unwrap().unwrap()[0].external_policy_local);
+}
+
+#[test]
+fn services_the_proxy_does_not_handle_are_skipped_quietly() {
+    assert_eq!(ports_of(json!({"clusterIP": "None", "ports": [{"port": 80}]})), Ok(None), "headless");
+    assert_eq!(ports_of(json!({"type": "ExternalName", "externalName": "a.example"})), Ok(None), "ExternalName");
+    assert_eq!(ports_of(json!({"clusterIP": "10.96.0.1"})), Ok(None), "no ports");
+    let mut svc = service(json!({"clusterIP": "10.96.0.1", "ports": [{"port": 80}]}), json!({}));
+    svc.metadata.labels = Some([(services::SERVICE_PROXY_NAME_LABEL.to_string(), "other".to_string())].into());
+    assert_eq!(ServicePort::from_api(&svc), Ok(None), "another proxy's service");
+}
+
+#[test]
+fn malformed_services_are_refused_with_the_reason() {
+    let cases = [
+        (json!({"clusterIP": "10.96.0.300", "ports": [{"port": 80}]}), "is not an IP address"),
+        (json!({"clusterIP": "10.96.0.1", "ports": [{"port": 70000}]}), "out of range"),
+        (json!({"clusterIP": "10.96.0.1", "ports": [{"port": 80, "nodePort": -1}]}), "out of range"),
+        (json!({"clusterIP": "10.96.0.1", "ports": [{"port": 80, "protocol": "ICMP"}]}), "unknown protocol"),
+        (json!({"clusterIP": "10.96.0.1", "ports": [{"port": 80}, {"port": 81}]}), "used twice"),
+        (json!({"clusterIP": "10.96.0.1", "externalIPs": ["nope"], "ports": [{"port": 80}]}), "externalIP"),
+        (
+            json!({"clusterIP": "10.96.0.1", "loadBalancerSourceRanges": ["1.2.3.4/40"], "ports": [{"port": 80}]}),
+            "CIDR",
+        ),
+        (
+            json!({"clusterIP": "10.96.0.1", "sessionAffinity": "ClientIP",
+                "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 0}}, "ports": [{"port": 80}]}),
+            "timeoutSeconds",
+        ),
+        (json!({"clusterIPs": ["10.96.0.1", "10.96.0.2"], "ports": [{"port": 80}]}), "same family"),
+        (json!({"clusterIP": "10.96.0.1", "ports": [{"port": 80, "name": "Bad_Name"}]}), "IANA"),
+    ];
+    for (spec, reason) in cases {
+        let err = ports_of(spec.clone()).expect_err(&spec.to_string());
+        let msg = err.to_string();
+        assert!(msg.starts_with("skipping Service shop/web: "), "{msg}");
+        assert!(msg.contains(reason), "{spec}: {msg}");
+    }
+}
+
+fn slice(address_type: &str, ports: Value, endpoints: Value, name: &str) -> EndpointSlice {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "shop", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": address_type, "ports": ports, "endpoints": endpoints}))
+    .unwrap()
+}
+
+#[test]
+fn slice_conditions_default_as_the_api_says() {
+    let s = slice(
+        "IPv4",
+        json!([{"name": "http", "port": 8080}]),
+        json!([{"addresses": ["10.0.0.1"]}, {"addresses": ["10.0.0.2"], "conditions": {"ready": false}},
+               {"addresses": ["10.0.0.3"], "conditions": {"ready": false, "serving": true, "terminating": true},
+                "nodeName": "n1", "hints": {"forZones": [{"name": "z1"}], "forNodes": [{"name": "n1"}]}}]),
+        "web-1",
+    );
+    let info = EndpointSliceInfo::from_api(&s).unwrap().unwrap();
+    let e = &info.endpoints;
+    assert!(e[0].ready && e[0].serving && !e[0].terminating);
+    assert!(!e[1].ready && !e[1].serving);
+    assert!(!e[2].ready && e[2].serving && e[2].terminating);
+    assert_eq!((e[2].zone_hints.clone(), e[2].node_hints.clone()), (vec!["z1".to_string()], vec!["n1".to_string()]));
+    assert_eq!(info.ports[0].protocol, Protocol::Tcp);
+}
+
+#[test]
+fn slices_that_cannot_be_used_are_skipped_or_refused() {
+    let fqdn = slice("FQDN", json!([{"port": 443}]), json!([{"addresses": ["a.example"]}]), "f");
+    assert_eq!(EndpointSliceInfo::from_api(&fqdn), Ok(None));
+    let cases = [
+        slice("IPv4", json!([{"port": 80}]), json!([{"addresses": ["not-an-ip"]}]), "bad-ip"),
+        slice("IPv4", json!([{"port": 80}]), json!([{"addresses": ["fd00::1"]}]), "wrong-family"),
+        slice("IPv4", json!([{"port": 0}]), json!([]), "bad-port"),
+        slice("IPv4", json!([{"name": "x"}]), json!([]), "no-port"),
+        slice("IPv4", json!([{"port": 80}]), json!([{"addresses": []}]), "no-address"),
+        slice("IPv9", json!([]), json!([]), "bad-type"),
+    ];
+    for s in cases {
+        let name = s.metadata.name.clone().unwrap();
+        let err = EndpointSliceInfo::from_api(&s).expect_err(&name);
+        assert!(err.to_string().starts_with(&format!("skipping EndpointSlice shop/{name}: ")), "{err}");
+    }
+    let mut unlabelled = slice("IPv4", json!([]), json!([]), "u");
+    unlabelled.metadata.labels = None;
+    assert!(EndpointSliceInfo::from_api(&unlabelled).unwrap_err().reason.contains("service-name"));
+}
+
+fn spn(port: &str) -> ServicePortName {
+    ServicePortName { namespace: "shop".into(), name: "web".into(), port: port.into(), protocol: Protocol::Tcp }
+}
+
+#[test]
+fn endpoints_merge_slices_resolve_named_ports_and_dedup() {
+    let mut model = Model::default();
+    let a = slice("IPv4", json!([{"name": "http", "port": 8080}]), json!([{"addresses": ["10.0.0.2"]}]), "web-a");
+    let b = slice(
+        "IPv4",
+        json!([{"name": "http", "port": 8081}, {"name": "admin", "port": 9000}]),
+        json!([{"addresses": ["10.0.0.1"]}, {"addresses": ["10.0.0.2"]}]),
+        "web-b",
+    );
+    let dup = slice("IPv4", json!([{"name": "http", "port": 8080}]), json!([{"addresses": ["10.0.0.2"]}]), "web-c");
+    for s in [a, b, dup] {
+        model.upsert_slice(EndpointSliceInfo::from_api(&s).unwrap().unwrap());
+    }
+    let got: Vec<(String, u16)> =
+        model.endpoints(&spn("http"), Family::V4).iter().map(|e| (e.ip.to_string(), e.port)).collect();
+    let want = [("10.0.0.1", 8081), ("10.0.0.2", 8080), ("10.0.0.2", 8081)];
+    assert_eq!(got, want.map(|(ip, p)| (ip.to_string(), p)));
+    assert_eq!(model.endpoints(&spn("admin"), Family::V4).len(), 2);
+    assert!(model.endpoints(&spn("http"), Family::V6).is_empty());
+    model.delete_slice(&("shop".into(), "web-b".into()));
+    assert_eq!(model.endpoints(&spn("http"), Family::V4).len(), 1);
+    model.delete_slice(&("shop".into(), "web-a".into()));
+    model.delete_slice(&("shop".into(), "web-c".into()));
+    assert!(model.slices.is_empty() && model.slice_owner.is_empty());
+}
+
+#[test]
+fn node_primary_ips_prefer_internal_addresses() {
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "z1"}},
+        "status": {"addresses": [{"type": "ExternalIP", "address": "203.0.113.9"}, {"type": "Hostname", "address": "n1"},
+                                 {"type": "InternalIP", "address": "192.168.0.2"}, {"type": "ExternalIP", "address": "2001:db8::9"}]}}))
+    .unwrap();
+    let info = NodeInfo::from_api(&node).unwrap();
+    assert_eq!(info.zone.as_deref(), Some("z1"));
+    assert_eq!(info.primary_ip(Family::V4), Some("192.168.0.2".parse().unwrap()));
+    assert_eq!(info.primary_ip(Family::V6), Some("2001:db8::9".parse().unwrap()));
+}
+
+#[test]
+fn apply_keeps_the_model_unchanged_on_bad_input() {
+    let mut model = Model::default();
+    let good =
+        ApiObject::Service(Box::new(service(json!({"clusterIP": "10.96.0.1", "ports": [{"port": 80}]}), json!({}))));
+    model.apply(&good, "n1").unwrap();
+    let bad = ApiObject::Service(Box::new(service(json!({"clusterIP": "bogus", "ports": [{"port": 80}]}), json!({}))));
+    assert!(model.apply(&bad, "n1").is_err());
+    assert_eq!(model.services.len(), 1, "the earlier good version stays");
+    let headless =
+        ApiObject::Service(Box::new(service(json!({"clusterIP": "None", "ports": [{"port": 80}]}), json!({}))));
+    model.apply(&headless, "n1").unwrap();
+    assert!(model.services.is_empty(), "a service that became headless is removed");
+}

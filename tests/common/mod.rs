@@ -1,0 +1,151 @@
+//! Shared test helpers: running the binary, the golden cases, and network namespaces for real-kernel tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The crate root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs `kube-nftproxy --dry-run` for node `node-a` over `manifests` with extra flags.
+pub fn dry_run(manifests: &Path, args: &[String]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kube-nftproxy"))
+        .arg("--dry-run")
+        .arg("--manifests")
+        .arg(manifests)
+        .arg("--hostname-override=node-a")
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .env_remove("NODE_NAME")
+        .output()
+        .expect("run kube-nftproxy")
+}
+
+/// The dry run's stdout, asserting it succeeded.
+pub fn dry_run_ok(manifests: &Path, args: &[String]) -> String {
+    let out = dry_run(manifests, args);
+    assert!(
+        out.status.success(),
+        "dry run over {} failed: {}",
+        manifests.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 ruleset")
+}
+
+/// One golden case: `tests/golden/<name>/{manifests.yaml,args,expected.nft[,warnings.txt]}`.
+pub struct Case {
+    /// Directory name.
+    pub name: String,
+    /// Case directory.
+    pub dir: PathBuf,
+    /// Extra flags, from `args`.
+    pub args: Vec<String>,
+}
+
+/// All golden cases, sorted by name.
+pub fn golden_cases() -> Vec<Case> {
+    let mut cases: Vec<Case> = std::fs::read_dir(root().join("tests/golden"))
+        .expect("tests/golden")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.is_dir())
+        .map(|dir| {
+            let args = std::fs::read_to_string(dir.join("args")).unwrap_or_default();
+            Case {
+                name: dir.file_name().unwrap().to_string_lossy().into_owned(),
+                args: args.split_whitespace().map(str::to_string).collect(),
+                dir,
+            }
+        })
+        .collect();
+    cases.sort_by(|a, b| a.name.cmp(&b.name));
+    cases
+}
+
+/// Whether real-kernel tests can run here: root, `ip netns` and `nft`. In CI (`CI` set) a
+/// missing piece fails the test run instead of skipping, so CI can never pass silently.
+pub fn kernel_available() -> bool {
+    let probe = || -> Result<(), String> {
+        let uid = Command::new("id").arg("-u").output().map_err(|e| format!("id: {e}"))?;
+        if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+            return Err("not running as root".into());
+        }
+        for (cmd, args) in [("nft", &["--version"][..]), ("ip", &["netns", "list"][..])] {
+            let ok = Command::new(cmd).args(args).stdout(Stdio::null()).status().map(|s| s.success());
+            if !matches!(ok, Ok(true)) {
+                return Err(format!("`{cmd} {}` does not work", args.join(" ")));
+            }
+        }
+        Ok(())
+    };
+    match probe() {
+        Ok(()) => true,
+        Err(why) if std::env::var_os("CI").is_some() => {
+            panic!("real-kernel tests cannot run in CI: {why}; install nftables and iproute2 and run as root")
+        }
+        Err(why) => {
+            eprintln!("SKIPPING real-kernel test: {why}");
+            false
+        }
+    }
+}
+
+static NETNS_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// A network namespace that is deleted when dropped, also when the test fails.
+pub struct Netns {
+    /// Its name under `/run/netns`.
+    pub name: String,
+}
+
+impl Netns {
+    /// Creates a fresh, empty namespace.
+    pub fn new(tag: &str) -> Netns {
+        let seq = NETNS_SEQ.fetch_add(1, Ordering::SeqCst);
+        let name = format!("knp-{tag}-{}-{seq}", std::process::id());
+        let st = Command::new("ip").args(["netns", "add", &name]).status().expect("ip netns add");
+        assert!(st.success(), "ip netns add {name} failed");
+        Netns { name }
+    }
+
+    /// Runs a command inside the namespace, feeding `stdin`.
+    pub fn run(&self, cmd: &[&str], stdin: &str) -> Output {
+        use std::io::Write;
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .args(cmd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn ip netns exec");
+        let mut pipe = child.stdin.take().expect("stdin");
+        pipe.write_all(stdin.as_bytes()).expect("write stdin");
+        drop(pipe);
+        child.wait_with_output().expect("wait")
+    }
+
+    /// `nft -f -` with `script`; Err carries nft's message.
+    pub fn nft_apply(&self, script: &str) -> Result<(), String> {
+        let out = self.run(&["nft", "-f", "-"], script);
+        if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).into_owned()) }
+    }
+
+    /// `nft <args>`, asserting success, returning stdout.
+    pub fn nft(&self, args: &[&str]) -> String {
+        let mut cmd = vec!["nft"];
+        cmd.extend_from_slice(args);
+        let out = self.run(&cmd, "");
+        assert!(out.status.success(), "nft {args:?} in {}: {}", self.name, String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+    }
+}
