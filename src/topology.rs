@@ -94,7 +94,3 @@ fn available(e: &Endpoint, mode: TopologyMode, node: &str, zone: Option<&str>) -
         TopologyMode::SameZone => zone.is_some_and(|z| e.zone_hints.iter().any(|h| h == z)),
     }
 }
-
-#[cfg(test)]
-#[path = "topology_tests.rs"]
-mod tests;

@@ -6,7 +6,7 @@ mod services;
 
 pub use endpoints::{Endpoint, EndpointSliceInfo, SliceEndpoint, SlicePort};
 pub use node::NodeInfo;
-pub use services::{ObjectError, ServicePort};
+pub use services::{DEFAULT_AFFINITY_TIMEOUT, ObjectError, SERVICE_PROXY_NAME_LABEL, ServicePort};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -200,6 +200,3 @@ impl Model {
         Ok(())
     }
 }
-
-#[cfg(test)]
-mod tests;

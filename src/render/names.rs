@@ -78,9 +78,12 @@ mod tests {
 
     #[test]
     fn endpoint_names_replace_ipv6_colons() {
-        let ip: IpAddr = "fd00::1:2".parse().unwrap();
+        let ip: IpAddr = "fd00::1:2".parse().expect("test address");
         assert_eq!(endpoint_chain("a/b/tcp/p", ip, 80), "endpoint-a/b/tcp/p__fd00..1.2/80");
-        assert_eq!(affinity_set("a/b/tcp/p", "10.0.0.1".parse().unwrap(), 8080), "affinity-a/b/tcp/p__10.0.0.1/8080");
+        assert_eq!(
+            affinity_set("a/b/tcp/p", "10.0.0.1".parse().expect("test address"), 8080),
+            "affinity-a/b/tcp/p__10.0.0.1/8080"
+        );
     }
 
     #[test]
@@ -88,7 +91,7 @@ mod tests {
         let long = "a".repeat(63);
         let spn =
             ServicePortName { namespace: long.clone(), name: long, port: "p".repeat(15), protocol: Protocol::Sctp };
-        let ip: IpAddr = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff".parse().unwrap();
+        let ip: IpAddr = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff".parse().expect("test address");
         assert!(endpoint_chain(&base(&spn, 1), ip, 65535).len() < 256);
     }
 }

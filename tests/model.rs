@@ -1,9 +1,10 @@
-//! Tests of converting API objects into the model: what is kept, what is skipped, what is refused.
+//! Model conversion: which API objects are kept, which are skipped, which are refused and why.
 
-use super::*;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube_nftproxy::model::*;
 use serde_json::{Value, json};
+use std::net::IpAddr;
 
 fn service(spec: Value, status: Value) -> Service {
     serde_json::from_value(json!({"metadata": {"name": "web", "namespace": "shop"}, "spec": spec, "status": status}))
@@ -33,7 +34,7 @@ fn service_ports_carry_every_field() {
     assert_eq!(http.external_ips, vec!["192.0.2.1".parse::<IpAddr>().unwrap()]);
     assert_eq!(http.load_balancer_ips, vec!["198.51.100.1".parse::<IpAddr>().unwrap()], "ipMode Proxy is left out");
     assert_eq!(http.source_ranges, vec!["203.0.113.0/25".parse::<ipnet::IpNet>().unwrap()]);
-    assert_eq!(http.affinity_timeout, Some(services::DEFAULT_AFFINITY_TIMEOUT));
+    assert_eq!(http.affinity_timeout, Some(DEFAULT_AFFINITY_TIMEOUT));
     assert!(http.external_policy_local && http.internal_policy_local);
     assert_eq!(http.health_check_node_port, Some(32000));
     assert_eq!(ports[1].name.protocol, Protocol::Udp);
@@ -51,7 +52,7 @@ fn services_the_proxy_does_not_handle_are_skipped_quietly() {
     assert_eq!(ports_of(json!({"type": "ExternalName", "externalName": "a.example"})), Ok(None), "ExternalName");
     assert_eq!(ports_of(json!({"clusterIP": "10.96.0.1"})), Ok(None), "no ports");
     let mut svc = service(json!({"clusterIP": "10.96.0.1", "ports": [{"port": 80}]}), json!({}));
-    svc.metadata.labels = Some([(services::SERVICE_PROXY_NAME_LABEL.to_string(), "other".to_string())].into());
+    svc.metadata.labels = Some([(SERVICE_PROXY_NAME_LABEL.to_string(), "other".to_string())].into());
     assert_eq!(ServicePort::from_api(&svc), Ok(None), "another proxy's service");
 }
 
@@ -160,7 +161,9 @@ fn endpoints_merge_slices_resolve_named_ports_and_dedup() {
     assert_eq!(model.endpoints(&spn("http"), Family::V4).len(), 1);
     model.delete_slice(&("shop".into(), "web-a".into()));
     model.delete_slice(&("shop".into(), "web-c".into()));
-    assert!(model.slices.is_empty() && model.slice_owner.is_empty());
+    assert!(
+        model.endpoints(&spn("http"), Family::V4).is_empty() && model.endpoints(&spn("admin"), Family::V4).is_empty()
+    );
 }
 
 #[test]

@@ -1,7 +1,7 @@
-//! Table-driven tests of endpoint selection, one row per rule of the module doc.
+//! Table-driven tests of endpoint selection, one row per rule of `topology`'s module doc.
 
-use super::*;
-use crate::model::{Protocol, ServicePortName};
+use kube_nftproxy::model::{Endpoint, Protocol, ServicePort, ServicePortName};
+use kube_nftproxy::topology::categorize_endpoints;
 use std::net::{IpAddr, Ipv4Addr};
 
 /// An endpoint 10.0.0.`n` with state `flags`: `R` ready, `ST` serving+terminating,
