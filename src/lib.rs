@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod host;
 pub mod manifests;
 pub mod model;
 pub mod render;

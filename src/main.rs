@@ -30,6 +30,7 @@ fn run(flags: &Flags) -> anyhow::Result<()> {
         log::warn!("skipping {} in {}: {}", bad.what, bad.path.display(), bad.reason);
     }
     let mut model = Model::default();
+    model.host_addresses = kube_nftproxy::host::interface_addresses().context("reading interface addresses")?;
     for obj in &loaded.objects {
         if let Err(e) = model.apply(obj, &cfg.node_name) {
             log::warn!("{e}");

@@ -115,6 +115,8 @@ pub struct Model {
     slice_owner: BTreeMap<ObjectKey, String>,
     /// This node, once its Node object has been seen.
     pub node: Option<NodeInfo>,
+    /// Addresses on the host's interfaces, matched against `--nodeport-addresses` CIDRs.
+    pub host_addresses: Vec<IpAddr>,
 }
 
 impl Model {

@@ -61,8 +61,16 @@ enum NodePorts {
 }
 
 impl NodePorts {
-    fn resolve(cfg: &NodePortAddresses, node: Option<&NodeInfo>, family: Family) -> NodePorts {
-        let addrs: Vec<IpAddr> = node.map(|n| n.addresses.clone()).unwrap_or_default();
+    fn resolve(cfg: &NodePortAddresses, model: &Model, family: Family) -> NodePorts {
+        let node = model.node.as_ref();
+        let mut addrs: Vec<IpAddr> = node.map(|n| n.addresses.clone()).unwrap_or_default();
+        if let NodePortAddresses::Cidrs(_) = cfg {
+            for ip in &model.host_addresses {
+                if !addrs.contains(ip) {
+                    addrs.push(*ip);
+                }
+            }
+        }
         let of_family = addrs.into_iter().filter(|ip| Family::of(ip) == family);
         let chosen: Vec<IpAddr> = match cfg {
             NodePortAddresses::All => return NodePorts::All,
@@ -114,7 +122,7 @@ fn context<'a>(model: &'a Model, cfg: &'a Config, family: Family) -> FamilyConte
         cfg,
         mark: format!("{:#x}", cfg.masquerade_mark),
         pod_cidrs: cfg.cluster_cidrs.iter().filter(|c| Family::of(&c.addr()) == family).copied().collect(),
-        nodeports: NodePorts::resolve(&cfg.nodeport_addresses, model.node.as_ref(), family),
+        nodeports: NodePorts::resolve(&cfg.nodeport_addresses, model, family),
         node: model.node.as_ref(),
     }
 }

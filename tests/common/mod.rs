@@ -12,8 +12,20 @@ pub fn root() -> PathBuf {
 
 /// Runs `kube-nftproxy --dry-run` for node `node-a` over `manifests` with extra flags.
 pub fn dry_run(manifests: &Path, args: &[String]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kube-nftproxy"))
-        .arg("--dry-run")
+    dry_run_command(Command::new(env!("CARGO_BIN_EXE_kube-nftproxy")), manifests, args)
+}
+
+/// The dry run inside namespace `ns`, so it sees that namespace's interface addresses.
+pub fn dry_run_in(ns: &Netns, manifests: &Path, args: &[String]) -> String {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_kube-nftproxy")]);
+    let out = dry_run_command(cmd, manifests, args);
+    assert!(out.status.success(), "dry run in {} failed: {}", ns.name, String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8 ruleset")
+}
+
+fn dry_run_command(mut cmd: Command, manifests: &Path, args: &[String]) -> Output {
+    cmd.arg("--dry-run")
         .arg("--manifests")
         .arg(manifests)
         .arg("--hostname-override=node-a")
@@ -149,3 +161,6 @@ impl Drop for Netns {
         let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
     }
 }
+
+pub mod cluster;
+pub mod net;
