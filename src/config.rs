@@ -3,6 +3,7 @@
 use clap::Parser;
 use ipnet::IpNet;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Errors in the flags; they stop the program before it touches anything.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +52,37 @@ pub struct Flags {
     /// The bit of the packet mark used to flag packets for masquerading.
     #[arg(long, default_value_t = 14)]
     pub masquerade_bit: u8,
+    /// Minimum time between syncs; changes arriving sooner are coalesced into the next one.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub min_sync_period: Duration,
+    /// Longest wait before a failed sync is retried (retries back off up to this).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub sync_period: Duration,
+    /// Interval of full syncs that replace the tables whole, repairing any drift.
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration)]
+    pub full_sync_period: Duration,
+    /// Remove everything kube-nftproxy created, report upstream kube-proxy leftovers, and exit.
+    #[arg(long)]
+    pub cleanup: bool,
+    /// With --cleanup: also remove upstream kube-proxy's tables and iptables KUBE-* chains.
+    #[arg(long)]
+    pub cleanup_kube_proxy: bool,
+}
+
+/// Parses `500ms`, `30s`, `15m`, `1h` (or a bare number of seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let n: f64 = number.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 30s, 15m or 1h"))?;
+    let seconds = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
+    };
+    Ok(Duration::from_secs_f64(seconds))
 }
 
 /// Where NodePort traffic is accepted.

@@ -5,5 +5,7 @@ pub mod config;
 pub mod host;
 pub mod manifests;
 pub mod model;
+pub mod nft;
 pub mod render;
+pub mod sync;
 pub mod topology;

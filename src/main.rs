@@ -1,19 +1,36 @@
-//! The `kube-nftproxy` command: parses flags, loads the cluster and prints or applies the ruleset.
+//! The `kube-nftproxy` command: parses flags, then prints the ruleset (`--dry-run`),
+//! removes rules (`--cleanup`), or runs the proxy daemon.
 
 use anyhow::Context;
 use clap::Parser;
 use kube_nftproxy::config::{Config, Flags};
+use kube_nftproxy::nft::{Applier, OwnPids, cleanup, guard};
+use kube_nftproxy::sync::{self, Msg, Periods};
 use kube_nftproxy::{manifests, model::Model, render};
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Sender, channel};
+use std::time::Duration;
 
 /// Exit status for bad input files and flags.
 const EXIT_BAD_INPUT: u8 = 2;
 
+/// How often the manifests are checked for changes.
+const MANIFEST_POLL: Duration = Duration::from_secs(1);
+
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let flags = Flags::parse();
-    match run(&flags) {
+    let result = if flags.cleanup {
+        run_cleanup(&flags)
+    } else if flags.dry_run {
+        dry_run(&flags)
+    } else {
+        daemon(&flags)
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             log::error!("{e:#}");
@@ -22,7 +39,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(flags: &Flags) -> anyhow::Result<()> {
+fn dry_run(flags: &Flags) -> anyhow::Result<()> {
     let cfg = Config::from_flags(flags)?;
     let path = flags.manifests.as_ref().context("--manifests is required")?;
     let loaded = manifests::load(path)?;
@@ -38,9 +55,93 @@ fn run(flags: &Flags) -> anyhow::Result<()> {
     }
     let ruleset = render::render(&model, &cfg)?;
     let script = render::full_sync_script(&ruleset, &cfg.node_name)?;
-    if !flags.dry_run {
-        anyhow::bail!("only --dry-run is implemented so far");
-    }
     std::io::stdout().lock().write_all(script.as_bytes()).context("writing the ruleset")?;
+    Ok(())
+}
+
+fn run_cleanup(flags: &Flags) -> anyhow::Result<()> {
+    cleanup::remove_own_tables().context("removing kube-nftproxy's tables")?;
+    log::info!("removed kube-nftproxy's tables (ip and ip6 {})", render::TABLE_NAME);
+    let leftovers = cleanup::find_kube_proxy().context("looking for kube-proxy's rules")?;
+    if leftovers.is_empty() {
+        return Ok(());
+    }
+    if flags.cleanup_kube_proxy {
+        cleanup::remove_kube_proxy(&leftovers).context("removing kube-proxy's rules")?;
+        for what in cleanup::describe(&leftovers) {
+            log::info!("removed {what}");
+        }
+    } else {
+        for what in cleanup::describe(&leftovers) {
+            log::warn!("upstream kube-proxy left {what}; --cleanup --cleanup-kube-proxy removes it");
+        }
+    }
+    Ok(())
+}
+
+fn daemon(flags: &Flags) -> anyhow::Result<()> {
+    let cfg = Config::from_flags(flags)?;
+    let path = flags.manifests.clone().context("--manifests is required (the API server source is not built yet)")?;
+    let periods =
+        Periods { min_sync: flags.min_sync_period, sync: flags.sync_period, full_sync: flags.full_sync_period };
+    block_signals();
+    let (tx, rx) = channel::<Msg>();
+    let stop = Arc::new(AtomicBool::new(false));
+    let own = Arc::new(OwnPids::default());
+    spawn_signal_thread(tx.clone())?;
+    let alarms = tx.clone();
+    let guard = guard::spawn(own.clone(), stop.clone(), move |alarm| {
+        let _ = alarms.send(match alarm {
+            guard::Alarm::Tampered(why) => Msg::Tampered(why),
+            guard::Alarm::Unsure => Msg::Unsure,
+        });
+    })
+    .context("watching nftables notifications")?;
+    let snapshots = tx.clone();
+    let source = manifests::watch(path, MANIFEST_POLL, stop.clone(), move |objects| {
+        let _ = snapshots.send(Msg::Snapshot(objects));
+    })?;
+    drop(tx);
+    let applier = Applier::new(&cfg.node_name, own);
+    let sync_cfg = cfg.clone();
+    let syncer =
+        std::thread::Builder::new().name("sync".into()).spawn(move || sync::run(rx, &sync_cfg, periods, applier))?;
+    let _ = syncer.join();
+    stop.store(true, Ordering::SeqCst);
+    let _ = guard.join();
+    let _ = source.join();
+    Ok(())
+}
+
+/// The signals the daemon stops on.
+fn stop_signals() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise a sigset_t we own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        set
+    }
+}
+
+/// Blocks the stop signals in this thread and every thread spawned after, so that only the
+/// signal thread receives them (with `sigwait`).
+fn block_signals() {
+    let set = stop_signals();
+    // SAFETY: changes this thread's signal mask; inherited by threads spawned later.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+fn spawn_signal_thread(tx: Sender<Msg>) -> std::io::Result<()> {
+    std::thread::Builder::new().name("signals".into()).spawn(move || {
+        let set = stop_signals();
+        let mut sig: libc::c_int = 0;
+        // SAFETY: waits for one of the blocked signals in `set`.
+        if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
+            log::info!("received signal {sig}");
+        }
+        let _ = tx.send(Msg::Shutdown);
+    })?;
     Ok(())
 }

@@ -133,3 +133,46 @@ fn describe(kind: &str, doc: &Value) -> String {
     let field = |f: &str| meta.and_then(|m| m.get(f)).and_then(Value::as_str).unwrap_or("?").to_string();
     format!("{kind} {}/{}", field("namespace"), field("name"))
 }
+
+/// A cheap fingerprint of the manifest files: paths, sizes and modification times.
+fn fingerprint(path: &Path) -> Vec<(PathBuf, u64, Option<std::time::SystemTime>)> {
+    manifest_files(path)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| {
+            let meta = std::fs::metadata(&p).ok();
+            let (len, modified) = meta.map(|m| (m.len(), m.modified().ok())).unwrap_or((0, None));
+            (p, len, modified)
+        })
+        .collect()
+}
+
+/// Starts the `manifests` thread: loads `path` now and again whenever its files change
+/// (checked every `interval`), handing each complete load to `send`. A load that fails is
+/// reported and skipped, so the last good manifests stay in force.
+pub fn watch(
+    path: PathBuf,
+    interval: std::time::Duration,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    send: impl Fn(Vec<ApiObject>) + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name("manifests".into()).spawn(move || {
+        let mut seen = None;
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            let now = fingerprint(&path);
+            if seen.as_ref() != Some(&now) {
+                seen = Some(now);
+                match load(&path) {
+                    Ok(loaded) => {
+                        for bad in &loaded.bad {
+                            log::warn!("skipping {} in {}: {}", bad.what, bad.path.display(), bad.reason);
+                        }
+                        send(loaded.objects);
+                    }
+                    Err(e) => log::error!("keeping the previous manifests: {e}"),
+                }
+            }
+            std::thread::sleep(interval);
+        }
+    })
+}

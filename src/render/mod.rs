@@ -13,6 +13,8 @@ mod ruleset;
 mod service;
 mod templates;
 
+pub use templates::FamilyWords as Words;
+
 pub use ruleset::{Entry, Fixed, Key, MapName, Ruleset, Scope, Table, Value};
 
 use crate::config::{Config, NodePortAddresses};
@@ -22,7 +24,7 @@ use askama::Template;
 use ipnet::IpNet;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
-use templates::{EndpointMapDecl, FamilyWords, FullSync, LbChain, TableView};
+use templates::{AttachHooks, EndpointMapDecl, FamilyWords, FullSync, LbChain, TableView};
 
 /// Rendering failed; only a template that cannot be written out does that.
 #[derive(Debug, thiserror::Error)]
@@ -37,14 +39,16 @@ pub enum RenderError {
     },
 }
 
-fn render_template(t: &impl Template, template: &'static str) -> Result<String, RenderError> {
+/// Renders a template, naming it in the error.
+pub fn render_template(t: &impl Template, template: &'static str) -> Result<String, RenderError> {
     t.render().map_err(|source| RenderError::Template { template, source })
 }
 
 /// The name of the proxy's table in each family.
 pub const TABLE_NAME: &str = "kube-nftproxy";
 
-fn words(family: Family) -> FamilyWords {
+/// The family words (`ip`/`ip6`, address type, loopback) templates use.
+pub fn words(family: Family) -> FamilyWords {
     match family {
         Family::V4 => FamilyWords { fam: "ip", addr_type: "ipv4_addr", loopback: "127.0.0.0/8" },
         Family::V6 => FamilyWords { fam: "ip6", addr_type: "ipv6_addr", loopback: "::1" },
@@ -169,7 +173,19 @@ fn endpoint_maps() -> Vec<EndpointMapDecl> {
 
 /// Writes the full-sync script: both tables created or replaced in one transaction.
 pub fn full_sync_script(ruleset: &Ruleset, node: &str) -> Result<String, RenderError> {
-    let tables = ruleset
+    render_template(&FullSync { node, hooks: true, tables: table_views(ruleset) }, "full-sync.nft")
+}
+
+/// Writes a first sync in two steps: the tables without base chains (no traffic passes them
+/// while the big transaction commits), then the base chains alone, which switch traffic over.
+pub fn staged_full_sync_scripts(ruleset: &Ruleset, node: &str) -> Result<(String, String), RenderError> {
+    let build = render_template(&FullSync { node, hooks: false, tables: table_views(ruleset) }, "full-sync.nft")?;
+    let attach = render_template(&AttachHooks { tables: table_views(ruleset) }, "attach-hooks.nft")?;
+    Ok((build, attach))
+}
+
+fn table_views(ruleset: &Ruleset) -> Vec<TableView<'_>> {
+    ruleset
         .tables
         .iter()
         .map(|table| {
@@ -185,8 +201,7 @@ pub fn full_sync_script(ruleset: &Ruleset, node: &str) -> Result<String, RenderE
                 table,
             }
         })
-        .collect();
-    render_template(&FullSync { node, tables }, "full-sync.nft")
+        .collect()
 }
 
 /// Distinct `lb-*` chains a table needs.

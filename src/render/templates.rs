@@ -137,6 +137,16 @@ pub struct TableView<'a> {
 pub struct FullSync<'a> {
     /// Node name, for the header.
     pub node: &'a str,
+    /// Include the base chains; false when building big tables first and attaching later.
+    pub hooks: bool,
+    /// One view per family.
+    pub tables: Vec<TableView<'a>>,
+}
+
+/// `attach-hooks.nft`: adds the base chains to tables built without them.
+#[derive(Template)]
+#[template(path = "attach-hooks.nft")]
+pub struct AttachHooks<'a> {
     /// One view per family.
     pub tables: Vec<TableView<'a>>,
 }

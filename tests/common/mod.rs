@@ -162,5 +162,6 @@ impl Drop for Netns {
     }
 }
 
+pub mod check;
 pub mod cluster;
 pub mod net;

@@ -1,0 +1,124 @@
+//! The partial sync: what to send so the kernel goes from the applied tables to the desired
+//! ones, proportional to what changed, never to the size of the cluster.
+
+use crate::model::Family;
+use crate::render::{Key, MapName, Table, Value, render_template, words};
+use askama::Template;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The changes to one family's table.
+#[derive(Debug, Default)]
+pub struct TableDiff<'a> {
+    /// `ip` or `ip6`.
+    pub fam: &'static str,
+    /// Address type, for affinity set declarations.
+    pub addr_type: &'static str,
+    /// Affinity sets to create.
+    pub new_sets: Vec<(&'a str, u32)>,
+    /// Chains to create.
+    pub new_chains: Vec<&'a str>,
+    /// Chains (new or changed) whose rules are (re)written.
+    pub rewrite: Vec<(&'a str, &'a str)>,
+    /// Chains no longer used: flushed now, deleted by a later sync.
+    pub stale: Vec<&'a str>,
+    /// Element keys to delete, per map.
+    pub delete_elements: BTreeMap<MapName, Vec<&'a Key>>,
+    /// Elements to add, per map.
+    pub add_elements: BTreeMap<MapName, Vec<(&'a Key, &'a Value)>>,
+    /// Affinity sets to delete (after the rules using them are gone).
+    pub delete_sets: Vec<&'a str>,
+}
+
+impl TableDiff<'_> {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.new_sets.is_empty()
+            && self.new_chains.is_empty()
+            && self.rewrite.is_empty()
+            && self.stale.is_empty()
+            && self.delete_elements.is_empty()
+            && self.add_elements.is_empty()
+            && self.delete_sets.is_empty()
+    }
+}
+
+/// `partial-sync.nft`.
+#[derive(Template)]
+#[template(path = "partial-sync.nft")]
+struct PartialSync<'a> {
+    tables: Vec<TableDiff<'a>>,
+}
+
+/// `delete-chains.nft`.
+#[derive(Template)]
+#[template(path = "delete-chains.nft")]
+struct DeleteChains<'a> {
+    chains: Vec<(&'static str, &'a str)>,
+}
+
+/// Compares the applied and desired table of one family. `existing_stale` are chains still in
+/// the kernel (flushed earlier, not yet deleted): reusing one needs no `add chain`.
+pub fn diff<'a>(old: &'a Table, new: &'a Table, existing_stale: &BTreeSet<String>) -> TableDiff<'a> {
+    let w = words(new.family);
+    let mut d = TableDiff { fam: w.fam, addr_type: w.addr_type, ..TableDiff::default() };
+    for (name, body) in &new.chains {
+        match old.chains.get(name) {
+            Some(old_body) if old_body == body => {}
+            Some(_) => d.rewrite.push((name, body)),
+            None => {
+                if !existing_stale.contains(name) {
+                    d.new_chains.push(name);
+                }
+                d.rewrite.push((name, body));
+            }
+        }
+    }
+    d.stale = old.chains.keys().filter(|n| !new.chains.contains_key(*n)).map(String::as_str).collect();
+    // A set whose timeout changed cannot be altered in place; the applier syncs fully then.
+    for (name, timeout) in &new.affinity_sets {
+        if !old.affinity_sets.contains_key(name) {
+            d.new_sets.push((name, *timeout));
+        }
+    }
+    d.delete_sets.extend(old.affinity_sets.keys().filter(|n| !new.affinity_sets.contains_key(*n)).map(String::as_str));
+    diff_elements(old, new, &mut d);
+    d
+}
+
+fn diff_elements<'a>(old: &'a Table, new: &'a Table, d: &mut TableDiff<'a>) {
+    static EMPTY: BTreeMap<Key, crate::render::Entry> = BTreeMap::new();
+    let maps: BTreeSet<&MapName> = old.elements.keys().chain(new.elements.keys()).collect();
+    for map in maps {
+        let (before, after) = (old.elements.get(map).unwrap_or(&EMPTY), new.elements.get(map).unwrap_or(&EMPTY));
+        for (key, entry) in before {
+            // A changed value is a delete and an add in the same transaction.
+            if after.get(key).is_none_or(|e| e.value != entry.value) {
+                d.delete_elements.entry(*map).or_default().push(key);
+            }
+        }
+        for (key, entry) in after {
+            if before.get(key).is_none_or(|e| e.value != entry.value) {
+                d.add_elements.entry(*map).or_default().push((key, &entry.value));
+            }
+        }
+    }
+}
+
+/// Renders the partial-sync transaction for all tables.
+pub fn partial_script(diffs: Vec<TableDiff<'_>>) -> Result<String, crate::render::RenderError> {
+    render_template(&PartialSync { tables: diffs }, "partial-sync.nft")
+}
+
+/// Renders the deletion of stale chains.
+pub fn delete_chains_script(chains: &[(Family, String)]) -> Result<String, crate::render::RenderError> {
+    let chains = chains.iter().map(|(f, n)| (words(*f).fam, n.as_str())).collect();
+    render_template(&DeleteChains { chains }, "delete-chains.nft")
+}
+
+/// Whether a partial sync cannot express the change (the fixed part or an affinity timeout
+/// changed), so the table must be replaced whole.
+pub fn needs_full(old: &Table, new: &Table) -> bool {
+    old.family != new.family
+        || old.fixed != new.fixed
+        || new.affinity_sets.iter().any(|(n, t)| old.affinity_sets.get(n).is_some_and(|o| o != t))
+}

@@ -1,0 +1,92 @@
+//! Keeps the proxy's tables in place: watches nftables change notifications and raises an
+//! alarm when another process changes (edits, flushes, deletes) a kube-nftproxy table.
+//!
+//! Notifications name the table each change touched, and every committed transaction ends
+//! with a generation message naming the committing process. Commits by our own `nft` runs
+//! are ignored. When the kernel drops notifications (a burst overran the buffer) the guard
+//! cannot tell, and asks for a cheap check instead. Nothing here lists the table.
+
+use super::OwnPids;
+use super::netlink::{Event, NfFamily, Socket};
+use crate::render::TABLE_NAME;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// What the guard reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Alarm {
+    /// Another process changed a kube-nftproxy table; the reason names it.
+    Tampered(String),
+    /// Notifications were lost; the tables should be checked.
+    Unsure,
+}
+
+/// Starts the `nft-guard` thread; it runs until `stop` is set.
+pub fn spawn(
+    own: Arc<OwnPids>,
+    stop: Arc<AtomicBool>,
+    alarm: impl Fn(Alarm) + Send + 'static,
+) -> std::io::Result<JoinHandle<()>> {
+    let sock = Socket::monitor()?;
+    std::thread::Builder::new().name("nft-guard".into()).spawn(move || {
+        let mut touched: Option<&'static str> = None;
+        while !stop.load(Ordering::SeqCst) {
+            let events = match sock.events(Duration::from_millis(200)) {
+                Ok(events) => events,
+                Err(e) => {
+                    log::warn!("nftables notifications failed: {e}");
+                    alarm(Alarm::Unsure);
+                    std::thread::sleep(Duration::from_secs(1));
+                    continue;
+                }
+            };
+            for event in events {
+                log::trace!("nftables notification: {event:?}");
+                match event {
+                    Event::Object { family, table, deleted_table } if is_ours(family, &table) => {
+                        touched = Some(if deleted_table { "deleted" } else { "changed" });
+                    }
+                    Event::Object { .. } => {}
+                    Event::Generation { pid, .. } => {
+                        if let Some(what) = touched.take()
+                            && !own.contains(pid)
+                        {
+                            alarm(Alarm::Tampered(format!(
+                                "process {pid} ({}) {what} a {TABLE_NAME} table",
+                                comm(pid)
+                            )));
+                        }
+                    }
+                    Event::Overrun => alarm(Alarm::Unsure),
+                }
+            }
+        }
+    })
+}
+
+fn is_ours(family: u8, table: &str) -> bool {
+    table == TABLE_NAME && (family == NfFamily::Ip as u8 || family == NfFamily::Ip6 as u8)
+}
+
+/// The process's command name, if it still runs.
+fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "exited".into())
+}
+
+/// The cheap check after lost notifications: both tables exist and their entry chains still
+/// hold rules (a flushed table has none). Reads three small things, never the whole table.
+pub fn tables_look_intact() -> std::io::Result<bool> {
+    let mut sock = Socket::open()?;
+    for family in [NfFamily::Ip, NfFamily::Ip6] {
+        for chain in ["nat-prerouting", "services"] {
+            if sock.rule_count(family, TABLE_NAME, chain)?.unwrap_or(0) == 0 {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
+}

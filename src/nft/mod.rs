@@ -1,0 +1,232 @@
+//! Applying rulesets to the kernel: full and partial syncs through the installed `nft`,
+//! stale-chain cleanup, and what was applied, kept in memory so no sync lists the table.
+
+pub mod cleanup;
+mod diff;
+pub mod exec;
+pub mod guard;
+pub mod netlink;
+
+use crate::model::Family;
+use crate::render::{self, RenderError, Ruleset, TABLE_NAME};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Chains no longer used are deleted only this long after they were flushed: kernels before
+/// 6.2 keep a chain busy for a moment after the last map element pointing to it went.
+pub const STALE_CHAIN_DELAY: Duration = Duration::from_secs(1);
+
+/// A first sync with more map elements than this is staged: tables first, hooks last.
+pub const STAGED_FIRST_SYNC_ELEMENTS: usize = 10_000;
+
+/// Errors talking to nftables.
+#[derive(Debug, thiserror::Error)]
+pub enum NftError {
+    /// `nft` could not be started.
+    #[error("cannot run {nft}: {source}")]
+    Spawn {
+        /// The binary.
+        nft: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// `nft` refused the transaction; nothing of it was applied.
+    #[error("nft rejected the transaction: {message}{}", line.as_ref().map(|l| format!("\\n  failing line: {l}")).unwrap_or_default())]
+    Rejected {
+        /// nft's message.
+        message: String,
+        /// The script line the error points at, when nft names one.
+        line: Option<String>,
+    },
+    /// I/O with `nft` or netlink failed.
+    #[error("nft I/O: {0}")]
+    Io(#[from] std::io::Error),
+    /// The script could not be rendered.
+    #[error(transparent)]
+    Render(#[from] RenderError),
+}
+
+/// What kind of transaction a sync sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncKind {
+    /// Both tables replaced.
+    Full,
+    /// A first full sync built without hooks, then hooks attached.
+    Staged,
+    /// Only changes.
+    Partial,
+    /// Nothing had changed; nothing was sent.
+    Unchanged,
+}
+
+/// The outcome of one successful sync.
+#[derive(Debug, Clone)]
+pub struct SyncReport {
+    /// Kind of transaction.
+    pub kind: SyncKind,
+    /// The script sent (for a staged sync, both parts).
+    pub script: String,
+    /// Stale chains deleted before it.
+    pub deleted_chains: usize,
+}
+
+/// Process ids of our own `nft` runs, so their change notifications are not taken for tampering.
+#[derive(Debug, Default)]
+pub struct OwnPids(Mutex<Vec<u32>>);
+
+impl OwnPids {
+    /// Remembers a pid (the last few are kept).
+    pub fn add(&self, pid: u32) {
+        if let Ok(mut v) = self.0.lock() {
+            if v.len() >= 64 {
+                v.remove(0);
+            }
+            v.push(pid);
+        }
+    }
+
+    /// Whether `pid` was one of ours.
+    pub fn contains(&self, pid: u32) -> bool {
+        self.0.lock().map(|v| v.contains(&pid)).unwrap_or(false)
+    }
+}
+
+/// Applies desired rulesets and remembers what the kernel holds.
+pub struct Applier {
+    node: String,
+    applied: Option<Ruleset>,
+    stale: BTreeMap<(Family, String), Instant>,
+    own: Arc<OwnPids>,
+}
+
+impl Applier {
+    /// An applier for node `node` that knows nothing applied yet (its first sync is full).
+    pub fn new(node: &str, own: Arc<OwnPids>) -> Applier {
+        Applier { node: node.to_string(), applied: None, stale: BTreeMap::new(), own }
+    }
+
+    /// Forgets what was applied, so the next sync is full.
+    pub fn invalidate(&mut self) {
+        self.applied = None;
+        self.stale.clear();
+    }
+
+    /// Brings the kernel to `desired`: a full sync when `full` is asked, nothing is known to be
+    /// applied, or the fixed part changed; otherwise only the differences. On error the kernel
+    /// keeps its previous rules and the next sync is full.
+    pub fn sync(&mut self, desired: Ruleset, full: bool) -> Result<SyncReport, NftError> {
+        let result = self.try_sync(&desired, full);
+        match &result {
+            Ok(report) => {
+                if report.kind != SyncKind::Partial && report.kind != SyncKind::Unchanged {
+                    self.stale.clear();
+                } else {
+                    self.note_stale(&desired);
+                }
+                self.applied = Some(desired);
+            }
+            Err(_) => self.invalidate(),
+        }
+        result
+    }
+
+    fn try_sync(&mut self, desired: &Ruleset, full: bool) -> Result<SyncReport, NftError> {
+        let deleted_chains = self.delete_stale_chains();
+        let partial_possible = match &self.applied {
+            Some(old) => {
+                old.tables.len() == desired.tables.len()
+                    && old.tables.iter().zip(&desired.tables).all(|(o, n)| !diff::needs_full(o, n))
+            }
+            None => false,
+        };
+        if full || !partial_possible {
+            return self.full(desired, deleted_chains);
+        }
+        let Some(script) = self.partial_script(desired)? else {
+            return Ok(SyncReport { kind: SyncKind::Unchanged, script: String::new(), deleted_chains });
+        };
+        self.apply(&script)?;
+        Ok(SyncReport { kind: SyncKind::Partial, script, deleted_chains })
+    }
+
+    /// The partial transaction, or `None` when nothing changed.
+    fn partial_script(&self, desired: &Ruleset) -> Result<Option<String>, NftError> {
+        let Some(old) = &self.applied else { return Ok(None) };
+        let diffs: Vec<_> = old
+            .tables
+            .iter()
+            .zip(&desired.tables)
+            .map(|(o, n)| {
+                let stale: BTreeSet<String> =
+                    self.stale.keys().filter(|(f, _)| *f == n.family).map(|(_, c)| c.clone()).collect();
+                diff::diff(o, n, &stale)
+            })
+            .collect();
+        if diffs.iter().all(diff::TableDiff::is_empty) {
+            return Ok(None);
+        }
+        Ok(Some(diff::partial_script(diffs)?))
+    }
+
+    fn full(&mut self, desired: &Ruleset, deleted_chains: usize) -> Result<SyncReport, NftError> {
+        let elements: usize = desired.tables.iter().flat_map(|t| t.elements.values()).map(|m| m.len()).sum();
+        if elements > STAGED_FIRST_SYNC_ELEMENTS && !self.tables_exist()? {
+            let (build, attach) = render::staged_full_sync_scripts(desired, &self.node)?;
+            self.apply(&build)?;
+            self.apply(&attach)?;
+            return Ok(SyncReport { kind: SyncKind::Staged, script: build + &attach, deleted_chains });
+        }
+        let script = render::full_sync_script(desired, &self.node)?;
+        self.apply(&script)?;
+        Ok(SyncReport { kind: SyncKind::Full, script, deleted_chains })
+    }
+
+    fn tables_exist(&self) -> Result<bool, NftError> {
+        let mut sock = netlink::Socket::open()?;
+        Ok(sock.table_exists(netlink::NfFamily::Ip, TABLE_NAME)?
+            || sock.table_exists(netlink::NfFamily::Ip6, TABLE_NAME)?)
+    }
+
+    fn apply(&self, script: &str) -> Result<(), NftError> {
+        exec::apply(script, &|pid| self.own.add(pid))
+    }
+
+    /// Records chains the last partial sync flushed and forgets ones that are used again.
+    fn note_stale(&mut self, desired: &Ruleset) {
+        let now = Instant::now();
+        if let Some(old) = &self.applied {
+            for (o, n) in old.tables.iter().zip(&desired.tables) {
+                for name in o.chains.keys().filter(|c| !n.chains.contains_key(*c)) {
+                    self.stale.entry((n.family, name.clone())).or_insert(now);
+                }
+            }
+        }
+        for t in &desired.tables {
+            self.stale.retain(|(f, c), _| *f != t.family || !t.chains.contains_key(c));
+        }
+    }
+
+    /// Deletes chains flushed at least `STALE_CHAIN_DELAY` ago, in their own transaction; a
+    /// failure is logged and retried by a later sync.
+    fn delete_stale_chains(&mut self) -> usize {
+        let due: Vec<(Family, String)> =
+            self.stale.iter().filter(|(_, at)| at.elapsed() >= STALE_CHAIN_DELAY).map(|(k, _)| k.clone()).collect();
+        if due.is_empty() {
+            return 0;
+        }
+        let result = diff::delete_chains_script(&due).map_err(NftError::from).and_then(|s| self.apply(&s));
+        match result {
+            Ok(()) => {
+                for k in &due {
+                    self.stale.remove(k);
+                }
+                due.len()
+            }
+            Err(e) => {
+                log::warn!("deleting {} stale chains failed, will retry: {e}", due.len());
+                0
+            }
+        }
+    }
+}

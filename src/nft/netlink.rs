@@ -1,0 +1,302 @@
+//! A minimal nfnetlink client for the cheap questions the proxy asks the kernel without `nft`:
+//! the ruleset generation, whether a table or chain holds what it should, and the stream of
+//! nftables change events (with the process that committed each generation).
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+const NETLINK_NETFILTER: i32 = 12;
+const NFNL_SUBSYS_NFTABLES: u16 = 10;
+const NFNLGRP_NFTABLES: u32 = 7;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLM_F_REQUEST: u16 = 1;
+const NLM_F_ACK: u16 = 4;
+const NLM_F_DUMP: u16 = 0x300;
+const NFT_MSG_GETTABLE: u16 = 1;
+const NFT_MSG_DELTABLE: u16 = 2;
+const NFT_MSG_GETRULE: u16 = 7;
+const NFT_MSG_NEWGEN: u16 = 15;
+const NFT_MSG_GETGEN: u16 = 16;
+const NFT_MSG_TRACE: u16 = 17;
+/// Every object message carries its table's name as attribute 1.
+const NFTA_TABLE_ATTR: u16 = 1;
+const NFTA_RULE_CHAIN: u16 = 2;
+const NFTA_GEN_ID: u16 = 1;
+const NFTA_GEN_PROC_PID: u16 = 2;
+
+/// Address family of a table, as nfnetlink numbers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NfFamily {
+    /// `ip`.
+    Ip = 2,
+    /// `ip6`.
+    Ip6 = 10,
+}
+
+/// One nftables change notification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// An object (table, chain, rule, set, element…) of `table` changed; `deleted_table`
+    /// says the table itself went.
+    Object {
+        /// Table family.
+        family: u8,
+        /// Table name.
+        table: String,
+        /// The table itself was deleted.
+        deleted_table: bool,
+    },
+    /// A transaction committed as generation `id` by process `pid`.
+    Generation {
+        /// Generation id.
+        id: u32,
+        /// Committing process.
+        pid: u32,
+    },
+    /// The kernel dropped notifications (receive buffer overrun): anything may have changed.
+    Overrun,
+}
+
+/// A netlink socket to nf_tables.
+pub struct Socket {
+    fd: OwnedFd,
+    seq: u32,
+}
+
+impl Socket {
+    /// Opens a socket for requests.
+    pub fn open() -> io::Result<Socket> {
+        // SAFETY: socket(2); the result is checked before being owned.
+        let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, NETLINK_NETFILTER) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor owned by nothing else.
+        Ok(Socket { fd: unsafe { OwnedFd::from_raw_fd(fd) }, seq: 1 })
+    }
+
+    /// Opens a socket subscribed to nftables change notifications, with a large receive
+    /// buffer so a big transaction's burst of events is not lost.
+    pub fn monitor() -> io::Result<Socket> {
+        let s = Socket::open()?;
+        // SAFETY: an all-zero sockaddr_nl with the group bit set; the kernel picks our port id.
+        let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        addr.nl_groups = 1 << (NFNLGRP_NFTABLES - 1);
+        let alen = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
+        // SAFETY: binding our own socket to a valid netlink address.
+        if unsafe { libc::bind(s.fd.as_raw_fd(), (&addr as *const libc::sockaddr_nl).cast(), alen) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // Root may exceed rmem_max; fall back to the ordinary limit when not allowed.
+        let size = 64 << 20;
+        if s.setsockopt(libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, size).is_err() {
+            s.setsockopt(libc::SOL_SOCKET, libc::SO_RCVBUF, size)?;
+        }
+        Ok(s)
+    }
+
+    fn setsockopt(&self, level: i32, name: i32, value: libc::c_int) -> io::Result<()> {
+        let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        let ptr = &value as *const libc::c_int as *const libc::c_void;
+        // SAFETY: setsockopt on our own socket with a pointer to a live c_int.
+        if unsafe { libc::setsockopt(self.fd.as_raw_fd(), level, name, ptr, len) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The current ruleset generation; it changes with every committed transaction.
+    pub fn generation(&mut self) -> io::Result<u32> {
+        let replies = self.request(NFT_MSG_GETGEN, 0, 0, &[])?;
+        replies
+            .iter()
+            .find_map(|m| attr(m, NFTA_GEN_ID).map(be32))
+            .ok_or_else(|| io::Error::other("no generation in reply"))
+    }
+
+    /// Whether table `name` of `family` exists.
+    pub fn table_exists(&mut self, family: NfFamily, name: &str) -> io::Result<bool> {
+        match self.request(NFT_MSG_GETTABLE, family as u8, 0, &[(NFTA_TABLE_ATTR, name)]) {
+            Ok(_) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// How many rules chain `chain` of `table` holds; `None` if the table or chain is missing.
+    pub fn rule_count(&mut self, family: NfFamily, table: &str, chain: &str) -> io::Result<Option<usize>> {
+        let attrs = [(NFTA_TABLE_ATTR, table), (NFTA_RULE_CHAIN, chain)];
+        match self.request(NFT_MSG_GETRULE, family as u8, NLM_F_DUMP, &attrs) {
+            Ok(rules) => Ok(Some(rules.len())),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sends one request and collects the payloads of its replies (until ACK or DONE).
+    fn request(&mut self, msg: u16, family: u8, flags: u16, attrs: &[(u16, &str)]) -> io::Result<Vec<Vec<u8>>> {
+        self.seq = self.seq.wrapping_add(1);
+        let mut buf = Vec::with_capacity(64);
+        let kind = (NFNL_SUBSYS_NFTABLES << 8) | msg;
+        buf.extend_from_slice(&0u32.to_ne_bytes());
+        buf.extend_from_slice(&kind.to_ne_bytes());
+        buf.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK | flags).to_ne_bytes());
+        buf.extend_from_slice(&self.seq.to_ne_bytes());
+        buf.extend_from_slice(&0u32.to_ne_bytes());
+        buf.extend_from_slice(&[family, 0, 0, 0]);
+        for (t, value) in attrs {
+            let payload = [value.as_bytes(), &[0]].concat();
+            buf.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
+            buf.extend_from_slice(&t.to_ne_bytes());
+            buf.extend_from_slice(&payload);
+            buf.resize(buf.len().next_multiple_of(4), 0);
+        }
+        let len = buf.len() as u32;
+        buf[..4].copy_from_slice(&len.to_ne_bytes());
+        self.send(&buf)?;
+        self.collect_replies(self.seq)
+    }
+
+    fn send(&self, buf: &[u8]) -> io::Result<()> {
+        // SAFETY: an all-zero sockaddr_nl addresses the kernel.
+        let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        let alen = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
+        // SAFETY: sending our buffer to the kernel's netlink address.
+        let n = unsafe {
+            libc::sendto(
+                self.fd.as_raw_fd(),
+                buf.as_ptr().cast(),
+                buf.len(),
+                0,
+                (&addr as *const libc::sockaddr_nl).cast(),
+                alen,
+            )
+        };
+        if n < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    }
+
+    fn collect_replies(&self, seq: u32) -> io::Result<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = self.recv(&mut buf)?;
+            // Replies to an earlier request (a late ACK after a dump) carry another sequence number.
+            for (kind, flags_done, body) in messages(&buf[..n]).filter(|m| m.3 == seq).map(|m| (m.0, m.1, m.2)) {
+                match kind {
+                    NLMSG_DONE => return Ok(out),
+                    NLMSG_ERROR => {
+                        let code = body.get(..4).map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0);
+                        if code != 0 {
+                            return Err(io::Error::from_raw_os_error(-code));
+                        }
+                        if !flags_done {
+                            return Ok(out);
+                        }
+                    }
+                    _ => out.push(body.to_vec()),
+                }
+            }
+        }
+    }
+
+    fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: receiving into our own buffer.
+        let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
+    }
+
+    /// Waits up to `timeout` for change notifications; empty when none arrived.
+    pub fn events(&self, timeout: Duration) -> io::Result<Vec<Event>> {
+        let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: poll on one valid pollfd.
+        let ready = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
+        if ready <= 0 {
+            return Ok(Vec::new());
+        }
+        let mut buf = vec![0u8; 1 << 16];
+        match self.recv(&mut buf) {
+            Ok(n) => Ok(messages(&buf[..n]).filter_map(|(kind, _, body, _)| event(kind, body)).collect()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => Ok(vec![Event::Overrun]),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Splits a netlink datagram into (type, is-multipart, payload after the nlmsghdr, sequence).
+fn messages(mut data: &[u8]) -> impl Iterator<Item = (u16, bool, &[u8], u32)> {
+    std::iter::from_fn(move || {
+        if data.len() < 16 {
+            return None;
+        }
+        let len = u32::from_ne_bytes([data[0], data[1], data[2], data[3]]) as usize;
+        let kind = u16::from_ne_bytes([data[4], data[5]]);
+        let flags = u16::from_ne_bytes([data[6], data[7]]);
+        let seq = u32::from_ne_bytes([data[8], data[9], data[10], data[11]]);
+        if len < 16 || len > data.len() {
+            return None;
+        }
+        let body = &data[16..len];
+        data = &data[len.next_multiple_of(4).min(data.len())..];
+        Some((kind, flags & 2 != 0, body, seq))
+    })
+}
+
+/// The payload of top-level attribute `t` in a message body (after the nfgenmsg).
+fn attr(body: &[u8], t: u16) -> Option<&[u8]> {
+    let mut rest = body.get(4..)?;
+    while rest.len() >= 4 {
+        let len = u16::from_ne_bytes([rest[0], rest[1]]) as usize;
+        let kind = u16::from_ne_bytes([rest[2], rest[3]]) & 0x3fff;
+        if len < 4 || len > rest.len() {
+            return None;
+        }
+        if kind == t {
+            return Some(&rest[4..len]);
+        }
+        rest = &rest[len.next_multiple_of(4).min(rest.len())..];
+    }
+    None
+}
+
+fn be32(b: &[u8]) -> u32 {
+    b.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0)
+}
+
+fn event(kind: u16, body: &[u8]) -> Option<Event> {
+    if kind >> 8 != NFNL_SUBSYS_NFTABLES {
+        return None;
+    }
+    match kind & 0xff {
+        NFT_MSG_NEWGEN => Some(Event::Generation {
+            id: attr(body, NFTA_GEN_ID).map(be32)?,
+            pid: attr(body, NFTA_GEN_PROC_PID).map(be32).unwrap_or(0),
+        }),
+        NFT_MSG_TRACE => None,
+        msg => {
+            let name = attr(body, NFTA_TABLE_ATTR)?;
+            let table = String::from_utf8_lossy(name.strip_suffix(&[0]).unwrap_or(name)).into_owned();
+            Some(Event::Object { family: *body.first()?, table, deleted_table: msg == NFT_MSG_DELTABLE })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_generation_notification() {
+        let mut body = vec![0u8, 0, 0, 0];
+        for (t, v) in [(NFTA_GEN_ID, 42u32), (NFTA_GEN_PROC_PID, 1234)] {
+            body.extend_from_slice(&8u16.to_ne_bytes());
+            body.extend_from_slice(&t.to_ne_bytes());
+            body.extend_from_slice(&v.to_be_bytes());
+        }
+        let kind = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWGEN;
+        assert_eq!(event(kind, &body), Some(Event::Generation { id: 42, pid: 1234 }));
+    }
+}

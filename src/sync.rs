@@ -1,0 +1,158 @@
+//! The sync loop: the one thread that owns the model. Sources send it changes over a
+//! channel; it coalesces them, renders, and applies at most once per `min_sync_period`,
+//! retries failures with backoff (a failed sync is retried as a full one within
+//! `sync_period`), and replaces the tables whole every `full_sync_period` or when
+//! another process tampered with them.
+
+use crate::config::Config;
+use crate::model::{ApiObject, Model};
+use crate::nft::{Applier, SyncKind, guard};
+use crate::render;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// Messages to the sync loop.
+#[derive(Debug)]
+pub enum Msg {
+    /// The complete set of objects from a snapshot source (manifests); replaces the model.
+    Snapshot(Vec<ApiObject>),
+    /// Another process changed our tables: replace them.
+    Tampered(String),
+    /// Change notifications were lost: check the tables, replace them if they look wrong.
+    Unsure,
+    /// Stop (SIGTERM/SIGINT); the rules stay in place.
+    Shutdown,
+}
+
+/// Timing of the loop.
+#[derive(Debug, Clone, Copy)]
+pub struct Periods {
+    /// Minimum time between the end of one sync and the start of the next.
+    pub min_sync: Duration,
+    /// Longest wait before a failed sync is retried.
+    pub sync: Duration,
+    /// Interval of full syncs that repair drift.
+    pub full_sync: Duration,
+}
+
+struct State {
+    model: Model,
+    have_input: bool,
+    dirty: bool,
+    force_full: bool,
+    next_allowed: Instant,
+    last_full: Instant,
+    retry_at: Option<Instant>,
+    backoff: Duration,
+}
+
+/// Runs until `Shutdown` arrives or every sender is gone.
+pub fn run(rx: Receiver<Msg>, cfg: &Config, periods: Periods, mut applier: Applier) {
+    let now = Instant::now();
+    let mut st = State {
+        model: Model::default(),
+        have_input: false,
+        dirty: true,
+        force_full: true,
+        next_allowed: now,
+        last_full: now,
+        retry_at: None,
+        backoff: periods.min_sync,
+    };
+    loop {
+        let wait = next_wake(&st, &periods).saturating_duration_since(Instant::now());
+        let first = match rx.recv_timeout(wait) {
+            Ok(msg) => Some(msg),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        // Coalesce everything that queued up while we waited or synced.
+        for msg in first.into_iter().chain(std::iter::from_fn(|| rx.try_recv().ok())) {
+            if !handle(msg, &mut st, cfg) {
+                log::info!("shutting down; the rules stay in place");
+                return;
+            }
+        }
+        if st.last_full.elapsed() >= periods.full_sync {
+            st.force_full = true;
+        }
+        let now = Instant::now();
+        let due = st.dirty || st.force_full;
+        if st.have_input && due && now >= st.next_allowed && st.retry_at.is_none_or(|r| now >= r) {
+            sync_once(&mut st, cfg, &periods, &mut applier);
+        }
+    }
+}
+
+fn next_wake(st: &State, periods: &Periods) -> Instant {
+    let periodic = st.last_full + periods.full_sync;
+    if !st.have_input || !(st.dirty || st.force_full) {
+        return periodic;
+    }
+    st.next_allowed.max(st.retry_at.unwrap_or(st.next_allowed))
+}
+
+/// Applies one message to the state; false means stop.
+fn handle(msg: Msg, st: &mut State, cfg: &Config) -> bool {
+    match msg {
+        Msg::Snapshot(objects) => {
+            let mut model = Model::default();
+            model.host_addresses = std::mem::take(&mut st.model.host_addresses);
+            for obj in &objects {
+                if let Err(e) = model.apply(obj, &cfg.node_name) {
+                    log::warn!("{e}");
+                }
+            }
+            st.model = model;
+            st.have_input = true;
+            st.dirty = true;
+        }
+        Msg::Tampered(why) => {
+            log::warn!("{why}; restoring the tables with a full sync");
+            st.force_full = true;
+        }
+        Msg::Unsure => match guard::tables_look_intact() {
+            Ok(true) => {}
+            Ok(false) | Err(_) => {
+                log::warn!("the tables are not intact; restoring them with a full sync");
+                st.force_full = true;
+            }
+        },
+        Msg::Shutdown => return false,
+    }
+    true
+}
+
+fn sync_once(st: &mut State, cfg: &Config, periods: &Periods, applier: &mut Applier) {
+    let started = Instant::now();
+    match crate::host::interface_addresses() {
+        Ok(addrs) => st.model.host_addresses = addrs,
+        Err(e) => log::warn!("reading interface addresses: {e}"),
+    }
+    let result = render::render(&st.model, cfg)
+        .map_err(crate::nft::NftError::from)
+        .and_then(|ruleset| applier.sync(ruleset, st.force_full));
+    let end = Instant::now();
+    st.next_allowed = end + periods.min_sync;
+    match result {
+        Ok(report) => {
+            let lines = report.script.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count();
+            if report.kind != SyncKind::Unchanged {
+                log::info!("{:?} sync: {lines} lines in {:?}", report.kind, end - started);
+            }
+            if matches!(report.kind, SyncKind::Full | SyncKind::Staged) {
+                st.last_full = end;
+            }
+            st.dirty = false;
+            st.force_full = false;
+            st.retry_at = None;
+            st.backoff = periods.min_sync;
+        }
+        Err(e) => {
+            log::error!("sync failed, old rules stay in place; retrying in {:?} with a full sync: {e}", st.backoff);
+            st.force_full = true;
+            st.retry_at = Some(end + st.backoff);
+            st.backoff = (st.backoff * 2).min(periods.sync);
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! Probing helpers for data-plane tests: send from a namespace, assert where it landed.
+
+use super::Netns;
+use super::cluster::{Cluster, endpoint, service, slice};
+use super::net::{Probe, Proto, Reply, in_netns, probe};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+pub const SHORT: Duration = Duration::from_millis(800);
+pub const LONG: Duration = Duration::from_secs(3);
+
+/// Sends one probe from namespace `ns` (optionally from source `src`).
+pub fn send(ns: &Netns, proto: Proto, dst: &str, src: Option<&str>, timeout: Duration) -> Probe {
+    let dst: SocketAddr = dst.parse().unwrap_or_else(|_| panic!("bad address {dst}"));
+    let src: Option<IpAddr> = src.map(|s| s.parse().unwrap());
+    in_netns(&ns.name, move || probe(proto, dst, src, timeout))
+}
+
+/// Asserts a probe reached one of `names` and returns the reply.
+pub fn reached(p: Probe, what: &str, names: &[&str]) -> Reply {
+    match p {
+        Probe::Reply(r) if names.contains(&r.name.as_str()) => r,
+        other => panic!("{what}: went to {}, expected one of {names:?}", other.who()),
+    }
+}
+
+/// `n` TCP connections from `ns` to `dst`, counted by answering server.
+pub fn spread(ns: &Netns, dst: &str, n: usize) -> BTreeMap<String, usize> {
+    let dst: SocketAddr = dst.parse().unwrap();
+    in_netns(&ns.name, move || {
+        let mut seen = BTreeMap::new();
+        for _ in 0..n {
+            *seen.entry(probe(Proto::Tcp, dst, None, LONG).who()).or_insert(0) += 1;
+        }
+        seen
+    })
+}
+
+/// The `web` service with `spec` and endpoints on `pods`.
+pub fn web(c: &Cluster, spec: serde_json::Value, pods: &[&str]) -> Vec<serde_json::Value> {
+    let eps = pods.iter().map(|p| endpoint(c.pod_named(p), false, json!({}))).collect();
+    vec![service("web", spec, json!({})), slice("web", false, "TCP", eps)]
+}
