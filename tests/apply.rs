@@ -122,8 +122,20 @@ fn a_failed_sync_changes_nothing_and_the_next_one_is_full() {
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-2");
 }
 
+/// A running daemon, killed if the test fails before stopping it.
+struct Daemon(Option<Child>);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// Starts the daemon in `ns` over `manifests`, logging to `<manifests>.log`.
-fn daemon(ns: &Netns, manifests: &std::path::Path) -> Child {
+fn daemon(ns: &Netns, manifests: &std::path::Path) -> Daemon {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(manifests.with_extension("log")).unwrap();
     Command::new("ip")
         .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_kube-nftproxy"), "--hostname-override=node-a"])
@@ -134,10 +146,12 @@ fn daemon(ns: &Netns, manifests: &std::path::Path) -> Child {
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
+        .map(|c| Daemon(Some(c)))
         .expect("start daemon")
 }
 
-fn stop(mut child: Child) {
+fn stop(mut daemon: Daemon) {
+    let mut child = daemon.0.take().expect("running daemon");
     // SAFETY: sending SIGTERM to our own child process.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();

@@ -188,13 +188,15 @@ fn serve_stream(l: TcpListener, name: &str, stop: Arc<AtomicBool>) -> JoinHandle
     let name = name.to_string();
     std::thread::spawn(move || {
         while !stop.load(Ordering::SeqCst) {
-            match l.accept() {
-                Ok((mut s, peer)) => {
-                    let _ = s.set_nonblocking(false);
-                    let _ = s.write_all(format!("{name} {}\n", peer.ip().to_canonical()).as_bytes());
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(2)),
-                Err(_) => std::thread::sleep(Duration::from_millis(2)),
+            // Wait for a connection without spinning, but wake up to notice `stop`.
+            let mut pfd = libc::pollfd { fd: l.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: poll on one valid pollfd.
+            if unsafe { libc::poll(&mut pfd, 1, 50) } <= 0 {
+                continue;
+            }
+            if let Ok((mut s, peer)) = l.accept() {
+                let _ = s.set_nonblocking(false);
+                let _ = s.write_all(format!("{name} {}\n", peer.ip().to_canonical()).as_bytes());
             }
         }
     })

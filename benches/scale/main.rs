@@ -1,0 +1,181 @@
+//! The scale benchmark: synthetic clusters, measured in fresh network namespaces against
+//! upstream kube-proxy's rule shapes loaded the same way in the same run.
+//!
+//! `cargo bench --bench scale` runs every case (many minutes: upstream's shapes are slow);
+//! `-- --smoke` runs a small one in seconds (CI does). Each case runs in its own process so
+//! peak RSS is its own. Results are printed as a table and written to
+//! `target/bench/scale.{csv,json}`.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod measure;
+mod report;
+mod synth;
+mod upstream;
+mod verify;
+
+use kube_nftproxy::config::Config;
+use kube_nftproxy::model::Model;
+use kube_nftproxy::nft::{Applier, OwnPids, SyncReport};
+use kube_nftproxy::render::{self, Ruleset};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use synth::Case;
+
+fn cases(smoke: bool) -> Vec<Case> {
+    let c = |name: &str, services, endpoints, mix| Case { name: name.into(), services, endpoints, mix };
+    if smoke {
+        return vec![c("1k x 5", 1000, 5, false)];
+    }
+    vec![
+        c("1k x 5", 1000, 5, false),
+        c("10k x 5", 10_000, 5, false),
+        c("30k x 5", 30_000, 5, false),
+        c("1k x 100", 1000, 100, false),
+        c("10k x 5 mix", 10_000, 5, true),
+    ]
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e5).round() / 1e2
+}
+
+fn config() -> Config {
+    let flags = clap::Parser::parse_from(["kube-nftproxy", "--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8"]);
+    Config::from_flags(&flags).expect("config")
+}
+
+/// A node namespace and the applier that syncs it.
+struct Node {
+    ns: common::Netns,
+    applier: Option<Applier>,
+}
+
+impl Node {
+    fn new(tag: &str) -> Node {
+        Node { ns: common::Netns::new(tag), applier: Some(Applier::new("node-a", Arc::new(OwnPids::default()))) }
+    }
+
+    fn sync(&mut self, rs: Ruleset, full: bool) -> (SyncReport, Duration) {
+        let applier = self.applier.take().expect("applier");
+        let (applier, result, took) = common::net::in_netns(&self.ns.name, move || {
+            let mut a = applier;
+            let start = Instant::now();
+            let r = a.sync(rs, full).map_err(|e| e.to_string());
+            (a, r, start.elapsed())
+        });
+        self.applier = Some(applier);
+        (result.expect("sync"), took)
+    }
+}
+
+/// Changes the first endpoint of services `from..to` and syncs; returns figures.
+fn partial(node: &mut Node, case: &Case, model: &mut Model, cfg: &Config, range: std::ops::Range<u32>) -> Value {
+    let start = Instant::now();
+    for i in range {
+        model.apply(&synth::slice(case, i, 1), "node-a").expect("slice");
+    }
+    let rs = render::render(model, cfg).expect("render");
+    let render_ms = ms(start.elapsed());
+    let (r, took) = node.sync(rs, false);
+    json!({"total_ms": ms(start.elapsed()), "render_ms": render_ms, "apply_ms": ms(took),
+           "kind": format!("{:?}", r.kind), "lines": r.script.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count(),
+           "bytes": r.script.len()})
+}
+
+fn run_case(case: &Case, upstream_limit: Duration) -> Value {
+    let cfg = config();
+    let mut model = synth::model(case);
+    let t = Instant::now();
+    let ruleset = render::render(&model, &cfg).expect("render");
+    let render_ms = ms(t.elapsed());
+    let t = Instant::now();
+    let script = render::full_sync_script(&ruleset, "node-a").expect("script");
+    let script_ms = ms(t.elapsed());
+    let mut node = Node::new("bench");
+    let (first, first_took) = node.sync(ruleset.clone(), false);
+    let (_, replace_took) = node.sync(ruleset, true);
+    let nft_rss = measure::peak_rss_mb(true);
+    let p1 = partial(&mut node, case, &mut model, &cfg, 7..8);
+    let p100 = partial(&mut node, case, &mut model, &cfg, 100..200);
+    let expected = render::render(&model, &cfg).expect("render");
+    verify::verify(&node.ns, &expected);
+    let proxy_rss = measure::peak_rss_mb(false);
+    drop(node);
+    let up = |shape| {
+        let ns = common::Netns::new("upstream");
+        measure::nft_load(&ns, &upstream::script(case, shape), upstream_limit).map(ms)
+    };
+    json!({"case": case.name, "services": case.services, "endpoints": case.endpoints,
+        "render_ms": render_ms, "script_ms": script_ms, "script_mb": script.len() as f64 / 1e6,
+        "full_first_ms": ms(first_took), "full_first_kind": format!("{:?}", first.kind), "full_replace_ms": ms(replace_took),
+        "partial_1": p1, "partial_100": p100, "proxy_rss_mb": proxy_rss, "nft_rss_mb": nft_rss,
+        "upstream_ga_ms": up(upstream::Shape::Ga), "upstream_newest_ms": up(upstream::Shape::Newest),
+        "upstream_limit_s": upstream_limit.as_secs()})
+}
+
+/// First-packet connect latency through a table of `services` services.
+fn run_latency(services: u32) -> Value {
+    let case = Case { name: format!("{services} x 5"), services, endpoints: 5, mix: false };
+    let mut model = synth::model(&case);
+    let single = Case { endpoints: 1, ..case.clone() };
+    model.apply(&synth::slice(&single, 0, 0), "node-a").expect("slice");
+    let rig = measure::LatencyRig::new();
+    let rs = render::render(&model, &config()).expect("render");
+    let applier = Applier::new("node-a", Arc::new(OwnPids::default()));
+    let r = common::net::in_netns(&rig.node.name, move || {
+        let mut a = applier;
+        a.sync(rs, false).map(|_| ()).map_err(|e| e.to_string())
+    });
+    r.expect("sync");
+    let (median, p99) = rig.connect_latency(&format!("{}:80", synth::cluster_ip(0)), 400);
+    json!({"services": services, "median_us": (median * 10.0).round() / 10.0, "p99_us": (p99 * 10.0).round() / 10.0})
+}
+
+/// Runs `args` in a child process of this benchmark and returns the JSON it prints last.
+fn in_child(args: &[String]) -> Value {
+    let out = std::process::Command::new(std::env::current_exe().expect("exe")).args(args).output().expect("child");
+    assert!(out.status.success(), "bench child {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.lines().last().unwrap_or("{}")).expect("child output")
+}
+
+fn main() {
+    let all: Vec<String> = std::env::args().skip(1).collect();
+    // `cargo bench` passes --bench; anything else (e.g. `cargo test --all-targets`) runs
+    // this target as a test, which must not start a many-minute benchmark.
+    if !all.iter().any(|a| a == "--bench" || a == "--case" || a == "--latency") {
+        println!("scale benchmark: run it with `cargo bench --bench scale [-- --smoke]`");
+        return;
+    }
+    let args: Vec<String> = all.into_iter().filter(|a| a != "--bench").collect();
+    let smoke = args.iter().any(|a| a == "--smoke");
+    let limit = Duration::from_secs(if smoke { 30 } else { 120 });
+    if let Some(i) = args.iter().position(|a| a == "--case") {
+        let idx: usize = args[i + 1].parse().expect("case index");
+        println!("{}", run_case(&cases(smoke)[idx], limit));
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--latency") {
+        println!("{}", run_latency(args[i + 1].parse().expect("services")));
+        return;
+    }
+    if !common::kernel_available() {
+        eprintln!("the scale benchmark needs root, nft and ip netns");
+        std::process::exit(1);
+    }
+    let mode: Vec<String> = if smoke { vec!["--smoke".into()] } else { vec![] };
+    let mut results = Vec::new();
+    for idx in 0..cases(smoke).len() {
+        let mut a = mode.clone();
+        a.extend(["--case".to_string(), idx.to_string()]);
+        let r = in_child(&a);
+        report::print_case(&r);
+        results.push(r);
+    }
+    let sizes: &[u32] = if smoke { &[100, 1000] } else { &[100, 30_000] };
+    let latency: Vec<Value> =
+        sizes.iter().map(|n| in_child(&[mode.clone(), vec!["--latency".into(), n.to_string()]].concat())).collect();
+    report::finish(&results, &latency);
+}

@@ -1,0 +1,73 @@
+//! Printing and saving the benchmark's results.
+
+use serde_json::{Value, json};
+
+fn f(v: &Value) -> String {
+    match v.as_f64() {
+        Some(x) => format!("{x:.1}"),
+        None => "-".into(),
+    }
+}
+
+fn ratio(up: &Value, ours: &Value) -> String {
+    match (up.as_f64(), ours.as_f64()) {
+        (Some(u), Some(o)) if o > 0.0 => format!("{:.0}x", u / o),
+        (None, Some(o)) if o > 0.0 => format!(">{:.0}x", 1.0),
+        _ => "-".into(),
+    }
+}
+
+/// One progress line per case, as it finishes.
+pub fn print_case(r: &Value) {
+    eprintln!("done: {} (full sync {} ms)", r["case"].as_str().unwrap_or("?"), f(&r["full_first_ms"]));
+}
+
+const HEADER: &str = "case,render_ms,full_first_ms,full_replace_ms,partial1_ms,partial1_lines,partial100_ms,partial100_lines,proxy_rss_mb,nft_rss_mb,upstream_ga_ms,upstream_newest_ms";
+
+fn row(r: &Value) -> Vec<String> {
+    vec![
+        r["case"].as_str().unwrap_or("?").to_string(),
+        f(&r["render_ms"]),
+        f(&r["full_first_ms"]),
+        f(&r["full_replace_ms"]),
+        f(&r["partial_1"]["total_ms"]),
+        r["partial_1"]["lines"].to_string(),
+        f(&r["partial_100"]["total_ms"]),
+        r["partial_100"]["lines"].to_string(),
+        f(&r["proxy_rss_mb"]),
+        f(&r["nft_rss_mb"]),
+        f(&r["upstream_ga_ms"]),
+        f(&r["upstream_newest_ms"]),
+    ]
+}
+
+/// Prints the table and the targets, and writes CSV and JSON under `target/bench/`.
+pub fn finish(results: &[Value], latency: &[Value]) {
+    println!("| {} | GA / ours | newest / ours |", HEADER.replace(',', " | "));
+    println!("|{}", "---|".repeat(HEADER.split(',').count() + 2));
+    for r in results {
+        let ours = &r["full_replace_ms"];
+        println!(
+            "| {} | {} | {} |",
+            row(r).join(" | "),
+            ratio(&r["upstream_ga_ms"], ours),
+            ratio(&r["upstream_newest_ms"], ours)
+        );
+    }
+    println!(
+        "\nupstream loads are cut at {} s (`-` = did not finish)",
+        results.first().map(|r| r["upstream_limit_s"].clone()).unwrap_or_default()
+    );
+    println!("\n| services | connect median µs | connect p99 µs |\n|---|---|---|");
+    for l in latency {
+        println!("| {} | {} | {} |", l["services"], f(&l["median_us"]), f(&l["p99_us"]));
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    std::fs::create_dir_all(&dir).expect("target/bench");
+    let csv: Vec<String> =
+        std::iter::once(HEADER.to_string()).chain(results.iter().map(|r| row(r).join(","))).collect();
+    std::fs::write(dir.join("scale.csv"), csv.join("\n") + "\n").expect("csv");
+    let all = json!({"cases": results, "latency": latency});
+    std::fs::write(dir.join("scale.json"), serde_json::to_string_pretty(&all).expect("json")).expect("json");
+    println!("\nwritten: target/bench/scale.csv, target/bench/scale.json");
+}
