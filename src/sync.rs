@@ -138,7 +138,8 @@ fn sync_once(st: &mut State, cfg: &Config, periods: &Periods, applier: &mut Appl
         Ok(report) => {
             let lines = report.script.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count();
             if report.kind != SyncKind::Unchanged {
-                log::info!("{:?} sync: {lines} lines in {:?}", report.kind, end - started);
+                let via = if report.netlink { " (netlink)" } else { "" };
+                log::info!("{:?} sync{via}: {lines} lines in {:?}", report.kind, end - started);
             }
             if matches!(report.kind, SyncKind::Full | SyncKind::Staged) {
                 st.last_full = end;

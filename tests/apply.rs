@@ -333,3 +333,57 @@ fn a_big_first_sync_builds_the_tables_before_attaching_hooks() {
     let (_, again) = sync(&c.node, applier, &objects, true);
     assert_eq!(again.unwrap().kind, SyncKind::Full);
 }
+
+/// The desired ruleset of a golden case, rendered from its manifests and flags.
+fn golden_ruleset(case: &common::Case) -> kube_nftproxy::render::Ruleset {
+    let mut argv = vec!["kube-nftproxy".to_string(), "--hostname-override=node-a".to_string()];
+    argv.extend(case.args.iter().cloned());
+    let cfg = Config::from_flags(&Flags::parse_from(argv)).unwrap();
+    let loaded = kube_nftproxy::manifests::load(&case.dir.join("manifests.yaml")).unwrap();
+    let mut model = Model::default();
+    for obj in &loaded.objects {
+        let _ = model.apply(obj, "node-a");
+    }
+    kube_nftproxy::render::render(&model, &cfg).unwrap()
+}
+
+#[test]
+fn elements_sent_over_netlink_list_like_elements_sent_by_nft() {
+    if !kernel_available() {
+        return;
+    }
+    for case in common::golden_cases() {
+        let desired = golden_ruleset(&case);
+        let mut bare = desired.clone();
+        for t in &mut bare.tables {
+            t.elements.retain(|map, _| !kube_nftproxy::nft::wire::encodable(map));
+        }
+        let by_text = Netns::new("text");
+        by_text.nft_apply(&kube_nftproxy::render::full_sync_script(&desired, "node-a").unwrap()).unwrap();
+        let by_netlink = Netns::new("netlink");
+        let applier = Applier::new("node-a", Arc::new(OwnPids::default()));
+        let (applier, first) = sync_ruleset(&by_netlink, applier, bare);
+        first.unwrap();
+        let (_, second) = sync_ruleset(&by_netlink, applier, desired);
+        let report = second.unwrap();
+        assert!(report.netlink, "{}: elements did not go over netlink", case.name);
+        assert_eq!(
+            by_netlink.nft(&["list", "ruleset"]),
+            by_text.nft(&["list", "ruleset"]),
+            "{}: the kernel holds different elements after the netlink path",
+            case.name
+        );
+    }
+}
+
+fn sync_ruleset(
+    ns: &Netns,
+    applier: Applier,
+    desired: kube_nftproxy::render::Ruleset,
+) -> (Applier, Result<kube_nftproxy::nft::SyncReport, String>) {
+    in_netns(&ns.name, move || {
+        let mut applier = applier;
+        let r = applier.sync(desired, false).map_err(|e| e.to_string());
+        (applier, r)
+    })
+}

@@ -80,7 +80,7 @@ fn partial(node: &mut Node, case: &Case, model: &mut Model, cfg: &Config, range:
     let render_ms = ms(start.elapsed());
     let (r, took) = node.sync(rs, false);
     json!({"total_ms": ms(start.elapsed()), "render_ms": render_ms, "apply_ms": ms(took),
-           "kind": format!("{:?}", r.kind), "lines": r.script.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count(),
+           "kind": format!("{:?}", r.kind), "netlink": r.netlink, "lines": r.script.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count(),
            "bytes": r.script.len()})
 }
 
@@ -104,6 +104,9 @@ fn run_case(case: &Case, upstream_limit: Duration) -> Value {
     let proxy_rss = measure::peak_rss_mb(false);
     drop(node);
     let up = |shape| {
+        if upstream_limit.is_zero() {
+            return None;
+        }
         let ns = common::Netns::new("upstream");
         measure::nft_load(&ns, &upstream::script(case, shape), upstream_limit).map(ms)
     };
@@ -151,7 +154,15 @@ fn main() {
     }
     let args: Vec<String> = all.into_iter().filter(|a| a != "--bench").collect();
     let smoke = args.iter().any(|a| a == "--smoke");
-    let limit = Duration::from_secs(if smoke { 30 } else { 120 });
+    // --only-ours skips upstream's shapes (a quick look at our own figures).
+    let only_ours = args.iter().any(|a| a == "--only-ours");
+    let limit = Duration::from_secs(if only_ours {
+        0
+    } else if smoke {
+        30
+    } else {
+        120
+    });
     if let Some(i) = args.iter().position(|a| a == "--case") {
         let idx: usize = args[i + 1].parse().expect("case index");
         println!("{}", run_case(&cases(smoke)[idx], limit));
@@ -165,7 +176,10 @@ fn main() {
         eprintln!("the scale benchmark needs root, nft and ip netns");
         std::process::exit(1);
     }
-    let mode: Vec<String> = if smoke { vec!["--smoke".into()] } else { vec![] };
+    let mut mode: Vec<String> = if smoke { vec!["--smoke".into()] } else { vec![] };
+    if only_ours {
+        mode.push("--only-ours".into());
+    }
     let mut results = Vec::new();
     for idx in 0..cases(smoke).len() {
         let mut a = mode.clone();

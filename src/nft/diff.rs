@@ -30,6 +30,16 @@ pub struct TableDiff<'a> {
 }
 
 impl TableDiff<'_> {
+    /// Whether only elements changed, all in maps the netlink path can write.
+    pub fn elements_only(&self) -> bool {
+        self.new_sets.is_empty()
+            && self.new_chains.is_empty()
+            && self.rewrite.is_empty()
+            && self.stale.is_empty()
+            && self.delete_sets.is_empty()
+            && self.delete_elements.keys().chain(self.add_elements.keys()).all(super::wire::encodable)
+    }
+
     /// Whether nothing changed.
     pub fn is_empty(&self) -> bool {
         self.new_sets.is_empty()
@@ -102,6 +112,22 @@ fn diff_elements<'a>(old: &'a Table, new: &'a Table, d: &mut TableDiff<'a>) {
             }
         }
     }
+}
+
+/// The element changes of `diffs` as one netlink batch (deletions first, as in the script).
+pub fn element_batch(diffs: &[TableDiff<'_>], families: &[Family]) -> Vec<u8> {
+    let mut batch = super::wire::Batch::new();
+    for (d, family) in diffs.iter().zip(families) {
+        for (map, keys) in &d.delete_elements {
+            let elems: Vec<(&Key, &Value)> = keys.iter().map(|k| (*k, &Value::None)).collect();
+            batch.elements(*family, crate::render::TABLE_NAME, map, false, &elems);
+        }
+        for (map, entries) in &d.add_elements {
+            let elems: Vec<(&Key, &Value)> = entries.iter().map(|(k, v)| (*k, *v)).collect();
+            batch.elements(*family, crate::render::TABLE_NAME, map, true, &elems);
+        }
+    }
+    batch.finish()
 }
 
 /// Renders the partial-sync transaction for all tables.

@@ -6,6 +6,7 @@ mod diff;
 pub mod exec;
 pub mod guard;
 pub mod netlink;
+pub mod wire;
 
 use crate::model::Family;
 use crate::render::{self, RenderError, Ruleset, TABLE_NAME};
@@ -65,6 +66,8 @@ pub enum SyncKind {
 pub struct SyncReport {
     /// Kind of transaction.
     pub kind: SyncKind,
+    /// Sent as one netlink batch of elements rather than through `nft`.
+    pub netlink: bool,
     /// The script sent (for a staged sync, both parts).
     pub script: String,
     /// Stale chains deleted before it.
@@ -90,7 +93,17 @@ impl OwnPids {
     pub fn contains(&self, pid: u32) -> bool {
         self.0.lock().map(|v| v.contains(&pid)).unwrap_or(false)
     }
+
+    /// Remembers the calling thread, which is about to commit over netlink itself (the
+    /// kernel names the committing thread, not the process).
+    pub fn add_current_thread(&self) {
+        // SAFETY: gettid has no preconditions.
+        self.add(unsafe { libc::gettid() } as u32);
+    }
 }
+
+/// A partial transaction: its `nft` text, and a netlink batch when it is elements only.
+type Partial = (String, Option<Vec<u8>>);
 
 /// Applies desired rulesets and remembers what the kernel holds.
 pub struct Applier {
@@ -143,15 +156,24 @@ impl Applier {
         if full || !partial_possible {
             return self.full(desired, deleted_chains);
         }
-        let Some(script) = self.partial_script(desired)? else {
-            return Ok(SyncReport { kind: SyncKind::Unchanged, script: String::new(), deleted_chains });
+        let Some((script, batch)) = self.partial(desired)? else {
+            let script = String::new();
+            return Ok(SyncReport { kind: SyncKind::Unchanged, netlink: false, script, deleted_chains });
         };
-        self.apply(&script)?;
-        Ok(SyncReport { kind: SyncKind::Partial, script, deleted_chains })
+        let netlink = batch.is_some();
+        match batch {
+            Some(batch) => {
+                self.own.add_current_thread();
+                wire::send(&batch)?
+            }
+            None => self.apply(&script)?,
+        }
+        Ok(SyncReport { kind: SyncKind::Partial, netlink, script, deleted_chains })
     }
 
-    /// The partial transaction, or `None` when nothing changed.
-    fn partial_script(&self, desired: &Ruleset) -> Result<Option<String>, NftError> {
+    /// The partial transaction as `nft` text, and as a netlink batch when only elements
+    /// changed; `None` when nothing changed.
+    fn partial(&self, desired: &Ruleset) -> Result<Option<Partial>, NftError> {
         let Some(old) = &self.applied else { return Ok(None) };
         let diffs: Vec<_> = old
             .tables
@@ -166,7 +188,9 @@ impl Applier {
         if diffs.iter().all(diff::TableDiff::is_empty) {
             return Ok(None);
         }
-        Ok(Some(diff::partial_script(diffs)?))
+        let families: Vec<Family> = desired.tables.iter().map(|t| t.family).collect();
+        let batch = diffs.iter().all(diff::TableDiff::elements_only).then(|| diff::element_batch(&diffs, &families));
+        Ok(Some((diff::partial_script(diffs)?, batch)))
     }
 
     fn full(&mut self, desired: &Ruleset, deleted_chains: usize) -> Result<SyncReport, NftError> {
@@ -175,11 +199,11 @@ impl Applier {
             let (build, attach) = render::staged_full_sync_scripts(desired, &self.node)?;
             self.apply(&build)?;
             self.apply(&attach)?;
-            return Ok(SyncReport { kind: SyncKind::Staged, script: build + &attach, deleted_chains });
+            return Ok(SyncReport { kind: SyncKind::Staged, netlink: false, script: build + &attach, deleted_chains });
         }
         let script = render::full_sync_script(desired, &self.node)?;
         self.apply(&script)?;
-        Ok(SyncReport { kind: SyncKind::Full, script, deleted_chains })
+        Ok(SyncReport { kind: SyncKind::Full, netlink: false, script, deleted_chains })
     }
 
     fn tables_exist(&self) -> Result<bool, NftError> {
