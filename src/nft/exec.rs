@@ -33,20 +33,6 @@ pub fn apply(script: &str, on_spawn: &dyn Fn(u32)) -> Result<(), NftError> {
     Err(NftError::Rejected { message, line })
 }
 
-/// Runs `nft` with arguments and returns stdout.
-pub fn run(args: &[&str]) -> Result<String, NftError> {
-    let out = Command::new(nft_binary())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|source| NftError::Spawn { nft: nft_binary(), source })?;
-    if !out.status.success() {
-        let message = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        return Err(NftError::Rejected { message, line: None });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// The script line nft's first error points at (`/dev/stdin:LINE:COL…: Error: …`).
 fn failing_line(message: &str) -> Option<usize> {
     message.lines().find_map(|l| {

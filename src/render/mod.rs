@@ -13,7 +13,7 @@ mod ruleset;
 mod service;
 mod templates;
 
-pub use templates::FamilyWords as Words;
+pub use templates::FamilyWords;
 
 pub use ruleset::{Entry, Fixed, Key, MapName, Ruleset, Scope, Table, Value};
 
@@ -24,7 +24,7 @@ use askama::Template;
 use ipnet::IpNet;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
-use templates::{AttachHooks, EndpointMapDecl, FamilyWords, FullSync, LbChain, TableView};
+use templates::{AttachHooks, EndpointMapDecl, FullSync, LbChain, TableView};
 
 /// Rendering failed; only a template that cannot be written out does that.
 #[derive(Debug, thiserror::Error)]
