@@ -41,19 +41,14 @@ fn web(c: &Cluster, pods: &[&str]) -> Vec<Value> {
     vec![service("web", spec, json!({})), slice("web", false, "TCP", eps)]
 }
 
-/// Runs a sync with the applier inside the node's namespace.
+/// Runs a sync of `objects` with the applier inside the node's namespace.
 fn sync(
     ns: &Netns,
     applier: Applier,
     objects: &[Value],
     full: bool,
 ) -> (Applier, Result<kube_nftproxy::nft::SyncReport, String>) {
-    let desired = ruleset(objects);
-    in_netns(&ns.name, move || {
-        let mut applier = applier;
-        let r = applier.sync(desired, full).map_err(|e| e.to_string());
-        (applier, r)
-    })
+    sync_ruleset(ns, applier, ruleset(objects), full)
 }
 
 fn who(ns: &Netns, dst: &str) -> String {
@@ -362,9 +357,9 @@ fn elements_sent_over_netlink_list_like_elements_sent_by_nft() {
         by_text.nft_apply(&kube_nftproxy::render::full_sync_script(&desired, "node-a").unwrap()).unwrap();
         let by_netlink = Netns::new("netlink");
         let applier = Applier::new("node-a", Arc::new(OwnPids::default()));
-        let (applier, first) = sync_ruleset(&by_netlink, applier, bare);
+        let (applier, first) = sync_ruleset(&by_netlink, applier, bare, false);
         first.unwrap();
-        let (_, second) = sync_ruleset(&by_netlink, applier, desired);
+        let (_, second) = sync_ruleset(&by_netlink, applier, desired, false);
         let report = second.unwrap();
         assert!(report.netlink, "{}: elements did not go over netlink", case.name);
         assert_eq!(
@@ -376,14 +371,16 @@ fn elements_sent_over_netlink_list_like_elements_sent_by_nft() {
     }
 }
 
+/// Runs a sync of `desired` with the applier inside `ns`.
 fn sync_ruleset(
     ns: &Netns,
     applier: Applier,
     desired: kube_nftproxy::render::Ruleset,
+    full: bool,
 ) -> (Applier, Result<kube_nftproxy::nft::SyncReport, String>) {
     in_netns(&ns.name, move || {
         let mut applier = applier;
-        let r = applier.sync(desired, false).map_err(|e| e.to_string());
+        let r = applier.sync(desired, full).map_err(|e| e.to_string());
         (applier, r)
     })
 }
