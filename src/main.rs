@@ -54,6 +54,9 @@ fn dry_run(flags: &Flags) -> anyhow::Result<()> {
         }
     }
     let ruleset = render::render(&model, &cfg)?;
+    for w in ruleset.warnings() {
+        log::warn!("{w}");
+    }
     let script = render::full_sync_script(&ruleset, &cfg.node_name)?;
     std::io::stdout().lock().write_all(script.as_bytes()).context("writing the ruleset")?;
     Ok(())

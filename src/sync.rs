@@ -44,6 +44,8 @@ struct State {
     last_full: Instant,
     retry_at: Option<Instant>,
     backoff: Duration,
+    /// Rendering warnings already reported, so each is logged once, not on every sync.
+    reported: std::collections::BTreeSet<String>,
 }
 
 /// Runs until `Shutdown` arrives or every sender is gone.
@@ -58,6 +60,7 @@ pub fn run(rx: Receiver<Msg>, cfg: &Config, periods: Periods, mut applier: Appli
         last_full: now,
         retry_at: None,
         backoff: periods.min_sync,
+        reported: std::collections::BTreeSet::new(),
     };
     loop {
         let wait = next_wake(&st, &periods).saturating_duration_since(Instant::now());
@@ -129,9 +132,14 @@ fn sync_once(st: &mut State, cfg: &Config, periods: &Periods, applier: &mut Appl
         Ok(addrs) => st.model.host_addresses = addrs,
         Err(e) => log::warn!("reading interface addresses: {e}"),
     }
-    let result = render::render(&st.model, cfg)
-        .map_err(crate::nft::NftError::from)
-        .and_then(|ruleset| applier.sync(ruleset, st.force_full));
+    let result = render::render(&st.model, cfg).map_err(crate::nft::NftError::from).and_then(|ruleset| {
+        let now: std::collections::BTreeSet<String> = ruleset.warnings().cloned().collect();
+        for w in now.difference(&st.reported) {
+            log::warn!("{w}");
+        }
+        st.reported = now;
+        applier.sync(ruleset, st.force_full)
+    });
     let end = Instant::now();
     st.next_allowed = end + periods.min_sync;
     match result {

@@ -209,12 +209,19 @@ fn manifest_changes_restart_and_cleanup() {
         return;
     }
     let c = Cluster::new(2, 0);
-    let manifests = write_manifests(&c, web(&c, &["pod-1"]));
+    // A second service claiming web's ClusterIP and port is warned about, once per daemon
+    // run rather than on every sync.
+    let copycat = || {
+        let spec =
+            json!({"clusterIP": "172.30.0.40", "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
+        service("zz-copycat", spec, json!({}))
+    };
+    let manifests = write_manifests(&c, [web(&c, &["pod-1"]), vec![copycat()]].concat());
     let first = daemon(&c.node, &manifests);
     assert!(wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some());
 
     // The daemon follows the manifests on disk.
-    write_manifests(&c, web(&c, &["pod-2"]));
+    write_manifests(&c, [web(&c, &["pod-2"]), vec![copycat()]].concat());
     let took = wait_for(Duration::from_secs(5), || who(&c.client, "172.30.0.40:80") == "pod-2");
     assert!(took.is_some(), "the daemon did not apply the changed manifests");
 
@@ -252,6 +259,8 @@ fn manifest_changes_restart_and_cleanup() {
         assert!(out.status.success(), "--cleanup failed: {}", String::from_utf8_lossy(&out.stderr));
     }
     assert_eq!(c.node.nft(&["list", "ruleset"]).trim(), "", "--cleanup left rules behind");
+    let log = std::fs::read_to_string(manifests.with_extension("log")).unwrap_or_default();
+    assert_eq!(log.matches("already used by").count(), 2, "one conflict warning per daemon run:\n{log}");
     let _ = std::fs::remove_file(manifests.with_extension("log"));
     std::fs::remove_file(manifests).unwrap();
 }

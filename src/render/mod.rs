@@ -65,7 +65,8 @@ enum NodePorts {
 }
 
 impl NodePorts {
-    fn resolve(cfg: &NodePortAddresses, model: &Model, family: Family) -> NodePorts {
+    /// The NodePort addresses of one family, and warnings about addresses left out.
+    fn resolve(cfg: &NodePortAddresses, model: &Model, family: Family) -> (NodePorts, Vec<String>) {
         let node = model.node.as_ref();
         let mut addrs: Vec<IpAddr> = node.map(|n| n.addresses.clone()).unwrap_or_default();
         if let NodePortAddresses::Cidrs(_) = cfg {
@@ -77,21 +78,22 @@ impl NodePorts {
         }
         let of_family = addrs.into_iter().filter(|ip| Family::of(ip) == family);
         let chosen: Vec<IpAddr> = match cfg {
-            NodePortAddresses::All => return NodePorts::All,
+            NodePortAddresses::All => return (NodePorts::All, Vec::new()),
             NodePortAddresses::Primary => of_family.take(1).collect(),
             NodePortAddresses::Cidrs(cidrs) => {
                 let mine: Vec<&IpNet> = cidrs.iter().filter(|c| Family::of(&c.addr()) == family).collect();
                 if mine.iter().any(|c| c.prefix_len() == 0) {
-                    return NodePorts::All;
+                    return (NodePorts::All, Vec::new());
                 }
                 of_family.filter(|ip| mine.iter().any(|c| c.contains(ip))).collect()
             }
         };
         let (loopback, usable): (Vec<IpAddr>, Vec<IpAddr>) = chosen.into_iter().partition(IpAddr::is_loopback);
-        for ip in loopback {
-            log::warn!("not serving NodePorts on {ip}: localhost NodePorts are not supported");
-        }
-        NodePorts::Ips(usable)
+        let warnings = loopback
+            .iter()
+            .map(|ip| format!("not serving NodePorts on {ip}: localhost NodePorts are not supported"))
+            .collect();
+        (NodePorts::Ips(usable), warnings)
     }
 
     fn enabled(&self) -> bool {
@@ -108,26 +110,31 @@ struct FamilyContext<'a> {
     pod_cidrs: Vec<IpNet>,
     nodeports: NodePorts,
     node: Option<&'a NodeInfo>,
+    /// Warnings found while preparing, handed to the table.
+    warnings: Vec<String>,
 }
 
 /// Renders the desired state of both tables.
 pub fn render(model: &Model, cfg: &Config) -> Result<Ruleset, RenderError> {
-    if model.node.is_none() {
-        log::warn!("Node {:?} not found: no NodePort addresses and no zone for topology", cfg.node_name);
-    }
     let tables = Family::ALL.iter().map(|f| render_table(model, &context(model, cfg, *f))).collect::<Result<_, _>>()?;
     Ok(Ruleset { tables })
 }
 
 fn context<'a>(model: &'a Model, cfg: &'a Config, family: Family) -> FamilyContext<'a> {
+    let (nodeports, mut warnings) = NodePorts::resolve(&cfg.nodeport_addresses, model, family);
+    if model.node.is_none() && family == Family::V4 {
+        warnings
+            .insert(0, format!("Node {:?} not found: no NodePort addresses and no zone for topology", cfg.node_name));
+    }
     FamilyContext {
         family,
         words: words(family),
         cfg,
         mark: format!("{:#x}", cfg.masquerade_mark),
         pod_cidrs: cfg.cluster_cidrs.iter().filter(|c| Family::of(&c.addr()) == family).copied().collect(),
-        nodeports: NodePorts::resolve(&cfg.nodeport_addresses, model, family),
+        nodeports,
         node: model.node.as_ref(),
+        warnings,
     }
 }
 

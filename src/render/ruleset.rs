@@ -140,12 +140,21 @@ pub struct Table {
     pub affinity_sets: BTreeMap<String, u32>,
     /// Elements of the named sets and maps.
     pub elements: BTreeMap<MapName, BTreeMap<Key, Entry>>,
+    /// What rendering had to leave out, and why (for the caller to report).
+    pub warnings: Vec<String>,
 }
 
 impl Table {
     /// An empty table of a family.
     pub fn new(family: Family, fixed: Fixed) -> Table {
-        Table { family, fixed, chains: BTreeMap::new(), affinity_sets: BTreeMap::new(), elements: BTreeMap::new() }
+        Table {
+            family,
+            fixed,
+            chains: BTreeMap::new(),
+            affinity_sets: BTreeMap::new(),
+            elements: BTreeMap::new(),
+            warnings: Vec::new(),
+        }
     }
 
     /// Adds an element. If another service port already holds the key with a different value,
@@ -158,7 +167,9 @@ impl Table {
             }
             Some(e) if e.value == value => {}
             Some(e) => {
-                log::warn!("{owner}: {map} element {key:?} is already used by {}; keeping {}'s", e.owner, e.owner)
+                let first = e.owner.clone();
+                self.warnings
+                    .push(format!("{owner}: {map} element {key:?} is already used by {first}; keeping {first}'s"));
             }
         }
     }
@@ -169,4 +180,11 @@ impl Table {
 pub struct Ruleset {
     /// Tables, IPv4 first.
     pub tables: Vec<Table>,
+}
+
+impl Ruleset {
+    /// Everything rendering left out, with the reason, in table order.
+    pub fn warnings(&self) -> impl Iterator<Item = &String> {
+        self.tables.iter().flat_map(|t| t.warnings.iter())
+    }
 }

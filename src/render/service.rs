@@ -41,7 +41,9 @@ impl<'a> Builder<'a> {
             pod_cidrs: ctx.pod_cidrs.clone(),
             nodeport_all: ctx.nodeports == NodePorts::All,
         };
-        Builder { ctx, table: Table::new(ctx.family, fixed), lb: LbSet::new(), frontends: BTreeMap::new() }
+        let mut table = Table::new(ctx.family, fixed);
+        table.warnings.clone_from(&ctx.warnings);
+        Builder { ctx, table, lb: LbSet::new(), frontends: BTreeMap::new() }
     }
 
     /// Claims a frontend for a service port. The first claimant keeps it and a later one is
@@ -59,7 +61,8 @@ impl<'a> Builder<'a> {
                     Key::IpProtoPort(ip, proto, port) => format!("{ip} port {port}/{proto}"),
                     other => format!("{other:?}"),
                 };
-                log::warn!("skipping {what} for {owner}: already used by {first}");
+                let message = format!("skipping {what} for {owner}: already used by {first}");
+                self.table.warnings.push(message);
                 false
             }
         }
