@@ -132,7 +132,9 @@ fn sync_once(st: &mut State, cfg: &Config, periods: &Periods, applier: &mut Appl
         Ok(addrs) => st.model.host_addresses = addrs,
         Err(e) => log::warn!("reading interface addresses: {e}"),
     }
-    let result = render::render(&st.model, cfg).map_err(crate::nft::NftError::from).and_then(|ruleset| {
+    let previous = applier.applied();
+    let rendered = render::render_after(&st.model, cfg, previous).map_err(crate::nft::NftError::from);
+    let result = rendered.and_then(|ruleset| {
         let now: std::collections::BTreeSet<String> = ruleset.warnings().cloned().collect();
         for w in now.difference(&st.reported) {
             log::warn!("{w}");

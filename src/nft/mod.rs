@@ -119,6 +119,12 @@ impl Applier {
         Applier { node: node.to_string(), applied: None, stale: BTreeMap::new(), own }
     }
 
+    /// What the kernel holds as far as this applier knows (`None` before the first sync and
+    /// after a failure).
+    pub fn applied(&self) -> Option<&Ruleset> {
+        self.applied.as_ref()
+    }
+
     /// Forgets what was applied, so the next sync is full.
     pub fn invalidate(&mut self) {
         self.applied = None;

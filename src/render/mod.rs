@@ -112,15 +112,30 @@ struct FamilyContext<'a> {
     node: Option<&'a NodeInfo>,
     /// Warnings found while preparing, handed to the table.
     warnings: Vec<String>,
+    /// The table applied before, whose endpoint slots are kept where possible.
+    previous: Option<&'a Table>,
 }
 
 /// Renders the desired state of both tables.
 pub fn render(model: &Model, cfg: &Config) -> Result<Ruleset, RenderError> {
-    let tables = Family::ALL.iter().map(|f| render_table(model, &context(model, cfg, *f))).collect::<Result<_, _>>()?;
+    render_after(model, cfg, None)
+}
+
+/// Renders the desired state of both tables, keeping each endpoint in the map slot it had in
+/// `previous` where it still exists, so that one endpoint changing changes one slot rather
+/// than shifting all the service's others (the transaction stays proportional to the change).
+pub fn render_after(model: &Model, cfg: &Config, previous: Option<&Ruleset>) -> Result<Ruleset, RenderError> {
+    let tables = Family::ALL
+        .iter()
+        .map(|f| {
+            let prev = previous.and_then(|r| r.tables.iter().find(|t| t.family == *f));
+            render_table(model, &context(model, cfg, *f, prev))
+        })
+        .collect::<Result<_, _>>()?;
     Ok(Ruleset { tables })
 }
 
-fn context<'a>(model: &'a Model, cfg: &'a Config, family: Family) -> FamilyContext<'a> {
+fn context<'a>(model: &'a Model, cfg: &'a Config, family: Family, previous: Option<&'a Table>) -> FamilyContext<'a> {
     let (nodeports, mut warnings) = NodePorts::resolve(&cfg.nodeport_addresses, model, family);
     if model.node.is_none() && family == Family::V4 {
         warnings
@@ -135,6 +150,7 @@ fn context<'a>(model: &'a Model, cfg: &'a Config, family: Family) -> FamilyConte
         nodeports,
         node: model.node.as_ref(),
         warnings,
+        previous,
     }
 }
 

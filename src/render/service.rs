@@ -7,7 +7,7 @@ use super::{FamilyContext, LbSet, NodePorts, RenderError, lb_chain, render_templ
 use crate::model::{Endpoint, Family, ServicePort};
 use crate::topology::Categorized;
 use ipnet::IpNet;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 /// Where traffic entered: a service IP and port, or a node port.
@@ -225,12 +225,19 @@ impl<'a> Builder<'a> {
         let proto = p.sp.name.protocol;
         let nodeport = matches!(frontend, Frontend::NodePort(_));
         let map = if nodeport { MapName::NodeportEndpoints(scope, proto) } else { MapName::Endpoints(scope, proto) };
-        for (slot, ep) in (0u32..).zip(eps) {
-            let key = match frontend {
-                Frontend::Ip(ip, port) => Key::IpSlot(ip, port, slot),
-                Frontend::NodePort(port) => Key::PortSlot(port, slot),
-            };
-            self.table.insert(map, key, Value::Endpoint(ep.ip, ep.port), &p.owner);
+        let slot_key = |slot: u32| match frontend {
+            Frontend::Ip(ip, port) => Key::IpSlot(ip, port, slot),
+            Frontend::NodePort(port) => Key::PortSlot(port, slot),
+        };
+        let previous = self.ctx.previous.and_then(|t| t.elements.get(&map));
+        let old: Vec<(IpAddr, u16)> = (0u32..)
+            .map_while(|slot| match previous?.get(&slot_key(slot))?.value {
+                Value::Endpoint(ip, port) => Some((ip, port)),
+                _ => None,
+            })
+            .collect();
+        for (slot, (ip, port)) in (0u32..).zip(stable_slots(&old, eps)) {
+            self.table.insert(map, slot_key(slot), Value::Endpoint(ip, port), &p.owner);
         }
         self.lb.insert((scope, nodeport, proto, eps.len()));
         Ok(Some(names::lb_chain(scope, nodeport, proto, eps.len())))
@@ -266,6 +273,22 @@ impl<'a> Builder<'a> {
         }
         Ok(self.table)
     }
+}
+
+/// Assigns `eps` to slots `0..eps.len()`: an endpoint keeps its slot from `old` when it is
+/// still there and the slot still exists; the others fill the free slots in sorted order.
+fn stable_slots(old: &[(IpAddr, u16)], eps: &[Endpoint]) -> Vec<(IpAddr, u16)> {
+    let wanted: Vec<(IpAddr, u16)> = eps.iter().map(|e| (e.ip, e.port)).collect();
+    let wanted_set: BTreeSet<(IpAddr, u16)> = wanted.iter().copied().collect();
+    let mut placed = BTreeSet::new();
+    let mut slots: Vec<Option<(IpAddr, u16)>> = vec![None; wanted.len()];
+    for (slot, ep) in old.iter().enumerate().take(wanted.len()) {
+        if wanted_set.contains(ep) && placed.insert(*ep) {
+            slots[slot] = Some(*ep);
+        }
+    }
+    let mut rest = wanted.iter().filter(|ep| !placed.contains(*ep));
+    slots.into_iter().filter_map(|s| s.or_else(|| rest.next().copied())).collect()
 }
 
 /// Drops ranges contained in another, since an interval set may not hold overlapping ranges.

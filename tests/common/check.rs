@@ -1,9 +1,9 @@
 //! Probing helpers for data-plane tests: send from a namespace, assert where it landed.
 
 use super::Netns;
-use super::cluster::{Cluster, endpoint, service, slice};
+use super::cluster::{Cluster, ECHO_PORT, endpoint, service, slice};
 use super::net::{Probe, Proto, Reply, in_netns, probe};
-use serde_json::json;
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -40,6 +40,19 @@ pub fn spread(ns: &Netns, dst: &str, n: usize) -> BTreeMap<String, usize> {
 
 /// The `web` service with `spec` and endpoints on `pods`.
 pub fn web(c: &Cluster, spec: serde_json::Value, pods: &[&str]) -> Vec<serde_json::Value> {
+    let eps = pods.iter().map(|p| endpoint(c.pod_named(p), false, json!({}))).collect();
+    vec![service("web", spec, json!({})), slice("web", false, "TCP", eps)]
+}
+
+/// Which server answers one TCP connection from `ns` to `dst` (or how it failed).
+pub fn who(ns: &Netns, dst: &str) -> String {
+    let dst = dst.parse().unwrap();
+    in_netns(&ns.name, move || probe(Proto::Tcp, dst, None, Duration::from_secs(2))).who()
+}
+
+/// The `web` service at 172.30.0.40:80 with endpoints on `pods`.
+pub fn web_on(c: &Cluster, pods: &[&str]) -> Vec<Value> {
+    let spec = json!({"clusterIP": "172.30.0.40", "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
     let eps = pods.iter().map(|p| endpoint(c.pod_named(p), false, json!({}))).collect();
     vec![service("web", spec, json!({})), slice("web", false, "TCP", eps)]
 }
