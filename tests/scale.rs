@@ -36,8 +36,8 @@ fn thirty_thousand_services_then_partial_syncs_leave_exactly_the_expected_elemen
         for i in changed {
             model.apply(&synth::slice(&case, i, 1), "node-a").unwrap();
         }
-        let desired = render::render(&model, &cfg).unwrap();
         let a = applier.take().unwrap();
+        let desired = render::render_after(&model, &cfg, a.applied()).unwrap();
         let (a, kind) = in_netns(&ns.name, move || {
             let mut a = a;
             let r = a.sync(desired, false).map(|r| r.kind).map_err(|e| e.to_string());
@@ -47,5 +47,6 @@ fn thirty_thousand_services_then_partial_syncs_leave_exactly_the_expected_elemen
         kinds.push(kind.unwrap());
     }
     assert_eq!(kinds, [SyncKind::Staged, SyncKind::Partial, SyncKind::Partial]);
-    verify::verify(&ns, &render::render(&model, &cfg).unwrap());
+    let applier = applier.unwrap();
+    verify::verify(&ns, &render::render_after(&model, &cfg, applier.applied()).unwrap());
 }

@@ -76,7 +76,8 @@ fn partial(node: &mut Node, case: &Case, model: &mut Model, cfg: &Config, range:
     for i in range {
         model.apply(&synth::slice(case, i, 1), "node-a").expect("slice");
     }
-    let rs = render::render(model, cfg).expect("render");
+    let previous = node.applier.as_ref().and_then(Applier::applied);
+    let rs = render::render_after(model, cfg, previous).expect("render");
     let render_ms = ms(start.elapsed());
     let (r, took) = node.sync(rs, false);
     json!({"total_ms": ms(start.elapsed()), "render_ms": render_ms, "apply_ms": ms(took),
@@ -99,7 +100,8 @@ fn run_case(case: &Case, upstream_limit: Duration) -> Value {
     let nft_rss = measure::peak_rss_mb(true);
     let p1 = partial(&mut node, case, &mut model, &cfg, 7..8);
     let p100 = partial(&mut node, case, &mut model, &cfg, 100..200);
-    let expected = render::render(&model, &cfg).expect("render");
+    let previous = node.applier.as_ref().and_then(Applier::applied);
+    let expected = render::render_after(&model, &cfg, previous).expect("render");
     verify::verify(&node.ns, &expected);
     let proxy_rss = measure::peak_rss_mb(false);
     drop(node);
