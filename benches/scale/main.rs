@@ -94,6 +94,11 @@ fn run_case(case: &Case, upstream_limit: Duration) -> Value {
     let t = Instant::now();
     let script = render::full_sync_script(&ruleset, "node-a").expect("script");
     let script_ms = ms(t.elapsed());
+    // KNP_BENCH_DUMP=DIR keeps each case's full-sync script, for looking into nft's costs.
+    if let Some(dir) = std::env::var_os("KNP_BENCH_DUMP") {
+        let file = std::path::Path::new(&dir).join(format!("{}.nft", case.name.replace(' ', "")));
+        std::fs::write(file, &script).expect("dump script");
+    }
     let mut node = Node::new("bench");
     let (first, first_took) = node.sync(ruleset.clone(), false);
     let (_, replace_took) = node.sync(ruleset, true);
