@@ -17,19 +17,19 @@ use crate::model::{Endpoint, ServicePort};
 
 /// The outcome of endpoint selection for one service port.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Categorized {
+pub struct Categorized<'a> {
     /// Endpoints for Cluster traffic policy (empty when the port does not use them).
-    pub cluster: Vec<Endpoint>,
+    pub cluster: Vec<&'a Endpoint>,
     /// This node's endpoints for Local traffic policy (empty when the port does not use them).
-    pub local: Vec<Endpoint>,
+    pub local: Vec<&'a Endpoint>,
     /// Whether any ready or serving-terminating endpoint exists anywhere.
     pub has_any: bool,
 }
 
-impl Categorized {
+impl<'a> Categorized<'a> {
     /// Every endpoint some traffic may reach: the union of cluster and local, sorted.
-    pub fn all_reachable(&self) -> Vec<&Endpoint> {
-        let mut all: Vec<&Endpoint> = self.cluster.iter().chain(self.local.iter()).collect();
+    pub fn all_reachable(&self) -> Vec<&'a Endpoint> {
+        let mut all: Vec<&'a Endpoint> = self.cluster.iter().chain(self.local.iter()).copied().collect();
         all.sort_by_key(|e| (e.ip, e.port));
         all.dedup_by(|a, b| a.ip == b.ip && a.port == b.port);
         all
@@ -44,7 +44,12 @@ enum TopologyMode {
 }
 
 /// Selects the cluster and local endpoints of `sp` as seen from node `node` in `zone`.
-pub fn categorize_endpoints(endpoints: &[Endpoint], sp: &ServicePort, node: &str, zone: Option<&str>) -> Categorized {
+pub fn categorize_endpoints<'a>(
+    endpoints: &'a [Endpoint],
+    sp: &ServicePort,
+    node: &str,
+    zone: Option<&str>,
+) -> Categorized<'a> {
     let mut out = Categorized::default();
     if sp.uses_cluster_endpoints() {
         let mode = topology_mode(endpoints, node, zone);
@@ -66,8 +71,8 @@ pub fn categorize_endpoints(endpoints: &[Endpoint], sp: &ServicePort, node: &str
     out
 }
 
-fn pick(endpoints: &[Endpoint], keep: impl Fn(&Endpoint) -> bool) -> Vec<Endpoint> {
-    endpoints.iter().filter(|e| keep(e)).cloned().collect()
+fn pick(endpoints: &[Endpoint], keep: impl Fn(&Endpoint) -> bool) -> Vec<&Endpoint> {
+    endpoints.iter().filter(|e| keep(e)).collect()
 }
 
 fn topology_mode(endpoints: &[Endpoint], node: &str, zone: Option<&str>) -> TopologyMode {

@@ -52,7 +52,7 @@ struct Case {
     has_any: bool,
 }
 
-fn octets(eps: &[Endpoint]) -> Vec<u8> {
+fn octets(eps: &[&Endpoint]) -> Vec<u8> {
     eps.iter()
         .map(|e| match e.ip {
             IpAddr::V4(v4) => v4.octets()[3],
@@ -294,6 +294,6 @@ fn categorize_endpoints_table() {
 fn all_reachable_is_the_sorted_union() {
     let eps = vec![e(2, "R", "node-a", &[], &[]), e(1, "R", "node-b", &[], &[])];
     let got = categorize_endpoints(&eps, &sp("etp"), "node-a", None);
-    let ips: Vec<u8> = got.all_reachable().iter().map(|e| octets(std::slice::from_ref(*e))[0]).collect();
+    let ips: Vec<u8> = octets(&got.all_reachable());
     assert_eq!(ips, vec![1, 2]);
 }

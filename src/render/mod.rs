@@ -158,7 +158,7 @@ fn render_table(model: &Model, ctx: &FamilyContext) -> Result<Table, RenderError
     let mut b = service::Builder::new(ctx);
     if let NodePorts::Ips(ips) = &ctx.nodeports {
         for ip in ips {
-            b.table.insert(MapName::NodeportIps, Key::Ip(*ip), Value::None, "node");
+            b.table.insert(MapName::NodeportIps, Key::Ip(*ip), Value::None, &std::sync::Arc::from("node"));
         }
     }
     let zone = ctx.node.and_then(|n| n.zone.as_deref());

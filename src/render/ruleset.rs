@@ -8,6 +8,7 @@ use ipnet::IpNet;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// Who uses an endpoint map: traffic balanced over all cluster endpoints or over this node's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -112,8 +113,8 @@ pub enum Value {
 pub struct Entry {
     /// Element value.
     pub value: Value,
-    /// `namespace/name:port` of the owner.
-    pub owner: String,
+    /// `namespace/name:port` of the owner (shared by all of a service port's elements).
+    pub owner: Arc<str>,
 }
 
 /// Settings the fixed part of a table (base chains, `services`, `masquerading`) is written from.
@@ -159,11 +160,11 @@ impl Table {
 
     /// Adds an element. If another service port already holds the key with a different value,
     /// the first one is kept and a warning names both, so one bad Service cannot break the rest.
-    pub fn insert(&mut self, map: MapName, key: Key, value: Value, owner: &str) {
+    pub fn insert(&mut self, map: MapName, key: Key, value: Value, owner: &Arc<str>) {
         let entries = self.elements.entry(map).or_default();
         match entries.get(&key) {
             None => {
-                entries.insert(key, Entry { value, owner: owner.to_string() });
+                entries.insert(key, Entry { value, owner: Arc::clone(owner) });
             }
             Some(e) if e.value == value => {}
             Some(e) => {

@@ -9,6 +9,7 @@ use crate::topology::Categorized;
 use ipnet::IpNet;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// Where traffic entered: a service IP and port, or a node port.
 #[derive(Debug, Clone, Copy)]
@@ -29,9 +30,9 @@ pub(super) struct Builder<'a> {
 /// The facts about one service port that all its frontends share.
 struct Port<'s> {
     sp: &'s ServicePort,
-    owner: String,
+    owner: Arc<str>,
     base: String,
-    cat: &'s Categorized,
+    cat: &'s Categorized<'s>,
 }
 
 impl<'a> Builder<'a> {
@@ -70,12 +71,12 @@ impl<'a> Builder<'a> {
 
     /// Adds everything for one service port in this builder's family; a port without a
     /// ClusterIP of this family is not served in it.
-    pub(super) fn add_service_port(&mut self, sp: &ServicePort, cat: &Categorized) -> Result<(), RenderError> {
+    pub(super) fn add_service_port(&mut self, sp: &ServicePort, cat: &Categorized<'_>) -> Result<(), RenderError> {
         let family = self.ctx.family;
         let Some(cluster_ip) = sp.cluster_ips.iter().copied().find(|ip| Family::of(ip) == family) else {
             return Ok(());
         };
-        let p = Port { sp, owner: sp.name.to_string(), base: names::base(&sp.name, sp.port), cat };
+        let p = Port { sp, owner: Arc::from(sp.name.to_string()), base: names::base(&sp.name, sp.port), cat };
         self.cluster_ip(&p, cluster_ip)?;
         let of_family = |ips: &[IpAddr]| ips.iter().copied().filter(|ip| Family::of(ip) == family).collect::<Vec<_>>();
         let mut external = of_family(&sp.external_ips);
@@ -180,7 +181,7 @@ impl<'a> Builder<'a> {
 
     /// Reject when no endpoint exists anywhere; drop when endpoints exist but policy forbids them.
     fn no_endpoints(&self, p: &Port) -> Value {
-        if p.cat.has_any { Value::Drop(p.owner.clone()) } else { Value::Reject(p.owner.clone()) }
+        if p.cat.has_any { Value::Drop(p.owner.to_string()) } else { Value::Reject(p.owner.to_string()) }
     }
 
     /// LoadBalancer source ranges: only LB IPs, checked before DNAT.
@@ -214,7 +215,7 @@ impl<'a> Builder<'a> {
         p: &Port,
         scope: Scope,
         frontend: Frontend,
-        eps: &[Endpoint],
+        eps: &[&Endpoint],
     ) -> Result<Option<String>, RenderError> {
         if eps.is_empty() {
             return Ok(None);
@@ -244,7 +245,13 @@ impl<'a> Builder<'a> {
     }
 
     /// Session affinity: a balancing chain per scope over per-endpoint chains and client sets.
-    fn affinity_pick(&mut self, p: &Port, scope: Scope, eps: &[Endpoint], timeout: u32) -> Result<String, RenderError> {
+    fn affinity_pick(
+        &mut self,
+        p: &Port,
+        scope: Scope,
+        eps: &[&Endpoint],
+        timeout: u32,
+    ) -> Result<String, RenderError> {
         let chain = names::balance_chain(scope, &p.base);
         if self.table.chains.contains_key(&chain) {
             return Ok(chain);
@@ -277,7 +284,7 @@ impl<'a> Builder<'a> {
 
 /// Assigns `eps` to slots `0..eps.len()`: an endpoint keeps its slot from `old` when it is
 /// still there and the slot still exists; the others fill the free slots in sorted order.
-fn stable_slots(old: &[(IpAddr, u16)], eps: &[Endpoint]) -> Vec<(IpAddr, u16)> {
+fn stable_slots(old: &[(IpAddr, u16)], eps: &[&Endpoint]) -> Vec<(IpAddr, u16)> {
     let wanted: Vec<(IpAddr, u16)> = eps.iter().map(|e| (e.ip, e.port)).collect();
     let wanted_set: BTreeSet<(IpAddr, u16)> = wanted.iter().copied().collect();
     let mut placed = BTreeSet::new();
