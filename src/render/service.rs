@@ -81,13 +81,15 @@ impl<'a> Builder<'a> {
         let of_family = |ips: &[IpAddr]| ips.iter().copied().filter(|ip| Family::of(ip) == family).collect::<Vec<_>>();
         let mut external = of_family(&sp.external_ips);
         let lb_ips = of_family(&sp.load_balancer_ips);
-        self.firewall(&p, &lb_ips);
         for ip in &lb_ips {
             if !external.contains(ip) {
                 external.push(*ip);
             }
         }
-        self.external_ips(&p, &external)?;
+        let claimed = self.external_ips(&p, &external)?;
+        // Source ranges guard only the LB IPs this service port really holds.
+        let guarded: Vec<IpAddr> = lb_ips.into_iter().filter(|ip| claimed.contains(ip)).collect();
+        self.firewall(&p, &guarded);
         if let Some(node_port) = sp.node_port.filter(|_| self.ctx.nodeports.enabled()) {
             self.node_port(&p, node_port)?;
         }
@@ -120,13 +122,16 @@ impl<'a> Builder<'a> {
     }
 
     /// External IPs and LoadBalancer IPs share one chain; each IP has its own endpoint slots.
-    fn external_ips(&mut self, p: &Port, ips: &[IpAddr]) -> Result<(), RenderError> {
+    /// Returns the IPs this service port holds (the others belong to an earlier service).
+    fn external_ips(&mut self, p: &Port, ips: &[IpAddr]) -> Result<Vec<IpAddr>, RenderError> {
         let chain = names::external_chain(&p.base);
+        let mut claimed = Vec::new();
         for ip in ips {
             let key = Key::IpProtoPort(*ip, p.sp.name.protocol, p.sp.port);
             if !self.claim(&key, &p.owner) {
                 continue;
             }
+            claimed.push(*ip);
             if self.external_chain(p, &chain, Frontend::Ip(*ip, p.sp.port))? {
                 self.table.insert(MapName::ServiceIps, key.clone(), Value::Goto(chain.clone()), &p.owner);
             }
@@ -134,7 +139,7 @@ impl<'a> Builder<'a> {
                 self.table.insert(MapName::NoEndpointServices, key, self.no_endpoints(p), &p.owner);
             }
         }
-        Ok(())
+        Ok(claimed)
     }
 
     fn node_port(&mut self, p: &Port, node_port: u16) -> Result<(), RenderError> {
