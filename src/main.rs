@@ -93,7 +93,7 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     let own = Arc::new(OwnPids::default());
     spawn_signal_thread(tx.clone())?;
     let alarms = tx.clone();
-    let guard = guard::spawn(own.clone(), stop.clone(), move |alarm| {
+    let (guard, quiet) = guard::spawn(own.clone(), stop.clone(), move |alarm| {
         let _ = alarms.send(match alarm {
             guard::Alarm::Tampered(why) => Msg::Tampered(why),
             guard::Alarm::Unsure => Msg::Unsure,
@@ -105,7 +105,7 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
         let _ = snapshots.send(Msg::Snapshot(objects));
     })?;
     drop(tx);
-    let applier = Applier::new(&cfg.node_name, own);
+    let applier = Applier::new(&cfg.node_name, own).with_quiet(Arc::new(quiet));
     let sync_cfg = cfg.clone();
     let syncer =
         std::thread::Builder::new().name("sync".into()).spawn(move || sync::run(rx, &sync_cfg, periods, applier))?;

@@ -154,6 +154,12 @@ fn sync_once(st: &mut State, cfg: &Config, periods: &Periods, applier: &mut Appl
             if matches!(report.kind, SyncKind::Full | SyncKind::Staged) {
                 st.last_full = end;
             }
+            if report.unsure && !matches!(guard::tables_look_intact(), Ok(true)) {
+                log::warn!("another process changed nftables during the sync and the tables are not intact");
+                st.dirty = true;
+                st.force_full = true;
+                return;
+            }
             st.dirty = false;
             st.force_full = false;
             st.retry_at = None;

@@ -72,6 +72,9 @@ pub struct SyncReport {
     pub script: String,
     /// Stale chains deleted before it.
     pub deleted_chains: usize,
+    /// Another process committed while notifications were paused for this sync: whether it
+    /// touched our tables is unknown, so they should be checked.
+    pub unsure: bool,
 }
 
 /// Process ids of our own `nft` runs, so their change notifications are not taken for tampering.
@@ -111,12 +114,19 @@ pub struct Applier {
     applied: Option<Ruleset>,
     stale: BTreeMap<(Family, String), Instant>,
     own: Arc<OwnPids>,
+    quiet: Option<Arc<guard::Quiet>>,
 }
 
 impl Applier {
     /// An applier for node `node` that knows nothing applied yet (its first sync is full).
     pub fn new(node: &str, own: Arc<OwnPids>) -> Applier {
-        Applier { node: node.to_string(), applied: None, stale: BTreeMap::new(), own }
+        Applier { node: node.to_string(), applied: None, stale: BTreeMap::new(), own, quiet: None }
+    }
+
+    /// Pauses the guard's notifications around full syncs.
+    pub fn with_quiet(mut self, quiet: Arc<guard::Quiet>) -> Applier {
+        self.quiet = Some(quiet);
+        self
     }
 
     /// What the kernel holds as far as this applier knows (`None` before the first sync and
@@ -164,7 +174,7 @@ impl Applier {
         }
         let Some((script, batch)) = self.partial(desired)? else {
             let script = String::new();
-            return Ok(SyncReport { kind: SyncKind::Unchanged, netlink: false, script, deleted_chains });
+            return Ok(SyncReport { kind: SyncKind::Unchanged, netlink: false, script, deleted_chains, unsure: false });
         };
         let netlink = batch.is_some();
         match batch {
@@ -174,7 +184,7 @@ impl Applier {
             }
             None => self.apply(&script)?,
         }
-        Ok(SyncReport { kind: SyncKind::Partial, netlink, script, deleted_chains })
+        Ok(SyncReport { kind: SyncKind::Partial, netlink, script, deleted_chains, unsure: false })
     }
 
     /// The partial transaction as `nft` text, and as a netlink batch when only elements
@@ -201,15 +211,30 @@ impl Applier {
 
     fn full(&mut self, desired: &Ruleset, deleted_chains: usize) -> Result<SyncReport, NftError> {
         let elements: usize = desired.tables.iter().flat_map(|t| t.elements.values()).map(|m| m.len()).sum();
-        if elements > STAGED_FIRST_SYNC_ELEMENTS && !self.tables_exist()? {
+        let (kind, scripts) = if elements > STAGED_FIRST_SYNC_ELEMENTS && !self.tables_exist()? {
             let (build, attach) = render::staged_full_sync_scripts(desired, &self.node)?;
-            self.apply(&build)?;
-            self.apply(&attach)?;
-            return Ok(SyncReport { kind: SyncKind::Staged, netlink: false, script: build + &attach, deleted_chains });
-        }
-        let script = render::full_sync_script(desired, &self.node)?;
-        self.apply(&script)?;
-        Ok(SyncReport { kind: SyncKind::Full, netlink: false, script, deleted_chains })
+            (SyncKind::Staged, vec![build, attach])
+        } else {
+            (SyncKind::Full, vec![render::full_sync_script(desired, &self.node)?])
+        };
+        let unsure = self.quietly(&scripts)?;
+        Ok(SyncReport { kind, netlink: false, script: scripts.concat(), deleted_chains, unsure })
+    }
+
+    /// Applies `scripts` in order with the guard's notifications paused; true when another
+    /// process committed meanwhile (the generation moved by more than our transactions).
+    fn quietly(&self, scripts: &[String]) -> Result<bool, NftError> {
+        let Some(quiet) = &self.quiet else {
+            for s in scripts {
+                self.apply(s)?;
+            }
+            return Ok(false);
+        };
+        let mut sock = netlink::Socket::open()?;
+        let before = sock.generation()?;
+        quiet.during(|| scripts.iter().try_for_each(|s| self.apply(s)))?;
+        let after = sock.generation()?;
+        Ok(after.wrapping_sub(before) != scripts.len() as u32)
     }
 
     fn tables_exist(&self) -> Result<bool, NftError> {

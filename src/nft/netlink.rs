@@ -98,6 +98,11 @@ impl Socket {
         Ok(s)
     }
 
+    /// The socket's descriptor, for `set_notifications` from another thread.
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+
     fn setsockopt(&self, level: i32, name: i32, value: libc::c_int) -> io::Result<()> {
         let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
         let ptr = &value as *const libc::c_int as *const libc::c_void;
@@ -224,6 +229,20 @@ impl Socket {
             Err(e) => Err(e),
         }
     }
+}
+
+/// Turns nftables notifications on or off for the monitor socket `fd` (which must be open).
+/// While no socket listens, the kernel does not build a notification per changed object,
+/// which for a big transaction is most of its cost.
+pub fn set_notifications(fd: std::os::fd::RawFd, on: bool) -> io::Result<()> {
+    let opt = if on { libc::NETLINK_ADD_MEMBERSHIP } else { libc::NETLINK_DROP_MEMBERSHIP };
+    let group = NFNLGRP_NFTABLES as libc::c_int;
+    let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: setsockopt on an open netlink socket with a pointer to a live c_int.
+    if unsafe { libc::setsockopt(fd, libc::SOL_NETLINK, opt, (&group as *const libc::c_int).cast(), len) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Splits a netlink datagram into (type, is-multipart, payload after the nlmsghdr, sequence).
