@@ -52,7 +52,9 @@ pub fn load(path: &Path) -> Result<Loaded, ManifestError> {
     let mut loaded = Loaded::default();
     for file in manifest_files(path)? {
         let text = std::fs::read_to_string(&file).map_err(|source| ManifestError::Io { path: file.clone(), source })?;
-        for doc in parse_documents(&file, &text)? {
+        let docs = parse_documents(&file, &text)?;
+        drop(text);
+        for doc in docs {
             collect(&file, doc, &mut loaded);
         }
     }
@@ -101,20 +103,22 @@ pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, ManifestEr
 }
 
 /// Files one document: a known kind, a `List` of them, or something the proxy ignores.
-fn collect(path: &Path, doc: Value, out: &mut Loaded) {
+/// Documents are consumed, not copied: a 30k-service list is large.
+fn collect(path: &Path, mut doc: Value, out: &mut Loaded) {
     let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
     if kind == "List" || kind.ends_with("List") {
-        if let Some(Value::Array(items)) = doc.get("items") {
+        if let Some(Value::Array(items)) = doc.get_mut("items").map(Value::take) {
             for item in items {
-                collect(path, item.clone(), out);
+                collect(path, item, out);
             }
         }
         return;
     }
+    let what = describe(&kind, &doc);
     let decoded = match kind.as_str() {
-        "Service" => serde_json::from_value(doc.clone()).map(|s| ApiObject::Service(Box::new(s))),
-        "EndpointSlice" => serde_json::from_value(doc.clone()).map(|s| ApiObject::EndpointSlice(Box::new(s))),
-        "Node" => serde_json::from_value(doc.clone()).map(|s| ApiObject::Node(Box::new(s))),
+        "Service" => serde_json::from_value(doc).map(|s| ApiObject::Service(Box::new(s))),
+        "EndpointSlice" => serde_json::from_value(doc).map(|s| ApiObject::EndpointSlice(Box::new(s))),
+        "Node" => serde_json::from_value(doc).map(|s| ApiObject::Node(Box::new(s))),
         _ => {
             log::debug!("{}: ignoring object of kind {kind:?}", path.display());
             return;
@@ -122,9 +126,7 @@ fn collect(path: &Path, doc: Value, out: &mut Loaded) {
     };
     match decoded {
         Ok(obj) => out.objects.push(obj),
-        Err(e) => {
-            out.bad.push(BadObject { path: path.to_path_buf(), what: describe(&kind, &doc), reason: e.to_string() })
-        }
+        Err(e) => out.bad.push(BadObject { path: path.to_path_buf(), what, reason: e.to_string() }),
     }
 }
 
