@@ -46,7 +46,13 @@ struct State {
     backoff: Duration,
     /// Rendering warnings already reported, so each is logged once, not on every sync.
     reported: std::collections::BTreeSet<String>,
+    /// Full syncs in a row during which another process committed.
+    unsure_streak: u32,
 }
+
+/// Full syncs repeated because another process committed during one, before settling for
+/// the cheap intactness check.
+const MAX_UNSURE_RESYNCS: u32 = 3;
 
 /// Runs until `Shutdown` arrives or every sender is gone.
 pub fn run(rx: Receiver<Msg>, cfg: &Config, periods: Periods, mut applier: Applier) {
@@ -61,6 +67,7 @@ pub fn run(rx: Receiver<Msg>, cfg: &Config, periods: Periods, mut applier: Appli
         retry_at: None,
         backoff: periods.min_sync,
         reported: std::collections::BTreeSet::new(),
+        unsure_streak: 0,
     };
     loop {
         let wait = next_wake(&st, &periods).saturating_duration_since(Instant::now());
@@ -154,11 +161,20 @@ fn sync_once(st: &mut State, cfg: &Config, periods: &Periods, applier: &mut Appl
             if matches!(report.kind, SyncKind::Full | SyncKind::Staged) {
                 st.last_full = end;
             }
-            if report.unsure && !matches!(guard::tables_look_intact(), Ok(true)) {
-                log::warn!("another process changed nftables during the sync and the tables are not intact");
-                st.dirty = true;
-                st.force_full = true;
-                return;
+            // Another process committed while notifications were paused: what it changed is
+            // unknown, so sync fully again; after a few such collisions in a row (a busy
+            // neighbour), settle for the cheap check instead of syncing fully forever.
+            if report.unsure {
+                st.unsure_streak += 1;
+                let again = st.unsure_streak <= MAX_UNSURE_RESYNCS || !matches!(guard::tables_look_intact(), Ok(true));
+                if again {
+                    log::info!("another process changed nftables during the full sync; syncing fully again");
+                    st.dirty = true;
+                    st.force_full = true;
+                    return;
+                }
+            } else if matches!(report.kind, SyncKind::Full | SyncKind::Staged) {
+                st.unsure_streak = 0;
             }
             st.dirty = false;
             st.force_full = false;
