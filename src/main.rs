@@ -46,13 +46,11 @@ fn dry_run(flags: &Flags) -> anyhow::Result<()> {
     for bad in &loaded.bad {
         log::warn!("skipping {} in {}: {}", bad.what, bad.path.display(), bad.reason);
     }
-    let mut model = Model::default();
-    model.host_addresses = kube_nftproxy::host::interface_addresses().context("reading interface addresses")?;
-    for obj in &loaded.objects {
-        if let Err(e) = model.apply(obj, &cfg.node_name) {
-            log::warn!("{e}");
-        }
+    let (mut model, refused) = Model::from_objects(&loaded.objects, &cfg.node_name);
+    for e in refused {
+        log::warn!("{e}");
     }
+    model.host_addresses = kube_nftproxy::host::interface_addresses().context("reading interface addresses")?;
     let ruleset = render::render(&model, &cfg)?;
     for w in ruleset.warnings() {
         log::warn!("{w}");

@@ -115,17 +115,9 @@ fn collect(path: &Path, mut doc: Value, out: &mut Loaded) {
         return;
     }
     let what = describe(&kind, &doc);
-    let decoded = match kind.as_str() {
-        "Service" => serde_json::from_value(doc).map(|s| ApiObject::Service(Box::new(s))),
-        "EndpointSlice" => serde_json::from_value(doc).map(|s| ApiObject::EndpointSlice(Box::new(s))),
-        "Node" => serde_json::from_value(doc).map(|s| ApiObject::Node(Box::new(s))),
-        _ => {
-            log::debug!("{}: ignoring object of kind {kind:?}", path.display());
-            return;
-        }
-    };
-    match decoded {
-        Ok(obj) => out.objects.push(obj),
+    match ApiObject::from_json(doc) {
+        Ok(Some(obj)) => out.objects.push(obj),
+        Ok(None) => log::debug!("{}: ignoring object of kind {kind:?}", path.display()),
         Err(e) => out.bad.push(BadObject { path: path.to_path_buf(), what, reason: e.to_string() }),
     }
 }

@@ -106,13 +106,11 @@ fn next_wake(st: &State, periods: &Periods) -> Instant {
 fn handle(msg: Msg, st: &mut State, cfg: &Config) -> bool {
     match msg {
         Msg::Snapshot(objects) => {
-            let mut model = Model::default();
-            model.host_addresses = std::mem::take(&mut st.model.host_addresses);
-            for obj in &objects {
-                if let Err(e) = model.apply(obj, &cfg.node_name) {
-                    log::warn!("{e}");
-                }
+            let (mut model, refused) = Model::from_objects(&objects, &cfg.node_name);
+            for e in refused {
+                log::warn!("{e}");
             }
+            model.host_addresses = std::mem::take(&mut st.model.host_addresses);
             st.model = model;
             st.have_input = true;
             st.dirty = true;

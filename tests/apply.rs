@@ -23,15 +23,12 @@ fn config() -> Config {
 
 /// The model of `objects` plus this node's Node object.
 fn model_of(objects: &[Value]) -> Model {
-    let mut model = Model::default();
-    for v in std::iter::once(Cluster::node_object()).chain(objects.iter().cloned()) {
-        let obj = match v["kind"].as_str() {
-            Some("Service") => ApiObject::Service(Box::new(serde_json::from_value(v).unwrap())),
-            Some("EndpointSlice") => ApiObject::EndpointSlice(Box::new(serde_json::from_value(v).unwrap())),
-            _ => ApiObject::Node(Box::new(serde_json::from_value(v).unwrap())),
-        };
-        model.apply(&obj, "node-a").unwrap();
-    }
+    let all: Vec<ApiObject> = std::iter::once(Cluster::node_object())
+        .chain(objects.iter().cloned())
+        .map(|v| ApiObject::from_json(v).unwrap().expect("a kind the proxy uses"))
+        .collect();
+    let (model, refused) = Model::from_objects(&all, "node-a");
+    assert!(refused.is_empty(), "{refused:?}");
     model
 }
 
@@ -145,10 +142,7 @@ fn golden_ruleset(case: &common::Case) -> kube_nftproxy::render::Ruleset {
     argv.extend(case.args.iter().cloned());
     let cfg = Config::from_flags(&Flags::parse_from(argv)).unwrap();
     let loaded = kube_nftproxy::manifests::load(&case.dir.join("manifests.yaml")).unwrap();
-    let mut model = Model::default();
-    for obj in &loaded.objects {
-        let _ = model.apply(obj, "node-a");
-    }
+    let (model, _refused) = Model::from_objects(&loaded.objects, "node-a");
     kube_nftproxy::render::render(&model, &cfg).unwrap()
 }
 

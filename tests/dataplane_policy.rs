@@ -22,8 +22,7 @@ fn external_traffic_policy_local() {
         "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT, "nodePort": 30083}]});
     let lb = |ip: &str| json!({"loadBalancer": {"ingress": [{"ip": ip}]}});
     let ep = |p: &str| endpoint(c.pod_named(p), false, json!({}));
-    let mut remote_slice = slice("remote", false, "TCP", vec![ep("rpod-1")]);
-    remote_slice["metadata"]["name"] = json!("remote-v4");
+    let remote_slice = slice("remote", false, "TCP", vec![ep("rpod-1")]);
     c.apply(
         vec![
             service("local", local, lb("192.168.100.16")),
@@ -60,8 +59,7 @@ fn internal_traffic_policy_local() {
     let c = Cluster::new(1, 2);
     let spec = |ip: &str| json!({"internalTrafficPolicy": "Local", "clusterIP": ip, "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
     let ep = |p: &str| endpoint(c.pod_named(p), false, json!({}));
-    let mut none_slice = slice("none", false, "TCP", vec![ep("rpod-1"), ep("rpod-2")]);
-    none_slice["metadata"]["name"] = json!("none-v4");
+    let none_slice = slice("none", false, "TCP", vec![ep("rpod-1"), ep("rpod-2")]);
     c.apply(
         vec![
             service("mixed", spec("172.30.0.18"), json!({})),
@@ -84,8 +82,7 @@ fn masquerade_off_cluster_but_not_pod_to_pod_and_hairpin() {
     }
     let c = Cluster::new(2, 1);
     let port = json!([{"name": "http", "port": 80, "targetPort": ECHO_PORT}]);
-    let mut solo = slice("solo", false, "TCP", vec![endpoint(c.pod_named("pod-1"), false, json!({}))]);
-    solo["metadata"]["name"] = json!("solo-v4");
+    let solo = slice("solo", false, "TCP", vec![endpoint(c.pod_named("pod-1"), false, json!({}))]);
     c.apply(
         vec![
             service("remote", json!({"clusterIP": "172.30.0.20", "ports": port}), json!({})),
@@ -153,37 +150,20 @@ fn terminating_fallback_and_topology_hints() {
     let port = json!([{"name": "http", "port": 80, "targetPort": ECHO_PORT}]);
     let term = json!({"conditions": {"ready": false, "serving": true, "terminating": true}});
     let ep = |p: &str, extra: serde_json::Value| endpoint(c.pod_named(p), false, extra);
-    let named = |mut s: serde_json::Value, n: &str| {
-        s["metadata"]["name"] = json!(n);
-        s
-    };
     let zone = |z: &str| json!({"hints": {"forZones": [{"name": z}]}});
+    let gone = json!({"conditions": {"ready": false, "serving": false, "terminating": true}});
     c.apply(
         vec![
             service("mixed", json!({"clusterIP": "172.30.0.23", "ports": port}), json!({})),
-            named(slice("mixed", false, "TCP", vec![ep("pod-1", json!({})), ep("pod-2", term.clone())]), "mixed-1"),
+            slice("mixed", false, "TCP", vec![ep("pod-1", json!({})), ep("pod-2", term.clone())]),
             service("draining", json!({"clusterIP": "172.30.0.24", "ports": port}), json!({})),
-            named(
-                slice(
-                    "draining",
-                    false,
-                    "TCP",
-                    vec![
-                        ep("pod-2", term.clone()),
-                        ep("rpod-1", json!({"conditions": {"ready": false, "serving": false, "terminating": true}})),
-                    ],
-                ),
-                "draining-1",
-            ),
+            slice("draining", false, "TCP", vec![ep("pod-2", term.clone()), ep("rpod-1", gone)]),
             service("zoned", json!({"clusterIP": "172.30.0.25", "ports": port}), json!({})),
-            named(
-                slice(
-                    "zoned",
-                    false,
-                    "TCP",
-                    vec![ep("pod-1", zone("zone-a")), ep("rpod-1", zone("zone-a")), ep("rpod-2", zone("zone-b"))],
-                ),
-                "zoned-1",
+            slice(
+                "zoned",
+                false,
+                "TCP",
+                vec![ep("pod-1", zone("zone-a")), ep("rpod-1", zone("zone-a")), ep("rpod-2", zone("zone-b"))],
             ),
         ],
         &[],

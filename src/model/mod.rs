@@ -174,7 +174,27 @@ pub enum ApiObject {
     Node(Box<k8s_openapi::api::core::v1::Node>),
 }
 
+impl ApiObject {
+    /// Decodes a JSON object of a kind the proxy uses; `Ok(None)` for any other kind.
+    pub fn from_json(v: serde_json::Value) -> Result<Option<ApiObject>, serde_json::Error> {
+        Ok(Some(match v.get("kind").and_then(serde_json::Value::as_str) {
+            Some("Service") => ApiObject::Service(Box::new(serde_json::from_value(v)?)),
+            Some("EndpointSlice") => ApiObject::EndpointSlice(Box::new(serde_json::from_value(v)?)),
+            Some("Node") => ApiObject::Node(Box::new(serde_json::from_value(v)?)),
+            _ => return Ok(None),
+        }))
+    }
+}
+
 impl Model {
+    /// A model of `objects` for node `node_name`, and the objects refused on the way (each
+    /// refused object is left out; the rest are kept).
+    pub fn from_objects(objects: &[ApiObject], node_name: &str) -> (Model, Vec<ObjectError>) {
+        let mut model = Model::default();
+        let refused = objects.iter().filter_map(|obj| model.apply(obj, node_name).err()).collect();
+        (model, refused)
+    }
+
     /// Validates an object and files it; a malformed object is returned as an error and
     /// changes nothing. Nodes other than `node_name` are ignored.
     pub fn apply(&mut self, obj: &ApiObject, node_name: &str) -> Result<(), ObjectError> {

@@ -30,25 +30,24 @@ pub struct TableDiff<'a> {
 }
 
 impl TableDiff<'_> {
-    /// Whether only elements changed, all in maps the netlink path can write.
-    pub fn elements_only(&self) -> bool {
+    /// Whether no chain or set changes, whatever happens to elements.
+    fn chains_and_sets_unchanged(&self) -> bool {
         self.new_sets.is_empty()
             && self.new_chains.is_empty()
             && self.rewrite.is_empty()
             && self.stale.is_empty()
             && self.delete_sets.is_empty()
+    }
+
+    /// Whether only elements changed, all in maps the netlink path can write.
+    pub fn elements_only(&self) -> bool {
+        self.chains_and_sets_unchanged()
             && self.delete_elements.keys().chain(self.add_elements.keys()).all(super::wire::encodable)
     }
 
     /// Whether nothing changed.
     pub fn is_empty(&self) -> bool {
-        self.new_sets.is_empty()
-            && self.new_chains.is_empty()
-            && self.rewrite.is_empty()
-            && self.stale.is_empty()
-            && self.delete_elements.is_empty()
-            && self.add_elements.is_empty()
-            && self.delete_sets.is_empty()
+        self.chains_and_sets_unchanged() && self.delete_elements.is_empty() && self.add_elements.is_empty()
     }
 }
 
