@@ -50,7 +50,7 @@ fn dry_run(flags: &Flags) -> anyhow::Result<()> {
     for e in refused {
         log::warn!("{e}");
     }
-    model.host_addresses = kube_nftproxy::host::interface_addresses().context("reading interface addresses")?;
+    model.set_host_addresses(kube_nftproxy::host::interface_addresses().context("reading interface addresses")?);
     let ruleset = render::render(&model, &cfg)?;
     for w in ruleset.warnings() {
         log::warn!("{w}");

@@ -6,8 +6,8 @@
 
 use crate::config::Config;
 use crate::model::{ApiObject, Model};
-use crate::nft::{Applier, SyncKind, guard};
-use crate::render;
+use crate::nft::{Applier, NftError, SyncKind, guard};
+use crate::render::{Rendered, Update};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -37,6 +37,8 @@ pub struct Periods {
 
 struct State {
     model: Model,
+    /// The desired state rendered from `model` (`None` before the first sync).
+    rendered: Option<Rendered>,
     have_input: bool,
     dirty: bool,
     force_full: bool,
@@ -59,6 +61,7 @@ pub fn run(rx: Receiver<Msg>, cfg: &Config, periods: Periods, mut applier: Appli
     let now = Instant::now();
     let mut st = State {
         model: Model::default(),
+        rendered: None,
         have_input: false,
         dirty: true,
         force_full: true,
@@ -106,12 +109,11 @@ fn next_wake(st: &State, periods: &Periods) -> Instant {
 fn handle(msg: Msg, st: &mut State, cfg: &Config) -> bool {
     match msg {
         Msg::Snapshot(objects) => {
-            let (mut model, refused) = Model::from_objects(&objects, &cfg.node_name);
+            let (model, refused) = Model::from_objects(&objects, &cfg.node_name);
             for e in refused {
                 log::warn!("{e}");
             }
-            model.host_addresses = std::mem::take(&mut st.model.host_addresses);
-            st.model = model;
+            st.model.replace(model);
             st.have_input = true;
             st.dirty = true;
         }
@@ -131,21 +133,35 @@ fn handle(msg: Msg, st: &mut State, cfg: &Config) -> bool {
     true
 }
 
+/// Brings the rendered state up to the model: the Services changed since the last sync are
+/// rendered again, or everything when nothing was rendered yet (or rendering failed).
+fn render_changes<'s>(
+    model: &mut Model,
+    slot: &'s mut Option<Rendered>,
+    cfg: &Config,
+) -> Result<(&'s Rendered, Update), NftError> {
+    let changes = model.take_changes();
+    let update = match slot.take() {
+        Some(mut r) => r.update(model, cfg, &changes).map(|u| (r, u)),
+        None => Rendered::build(model, cfg, None).map(|r| (r, Update::Replaced)),
+    };
+    let (rendered, update) = update?;
+    Ok((slot.insert(rendered), update))
+}
+
 fn sync_once(st: &mut State, cfg: &Config, periods: &Periods, applier: &mut Applier) {
     let started = Instant::now();
     match crate::host::interface_addresses() {
-        Ok(addrs) => st.model.host_addresses = addrs,
+        Ok(addrs) => st.model.set_host_addresses(addrs),
         Err(e) => log::warn!("reading interface addresses: {e}"),
     }
-    let previous = applier.applied();
-    let rendered = render::render_after(&st.model, cfg, previous).map_err(crate::nft::NftError::from);
-    let result = rendered.and_then(|ruleset| {
-        let now: std::collections::BTreeSet<String> = ruleset.warnings().cloned().collect();
+    let result = render_changes(&mut st.model, &mut st.rendered, cfg).and_then(|(rendered, update)| {
+        let now: std::collections::BTreeSet<String> = rendered.ruleset().warnings().cloned().collect();
         for w in now.difference(&st.reported) {
             log::warn!("{w}");
         }
         st.reported = now;
-        applier.sync(ruleset, st.force_full)
+        applier.sync(rendered.ruleset(), &update, st.force_full)
     });
     let end = Instant::now();
     st.next_allowed = end + periods.min_sync;

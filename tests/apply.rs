@@ -7,10 +7,12 @@ use clap::Parser;
 use common::check::{web_on as web, who};
 use common::cluster::{Cluster, ECHO_PORT, service, slice};
 use common::net::in_netns;
+use common::proxy::Proxy;
 use common::{Netns, kernel_available};
 use kube_nftproxy::config::{Config, Flags};
 use kube_nftproxy::model::{ApiObject, Model};
-use kube_nftproxy::nft::{Applier, OwnPids, SyncKind};
+use kube_nftproxy::nft::{Applier, OwnPids, SyncKind, SyncReport};
+use kube_nftproxy::render::Update;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,19 +34,11 @@ fn model_of(objects: &[Value]) -> Model {
     model
 }
 
-/// The desired ruleset for `objects`, rendered from scratch.
-fn ruleset(objects: &[Value]) -> kube_nftproxy::render::Ruleset {
-    kube_nftproxy::render::render(&model_of(objects), &config()).unwrap()
-}
-
-/// Runs a sync of `objects` with the applier inside the node's namespace.
-fn sync(
-    ns: &Netns,
-    applier: Applier,
-    objects: &[Value],
-    full: bool,
-) -> (Applier, Result<kube_nftproxy::nft::SyncReport, String>) {
-    sync_ruleset(ns, applier, ruleset(objects), full)
+/// Syncs the node to `objects` as the sync loop does after a snapshot: only what changed is
+/// rendered again and sent.
+fn sync(ns: &Netns, proxy: &mut Proxy, objects: &[Value], full: bool) -> Result<SyncReport, String> {
+    proxy.model.replace(model_of(objects));
+    proxy.sync(&ns.name, full)
 }
 
 #[test]
@@ -53,12 +47,12 @@ fn a_partial_sync_is_a_few_lines_and_traffic_follows() {
         return;
     }
     let c = Cluster::new(2, 0);
-    let applier = Applier::new("node-a", Arc::new(OwnPids::default()));
-    let (applier, first) = sync(&c.node, applier, &web(&c, &["pod-1"]), false);
+    let mut proxy = Proxy::new(config());
+    let first = sync(&c.node, &mut proxy, &web(&c, &["pod-1"]), false);
     assert_eq!(first.unwrap().kind, SyncKind::Full, "the first sync must be full");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
 
-    let (applier, second) = sync(&c.node, applier, &web(&c, &["pod-2"]), false);
+    let second = sync(&c.node, &mut proxy, &web(&c, &["pod-2"]), false);
     let report = second.unwrap();
     let lines: Vec<&str> = report.script.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).collect();
     assert_eq!(report.kind, SyncKind::Partial);
@@ -69,11 +63,11 @@ fn a_partial_sync_is_a_few_lines_and_traffic_follows() {
 
     // Growing to two endpoints moves the service to another lb chain; the old one is flushed
     // now and deleted by a sync at least a second later.
-    let (applier, third) = sync(&c.node, applier, &web(&c, &["pod-1", "pod-2"]), false);
+    let third = sync(&c.node, &mut proxy, &web(&c, &["pod-1", "pod-2"]), false);
     assert_eq!(third.unwrap().kind, SyncKind::Partial);
     assert!(c.node.nft(&["list", "chain", "ip", "kube-nftproxy", "lb-cluster-tcp-1"]).contains("chain"));
     std::thread::sleep(Duration::from_millis(1100));
-    let (_, fourth) = sync(&c.node, applier, &web(&c, &["pod-1", "pod-2"]), false);
+    let fourth = sync(&c.node, &mut proxy, &web(&c, &["pod-1", "pod-2"]), false);
     let report = fourth.unwrap();
     assert_eq!((report.kind, report.deleted_chains), (SyncKind::Unchanged, 1));
     let listed = c.node.nft(&["list", "table", "ip", "kube-nftproxy"]);
@@ -86,8 +80,8 @@ fn a_failed_sync_changes_nothing_and_the_next_one_is_full() {
         return;
     }
     let c = Cluster::new(2, 0);
-    let applier = Applier::new("node-a", Arc::new(OwnPids::default()));
-    let (applier, first) = sync(&c.node, applier, &web(&c, &["pod-1"]), false);
+    let mut proxy = Proxy::new(config());
+    let first = sync(&c.node, &mut proxy, &web(&c, &["pod-1"]), false);
     first.unwrap();
     // Someone deletes the service's chain behind our back; the next partial sync rewrites
     // that chain, so its transaction fails halfway (after other commands were accepted).
@@ -98,12 +92,12 @@ fn a_failed_sync_changes_nothing_and_the_next_one_is_full() {
     let mut changed = web(&c, &["pod-2"]);
     changed.push(service("extra", json!({"clusterIP": "172.30.0.41", "ports": spec["ports"]}), json!({})));
     changed[0]["spec"]["sessionAffinity"] = json!("ClientIP");
-    let (applier, failed) = sync(&c.node, applier, &changed, false);
+    let failed = sync(&c.node, &mut proxy, &changed, false);
     let err = failed.expect_err("the partial sync must fail");
     assert!(err.contains("failing line:"), "the error must show the failing line: {err}");
     assert_eq!(c.node.nft(&["list", "ruleset"]), before, "a failed transaction must leave the rules byte for byte");
 
-    let (_, retry) = sync(&c.node, applier, &changed, false);
+    let retry = sync(&c.node, &mut proxy, &changed, false);
     assert_eq!(retry.unwrap().kind, SyncKind::Full, "after a failure the next sync is full");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-2");
 }
@@ -124,15 +118,15 @@ fn a_big_first_sync_builds_the_tables_before_attaching_hooks() {
         objects.push(service(&name, spec, json!({})));
         objects.push(slice(&name, false, "TCP", eps));
     }
-    let applier = Applier::new("node-a", Arc::new(OwnPids::default()));
-    let (applier, first) = sync(&c.node, applier, &objects, false);
+    let mut proxy = Proxy::new(config());
+    let first = sync(&c.node, &mut proxy, &objects, false);
     let report = first.unwrap();
     assert_eq!(report.kind, SyncKind::Staged, "a first sync of >10k elements must be staged");
     let build_end = report.script.find("attach the base chains").expect("two scripts");
     assert!(!report.script[..build_end].contains("hook"), "the first transaction must not attach hooks");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
     // Once the tables exist, a full sync replaces them in one transaction.
-    let (_, again) = sync(&c.node, applier, &objects, true);
+    let again = sync(&c.node, &mut proxy, &objects, true);
     assert_eq!(again.unwrap().kind, SyncKind::Full);
 }
 
@@ -160,11 +154,10 @@ fn elements_sent_over_netlink_list_like_elements_sent_by_nft() {
         let by_text = Netns::new("text");
         by_text.nft_apply(&kube_nftproxy::render::full_sync_script(&desired, "node-a").unwrap()).unwrap();
         let by_netlink = Netns::new("netlink");
-        let applier = Applier::new("node-a", Arc::new(OwnPids::default()));
-        let (applier, first) = sync_ruleset(&by_netlink, applier, bare, false);
-        first.unwrap();
-        let (_, second) = sync_ruleset(&by_netlink, applier, desired, false);
-        let report = second.unwrap();
+        let mut applier = Applier::new("node-a", Arc::new(OwnPids::default()));
+        in_netns(&by_netlink.name, || applier.sync(&bare, &Update::Replaced, false)).unwrap();
+        let update = Update::Rebuilt(bare.clone());
+        let report = in_netns(&by_netlink.name, || applier.sync(&desired, &update, false)).unwrap();
         assert!(report.netlink, "{}: elements did not go over netlink", case.name);
         assert_eq!(
             by_netlink.nft(&["list", "ruleset"]),
@@ -173,20 +166,6 @@ fn elements_sent_over_netlink_list_like_elements_sent_by_nft() {
             case.name
         );
     }
-}
-
-/// Runs a sync of `desired` with the applier inside `ns`.
-fn sync_ruleset(
-    ns: &Netns,
-    applier: Applier,
-    desired: kube_nftproxy::render::Ruleset,
-    full: bool,
-) -> (Applier, Result<kube_nftproxy::nft::SyncReport, String>) {
-    in_netns(&ns.name, move || {
-        let mut applier = applier;
-        let r = applier.sync(desired, full).map_err(|e| e.to_string());
-        (applier, r)
-    })
 }
 
 #[test]
@@ -203,15 +182,10 @@ fn one_endpoint_of_many_changing_changes_one_slot() {
         eps[2] = json!({"addresses": [replaced], "nodeName": "node-b"});
         vec![service("big", spec, json!({})), slice("big", false, "TCP", eps)]
     };
-    let applier = Applier::new("node-a", Arc::new(OwnPids::default()));
-    let previous = ruleset(&objects("10.9.0.3"));
-    let (applier, first) = sync_ruleset(&ns, applier, previous.clone(), false);
-    first.unwrap();
+    let mut proxy = Proxy::new(config());
+    sync(&ns, &mut proxy, &objects("10.9.0.3"), false).unwrap();
     // The replacement sorts last; without stable slots every later slot would shift.
-    let desired =
-        kube_nftproxy::render::render_after(&model_of(&objects("10.9.0.250")), &config(), Some(&previous)).unwrap();
-    let (_, second) = sync_ruleset(&ns, applier, desired, false);
-    let script = second.unwrap().script;
+    let script = sync(&ns, &mut proxy, &objects("10.9.0.250"), false).unwrap().script;
     let changed: usize = script
         .lines()
         .filter(|l| l.contains("cluster-endpoints-tcp"))

@@ -10,11 +10,10 @@ mod verify;
 
 use clap::Parser;
 use common::kernel_available;
-use common::net::in_netns;
+use common::proxy::Proxy;
 use kube_nftproxy::config::{Config, Flags};
-use kube_nftproxy::nft::{Applier, OwnPids, SyncKind};
+use kube_nftproxy::nft::SyncKind;
 use kube_nftproxy::render;
-use std::sync::Arc;
 
 #[test]
 fn thirty_thousand_services_then_partial_syncs_leave_exactly_the_expected_elements() {
@@ -28,25 +27,18 @@ fn thirty_thousand_services_then_partial_syncs_leave_exactly_the_expected_elemen
         "--cluster-cidr=10.0.0.0/8",
     ]))
     .unwrap();
-    let mut model = synth::model(&case);
     let ns = common::Netns::new("scale");
-    let mut applier = Some(Applier::new("node-a", Arc::new(OwnPids::default())));
+    let mut proxy = Proxy::with_model(cfg.clone(), synth::model(&case));
     let mut kinds = Vec::new();
     for changed in [0..0, 7..8, 100..200] {
         for i in changed {
-            model.apply(&synth::slice(&case, i, 1), "node-a").unwrap();
+            proxy.model.apply(&synth::slice(&case, i, 1), "node-a").unwrap();
         }
-        let a = applier.take().unwrap();
-        let desired = render::render_after(&model, &cfg, a.applied()).unwrap();
-        let (a, kind) = in_netns(&ns.name, move || {
-            let mut a = a;
-            let r = a.sync(desired, false).map(|r| r.kind).map_err(|e| e.to_string());
-            (a, r)
-        });
-        applier = Some(a);
-        kinds.push(kind.unwrap());
+        kinds.push(proxy.sync(&ns.name, false).unwrap().kind);
     }
     assert_eq!(kinds, [SyncKind::Staged, SyncKind::Partial, SyncKind::Partial]);
-    let applier = applier.unwrap();
-    verify::verify(&ns, &render::render_after(&model, &cfg, applier.applied()).unwrap());
+    // What was updated in place is what a render from scratch gives, and the kernel holds it.
+    let fresh = render::render_after(&proxy.model, &cfg, Some(proxy.ruleset())).unwrap();
+    assert!(&fresh == proxy.ruleset(), "the updated state differs from a fresh render");
+    verify::verify(&ns, &fresh);
 }

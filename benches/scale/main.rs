@@ -14,12 +14,11 @@ mod synth;
 mod upstream;
 mod verify;
 
+use common::proxy::Proxy;
 use kube_nftproxy::config::Config;
-use kube_nftproxy::model::Model;
-use kube_nftproxy::nft::{Applier, OwnPids, SyncReport};
-use kube_nftproxy::render::{self, Ruleset};
+use kube_nftproxy::nft::SyncReport;
+use kube_nftproxy::render::{self, Update};
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use synth::Case;
 
@@ -46,70 +45,55 @@ fn config() -> Config {
     Config::from_flags(&flags).expect("config")
 }
 
-/// A node namespace and the applier that syncs it.
-struct Node {
-    ns: common::Netns,
-    applier: Option<Applier>,
-}
-
-impl Node {
-    fn new(tag: &str) -> Node {
-        Node { ns: common::Netns::new(tag), applier: Some(Applier::new("node-a", Arc::new(OwnPids::default()))) }
-    }
-
-    fn sync(&mut self, rs: Ruleset, full: bool) -> (SyncReport, Duration) {
-        let applier = self.applier.take().expect("applier");
-        let (applier, result, took) = common::net::in_netns(&self.ns.name, move || {
-            let mut a = applier;
-            let start = Instant::now();
-            let r = a.sync(rs, full).map_err(|e| e.to_string());
-            (a, r, start.elapsed())
-        });
-        self.applier = Some(applier);
-        (result.expect("sync"), took)
-    }
+/// Applies the proxy's rendered state inside `ns`, timing the sync alone.
+fn timed_apply(ns: &common::Netns, proxy: &mut Proxy, update: &Update, full: bool) -> (SyncReport, Duration) {
+    let desired = proxy.rendered.as_ref().expect("rendered").ruleset();
+    let applier = &mut proxy.applier;
+    let (r, took) = common::net::in_netns(&ns.name, || {
+        let start = Instant::now();
+        let r = applier.sync(desired, update, full).map_err(|e| e.to_string());
+        (r, start.elapsed())
+    });
+    (r.expect("sync"), took)
 }
 
 /// Changes the first endpoint of services `from..to` and syncs; returns figures.
-fn partial(node: &mut Node, case: &Case, model: &mut Model, cfg: &Config, range: std::ops::Range<u32>) -> Value {
+fn partial(ns: &common::Netns, proxy: &mut Proxy, case: &Case, range: std::ops::Range<u32>) -> Value {
     let start = Instant::now();
     for i in range {
-        model.apply(&synth::slice(case, i, 1), "node-a").expect("slice");
+        proxy.model.apply(&synth::slice(case, i, 1), "node-a").expect("slice");
     }
-    let previous = node.applier.as_ref().and_then(Applier::applied);
-    let rs = render::render_after(model, cfg, previous).expect("render");
+    let update = proxy.render();
     let render_ms = ms(start.elapsed());
-    let (r, took) = node.sync(rs, false);
+    let (r, took) = timed_apply(ns, proxy, &update, false);
+    drop(update);
     json!({"total_ms": ms(start.elapsed()), "render_ms": render_ms, "apply_ms": ms(took),
            "kind": format!("{:?}", r.kind), "netlink": r.netlink, "lines": r.script.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count(),
            "bytes": r.script.len()})
 }
 
 fn run_case(case: &Case, upstream_limit: Duration) -> Value {
-    let cfg = config();
-    let mut model = synth::model(case);
+    let mut proxy = Proxy::with_model(config(), synth::model(case));
     let t = Instant::now();
-    let ruleset = render::render(&model, &cfg).expect("render");
+    let update = proxy.render();
     let render_ms = ms(t.elapsed());
     let t = Instant::now();
-    let script = render::full_sync_script(&ruleset, "node-a").expect("script");
+    let script = render::full_sync_script(proxy.ruleset(), "node-a").expect("script");
     let script_ms = ms(t.elapsed());
     // KNP_BENCH_DUMP=DIR keeps each case's full-sync script, for looking into nft's costs.
     if let Some(dir) = std::env::var_os("KNP_BENCH_DUMP") {
         let file = std::path::Path::new(&dir).join(format!("{}.nft", case.name.replace(' ', "")));
         std::fs::write(file, &script).expect("dump script");
     }
-    let mut node = Node::new("bench");
-    let (first, first_took) = node.sync(ruleset.clone(), false);
-    let (_, replace_took) = node.sync(ruleset, true);
+    let ns = common::Netns::new("bench");
+    let (first, first_took) = timed_apply(&ns, &mut proxy, &update, false);
+    let (_, replace_took) = timed_apply(&ns, &mut proxy, &Update::Replaced, true);
     let nft_rss = measure::peak_rss_mb(true);
-    let p1 = partial(&mut node, case, &mut model, &cfg, 7..8);
-    let p100 = partial(&mut node, case, &mut model, &cfg, 100..200);
-    let previous = node.applier.as_ref().and_then(Applier::applied);
-    let expected = render::render_after(&model, &cfg, previous).expect("render");
-    verify::verify(&node.ns, &expected);
+    let p1 = partial(&ns, &mut proxy, case, 7..8);
+    let p100 = partial(&ns, &mut proxy, case, 100..200);
+    verify::verify(&ns, proxy.ruleset());
     let proxy_rss = measure::peak_rss_mb(false);
-    drop(node);
+    drop(ns);
     let up = |shape| {
         if upstream_limit.is_zero() {
             return None;
@@ -133,13 +117,8 @@ fn latency_rig(services: u32) -> measure::LatencyRig {
     let single = Case { endpoints: 1, ..case.clone() };
     model.apply(&synth::slice(&single, 0, 0), "node-a").expect("slice");
     let rig = measure::LatencyRig::new();
-    let rs = render::render(&model, &config()).expect("render");
-    let applier = Applier::new("node-a", Arc::new(OwnPids::default()));
-    let r = common::net::in_netns(&rig.node.name, move || {
-        let mut a = applier;
-        a.sync(rs, false).map(|_| ()).map_err(|e| e.to_string())
-    });
-    r.expect("sync");
+    let mut proxy = Proxy::with_model(config(), model);
+    proxy.sync(&rig.node.name, false).expect("sync");
     rig
 }
 

@@ -8,7 +8,7 @@ pub use endpoints::{Endpoint, EndpointSliceInfo, SliceEndpoint, SlicePort};
 pub use node::NodeInfo;
 pub use services::{DEFAULT_AFFINITY_TIMEOUT, ObjectError, SERVICE_PROXY_NAME_LABEL, ServicePort};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
 
@@ -102,9 +102,19 @@ impl fmt::Display for ServicePortName {
 /// Namespace and name of an API object.
 pub type ObjectKey = (String, String);
 
+/// What changed in a model since its changes were last taken.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Services whose ports or endpoints changed (added and removed ones too).
+    pub services: BTreeSet<ObjectKey>,
+    /// Something all services depend on changed: this node or the host's addresses.
+    pub global: bool,
+}
+
 /// Everything the proxy knows about the cluster at one moment.
 ///
-/// The sync thread owns it; sources send it changes and it is rendered whole.
+/// The sync thread owns it; sources send it changes, and it notes which Services they touched
+/// so only those are rendered again.
 #[derive(Debug, Clone, Default)]
 pub struct Model {
     /// Service ports by owning Service.
@@ -116,14 +126,58 @@ pub struct Model {
     /// This node, once its Node object has been seen.
     pub node: Option<NodeInfo>,
     /// Addresses on the host's interfaces, matched against `--nodeport-addresses` CIDRs.
-    pub host_addresses: Vec<IpAddr>,
+    host_addresses: Vec<IpAddr>,
+    /// Changes since they were last taken.
+    changes: Changes,
 }
 
 impl Model {
+    /// Addresses on the host's interfaces.
+    pub fn host_addresses(&self) -> &[IpAddr] {
+        &self.host_addresses
+    }
+
+    /// Records the host's interface addresses; a change affects every NodePort.
+    pub fn set_host_addresses(&mut self, addrs: Vec<IpAddr>) {
+        if addrs != self.host_addresses {
+            self.host_addresses = addrs;
+            self.changes.global = true;
+        }
+    }
+
+    /// The changes since the last call, which are forgotten.
+    pub fn take_changes(&mut self) -> Changes {
+        std::mem::take(&mut self.changes)
+    }
+
+    /// The changes that turn `old` into this model (for sources that deliver whole snapshots).
+    pub fn changes_since(&self, old: &Model) -> Changes {
+        let mut services = BTreeSet::new();
+        let keys = self.services.keys().chain(old.services.keys()).chain(self.slices.keys()).chain(old.slices.keys());
+        for key in keys {
+            if self.services.get(key) != old.services.get(key) || self.slices.get(key) != old.slices.get(key) {
+                services.insert(key.clone());
+            }
+        }
+        Changes { services, global: self.node != old.node || self.host_addresses != old.host_addresses }
+    }
+
+    /// Replaces the model by a snapshot of the cluster (the host's addresses stay), noting
+    /// what differs on top of the changes not yet taken.
+    pub fn replace(&mut self, mut snapshot: Model) {
+        snapshot.host_addresses = std::mem::take(&mut self.host_addresses);
+        let mut changes = snapshot.changes_since(self);
+        changes.global |= self.changes.global || snapshot.host_addresses != self.host_addresses;
+        changes.services.append(&mut self.changes.services);
+        snapshot.changes = changes;
+        *self = snapshot;
+    }
+
     /// Adds or replaces an EndpointSlice.
     pub fn upsert_slice(&mut self, slice: EndpointSliceInfo) {
         let key = (slice.namespace.clone(), slice.name.clone());
         self.delete_slice(&key);
+        self.changes.services.insert((slice.namespace.clone(), slice.service.clone()));
         self.slice_owner.insert(key, slice.service.clone());
         self.slices
             .entry((slice.namespace.clone(), slice.service.clone()))
@@ -137,6 +191,7 @@ impl Model {
             return;
         };
         let owner = (key.0.clone(), service);
+        self.changes.services.insert(owner.clone());
         if let Some(by_name) = self.slices.get_mut(&owner) {
             by_name.remove(&key.1);
             if by_name.is_empty() {
@@ -201,7 +256,9 @@ impl Model {
         match obj {
             ApiObject::Service(svc) => {
                 let key = endpoints::object_key("Service", &svc.metadata)?;
-                match ServicePort::from_api(svc)? {
+                let parsed = ServicePort::from_api(svc)?;
+                self.changes.services.insert(key.clone());
+                match parsed {
                     Some((key, ports)) => self.services.insert(key, ports),
                     None => self.services.remove(&key),
                 };
@@ -215,7 +272,9 @@ impl Model {
             }
             ApiObject::Node(node) => {
                 if node.metadata.name.as_deref() == Some(node_name) {
-                    self.node = Some(NodeInfo::from_api(node)?);
+                    let info = Some(NodeInfo::from_api(node)?);
+                    self.changes.global |= info != self.node;
+                    self.node = info;
                 }
             }
         }

@@ -2,7 +2,7 @@
 //! ones, proportional to what changed, never to the size of the cluster.
 
 use crate::model::Family;
-use crate::render::{Key, MapName, Table, Value, render_template, words};
+use crate::render::{Journal, Key, MapName, Table, Value, render_template, words};
 use askama::Template;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -111,6 +111,48 @@ fn diff_elements<'a>(old: &'a Table, new: &'a Table, d: &mut TableDiff<'a>) {
             }
         }
     }
+}
+
+/// The changes an incremental update made to `new`, from the journal of what it touched
+/// (`None` when an affinity set's timeout changed, which only a full sync can express).
+pub fn from_journal<'a>(new: &'a Table, j: &'a Journal, existing_stale: &BTreeSet<String>) -> Option<TableDiff<'a>> {
+    let w = words(new.family);
+    let mut d = TableDiff { fam: w.fam, addr_type: w.addr_type, ..TableDiff::default() };
+    for (name, old) in &j.chains {
+        match (old, new.chains.get(name)) {
+            (Some(o), Some(n)) if o == n => {}
+            (Some(_), Some(n)) => d.rewrite.push((name, n)),
+            (None, Some(n)) => {
+                if !existing_stale.contains(name) {
+                    d.new_chains.push(name);
+                }
+                d.rewrite.push((name, n));
+            }
+            (Some(_), None) => d.stale.push(name),
+            (None, None) => {}
+        }
+    }
+    for (name, old) in &j.sets {
+        match (old, new.affinity_sets.get(name)) {
+            (None, Some(t)) => d.new_sets.push((name, *t)),
+            (Some(_), None) => d.delete_sets.push(name),
+            (Some(o), Some(n)) if o != n => return None,
+            _ => {}
+        }
+    }
+    for ((map, key), old) in &j.elements {
+        let now = new.value(*map, key);
+        if old.as_ref() == now {
+            continue;
+        }
+        if old.is_some() {
+            d.delete_elements.entry(*map).or_default().push(key);
+        }
+        if let Some(v) = now {
+            d.add_elements.entry(*map).or_default().push((key, v));
+        }
+    }
+    Some(d)
 }
 
 /// The element changes of `diffs` as one netlink batch (deletions first, as in the script).

@@ -9,7 +9,7 @@ pub mod netlink;
 pub mod wire;
 
 use crate::model::Family;
-use crate::render::{self, RenderError, Ruleset, TABLE_NAME};
+use crate::render::{self, RenderError, Ruleset, TABLE_NAME, Update};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -105,13 +105,29 @@ impl OwnPids {
     }
 }
 
-/// A partial transaction: its `nft` text, and a netlink batch when it is elements only.
-type Partial = (String, Option<Vec<u8>>);
+/// A partial transaction: its `nft` text, a netlink batch when it is elements only, and the
+/// chains it leaves stale and takes back into use.
+struct Partial {
+    script: String,
+    batch: Option<Vec<u8>>,
+    flushed: Vec<(Family, String)>,
+    reused: Vec<(Family, String)>,
+}
 
-/// Applies desired rulesets and remembers what the kernel holds.
+/// What a partial sync would need to send.
+enum Plan {
+    /// Nothing changed.
+    Nothing,
+    /// Only a full sync can express the change.
+    Full,
+    /// These changes.
+    Partial(Partial),
+}
+
+/// Applies desired rulesets and remembers whether the kernel holds the last one.
 pub struct Applier {
     node: String,
-    applied: Option<Ruleset>,
+    in_sync: bool,
     stale: BTreeMap<(Family, String), Instant>,
     own: Arc<OwnPids>,
     quiet: Option<Arc<guard::Quiet>>,
@@ -120,7 +136,7 @@ pub struct Applier {
 impl Applier {
     /// An applier for node `node` that knows nothing applied yet (its first sync is full).
     pub fn new(node: &str, own: Arc<OwnPids>) -> Applier {
-        Applier { node: node.to_string(), applied: None, stale: BTreeMap::new(), own, quiet: None }
+        Applier { node: node.to_string(), in_sync: false, stale: BTreeMap::new(), own, quiet: None }
     }
 
     /// Pauses the guard's notifications around full syncs.
@@ -129,84 +145,111 @@ impl Applier {
         self
     }
 
-    /// What the kernel holds as far as this applier knows (`None` before the first sync and
-    /// after a failure).
-    pub fn applied(&self) -> Option<&Ruleset> {
-        self.applied.as_ref()
+    /// Whether the kernel holds what the last sync sent (false before the first sync and
+    /// after a failure, when the next sync is full).
+    pub fn in_sync(&self) -> bool {
+        self.in_sync
     }
 
     /// Forgets what was applied, so the next sync is full.
     pub fn invalidate(&mut self) {
-        self.applied = None;
+        self.in_sync = false;
         self.stale.clear();
     }
 
-    /// Brings the kernel to `desired`: a full sync when `full` is asked, nothing is known to be
-    /// applied, or the fixed part changed; otherwise only the differences. On error the kernel
-    /// keeps its previous rules and the next sync is full.
-    pub fn sync(&mut self, desired: Ruleset, full: bool) -> Result<SyncReport, NftError> {
-        let result = self.try_sync(&desired, full);
+    /// Brings the kernel to `desired`, which `update` says how it came from what was applied
+    /// last: a full sync when `full` is asked, nothing is known to be applied, or the change
+    /// needs one; otherwise only the differences. On error the kernel keeps its previous rules
+    /// and the next sync is full.
+    pub fn sync(&mut self, desired: &Ruleset, update: &Update, full: bool) -> Result<SyncReport, NftError> {
+        let result = self.try_sync(desired, update, full);
         match &result {
-            Ok(report) => {
-                if report.kind != SyncKind::Partial && report.kind != SyncKind::Unchanged {
-                    self.stale.clear();
-                } else {
-                    self.note_stale(&desired);
-                }
-                self.applied = Some(desired);
-            }
+            Ok(_) => self.in_sync = true,
             Err(_) => self.invalidate(),
         }
         result
     }
 
-    fn try_sync(&mut self, desired: &Ruleset, full: bool) -> Result<SyncReport, NftError> {
+    fn try_sync(&mut self, desired: &Ruleset, update: &Update, full: bool) -> Result<SyncReport, NftError> {
         let deleted_chains = self.delete_stale_chains();
-        let partial_possible = match &self.applied {
-            Some(old) => {
-                old.tables.len() == desired.tables.len()
-                    && old.tables.iter().zip(&desired.tables).all(|(o, n)| !diff::needs_full(o, n))
+        let plan = if full || !self.in_sync { Plan::Full } else { self.plan(desired, update)? };
+        let part = match plan {
+            Plan::Full => {
+                let report = self.full(desired, deleted_chains)?;
+                self.stale.clear();
+                return Ok(report);
             }
-            None => false,
+            Plan::Nothing => {
+                let script = String::new();
+                return Ok(SyncReport {
+                    kind: SyncKind::Unchanged,
+                    netlink: false,
+                    script,
+                    deleted_chains,
+                    unsure: false,
+                });
+            }
+            Plan::Partial(part) => part,
         };
-        if full || !partial_possible {
-            return self.full(desired, deleted_chains);
-        }
-        let Some((script, batch)) = self.partial(desired)? else {
-            let script = String::new();
-            return Ok(SyncReport { kind: SyncKind::Unchanged, netlink: false, script, deleted_chains, unsure: false });
-        };
-        let netlink = batch.is_some();
-        match batch {
+        let netlink = part.batch.is_some();
+        match &part.batch {
             Some(batch) => {
                 self.own.add_current_thread();
-                wire::send(&batch)?
+                wire::send(batch)?
             }
-            None => self.apply(&script)?,
+            None => self.apply(&part.script)?,
         }
-        Ok(SyncReport { kind: SyncKind::Partial, netlink, script, deleted_chains, unsure: false })
+        let now = Instant::now();
+        for chain in part.flushed {
+            self.stale.entry(chain).or_insert(now);
+        }
+        for chain in &part.reused {
+            self.stale.remove(chain);
+        }
+        Ok(SyncReport { kind: SyncKind::Partial, netlink, script: part.script, deleted_chains, unsure: false })
     }
 
-    /// The partial transaction as `nft` text, and as a netlink batch when only elements
-    /// changed; `None` when nothing changed.
-    fn partial(&self, desired: &Ruleset) -> Result<Option<Partial>, NftError> {
-        let Some(old) = &self.applied else { return Ok(None) };
-        let diffs: Vec<_> = old
-            .tables
-            .iter()
-            .zip(&desired.tables)
-            .map(|(o, n)| {
-                let stale: BTreeSet<String> =
-                    self.stale.keys().filter(|(f, _)| *f == n.family).map(|(_, c)| c.clone()).collect();
-                diff::diff(o, n, &stale)
-            })
-            .collect();
+    /// The partial transaction for `update`.
+    fn plan(&self, desired: &Ruleset, update: &Update) -> Result<Plan, NftError> {
+        let stale_of = |family: Family| -> BTreeSet<String> {
+            self.stale.keys().filter(|(f, _)| *f == family).map(|(_, c)| c.clone()).collect()
+        };
+        let diffs: Vec<diff::TableDiff> = match update {
+            Update::Replaced => return Ok(Plan::Full),
+            Update::Rebuilt(old) => {
+                let same_shape = old.tables.len() == desired.tables.len()
+                    && old.tables.iter().zip(&desired.tables).all(|(o, n)| !diff::needs_full(o, n));
+                if !same_shape {
+                    return Ok(Plan::Full);
+                }
+                old.tables.iter().zip(&desired.tables).map(|(o, n)| diff::diff(o, n, &stale_of(n.family))).collect()
+            }
+            Update::Patched(journals) => {
+                let diffs: Option<Vec<_>> = desired
+                    .tables
+                    .iter()
+                    .zip(journals)
+                    .map(|(t, j)| diff::from_journal(t, j, &stale_of(t.family)))
+                    .collect();
+                match diffs {
+                    Some(d) if d.len() == desired.tables.len() => d,
+                    _ => return Ok(Plan::Full),
+                }
+            }
+        };
         if diffs.iter().all(diff::TableDiff::is_empty) {
-            return Ok(None);
+            return Ok(Plan::Nothing);
         }
         let families: Vec<Family> = desired.tables.iter().map(|t| t.family).collect();
+        let mut flushed = Vec::new();
+        let mut reused = Vec::new();
+        for (d, family) in diffs.iter().zip(&families) {
+            flushed.extend(d.stale.iter().map(|c| (*family, c.to_string())));
+            reused.extend(d.rewrite.iter().map(|(c, _)| (*family, c.to_string())));
+        }
         let batch = diffs.iter().all(diff::TableDiff::elements_only).then(|| diff::element_batch(&diffs, &families));
-        Ok(Some((diff::partial_script(diffs)?, batch)))
+        let script = diff::partial_script(diffs)?;
+        Ok(Plan::Partial(Partial { script, batch, flushed, reused }))
     }
 
     fn full(&mut self, desired: &Ruleset, deleted_chains: usize) -> Result<SyncReport, NftError> {
@@ -245,21 +288,6 @@ impl Applier {
 
     fn apply(&self, script: &str) -> Result<(), NftError> {
         exec::apply(script, &|pid| self.own.add(pid))
-    }
-
-    /// Records chains the last partial sync flushed and forgets ones that are used again.
-    fn note_stale(&mut self, desired: &Ruleset) {
-        let now = Instant::now();
-        if let Some(old) = &self.applied {
-            for (o, n) in old.tables.iter().zip(&desired.tables) {
-                for name in o.chains.keys().filter(|c| !n.chains.contains_key(*c)) {
-                    self.stale.entry((n.family, name.clone())).or_insert(now);
-                }
-            }
-        }
-        for t in &desired.tables {
-            self.stale.retain(|(f, c), _| *f != t.family || !t.chains.contains_key(c));
-        }
     }
 
     /// Deletes chains flushed at least `STALE_CHAIN_DELAY` ago, in their own transaction; a

@@ -8,21 +8,24 @@
 //! the kernel off its super-linear paths (see `../shared/research/kernel-costs.md`).
 //! Session-affinity services alone get upstream's per-endpoint chains and sets.
 
+mod builder;
 mod names;
+mod rendered;
 mod ruleset;
 mod service;
 mod templates;
 
+pub use builder::{Journal, PortId};
+pub use rendered::{Rendered, Update};
+
 pub use templates::FamilyWords;
 
-pub use ruleset::{Entry, Fixed, Key, MapName, Ruleset, Scope, Table, Value};
+pub use ruleset::{Entry, Fixed, Inserted, Key, MapName, Ruleset, Scope, Table, Value};
 
 use crate::config::{Config, NodePortAddresses};
 use crate::model::{Family, Model, NodeInfo, Protocol};
-use crate::topology::categorize_endpoints;
 use askama::Template;
 use ipnet::IpNet;
-use std::collections::BTreeSet;
 use std::net::IpAddr;
 use templates::{AttachHooks, EndpointMapDecl, FullSync, LbChain, TableView};
 
@@ -70,7 +73,7 @@ impl NodePorts {
         let node = model.node.as_ref();
         let mut addrs: Vec<IpAddr> = node.map(|n| n.addresses.clone()).unwrap_or_default();
         if let NodePortAddresses::Cidrs(_) = cfg {
-            for ip in &model.host_addresses {
+            for ip in model.host_addresses() {
                 if !addrs.contains(ip) {
                     addrs.push(*ip);
                 }
@@ -125,14 +128,18 @@ pub fn render(model: &Model, cfg: &Config) -> Result<Ruleset, RenderError> {
 /// `previous` where it still exists, so that one endpoint changing changes one slot rather
 /// than shifting all the service's others (the transaction stays proportional to the change).
 pub fn render_after(model: &Model, cfg: &Config, previous: Option<&Ruleset>) -> Result<Ruleset, RenderError> {
-    let tables = Family::ALL
-        .iter()
-        .map(|f| {
-            let prev = previous.and_then(|r| r.tables.iter().find(|t| t.family == *f));
-            render_table(model, &context(model, cfg, *f, prev))
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(Ruleset { tables })
+    Rendered::build(model, cfg, previous).map(Rendered::into_ruleset)
+}
+
+impl FamilyContext<'_> {
+    /// The settings of the table's fixed part.
+    fn fixed(&self) -> Fixed {
+        Fixed {
+            mark: self.cfg.masquerade_mark,
+            pod_cidrs: self.pod_cidrs.clone(),
+            nodeport_all: self.nodeports == NodePorts::All,
+        }
+    }
 }
 
 fn context<'a>(model: &'a Model, cfg: &'a Config, family: Family, previous: Option<&'a Table>) -> FamilyContext<'a> {
@@ -154,27 +161,8 @@ fn context<'a>(model: &'a Model, cfg: &'a Config, family: Family, previous: Opti
     }
 }
 
-fn render_table(model: &Model, ctx: &FamilyContext) -> Result<Table, RenderError> {
-    let mut b = service::Builder::new(ctx);
-    if let NodePorts::Ips(ips) = &ctx.nodeports {
-        for ip in ips {
-            b.table.insert(MapName::NodeportIps, Key::Ip(*ip), Value::None, &std::sync::Arc::from("node"));
-        }
-    }
-    let zone = ctx.node.and_then(|n| n.zone.as_deref());
-    for sp in model.services.values().flatten() {
-        let endpoints = model.endpoints(&sp.name, ctx.family);
-        let cat = categorize_endpoints(&endpoints, sp, &ctx.cfg.node_name, zone);
-        b.add_service_port(sp, &cat)?;
-    }
-    b.finish()
-}
-
 /// Renders the `lb-*` chain for one scope, frontend kind, protocol and endpoint count.
-fn lb_chain(
-    words: FamilyWords,
-    (scope, nodeport, proto, n): (Scope, bool, Protocol, usize),
-) -> Result<String, RenderError> {
+fn lb_chain(words: FamilyWords, (scope, nodeport, proto, n): builder::LbKey) -> Result<String, RenderError> {
     let map = if nodeport { MapName::NodeportEndpoints(scope, proto) } else { MapName::Endpoints(scope, proto) };
     let t = LbChain { fam: words.fam, proto: proto.as_str(), n, nodeport, map: map.to_string() };
     render_template(&t, "lb.nft")
@@ -226,6 +214,3 @@ fn table_views(ruleset: &Ruleset) -> Vec<TableView<'_>> {
         })
         .collect()
 }
-
-/// Distinct `lb-*` chains a table needs.
-type LbSet = BTreeSet<(Scope, bool, Protocol, usize)>;

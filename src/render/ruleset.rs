@@ -108,13 +108,41 @@ pub enum Value {
     Endpoint(IpAddr, u16),
 }
 
-/// One element and the service port that put it there (for conflict messages).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One element, the service port that put it there (for conflict messages), and how many
+/// service ports put it there (a ClusterIP shared by a Service's ports is one element).
+#[derive(Debug, Clone)]
 pub struct Entry {
     /// Element value.
     pub value: Value,
-    /// `namespace/name:port` of the owner (shared by all of a service port's elements).
+    /// `namespace/name:port` of the first owner (shared by all of a service port's elements).
     pub owner: Arc<str>,
+    /// Service ports holding the element; it leaves the table when the last one lets go.
+    pub refs: u32,
+}
+
+/// Entries are equal when they hold the same value for as many ports. The owner is left out:
+/// it names whoever added a shared element first, and stays when that port lets go while
+/// others still hold it (only exclusive elements, whose owner is exact, appear in conflicts).
+impl PartialEq for Entry {
+    fn eq(&self, other: &Entry) -> bool {
+        self.value == other.value && self.refs == other.refs
+    }
+}
+
+impl Eq for Entry {}
+
+/// What `Table::insert` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Inserted {
+    /// The element is new.
+    New,
+    /// Another service port had added the same element; it is now shared.
+    Shared,
+    /// Another service port holds the key with a different value, which is kept.
+    Refused {
+        /// Who holds it.
+        first: Arc<str>,
+    },
 }
 
 /// Settings the fixed part of a table (base chains, `services`, `masquerading`) is written from.
@@ -159,20 +187,40 @@ impl Table {
     }
 
     /// Adds an element. If another service port already holds the key with a different value,
-    /// the first one is kept and a warning names both, so one bad Service cannot break the rest.
-    pub fn insert(&mut self, map: MapName, key: Key, value: Value, owner: &Arc<str>) {
+    /// the first one is kept (the caller warns), so one bad Service cannot break the rest.
+    pub fn insert(&mut self, map: MapName, key: Key, value: Value, owner: &Arc<str>) -> Inserted {
         let entries = self.elements.entry(map).or_default();
-        match entries.get(&key) {
+        match entries.get_mut(&key) {
             None => {
-                entries.insert(key, Entry { value, owner: Arc::clone(owner) });
+                entries.insert(key, Entry { value, owner: Arc::clone(owner), refs: 1 });
+                Inserted::New
             }
-            Some(e) if e.value == value => {}
-            Some(e) => {
-                let first = e.owner.clone();
-                self.warnings
-                    .push(format!("{owner}: {map} element {key:?} is already used by {first}; keeping {first}'s"));
+            Some(e) if e.value == value => {
+                e.refs += 1;
+                Inserted::Shared
             }
+            Some(e) => Inserted::Refused { first: e.owner.clone() },
         }
+    }
+
+    /// Lets go of one holder's element; true when it left the table.
+    pub fn release(&mut self, map: MapName, key: &Key) -> bool {
+        let Some(entries) = self.elements.get_mut(&map) else { return false };
+        let Some(e) = entries.get_mut(key) else { return false };
+        e.refs = e.refs.saturating_sub(1);
+        if e.refs > 0 {
+            return false;
+        }
+        entries.remove(key);
+        if entries.is_empty() {
+            self.elements.remove(&map);
+        }
+        true
+    }
+
+    /// The value an element has, if it is in the table.
+    pub fn value(&self, map: MapName, key: &Key) -> Option<&Value> {
+        self.elements.get(&map)?.get(key).map(|e| &e.value)
     }
 }
 

@@ -1,13 +1,14 @@
 //! Renders one service port into a table: its dispatch elements, its chains and its endpoint picks.
 
+use super::builder::{Builder, PortId};
 use super::names;
-use super::ruleset::{Fixed, Key, MapName, Scope, Table, Value};
+use super::ruleset::{Key, MapName, Scope, Value};
 use super::templates::{AffinityEndpoint, BalanceChain, EndpointChain, ExternalChain, ServiceChain};
-use super::{FamilyContext, LbSet, NodePorts, RenderError, lb_chain, render_template};
+use super::{RenderError, render_template};
 use crate::model::{Endpoint, Family, ServicePort};
 use crate::topology::Categorized;
 use ipnet::IpNet;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -18,15 +19,6 @@ enum Frontend {
     NodePort(u16),
 }
 
-/// Accumulates one family's table, service port by service port.
-pub(super) struct Builder<'a> {
-    ctx: &'a FamilyContext<'a>,
-    pub(super) table: Table,
-    lb: LbSet,
-    /// Which service port owns each frontend (`ip . proto . port` or `proto . nodeport`).
-    frontends: BTreeMap<Key, String>,
-}
-
 /// The facts about one service port that all its frontends share.
 struct Port<'s> {
     sp: &'s ServicePort,
@@ -35,48 +27,29 @@ struct Port<'s> {
     cat: &'s Categorized<'s>,
 }
 
-impl<'a> Builder<'a> {
-    pub(super) fn new(ctx: &'a FamilyContext<'a>) -> Builder<'a> {
-        let fixed = Fixed {
-            mark: ctx.cfg.masquerade_mark,
-            pod_cidrs: ctx.pod_cidrs.clone(),
-            nodeport_all: ctx.nodeports == NodePorts::All,
-        };
-        let mut table = Table::new(ctx.family, fixed);
-        table.warnings.clone_from(&ctx.warnings);
-        Builder { ctx, table, lb: LbSet::new(), frontends: BTreeMap::new() }
-    }
-
-    /// Claims a frontend for a service port. The first claimant keeps it and a later one is
-    /// warned about and left out there, so two Services that collide cannot break each other.
-    fn claim(&mut self, key: &Key, owner: &str) -> bool {
-        match self.frontends.get(key) {
-            None => {
-                self.frontends.insert(key.clone(), owner.to_string());
-                true
-            }
-            Some(first) if first == owner => true,
-            Some(first) => {
-                let what = match key {
-                    Key::ProtoPort(proto, port) => format!("node port {port}/{proto}"),
-                    Key::IpProtoPort(ip, proto, port) => format!("{ip} port {port}/{proto}"),
-                    other => format!("{other:?}"),
-                };
-                let message = format!("skipping {what} for {owner}: already used by {first}");
-                self.table.warnings.push(message);
-                false
-            }
-        }
+impl Builder<'_> {
+    /// Renders one service port as `id`, recording its share of the table.
+    pub(super) fn add_port(&mut self, id: PortId, sp: &ServicePort, cat: &Categorized<'_>) -> Result<(), RenderError> {
+        let owner: Arc<str> = Arc::from(sp.name.to_string());
+        self.begin_port(id, owner.clone());
+        let result = self.add_service_port(sp, cat, owner);
+        self.end_port();
+        result
     }
 
     /// Adds everything for one service port in this builder's family; a port without a
     /// ClusterIP of this family is not served in it.
-    pub(super) fn add_service_port(&mut self, sp: &ServicePort, cat: &Categorized<'_>) -> Result<(), RenderError> {
+    fn add_service_port(
+        &mut self,
+        sp: &ServicePort,
+        cat: &Categorized<'_>,
+        owner: Arc<str>,
+    ) -> Result<(), RenderError> {
         let family = self.ctx.family;
         let Some(cluster_ip) = sp.cluster_ips.iter().copied().find(|ip| Family::of(ip) == family) else {
             return Ok(());
         };
-        let p = Port { sp, owner: Arc::from(sp.name.to_string()), base: names::base(&sp.name, sp.port), cat };
+        let p = Port { sp, owner, base: names::base(&sp.name, sp.port), cat };
         self.cluster_ip(&p, cluster_ip)?;
         let of_family = |ips: &[IpAddr]| ips.iter().copied().filter(|ip| Family::of(ip) == family).collect::<Vec<_>>();
         let mut external = of_family(&sp.external_ips);
@@ -95,7 +68,7 @@ impl<'a> Builder<'a> {
         }
         for ep in cat.all_reachable() {
             if ep.node_name.as_deref() == Some(self.ctx.cfg.node_name.as_str()) {
-                self.table.insert(MapName::HairpinConnections, Key::Pair(ep.ip, ep.ip), Value::None, &p.owner);
+                self.element(MapName::HairpinConnections, Key::Pair(ep.ip, ep.ip), Value::None);
             }
         }
         Ok(())
@@ -104,20 +77,20 @@ impl<'a> Builder<'a> {
     /// ClusterIP traffic: to the service chain, or dropped/rejected when it has no endpoints.
     fn cluster_ip(&mut self, p: &Port, ip: IpAddr) -> Result<(), RenderError> {
         let key = Key::IpProtoPort(ip, p.sp.name.protocol, p.sp.port);
-        self.table.insert(MapName::ClusterIps, Key::Ip(ip), Value::None, &p.owner);
-        if !self.claim(&key, &p.owner) {
+        self.element(MapName::ClusterIps, Key::Ip(ip), Value::None);
+        if !self.claim(&key) {
             return Ok(());
         }
         let (scope, eps) =
             if p.sp.internal_policy_local { (Scope::Local, &p.cat.local) } else { (Scope::Cluster, &p.cat.cluster) };
         let Some(pick) = self.pick(p, scope, Frontend::Ip(ip, p.sp.port), eps)? else {
-            self.table.insert(MapName::NoEndpointServices, key, self.no_endpoints(p), &p.owner);
+            self.element(MapName::NoEndpointServices, key, self.no_endpoints(p));
             return Ok(());
         };
         let chain = names::service_chain(&p.base);
         let t = ServiceChain { masquerade_all: self.ctx.cfg.masquerade_all, mark: &self.ctx.mark, pick: &pick };
-        self.table.chains.insert(chain.clone(), render_template(&t, "service.nft")?);
-        self.table.insert(MapName::ServiceIps, key, Value::Goto(chain), &p.owner);
+        self.chain(&chain, render_template(&t, "service.nft")?);
+        self.element(MapName::ServiceIps, key, Value::Goto(chain));
         Ok(())
     }
 
@@ -128,15 +101,15 @@ impl<'a> Builder<'a> {
         let mut claimed = Vec::new();
         for ip in ips {
             let key = Key::IpProtoPort(*ip, p.sp.name.protocol, p.sp.port);
-            if !self.claim(&key, &p.owner) {
+            if !self.claim(&key) {
                 continue;
             }
             claimed.push(*ip);
             if self.external_chain(p, &chain, Frontend::Ip(*ip, p.sp.port))? {
-                self.table.insert(MapName::ServiceIps, key.clone(), Value::Goto(chain.clone()), &p.owner);
+                self.element(MapName::ServiceIps, key.clone(), Value::Goto(chain.clone()));
             }
             if !self.has_external_endpoints(p) {
-                self.table.insert(MapName::NoEndpointServices, key, self.no_endpoints(p), &p.owner);
+                self.element(MapName::NoEndpointServices, key, self.no_endpoints(p));
             }
         }
         Ok(claimed)
@@ -145,14 +118,14 @@ impl<'a> Builder<'a> {
     fn node_port(&mut self, p: &Port, node_port: u16) -> Result<(), RenderError> {
         let chain = names::nodeport_chain(&p.base);
         let key = Key::ProtoPort(p.sp.name.protocol, node_port);
-        if !self.claim(&key, &p.owner) {
+        if !self.claim(&key) {
             return Ok(());
         }
         if self.external_chain(p, &chain, Frontend::NodePort(node_port))? {
-            self.table.insert(MapName::ServiceNodeports, key.clone(), Value::Goto(chain), &p.owner);
+            self.element(MapName::ServiceNodeports, key.clone(), Value::Goto(chain));
         }
         if !self.has_external_endpoints(p) {
-            self.table.insert(MapName::NoEndpointNodeports, key, self.no_endpoints(p), &p.owner);
+            self.element(MapName::NoEndpointNodeports, key, self.no_endpoints(p));
         }
         Ok(())
     }
@@ -176,7 +149,7 @@ impl<'a> Builder<'a> {
             cluster_pick: &cluster_pick,
             local_pick: local_pick.as_deref(),
         };
-        self.table.chains.insert(chain.to_string(), render_template(&t, "external.nft")?);
+        self.chain(chain, render_template(&t, "external.nft")?);
         Ok(true)
     }
 
@@ -201,14 +174,14 @@ impl<'a> Builder<'a> {
         let node_in_range = ranges.iter().any(|r| node_ips.iter().any(|ip| r.contains(ip)));
         let (proto, port) = (p.sp.name.protocol, p.sp.port);
         for ip in lb_ips {
-            self.table.insert(MapName::FirewallIps, Key::IpProtoPort(*ip, proto, port), Value::None, &p.owner);
+            self.element(MapName::FirewallIps, Key::IpProtoPort(*ip, proto, port), Value::None);
             let mut allowed = ranges.clone();
             if node_in_range {
                 // Traffic from this node to its own LB IP carries the LB IP as source.
                 allowed.push(IpNet::from(*ip));
             }
             for src in outermost(allowed) {
-                self.table.insert(MapName::FirewallAllow, Key::Allow(*ip, proto, port, src), Value::None, &p.owner);
+                self.element(MapName::FirewallAllow, Key::Allow(*ip, proto, port, src), Value::None);
             }
         }
     }
@@ -235,17 +208,16 @@ impl<'a> Builder<'a> {
             Frontend::Ip(ip, port) => Key::IpSlot(ip, port, slot),
             Frontend::NodePort(port) => Key::PortSlot(port, slot),
         };
-        let previous = self.ctx.previous.and_then(|t| t.elements.get(&map));
         let old: Vec<(IpAddr, u16)> = (0u32..)
-            .map_while(|slot| match previous?.get(&slot_key(slot))?.value {
-                Value::Endpoint(ip, port) => Some((ip, port)),
+            .map_while(|slot| match self.previous_value(map, &slot_key(slot))? {
+                Value::Endpoint(ip, port) => Some((*ip, *port)),
                 _ => None,
             })
             .collect();
         for (slot, (ip, port)) in (0u32..).zip(stable_slots(&old, eps)) {
-            self.table.insert(map, slot_key(slot), Value::Endpoint(ip, port), &p.owner);
+            self.element(map, slot_key(slot), Value::Endpoint(ip, port));
         }
-        self.lb.insert((scope, nodeport, proto, eps.len()));
+        self.use_lb((scope, nodeport, proto, eps.len()))?;
         Ok(Some(names::lb_chain(scope, nodeport, proto, eps.len())))
     }
 
@@ -268,22 +240,13 @@ impl<'a> Builder<'a> {
             let ep_chain = names::endpoint_chain(&p.base, ep.ip, ep.port);
             let proto = p.sp.name.protocol.as_str();
             let t = EndpointChain { fam, v6: ep.ip.is_ipv6(), set: &set, proto, ip: ep.ip, port: ep.port };
-            self.table.chains.insert(ep_chain.clone(), render_template(&t, "endpoint.nft")?);
-            self.table.affinity_sets.insert(set.clone(), timeout);
+            self.chain(&ep_chain, render_template(&t, "endpoint.nft")?);
+            self.set(&set, timeout);
             refs.push(AffinityEndpoint { chain: ep_chain, set });
         }
         let body = render_template(&BalanceChain { fam, endpoints: &refs }, "balance.nft")?;
-        self.table.chains.insert(chain.clone(), body);
+        self.chain(&chain, body);
         Ok(chain)
-    }
-
-    /// Adds the shared `lb-*` chains and returns the finished table.
-    pub(super) fn finish(mut self) -> Result<Table, RenderError> {
-        for key in std::mem::take(&mut self.lb) {
-            let name = names::lb_chain(key.0, key.1, key.2, key.3);
-            self.table.chains.insert(name, lb_chain(self.ctx.words, key)?);
-        }
-        Ok(self.table)
     }
 }
 

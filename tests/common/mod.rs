@@ -165,3 +165,4 @@ impl Drop for Netns {
 pub mod check;
 pub mod cluster;
 pub mod net;
+pub mod proxy;

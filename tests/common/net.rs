@@ -10,14 +10,16 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// Runs `f` on a thread that has entered network namespace `ns`; sockets it creates live there.
-pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
     let path = format!("/run/netns/{ns}");
-    std::thread::spawn(move || {
-        enter(&path);
-        f()
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            enter(&path);
+            f()
+        })
+        .join()
+        .expect("netns thread panicked")
     })
-    .join()
-    .expect("netns thread panicked")
 }
 
 fn enter(path: &str) {

@@ -1,0 +1,283 @@
+//! The table under construction. Every change to it goes through here, so each service port's
+//! share is recorded (to take it out again when the port changes) and, during an incremental
+//! update, the old value of everything touched is journaled (so the partial sync is the
+//! difference on those keys alone, never a walk over the whole table).
+
+use super::ruleset::{Inserted, Key, MapName, Scope, Table, Value};
+use super::{FamilyContext, RenderError, lb_chain};
+use crate::model::{ObjectKey, Protocol};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+
+/// One service port: its Service and its position among the Service's ports. Ordered as the
+/// model is walked, so "first claimant" means the same in full renders and updates.
+pub type PortId = (ObjectKey, u32);
+
+/// A shared `lb-*` chain: scope, NodePort or not, protocol, endpoint count.
+pub(super) type LbKey = (Scope, bool, Protocol, usize);
+
+/// What one service port put into the table.
+#[derive(Debug, Clone, Default)]
+struct PortRecord {
+    owner: Arc<str>,
+    chains: Vec<String>,
+    sets: Vec<String>,
+    elements: Vec<(MapName, Key)>,
+    lb: Vec<LbKey>,
+    /// Frontends claimed, and whether this port won each.
+    claims: Vec<(Key, bool)>,
+    warnings: Vec<String>,
+}
+
+/// Who put what into one family's table, kept between syncs.
+#[derive(Debug, Clone, Default)]
+pub struct Index {
+    ports: BTreeMap<PortId, PortRecord>,
+    /// Every claimant of each frontend, winner first.
+    claims: BTreeMap<Key, BTreeSet<PortId>>,
+    /// Users of each `lb-*` chain.
+    lb: BTreeMap<LbKey, u32>,
+    /// Elements one port holds while another was refused them.
+    contested: HashSet<(MapName, Key)>,
+}
+
+impl Index {
+    /// The ports recorded for one Service.
+    pub(super) fn ports_of(&self, service: &ObjectKey) -> Vec<PortId> {
+        let range = (service.clone(), 0)..=(service.clone(), u32::MAX);
+        self.ports.range(range).map(|(id, _)| id.clone()).collect()
+    }
+}
+
+/// The values chains, sets and elements had before an update first touched them (`None`:
+/// absent). Comparing them with the table afterwards gives exactly what the update changed.
+#[derive(Debug, Clone, Default)]
+pub struct Journal {
+    /// Chain bodies.
+    pub chains: BTreeMap<String, Option<String>>,
+    /// Affinity set timeouts.
+    pub sets: BTreeMap<String, Option<u32>>,
+    /// Element values.
+    pub elements: BTreeMap<(MapName, Key), Option<Value>>,
+}
+
+/// Builds or updates one family's table, service port by service port.
+pub(super) struct Builder<'a> {
+    pub(super) ctx: &'a FamilyContext<'a>,
+    pub(super) table: Table,
+    index: Index,
+    journal: Option<Journal>,
+    current: Option<(PortId, PortRecord)>,
+    /// Ports to render again: a frontend they claimed changed hands.
+    pub(super) rerender: Vec<PortId>,
+    /// An update touched an element two ports disagree on; only a rebuild settles it.
+    pub(super) contested: bool,
+}
+
+impl<'a> Builder<'a> {
+    /// A builder of a fresh table.
+    pub(super) fn new(ctx: &'a FamilyContext<'a>) -> Builder<'a> {
+        let table = Table::new(ctx.family, ctx.fixed());
+        Builder {
+            ctx,
+            table,
+            index: Index::default(),
+            journal: None,
+            current: None,
+            rerender: vec![],
+            contested: false,
+        }
+    }
+
+    /// A builder that updates `table` in place, journaling what it changes.
+    pub(super) fn resume(ctx: &'a FamilyContext<'a>, table: Table, index: Index) -> Builder<'a> {
+        let journal = Some(Journal::default());
+        Builder { ctx, table, index, journal, current: None, rerender: vec![], contested: false }
+    }
+
+    /// The recorded ports of a Service.
+    pub(super) fn ports_of(&self, service: &ObjectKey) -> Vec<PortId> {
+        self.index.ports_of(service)
+    }
+
+    /// Starts recording a port's share.
+    pub(super) fn begin_port(&mut self, id: PortId, owner: Arc<str>) {
+        self.current = Some((id, PortRecord { owner, ..PortRecord::default() }));
+    }
+
+    /// Files the current port's share.
+    pub(super) fn end_port(&mut self) {
+        if let Some((id, record)) = self.current.take() {
+            self.index.ports.insert(id, record);
+        }
+    }
+
+    fn record(&mut self) -> &mut PortRecord {
+        // Rendering always runs between begin_port and end_port; a stray call records into a
+        // throwaway port rather than panicking.
+        &mut self.current.get_or_insert_with(Default::default).1
+    }
+
+    /// Adds a warning to the current port's share.
+    pub(super) fn warn(&mut self, message: String) {
+        self.record().warnings.push(message);
+    }
+
+    /// Adds an element held by the current port.
+    pub(super) fn element(&mut self, map: MapName, key: Key, value: Value) {
+        if let Some(j) = &mut self.journal {
+            j.elements.entry((map, key.clone())).or_insert_with(|| self.table.value(map, &key).cloned());
+        }
+        let owner = self.record().owner.clone();
+        match self.table.insert(map, key.clone(), value, &owner) {
+            Inserted::New | Inserted::Shared => self.record().elements.push((map, key)),
+            Inserted::Refused { first } => {
+                if first != owner {
+                    self.index.contested.insert((map, key.clone()));
+                    self.contested |= self.journal.is_some();
+                }
+                self.warn(format!("{owner}: {map} element {key:?} is already used by {first}; keeping {first}'s"));
+            }
+        }
+    }
+
+    /// Adds (or rewrites) a chain of the current port.
+    pub(super) fn chain(&mut self, name: &str, body: String) {
+        self.journal_chain(name);
+        if self.table.chains.insert(name.to_string(), body).is_none() {
+            self.record().chains.push(name.to_string());
+        }
+    }
+
+    /// Adds an affinity set of the current port.
+    pub(super) fn set(&mut self, name: &str, timeout: u32) {
+        if let Some(j) = &mut self.journal {
+            j.sets.entry(name.to_string()).or_insert_with(|| self.table.affinity_sets.get(name).copied());
+        }
+        if self.table.affinity_sets.insert(name.to_string(), timeout).is_none() {
+            self.record().sets.push(name.to_string());
+        }
+    }
+
+    /// The current port uses a shared `lb-*` chain; the first user creates it.
+    pub(super) fn use_lb(&mut self, key: LbKey) -> Result<(), RenderError> {
+        if self.record().lb.contains(&key) {
+            return Ok(());
+        }
+        self.record().lb.push(key);
+        let users = self.index.lb.entry(key).or_insert(0);
+        *users += 1;
+        if *users == 1 {
+            let name = super::names::lb_chain(key.0, key.1, key.2, key.3);
+            self.journal_chain(&name);
+            self.table.chains.insert(name, lb_chain(self.ctx.words, key)?);
+        }
+        Ok(())
+    }
+
+    fn journal_chain(&mut self, name: &str) {
+        if let Some(j) = &mut self.journal {
+            j.chains.entry(name.to_string()).or_insert_with(|| self.table.chains.get(name).cloned());
+        }
+    }
+
+    /// The value a slot had before this render (kept so endpoints keep their slots).
+    pub(super) fn previous_value(&self, map: MapName, key: &Key) -> Option<&Value> {
+        if let Some(j) = &self.journal
+            && let Some(old) = j.elements.get(&(map, key.clone()))
+        {
+            return old.as_ref();
+        }
+        self.ctx.previous?.value(map, key)
+    }
+
+    /// Claims a frontend for the current port. The first claimant in model order keeps it; a
+    /// later one is warned about and left out there, so two Services that collide cannot break
+    /// each other. A port that takes a frontend from its holder makes the holder render again.
+    pub(super) fn claim(&mut self, key: &Key) -> bool {
+        let Some((id, _)) = &self.current else { return false };
+        let id = id.clone();
+        let claimants = self.index.claims.entry(key.clone()).or_default();
+        let holder = claimants.first().cloned();
+        claimants.insert(id.clone());
+        let won = claimants.first() == Some(&id);
+        let owner = self.record().owner.clone();
+        match holder {
+            Some(h) if h != id && won => {
+                // The holder loses the frontend, and the other losers' warnings name a new holder.
+                let others = self.index.claims.get(key).into_iter().flatten().filter(|c| **c != id);
+                self.rerender.extend(others.cloned());
+            }
+            Some(h) if !won => {
+                let first = self.index.ports.get(&h).map_or_else(|| owner.clone(), |r| r.owner.clone());
+                let what = match key {
+                    Key::ProtoPort(proto, port) => format!("node port {port}/{proto}"),
+                    Key::IpProtoPort(ip, proto, port) => format!("{ip} port {port}/{proto}"),
+                    other => format!("{other:?}"),
+                };
+                self.warn(format!("skipping {what} for {owner}: already used by {first}"));
+            }
+            _ => {}
+        }
+        if !self.record().claims.iter().any(|(k, _)| k == key) {
+            self.record().claims.push((key.clone(), won));
+        }
+        won
+    }
+}
+
+impl Builder<'_> {
+    /// Takes a port's share out of the table. Whoever claimed a frontend it held renders
+    /// again, since it may hold that frontend now.
+    pub(super) fn remove_port(&mut self, id: &PortId) {
+        let Some(record) = self.index.ports.remove(id) else { return };
+        for name in &record.chains {
+            self.journal_chain(name);
+            self.table.chains.remove(name);
+        }
+        for name in &record.sets {
+            if let Some(j) = &mut self.journal {
+                j.sets.entry(name.clone()).or_insert_with(|| self.table.affinity_sets.get(name).copied());
+            }
+            self.table.affinity_sets.remove(name);
+        }
+        for (map, key) in record.elements {
+            if let Some(j) = &mut self.journal {
+                j.elements.entry((map, key.clone())).or_insert_with(|| self.table.value(map, &key).cloned());
+            }
+            self.contested |= self.index.contested.contains(&(map, key.clone()));
+            self.table.release(map, &key);
+        }
+        for key in record.lb {
+            let users = self.index.lb.entry(key).or_insert(1);
+            *users -= 1;
+            if *users == 0 {
+                self.index.lb.remove(&key);
+                let name = super::names::lb_chain(key.0, key.1, key.2, key.3);
+                self.journal_chain(&name);
+                self.table.chains.remove(&name);
+            }
+        }
+        for (key, won) in record.claims {
+            let Some(claimants) = self.index.claims.get_mut(&key) else { continue };
+            claimants.remove(id);
+            if won {
+                // The next claimant takes the frontend; the rest name it in their warnings.
+                self.rerender.extend(claimants.iter().cloned());
+            }
+            if claimants.is_empty() {
+                self.index.claims.remove(&key);
+            }
+        }
+    }
+
+    /// The finished table (its warnings: the context's, then each port's in model order), the
+    /// index to update it by later, and the journal of an update.
+    pub(super) fn finish(mut self) -> (Table, Index, Option<Journal>) {
+        self.end_port();
+        let mut warnings = self.ctx.warnings.clone();
+        warnings.extend(self.index.ports.values().flat_map(|r| r.warnings.iter().cloned()));
+        self.table.warnings = warnings;
+        (self.table, self.index, self.journal)
+    }
+}

@@ -1,0 +1,133 @@
+//! The rendered desired state kept between syncs, and its update: only the service ports a
+//! change touched are taken out and rendered again, so a sync's cost follows the change, not
+//! the size of the cluster.
+
+use super::builder::{Builder, Index, Journal, PortId};
+use super::ruleset::{Key, MapName, Ruleset, Value};
+use super::{NodePorts, RenderError, context};
+use crate::config::Config;
+use crate::model::{Changes, Family, Model};
+use crate::topology::categorize_endpoints;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// How the rendered state changed in an update, for the applier to turn into a transaction.
+#[derive(Debug)]
+pub enum Update {
+    /// Rendered from scratch with nothing to compare against: replace the tables.
+    Replaced,
+    /// Rendered again whole (the node or the host's addresses changed); this was the state before.
+    Rebuilt(Ruleset),
+    /// Updated in place; per table (in order), the old values of what was touched.
+    Patched(Vec<Journal>),
+}
+
+/// Both tables' desired state, with the record of which service port put what where.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    ruleset: Ruleset,
+    indexes: Vec<Index>,
+}
+
+impl Rendered {
+    /// Renders `model` whole. Endpoints keep the map slots they had in `previous`.
+    pub fn build(model: &Model, cfg: &Config, previous: Option<&Ruleset>) -> Result<Rendered, RenderError> {
+        let mut ruleset = Ruleset { tables: Vec::new() };
+        let mut indexes = Vec::new();
+        for family in Family::ALL {
+            let prev = previous.and_then(|r| r.tables.iter().find(|t| t.family == family));
+            let ctx = context(model, cfg, family, prev);
+            let mut b = Builder::new(&ctx);
+            if let NodePorts::Ips(ips) = &ctx.nodeports {
+                for ip in ips {
+                    b.table.insert(MapName::NodeportIps, Key::Ip(*ip), Value::None, &Arc::from("node"));
+                }
+            }
+            for (service, ports) in &model.services {
+                for (i, _) in ports.iter().enumerate() {
+                    render_port(&mut b, model, (service.clone(), i as u32))?;
+                }
+            }
+            let (table, index, _) = b.finish();
+            ruleset.tables.push(table);
+            indexes.push(index);
+        }
+        Ok(Rendered { ruleset, indexes })
+    }
+
+    /// The desired state.
+    pub fn ruleset(&self) -> &Ruleset {
+        &self.ruleset
+    }
+
+    /// The desired state, without the record.
+    pub fn into_ruleset(self) -> Ruleset {
+        self.ruleset
+    }
+
+    /// Brings the state up to `model` after `changes`: the touched Services' ports (and any
+    /// port whose frontend claims they affect) are rendered again in place, unless something
+    /// beyond Services changed, which renders everything again.
+    pub fn update(&mut self, model: &Model, cfg: &Config, changes: &Changes) -> Result<Update, RenderError> {
+        if changes.global {
+            let old = std::mem::replace(self, Rendered::build(model, cfg, Some(&self.ruleset))?);
+            return Ok(Update::Rebuilt(old.ruleset));
+        }
+        let mut journals = Vec::new();
+        for (i, family) in Family::ALL.into_iter().enumerate() {
+            let ctx = context(model, cfg, family, None);
+            let table = std::mem::replace(&mut self.ruleset.tables[i], super::Table::new(family, ctx.fixed()));
+            let index = std::mem::take(&mut self.indexes[i]);
+            let mut b = Builder::resume(&ctx, table, index);
+            let outcome = patch(&mut b, model, changes);
+            let (table, index, journal) = b.finish();
+            self.ruleset.tables[i] = table;
+            self.indexes[i] = index;
+            if !outcome? {
+                // Two ports disagree on an element; render whole so the rules' order decides.
+                *self = Rendered::build(model, cfg, None)?;
+                return Ok(Update::Replaced);
+            }
+            journals.push(journal.unwrap_or_default());
+        }
+        Ok(Update::Patched(journals))
+    }
+}
+
+/// Renders the changed Services' ports again, then every port a frontend hand-over touched,
+/// until none is left; false when an element conflict (or a hand-over
+/// that does not settle) needs a rebuild.
+fn patch(b: &mut Builder, model: &Model, changes: &Changes) -> Result<bool, RenderError> {
+    let mut todo: BTreeSet<PortId> = BTreeSet::new();
+    for service in &changes.services {
+        todo.extend(b.ports_of(service));
+        let now = model.services.get(service).map_or(0, Vec::len);
+        todo.extend((0..now).map(|i| (service.clone(), i as u32)));
+    }
+    // Hand-overs settle quickly; a bound guards against a cycle nobody foresaw.
+    let mut budget = 4 * todo.len() + 64;
+    while let Some(id) = todo.pop_first() {
+        budget = match budget.checked_sub(1) {
+            Some(left) => left,
+            None => return Ok(false),
+        };
+        b.remove_port(&id);
+        render_port(b, model, id)?;
+        todo.extend(b.rerender.drain(..));
+        if b.contested {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Renders one port of the model, if it exists.
+fn render_port(b: &mut Builder, model: &Model, id: PortId) -> Result<(), RenderError> {
+    let Some(sp) = model.services.get(&id.0).and_then(|ports| ports.get(id.1 as usize)) else {
+        return Ok(());
+    };
+    let endpoints = model.endpoints(&sp.name, b.ctx.family);
+    let zone = b.ctx.node.and_then(|n| n.zone.as_deref());
+    let cat = categorize_endpoints(&endpoints, sp, &b.ctx.cfg.node_name, zone);
+    b.add_port(id, sp, &cat)
+}

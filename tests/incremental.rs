@@ -1,0 +1,172 @@
+//! Incremental rendering: after any sequence of changes to any golden case, the state updated
+//! in place equals a render from scratch that had the same slot history, frontend hand-overs
+//! between colliding Services included.
+
+mod common;
+
+use clap::Parser;
+use kube_nftproxy::config::{Config, Flags};
+use kube_nftproxy::model::{ApiObject, Model};
+use kube_nftproxy::render::{Rendered, Ruleset, Update, render_after};
+
+/// A small deterministic generator, so a failure can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((self.0 >> 33) as usize) % n.max(1)
+    }
+}
+
+/// One random change to the objects: remove, restore, copy a Service under a name sorting
+/// before or after it (same IPs, so frontends collide), change endpoints, move a ClusterIP.
+fn mutate(objects: &mut Vec<ApiObject>, removed: &mut Vec<ApiObject>, rng: &mut Rng, step: usize) {
+    let i = rng.below(objects.len());
+    match rng.below(6) {
+        0 if !objects.is_empty() => removed.push(objects.remove(i)),
+        1 if !removed.is_empty() => {
+            let back = removed.remove(rng.below(removed.len()));
+            objects.push(back);
+        }
+        2 => {
+            if let Some(ApiObject::Service(svc)) = objects.get(i) {
+                let mut copy = svc.clone();
+                let name = copy.metadata.name.clone().unwrap_or_default();
+                let prefix = if rng.below(2) == 0 { "a" } else { "z" };
+                copy.metadata.name = Some(format!("{prefix}{step}-{name}"));
+                objects.push(ApiObject::Service(copy));
+            }
+        }
+        3 | 4 => {
+            if let Some(ApiObject::EndpointSlice(slice)) = objects.get_mut(i) {
+                let n = slice.endpoints.len();
+                if n > 1 && rng.below(2) == 0 {
+                    slice.endpoints.remove(rng.below(n));
+                } else if let Some(first) = slice.endpoints.first().cloned() {
+                    let mut ep = first;
+                    ep.addresses = ep.addresses.iter().map(|a| bump(a, step)).collect();
+                    slice.endpoints.push(ep);
+                }
+            }
+        }
+        _ => {
+            let ips: Vec<String> = objects
+                .iter()
+                .filter_map(|o| match o {
+                    ApiObject::Service(s) => s.spec.as_ref()?.cluster_ip.clone(),
+                    _ => None,
+                })
+                .collect();
+            if let (Some(ApiObject::Service(svc)), false) = (objects.get_mut(i), ips.is_empty()) {
+                let ip = ips[rng.below(ips.len())].clone();
+                if let Some(spec) = svc.spec.as_mut() {
+                    spec.cluster_ips = Some(vec![ip.clone()]);
+                    spec.cluster_ip = Some(ip);
+                }
+            }
+        }
+    }
+}
+
+/// An address shifted by `step` in its last part, of the same family.
+fn bump(addr: &str, step: usize) -> String {
+    match addr.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(v4)) => {
+            let [a, b, c, _] = v4.octets();
+            format!("{a}.{b}.{c}.{}", 100 + step % 150)
+        }
+        Ok(std::net::IpAddr::V6(v6)) => {
+            let mut seg = v6.segments();
+            seg[7] = 0x100 + step as u16;
+            std::net::Ipv6Addr::from(seg).to_string()
+        }
+        Err(_) => addr.to_string(),
+    }
+}
+
+fn config(case: &common::Case) -> Config {
+    let mut argv = vec!["kube-nftproxy".to_string(), "--hostname-override=node-a".to_string()];
+    argv.extend(case.args.iter().cloned());
+    Config::from_flags(&Flags::parse_from(argv)).unwrap()
+}
+
+/// Names what differs between two rulesets, for a readable failure.
+fn difference(a: &Ruleset, b: &Ruleset) -> String {
+    let mut out = Vec::new();
+    for (x, y) in a.tables.iter().zip(&b.tables) {
+        for (name, body) in &x.chains {
+            if y.chains.get(name) != Some(body) {
+                out.push(format!("chain {name}: {body:?} vs {:?}", y.chains.get(name)));
+            }
+        }
+        out.extend(y.chains.keys().filter(|n| !x.chains.contains_key(*n)).map(|n| format!("missing chain {n}")));
+        for (map, entries) in &x.elements {
+            for (key, e) in entries {
+                let other = y.elements.get(map).and_then(|m| m.get(key));
+                if other != Some(e) {
+                    out.push(format!("{map} {key:?}: {e:?} vs {other:?}"));
+                }
+            }
+        }
+        for (map, entries) in &y.elements {
+            for key in entries.keys().filter(|k| x.elements.get(map).is_none_or(|m| !m.contains_key(*k))) {
+                out.push(format!("{map} {key:?}: missing"));
+            }
+        }
+        if x.warnings != y.warnings {
+            out.push(format!("warnings {:?} vs {:?}", x.warnings, y.warnings));
+        }
+        if x.affinity_sets != y.affinity_sets {
+            out.push("affinity sets differ".into());
+        }
+    }
+    out.join("\n")
+}
+
+#[test]
+fn updates_in_place_equal_renders_from_scratch() {
+    let mut patched = 0;
+    for case in common::golden_cases() {
+        let cfg = config(&case);
+        let mut objects = kube_nftproxy::manifests::load(&case.dir.join("manifests.yaml")).unwrap().objects;
+        let mut removed = Vec::new();
+        let mut model = Model::from_objects(&objects, "node-a").0;
+        model.take_changes();
+        let mut rendered = Rendered::build(&model, &cfg, None).unwrap();
+        let mut rng = Rng(case.name.len() as u64);
+        for step in 0..120 {
+            mutate(&mut objects, &mut removed, &mut rng, step);
+            model.replace(Model::from_objects(&objects, "node-a").0);
+            let changes = model.take_changes();
+            let before = rendered.ruleset().clone();
+            let update = rendered.update(&model, &cfg, &changes).unwrap();
+            patched += usize::from(matches!(update, Update::Patched(_)));
+            let fresh = render_after(&model, &cfg, Some(&before)).unwrap();
+            assert!(
+                rendered.ruleset() == &fresh,
+                "{} step {step}: the updated state differs from a fresh render:\n{}",
+                case.name,
+                difference(rendered.ruleset(), &fresh)
+            );
+        }
+    }
+    assert!(patched > 1000, "only {patched} updates went the incremental way");
+}
+
+#[test]
+fn an_unchanged_model_updates_nothing() {
+    let case = common::golden_cases().into_iter().find(|c| c.name == "loadbalancer").unwrap();
+    let cfg = config(&case);
+    let objects = kube_nftproxy::manifests::load(&case.dir.join("manifests.yaml")).unwrap().objects;
+    let mut model = Model::from_objects(&objects, "node-a").0;
+    model.take_changes();
+    let mut rendered = Rendered::build(&model, &cfg, None).unwrap();
+    model.replace(Model::from_objects(&objects, "node-a").0);
+    let changes = model.take_changes();
+    assert!(changes.services.is_empty() && !changes.global, "{changes:?}");
+    match rendered.update(&model, &cfg, &changes).unwrap() {
+        Update::Patched(journals) => assert!(journals.iter().all(|j| j.elements.is_empty() && j.chains.is_empty())),
+        other => panic!("expected an empty patch, got {other:?}"),
+    }
+}
