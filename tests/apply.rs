@@ -83,10 +83,11 @@ fn a_failed_sync_changes_nothing_and_the_next_one_is_full() {
     let mut proxy = Proxy::new(config());
     let first = sync(&c.node, &mut proxy, &web(&c, &["pod-1"]), false);
     first.unwrap();
-    // Someone deletes the service's chain behind our back; the next partial sync rewrites
-    // that chain, so its transaction fails halfway (after other commands were accepted).
+    // Someone deletes the service's element and the chain it led to behind our back; the next
+    // partial sync flushes that chain, so its transaction fails halfway (after other commands
+    // were accepted).
     c.node.nft(&["delete", "element", "ip", "kube-nftproxy", "service-ips", "{ 172.30.0.40 . tcp . 80 }"]);
-    c.node.nft(&["delete", "chain", "ip", "kube-nftproxy", "service-test/web/tcp/http"]);
+    c.node.nft(&["delete", "chain", "ip", "kube-nftproxy", "lb-cluster-tcp-1"]);
     let before = c.node.nft(&["list", "ruleset"]);
     let spec = json!({"clusterIP": "172.30.0.40", "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
     let mut changed = web(&c, &["pod-2"]);
@@ -124,10 +125,20 @@ fn a_big_first_sync_builds_the_tables_before_attaching_hooks() {
     assert_eq!(report.kind, SyncKind::Staged, "a first sync of >10k elements must be staged");
     let build_end = report.script.find("attach the base chains").expect("two scripts");
     assert!(!report.script[..build_end].contains("hook"), "the first transaction must not attach hooks");
+    assert!(report.netlink, "a staged sync sends its elements over netlink");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
-    // Once the tables exist, a full sync replaces them in one transaction.
+    // Once the tables exist, a full sync replaces them in one transaction, all through nft;
+    // the kernel then holds what the staged sync had built (its base chains were added last,
+    // so they are listed in another order: compare the lines).
+    let lines = |text: String| {
+        let mut v: Vec<String> = text.lines().map(str::to_string).collect();
+        v.sort();
+        v
+    };
+    let staged = lines(c.node.nft(&["list", "ruleset"]));
     let again = sync(&c.node, &mut proxy, &objects, true);
     assert_eq!(again.unwrap().kind, SyncKind::Full);
+    assert!(lines(c.node.nft(&["list", "ruleset"])) == staged, "the staged sync built a different ruleset");
 }
 
 /// The desired ruleset of a golden case, rendered from its manifests and flags.

@@ -67,8 +67,11 @@ fn a_follow_up_sync_with_one_more_endpoint_applies_on_top() {
     ns.nft_apply(&after).expect("follow-up sync");
     let new = ns.nft(&["list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp"]);
     assert!(new.contains("172.30.0.20 . 80 . 3 : 10.2.0.23 . 8080"), "new endpoint slot missing:\n{new}");
-    let chain = ns.nft(&["list", "chain", "ip", "kube-nftproxy", "service-shop/web/tcp/http"]);
-    assert!(chain.contains("goto lb-cluster-tcp-4"), "service chain did not move to 4 endpoints:\n{chain}");
+    let dispatch = ns.nft(&["list", "map", "ip", "kube-nftproxy", "service-ips"]);
+    assert!(
+        dispatch.contains("172.30.0.20 . tcp . 80 comment \"shop/web:http\" : goto lb-cluster-tcp-4"),
+        "the service did not move to 4 endpoints:\n{dispatch}"
+    );
 }
 
 #[test]

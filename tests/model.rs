@@ -107,7 +107,7 @@ fn slice_conditions_default_as_the_api_says() {
     assert!(e[0].ready && e[0].serving && !e[0].terminating);
     assert!(!e[1].ready && !e[1].serving);
     assert!(!e[2].ready && e[2].serving && e[2].terminating);
-    assert_eq!((e[2].zone_hints.clone(), e[2].node_hints.clone()), (vec!["z1".to_string()], vec!["n1".to_string()]));
+    assert_eq!((e[2].zone_hints.to_vec(), e[2].node_hints.to_vec()), (vec!["z1".to_string()], vec!["n1".to_string()]));
     assert_eq!(info.ports[0].protocol, Protocol::Tcp);
 }
 

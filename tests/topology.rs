@@ -19,7 +19,7 @@ fn e(n: u8, flags: &str, node: &str, zones: &[&str], nodes: &[&str]) -> Endpoint
         ready,
         serving,
         terminating,
-        node_name: (!node.is_empty()).then(|| node.to_string()),
+        node_name: (!node.is_empty()).then(|| node.into()),
         zone_hints: zones.iter().map(|z| z.to_string()).collect(),
         node_hints: nodes.iter().map(|z| z.to_string()).collect(),
     }

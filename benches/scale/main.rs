@@ -22,6 +22,9 @@ use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use synth::Case;
 
+#[global_allocator]
+static ALLOC: measure::Counting = measure::Counting;
+
 fn cases(smoke: bool) -> Vec<Case> {
     let c = |name: &str, services, endpoints, mix| Case { name: name.into(), services, endpoints, mix };
     if smoke {
@@ -77,18 +80,27 @@ fn run_case(case: &Case, upstream_limit: Duration) -> Value {
     let t = Instant::now();
     let update = proxy.render();
     let render_ms = ms(t.elapsed());
+    let live_mb = measure::live_heap_mb();
+    let ns = common::Netns::new("bench");
+    let peaks = std::env::temp_dir().join(format!("knp-bench-nft-{}", std::process::id()));
+    measure::record_nft_peaks(&peaks);
+    let (first, first_took) = timed_apply(&ns, &mut proxy, &update, false);
+    let nft_rss_first = measure::take_nft_peak(&peaks);
+    let proxy_rss_first = measure::peak_rss_mb(false);
+    // The full-sync script is written after the first sync (which does not need it), so that
+    // sync's peak is the proxy's own.
     let t = Instant::now();
     let script = render::full_sync_script(proxy.ruleset(), "node-a").expect("script");
     let script_ms = ms(t.elapsed());
+    let script_mb = script.len() as f64 / 1e6;
     // KNP_BENCH_DUMP=DIR keeps each case's full-sync script, for looking into nft's costs.
     if let Some(dir) = std::env::var_os("KNP_BENCH_DUMP") {
         let file = std::path::Path::new(&dir).join(format!("{}.nft", case.name.replace(' ', "")));
         std::fs::write(file, &script).expect("dump script");
     }
-    let ns = common::Netns::new("bench");
-    let (first, first_took) = timed_apply(&ns, &mut proxy, &update, false);
+    drop(script);
     let (_, replace_took) = timed_apply(&ns, &mut proxy, &Update::Replaced, true);
-    let nft_rss = measure::peak_rss_mb(true);
+    let nft_rss = measure::take_nft_peak(&peaks);
     let p1 = partial(&ns, &mut proxy, case, 7..8);
     let p100 = partial(&ns, &mut proxy, case, 100..200);
     verify::verify(&ns, proxy.ruleset());
@@ -102,9 +114,10 @@ fn run_case(case: &Case, upstream_limit: Duration) -> Value {
         measure::nft_load(&ns, &upstream::script(case, shape), upstream_limit).map(ms)
     };
     json!({"case": case.name, "services": case.services, "endpoints": case.endpoints,
-        "render_ms": render_ms, "script_ms": script_ms, "script_mb": script.len() as f64 / 1e6,
+        "render_ms": render_ms, "script_ms": script_ms, "script_mb": script_mb, "live_heap_mb": live_mb,
         "full_first_ms": ms(first_took), "full_first_kind": format!("{:?}", first.kind), "full_replace_ms": ms(replace_took),
         "partial_1": p1, "partial_100": p100, "proxy_rss_mb": proxy_rss, "nft_rss_mb": nft_rss,
+        "proxy_rss_first_mb": proxy_rss_first, "nft_rss_first_mb": nft_rss_first,
         "upstream_ga_ms": up(upstream::Shape::Ga), "upstream_newest_ms": up(upstream::Shape::Newest),
         "upstream_limit_s": upstream_limit.as_secs()})
 }
@@ -151,6 +164,7 @@ fn in_child(args: &[String]) -> Value {
 }
 
 fn main() {
+    measure::act_as_nft();
     let all: Vec<String> = std::env::args().skip(1).collect();
     // `cargo bench` passes --bench; anything else (e.g. `cargo test --all-targets`) runs
     // this target as a test, which must not start a many-minute benchmark.

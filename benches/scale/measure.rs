@@ -16,6 +16,46 @@ pub fn peak_rss_mb(children: bool) -> f64 {
     ru.ru_maxrss as f64 / 1024.0
 }
 
+/// Set while this benchmark runs as the proxy's `nft` (see `nft_peaks`).
+const AS_NFT: &str = "KNP_BENCH_AS_NFT";
+
+/// Makes the proxy run `nft` through this benchmark, which records each run's peak RSS.
+///
+/// A child's `ru_maxrss` starts from its parent's resident set when it is spawned without a
+/// fresh address space (as `posix_spawn` does), so measured from the proxy's process it would
+/// count the proxy's memory again. A small process in between measures `nft` alone.
+pub fn record_nft_peaks(file: &std::path::Path) {
+    let exe = std::env::current_exe().expect("exe");
+    // SAFETY: called at the start of a single-threaded case process, before any thread exists.
+    unsafe {
+        std::env::set_var("NFT", exe);
+        std::env::set_var(AS_NFT, file);
+    }
+}
+
+/// When this process was started as the proxy's `nft`: runs the real one, appends its peak
+/// RSS to the file `record_nft_peaks` named and exits with its status.
+pub fn act_as_nft() {
+    let Some(file) = std::env::var_os(AS_NFT) else { return };
+    let status = Command::new("nft")
+        .args(std::env::args_os().skip(1))
+        .env_remove("NFT")
+        .env_remove(AS_NFT)
+        .status()
+        .expect("run nft");
+    let line = format!("{}\n", peak_rss_mb(true));
+    let mut f = std::fs::OpenOptions::new().append(true).create(true).open(file).expect("peaks file");
+    std::io::Write::write_all(&mut f, line.as_bytes()).expect("write peak");
+    std::process::exit(status.code().unwrap_or(1));
+}
+
+/// The largest `nft` peak recorded since the last call, in MB (0 when none ran), forgetting them.
+pub fn take_nft_peak(file: &std::path::Path) -> f64 {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let _ = std::fs::remove_file(file);
+    text.lines().filter_map(|l| l.parse::<f64>().ok()).fold(0.0, f64::max)
+}
+
 /// Loads `script` with `nft -f -` in `ns`; returns the wall time, or `None` past `limit`.
 pub fn nft_load(ns: &Netns, script: &str, limit: Duration) -> Option<Duration> {
     use std::io::Write;
@@ -91,4 +131,30 @@ impl LatencyRig {
                 .collect()
         })
     }
+}
+
+/// The system allocator, counting the bytes live on the heap (RSS also holds freed memory the
+/// allocator kept; this tells what the proxy's data really takes).
+pub struct Counting;
+
+static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        LIVE.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+/// Heap bytes live now, in MB.
+pub fn live_heap_mb() -> f64 {
+    LIVE.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e6 / 1.048576
 }

@@ -21,6 +21,7 @@ fn listed(key: &Key, value: &Elem) -> String {
     let v = match value {
         Elem::None => String::new(),
         Elem::Goto(c) => format!(" : goto {c}"),
+        Elem::Dispatch(c, o) => format!(" comment \"{o}\" : goto {c}"),
         Elem::Drop(o) => format!(" comment \"{o}\" : drop"),
         Elem::Reject(o) => format!(" comment \"{o}\" : goto reject-chain"),
         Elem::Endpoint(ip, port) => format!(" : {ip} . {port}"),

@@ -4,6 +4,7 @@ use super::{Family, ObjectKey, Protocol, ServicePortName};
 use crate::model::services::ObjectError;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// The label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -22,11 +23,11 @@ pub struct Endpoint {
     /// `conditions.terminating` (absent means not terminating).
     pub terminating: bool,
     /// The node the endpoint runs on, if the slice says.
-    pub node_name: Option<String>,
+    pub node_name: Option<Arc<str>>,
     /// `hints.forZones`; empty when the endpoint has no zone hints.
-    pub zone_hints: Vec<String>,
+    pub zone_hints: Box<[String]>,
     /// `hints.forNodes`; empty when the endpoint has no node hints.
-    pub node_hints: Vec<String>,
+    pub node_hints: Box<[String]>,
 }
 
 /// A port listed by an EndpointSlice.
@@ -52,11 +53,11 @@ pub struct SliceEndpoint {
     /// Terminating condition.
     pub terminating: bool,
     /// Node name.
-    pub node_name: Option<String>,
+    pub node_name: Option<Arc<str>>,
     /// Zone hints.
-    pub zone_hints: Vec<String>,
+    pub zone_hints: Box<[String]>,
     /// Node hints.
-    pub node_hints: Vec<String>,
+    pub node_hints: Box<[String]>,
 }
 
 /// A validated EndpointSlice.
@@ -146,7 +147,7 @@ fn slice_endpoint(e: &k8s_openapi::api::discovery::v1::Endpoint, family: Family)
         ready,
         serving: c.serving.unwrap_or(ready),
         terminating: c.terminating.unwrap_or(false),
-        node_name: e.node_name.clone(),
+        node_name: e.node_name.as_deref().map(Arc::from),
         zone_hints: hints.for_zones.into_iter().flatten().map(|z| z.name).collect(),
         node_hints: hints.for_nodes.into_iter().flatten().map(|n| n.name).collect(),
     })

@@ -11,6 +11,7 @@ pub use services::{DEFAULT_AFFINITY_TIMEOUT, ObjectError, SERVICE_PROXY_NAME_LAB
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// An IP family; each family has its own nftables table, as upstream keeps them apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -120,7 +121,9 @@ pub struct Model {
     /// Service ports by owning Service.
     pub services: BTreeMap<ObjectKey, Vec<ServicePort>>,
     /// EndpointSlices by the Service they belong to, then by slice name.
-    slices: BTreeMap<ObjectKey, BTreeMap<String, EndpointSliceInfo>>,
+    /// (A sorted `Vec` per Service: most have one slice, and a map per Service would cost
+    /// a whole tree node each.)
+    slices: BTreeMap<ObjectKey, Vec<EndpointSliceInfo>>,
     /// Which Service each slice (namespace, slice name) was filed under, for deletes.
     slice_owner: BTreeMap<ObjectKey, String>,
     /// This node, once its Node object has been seen.
@@ -129,6 +132,8 @@ pub struct Model {
     host_addresses: Vec<IpAddr>,
     /// Changes since they were last taken.
     changes: Changes,
+    /// Node names endpoints run on, each stored once (a cluster has few nodes and many endpoints).
+    node_names: BTreeSet<Arc<str>>,
 }
 
 impl Model {
@@ -174,15 +179,24 @@ impl Model {
     }
 
     /// Adds or replaces an EndpointSlice.
-    pub fn upsert_slice(&mut self, slice: EndpointSliceInfo) {
+    pub fn upsert_slice(&mut self, mut slice: EndpointSliceInfo) {
+        for ep in &mut slice.endpoints {
+            if let Some(name) = &mut ep.node_name {
+                match self.node_names.get(name) {
+                    Some(shared) => *name = shared.clone(),
+                    None => {
+                        self.node_names.insert(name.clone());
+                    }
+                }
+            }
+        }
         let key = (slice.namespace.clone(), slice.name.clone());
         self.delete_slice(&key);
         self.changes.services.insert((slice.namespace.clone(), slice.service.clone()));
         self.slice_owner.insert(key, slice.service.clone());
-        self.slices
-            .entry((slice.namespace.clone(), slice.service.clone()))
-            .or_default()
-            .insert(slice.name.clone(), slice);
+        let by_name = self.slices.entry((slice.namespace.clone(), slice.service.clone())).or_default();
+        let at = by_name.partition_point(|s| s.name < slice.name);
+        by_name.insert(at, slice);
     }
 
     /// Removes an EndpointSlice by namespace and name; unknown slices are ignored.
@@ -193,7 +207,7 @@ impl Model {
         let owner = (key.0.clone(), service);
         self.changes.services.insert(owner.clone());
         if let Some(by_name) = self.slices.get_mut(&owner) {
-            by_name.remove(&key.1);
+            by_name.retain(|s| s.name != key.1);
             if by_name.is_empty() {
                 self.slices.remove(&owner);
             }
@@ -207,7 +221,7 @@ impl Model {
     pub fn endpoints(&self, spn: &ServicePortName, family: Family) -> Vec<Endpoint> {
         let mut out: Vec<Endpoint> = Vec::new();
         let owner = (spn.namespace.clone(), spn.name.clone());
-        for slice in self.slices.get(&owner).into_iter().flat_map(|m| m.values()) {
+        for slice in self.slices.get(&owner).into_iter().flatten() {
             if slice.family == family {
                 slice.endpoints_for(spn, &mut out);
             }

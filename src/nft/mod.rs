@@ -114,6 +114,36 @@ struct Partial {
     reused: Vec<(Family, String)>,
 }
 
+/// One step of a full sync.
+enum Step<'a> {
+    /// An `nft` script: one transaction.
+    Nft(String),
+    /// Every element of the ruleset but interval sets', over netlink in transactions of at most
+    /// `ELEMENTS_PER_BATCH` (only before the hooks are attached, where nothing sees a half).
+    Elements(&'a Ruleset),
+}
+
+/// Elements per netlink transaction of a staged first sync: a few hundred kB of batch each, so
+/// the proxy never holds the encoding of a whole big table at once.
+const ELEMENTS_PER_BATCH: usize = 8192;
+
+/// Sends every element of `desired` but interval sets' in batches; returns how many.
+fn send_elements(desired: &Ruleset) -> Result<u32, NftError> {
+    let mut sent = 0;
+    for t in &desired.tables {
+        for (map, entries) in t.elements.iter().filter(|(m, _)| wire::encodable(m)) {
+            let elems: Vec<(&render::Key, &render::Value)> = entries.iter().map(|(k, e)| (k, &e.value)).collect();
+            for chunk in elems.chunks(ELEMENTS_PER_BATCH) {
+                let mut batch = wire::Batch::new();
+                batch.elements(t.family, TABLE_NAME, map, true, chunk);
+                wire::send(&batch.finish())?;
+                sent += 1;
+            }
+        }
+    }
+    Ok(sent)
+}
+
 /// What a partial sync would need to send.
 enum Plan {
     /// Nothing changed.
@@ -254,30 +284,42 @@ impl Applier {
 
     fn full(&mut self, desired: &Ruleset, deleted_chains: usize) -> Result<SyncReport, NftError> {
         let elements: usize = desired.tables.iter().flat_map(|t| t.elements.values()).map(|m| m.len()).sum();
-        let (kind, scripts) = if elements > STAGED_FIRST_SYNC_ELEMENTS && !self.tables_exist()? {
+        let (kind, steps) = if elements > STAGED_FIRST_SYNC_ELEMENTS && !self.tables_exist()? {
             let (build, attach) = render::staged_full_sync_scripts(desired, &self.node)?;
-            (SyncKind::Staged, vec![build, attach])
+            (SyncKind::Staged, vec![Step::Nft(build), Step::Elements(desired), Step::Nft(attach)])
         } else {
-            (SyncKind::Full, vec![render::full_sync_script(desired, &self.node)?])
+            (SyncKind::Full, vec![Step::Nft(render::full_sync_script(desired, &self.node)?)])
         };
-        let unsure = self.quietly(&scripts)?;
-        Ok(SyncReport { kind, netlink: false, script: scripts.concat(), deleted_chains, unsure })
+        let unsure = self.quietly(&steps)?;
+        let netlink = steps.iter().any(|s| matches!(s, Step::Elements(_)));
+        let script = steps.into_iter().filter_map(|s| if let Step::Nft(t) = s { Some(t) } else { None }).collect();
+        Ok(SyncReport { kind, netlink, script, deleted_chains, unsure })
     }
 
-    /// Applies `scripts` in order with the guard's notifications paused; true when another
-    /// process committed meanwhile (the generation moved by more than our transactions).
-    fn quietly(&self, scripts: &[String]) -> Result<bool, NftError> {
+    /// Runs `steps` in order with the guard's notifications paused; true when another process
+    /// committed meanwhile (the generation moved by more than our transactions).
+    fn quietly(&self, steps: &[Step]) -> Result<bool, NftError> {
+        let run = || steps.iter().try_fold(0u32, |n, s| Ok::<_, NftError>(n + self.step(s)?));
         let Some(quiet) = &self.quiet else {
-            for s in scripts {
-                self.apply(s)?;
-            }
+            run()?;
             return Ok(false);
         };
         let mut sock = netlink::Socket::open()?;
         let before = sock.generation()?;
-        quiet.during(|| scripts.iter().try_for_each(|s| self.apply(s)))?;
+        let ours = quiet.during(run)?;
         let after = sock.generation()?;
-        Ok(after.wrapping_sub(before) != scripts.len() as u32)
+        Ok(after.wrapping_sub(before) != ours)
+    }
+
+    /// Runs one step; returns the transactions it committed.
+    fn step(&self, step: &Step) -> Result<u32, NftError> {
+        match step {
+            Step::Nft(script) => self.apply(script).map(|()| 1),
+            Step::Elements(desired) => {
+                self.own.add_current_thread();
+                send_elements(desired)
+            }
+        }
     }
 
     fn tables_exist(&self) -> Result<bool, NftError> {

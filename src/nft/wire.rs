@@ -29,7 +29,7 @@ const ELEMENTS_PER_MESSAGE: usize = 256;
 
 /// Whether a map's elements can go over this path (interval sets need ranges; they go via `nft`).
 pub fn encodable(map: &MapName) -> bool {
-    !matches!(map, MapName::FirewallAllow)
+    !map.is_interval()
 }
 
 /// One batch of element additions and deletions.
@@ -132,6 +132,10 @@ fn element(b: &mut Vec<u8>, map: &MapName, key: &Key, value: Option<&Value>) {
             attr(b, 2 | NLA_F_NESTED, |b| verdict(b, -4, Some(chain)));
             None
         }
+        Value::Dispatch(chain, owner) => {
+            attr(b, 2 | NLA_F_NESTED, |b| verdict(b, -4, Some(chain)));
+            Some(owner)
+        }
         Value::Drop(owner) => {
             attr(b, 2 | NLA_F_NESTED, |b| verdict(b, 0, None));
             Some(owner)
@@ -230,18 +234,11 @@ pub fn send(batch: &[u8]) -> Result<(), super::NftError> {
     }
     // SAFETY: fd is fresh and owned by nothing else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let size = (batch.len() + 4096).min(i32::MAX as usize) as libc::c_int;
-    let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: setsockopt with a pointer to a live c_int; a big batch needs a big send buffer.
-    unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUFFORCE,
-            (&size as *const libc::c_int).cast(),
-            len,
-        )
-    };
+    // A big batch needs a big send buffer, and its acknowledgements a big receive buffer: each
+    // is charged at several hundred bytes however small, and an overrun loses them.
+    let acked = count_acked(batch);
+    set_buffer(&fd, libc::SO_SNDBUFFORCE, batch.len() + 4096);
+    set_buffer(&fd, libc::SO_RCVBUFFORCE, (acked * 2048).max(1 << 20));
     // SAFETY: an all-zero sockaddr_nl addresses the kernel.
     let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
     addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
@@ -260,7 +257,15 @@ pub fn send(batch: &[u8]) -> Result<(), super::NftError> {
     if n < 0 {
         return Err(io::Error::last_os_error().into());
     }
-    acks(&fd, count_acked(batch))
+    acks(&fd, acked)
+}
+
+fn set_buffer(fd: &OwnedFd, option: libc::c_int, size: usize) {
+    let size = size.min(i32::MAX as usize) as libc::c_int;
+    let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: setsockopt with a pointer to a live c_int. Without the privilege the default
+    // stays, which fits all but huge batches.
+    unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, option, (&size as *const libc::c_int).cast(), len) };
 }
 
 /// How many messages in the batch asked for an acknowledgement.

@@ -6,7 +6,7 @@
 use super::ruleset::{Inserted, Key, MapName, Scope, Table, Value};
 use super::{FamilyContext, RenderError, lb_chain};
 use crate::model::{ObjectKey, Protocol};
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 /// One service port: its Service and its position among the Service's ports. Ordered as the
@@ -33,8 +33,9 @@ struct PortRecord {
 #[derive(Debug, Clone, Default)]
 pub struct Index {
     ports: BTreeMap<PortId, PortRecord>,
-    /// Every claimant of each frontend, winner first.
-    claims: BTreeMap<Key, BTreeSet<PortId>>,
+    /// Every claimant of each frontend in model order, winner first (a sorted `Vec`: nearly
+    /// every frontend has one claimant).
+    claims: BTreeMap<Key, Vec<PortId>>,
     /// Users of each `lb-*` chain.
     lb: BTreeMap<LbKey, u32>,
     /// Elements one port holds while another was refused them.
@@ -107,7 +108,11 @@ impl<'a> Builder<'a> {
 
     /// Files the current port's share.
     pub(super) fn end_port(&mut self) {
-        if let Some((id, record)) = self.current.take() {
+        if let Some((id, mut record)) = self.current.take() {
+            // Records live as long as the port; growth headroom would be a third of the index.
+            record.elements.shrink_to_fit();
+            record.lb.shrink_to_fit();
+            record.claims.shrink_to_fit();
             self.index.ports.insert(id, record);
         }
     }
@@ -197,9 +202,11 @@ impl<'a> Builder<'a> {
     pub(super) fn claim(&mut self, key: &Key) -> bool {
         let Some((id, _)) = &self.current else { return false };
         let id = id.clone();
-        let claimants = self.index.claims.entry(key.clone()).or_default();
+        let claimants = self.index.claims.entry(key.clone()).or_insert_with(|| Vec::with_capacity(1));
         let holder = claimants.first().cloned();
-        claimants.insert(id.clone());
+        if let Err(at) = claimants.binary_search(&id) {
+            claimants.insert(at, id.clone());
+        }
         let won = claimants.first() == Some(&id);
         let owner = self.record().owner.clone();
         match holder {
@@ -260,7 +267,7 @@ impl Builder<'_> {
         }
         for (key, won) in record.claims {
             let Some(claimants) = self.index.claims.get_mut(&key) else { continue };
-            claimants.remove(id);
+            claimants.retain(|c| c != id);
             if won {
                 // The next claimant takes the frontend; the rest name it in their warnings.
                 self.rerender.extend(claimants.iter().cloned());

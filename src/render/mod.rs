@@ -184,18 +184,21 @@ fn endpoint_maps() -> Vec<EndpointMapDecl> {
 
 /// Writes the full-sync script: both tables created or replaced in one transaction.
 pub fn full_sync_script(ruleset: &Ruleset, node: &str) -> Result<String, RenderError> {
-    render_template(&FullSync { node, hooks: true, tables: table_views(ruleset) }, "full-sync.nft")
+    render_template(&FullSync { node, hooks: true, tables: table_views(ruleset, false) }, "full-sync.nft")
 }
 
-/// Writes a first sync in two steps: the tables without base chains (no traffic passes them
-/// while the big transaction commits), then the base chains alone, which switch traffic over.
+/// Writes a first sync in steps: the tables without base chains (no traffic passes them while
+/// they fill), then the base chains alone, which switch traffic over. The map elements (but
+/// interval sets') are left out of the first script: the caller sends them over netlink in
+/// between, which costs a fraction of what `nft` needs to parse them.
 pub fn staged_full_sync_scripts(ruleset: &Ruleset, node: &str) -> Result<(String, String), RenderError> {
-    let build = render_template(&FullSync { node, hooks: false, tables: table_views(ruleset) }, "full-sync.nft")?;
-    let attach = render_template(&AttachHooks { tables: table_views(ruleset) }, "attach-hooks.nft")?;
+    let build = FullSync { node, hooks: false, tables: table_views(ruleset, true) };
+    let build = render_template(&build, "full-sync.nft")?;
+    let attach = render_template(&AttachHooks { tables: table_views(ruleset, false) }, "attach-hooks.nft")?;
     Ok((build, attach))
 }
 
-fn table_views(ruleset: &Ruleset) -> Vec<TableView<'_>> {
+fn table_views(ruleset: &Ruleset, netlink_elements: bool) -> Vec<TableView<'_>> {
     ruleset
         .tables
         .iter()
@@ -210,6 +213,7 @@ fn table_views(ruleset: &Ruleset) -> Vec<TableView<'_>> {
                 nodeport_all: table.fixed.nodeport_all,
                 endpoint_maps: endpoint_maps(),
                 table,
+                netlink_elements,
             }
         })
         .collect()

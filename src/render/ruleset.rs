@@ -56,6 +56,14 @@ pub enum MapName {
     NodeportEndpoints(Scope, Protocol),
 }
 
+impl MapName {
+    /// Whether the set holds ranges (`flags interval`): its elements are written by `nft`,
+    /// which splits ranges into the interval ends the kernel stores.
+    pub fn is_interval(self) -> bool {
+        matches!(self, MapName::FirewallAllow)
+    }
+}
+
 impl fmt::Display for MapName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -100,10 +108,13 @@ pub enum Value {
     None,
     /// `goto chain`.
     Goto(String),
+    /// `goto chain` to a chain shared by many services, with the service it belongs to as
+    /// element comment (so `nft list` still tells whose frontend it is).
+    Dispatch(Arc<str>, Arc<str>),
     /// `drop`, with the service it belongs to as element comment.
-    Drop(String),
+    Drop(Arc<str>),
     /// `goto reject-chain`, with the service it belongs to as element comment.
-    Reject(String),
+    Reject(Arc<str>),
     /// `ip . port`: a DNAT destination.
     Endpoint(IpAddr, u16),
 }

@@ -74,7 +74,8 @@ impl Builder<'_> {
         Ok(())
     }
 
-    /// ClusterIP traffic: to the service chain, or dropped/rejected when it has no endpoints.
+    /// ClusterIP traffic: to the chain that picks an endpoint (through a service chain that
+    /// marks for masquerading under `--masquerade-all`), or dropped/rejected without endpoints.
     fn cluster_ip(&mut self, p: &Port, ip: IpAddr) -> Result<(), RenderError> {
         let key = Key::IpProtoPort(ip, p.sp.name.protocol, p.sp.port);
         self.element(MapName::ClusterIps, Key::Ip(ip), Value::None);
@@ -87,8 +88,13 @@ impl Builder<'_> {
             self.element(MapName::NoEndpointServices, key, self.no_endpoints(p));
             return Ok(());
         };
+        if !self.ctx.cfg.masquerade_all {
+            // Straight to the shared chain: a chain per service would only hold this goto.
+            self.element(MapName::ServiceIps, key, Value::Dispatch(Arc::from(pick), p.owner.clone()));
+            return Ok(());
+        }
         let chain = names::service_chain(&p.base);
-        let t = ServiceChain { masquerade_all: self.ctx.cfg.masquerade_all, mark: &self.ctx.mark, pick: &pick };
+        let t = ServiceChain { mark: &self.ctx.mark, pick: &pick };
         self.chain(&chain, render_template(&t, "service.nft")?);
         self.element(MapName::ServiceIps, key, Value::Goto(chain));
         Ok(())
@@ -159,7 +165,7 @@ impl Builder<'_> {
 
     /// Reject when no endpoint exists anywhere; drop when endpoints exist but policy forbids them.
     fn no_endpoints(&self, p: &Port) -> Value {
-        if p.cat.has_any { Value::Drop(p.owner.to_string()) } else { Value::Reject(p.owner.to_string()) }
+        if p.cat.has_any { Value::Drop(p.owner.clone()) } else { Value::Reject(p.owner.clone()) }
     }
 
     /// LoadBalancer source ranges: only LB IPs, checked before DNAT.

@@ -1,8 +1,9 @@
 //! The template bindings: one struct per file in `nft-templates/`, holding only the data its rules need.
 
-use super::ruleset::{Key, Table, Value};
+use super::ruleset::{Entry, Key, MapName, Table, Value};
 use askama::Template;
 use ipnet::IpNet;
+use std::collections::BTreeMap;
 
 /// Family words the templates need: `ip`/`ip6`, the address type, the loopback range.
 #[derive(Debug, Clone, Copy)]
@@ -15,12 +16,10 @@ pub struct FamilyWords {
     pub loopback: &'static str,
 }
 
-/// `service.nft`: the chain ClusterIP traffic enters.
+/// `service.nft`: the chain ClusterIP traffic enters under `--masquerade-all`.
 #[derive(Template)]
 #[template(path = "service.nft")]
 pub struct ServiceChain<'a> {
-    /// Masquerade everything.
-    pub masquerade_all: bool,
     /// The masquerade mark, in hex.
     pub mark: &'a str,
     /// The chain that picks an endpoint.
@@ -129,6 +128,15 @@ pub struct TableView<'a> {
     pub endpoint_maps: Vec<EndpointMapDecl>,
     /// The rendered content.
     pub table: &'a Table,
+    /// Elements of maps other than interval sets are sent over netlink, not in the script.
+    pub netlink_elements: bool,
+}
+
+impl TableView<'_> {
+    /// The maps whose elements the script writes.
+    pub fn text_elements(&self) -> impl Iterator<Item = (&MapName, &BTreeMap<Key, Entry>)> {
+        self.table.elements.iter().filter(|(map, _)| !self.netlink_elements || map.is_interval())
+    }
 }
 
 /// `full-sync.nft`: the script that creates or replaces both tables.
