@@ -1,12 +1,12 @@
 //! The sync loop: the one thread that owns the model. Sources send it changes over a
 //! channel; it coalesces them, renders, and applies at most once per `min_sync_period`,
 //! retries failures with backoff (a failed sync is retried as a full one within
-//! `sync_period`), and replaces the tables whole every `full_sync_period` or when
-//! another process tampered with them.
+//! `sync_period`), rewrites the tables in place every `full_sync_period`, and replaces them
+//! whole when another process tampered with them.
 
 use crate::config::Config;
 use crate::model::{ApiObject, Model};
-use crate::nft::{Applier, NftError, SyncKind, guard};
+use crate::nft::{Applier, NftError, Resync, SyncKind, guard};
 use crate::render::{Rendered, Update};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -41,7 +41,10 @@ struct State {
     rendered: Option<Rendered>,
     have_input: bool,
     dirty: bool,
+    /// The tables must be replaced whole (first sync, tampering, a failure).
     force_full: bool,
+    /// The periodic full sync is due: rewrite everything in place.
+    refresh: bool,
     next_allowed: Instant,
     last_full: Instant,
     retry_at: Option<Instant>,
@@ -65,6 +68,7 @@ pub fn run(rx: Receiver<Msg>, cfg: &Config, periods: Periods, mut applier: Appli
         have_input: false,
         dirty: true,
         force_full: true,
+        refresh: false,
         next_allowed: now,
         last_full: now,
         retry_at: None,
@@ -87,10 +91,10 @@ pub fn run(rx: Receiver<Msg>, cfg: &Config, periods: Periods, mut applier: Appli
             }
         }
         if st.last_full.elapsed() >= periods.full_sync {
-            st.force_full = true;
+            st.refresh = true;
         }
         let now = Instant::now();
-        let due = st.dirty || st.force_full;
+        let due = st.dirty || st.force_full || st.refresh;
         if st.have_input && due && now >= st.next_allowed && st.retry_at.is_none_or(|r| now >= r) {
             sync_once(&mut st, cfg, &periods, &mut applier);
         }
@@ -99,7 +103,7 @@ pub fn run(rx: Receiver<Msg>, cfg: &Config, periods: Periods, mut applier: Appli
 
 fn next_wake(st: &State, periods: &Periods) -> Instant {
     let periodic = st.last_full + periods.full_sync;
-    if !st.have_input || !(st.dirty || st.force_full) {
+    if !st.have_input || !(st.dirty || st.force_full || st.refresh) {
         return periodic;
     }
     st.next_allowed.max(st.retry_at.unwrap_or(st.next_allowed))
@@ -161,7 +165,12 @@ fn sync_once(st: &mut State, cfg: &Config, periods: &Periods, applier: &mut Appl
             log::warn!("{w}");
         }
         st.reported = now;
-        applier.sync(rendered.ruleset(), &update, st.force_full)
+        let resync = match (st.force_full, st.refresh) {
+            (true, _) => Resync::Replace,
+            (false, true) => Resync::Refresh,
+            (false, false) => Resync::Changes,
+        };
+        applier.sync(rendered.ruleset(), &update, resync)
     });
     let end = Instant::now();
     st.next_allowed = end + periods.min_sync;
@@ -172,7 +181,7 @@ fn sync_once(st: &mut State, cfg: &Config, periods: &Periods, applier: &mut Appl
                 let via = if report.netlink { " (netlink)" } else { "" };
                 log::info!("{:?} sync{via}: {lines} lines in {:?}", report.kind, end - started);
             }
-            if matches!(report.kind, SyncKind::Full | SyncKind::Staged) {
+            if matches!(report.kind, SyncKind::Full | SyncKind::Staged | SyncKind::Refresh) {
                 st.last_full = end;
             }
             // Another process committed while notifications were paused: what it changed is
@@ -187,11 +196,12 @@ fn sync_once(st: &mut State, cfg: &Config, periods: &Periods, applier: &mut Appl
                     st.force_full = true;
                     return;
                 }
-            } else if matches!(report.kind, SyncKind::Full | SyncKind::Staged) {
+            } else if matches!(report.kind, SyncKind::Full | SyncKind::Staged | SyncKind::Refresh) {
                 st.unsure_streak = 0;
             }
             st.dirty = false;
             st.force_full = false;
+            st.refresh = false;
             st.retry_at = None;
             st.backoff = periods.min_sync;
         }

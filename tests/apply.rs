@@ -11,7 +11,7 @@ use common::proxy::Proxy;
 use common::{Netns, kernel_available};
 use kube_nftproxy::config::{Config, Flags};
 use kube_nftproxy::model::{ApiObject, Model};
-use kube_nftproxy::nft::{Applier, OwnPids, SyncKind, SyncReport};
+use kube_nftproxy::nft::{Applier, OwnPids, Resync, SyncKind, SyncReport};
 use kube_nftproxy::render::Update;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -38,7 +38,7 @@ fn model_of(objects: &[Value]) -> Model {
 /// rendered again and sent.
 fn sync(ns: &Netns, proxy: &mut Proxy, objects: &[Value], full: bool) -> Result<SyncReport, String> {
     proxy.model.replace(model_of(objects));
-    proxy.sync(&ns.name, full)
+    proxy.sync(&ns.name, if full { Resync::Replace } else { Resync::Changes })
 }
 
 #[test]
@@ -72,6 +72,44 @@ fn a_partial_sync_is_a_few_lines_and_traffic_follows() {
     assert_eq!((report.kind, report.deleted_chains), (SyncKind::Unchanged, 1));
     let listed = c.node.nft(&["list", "table", "ip", "kube-nftproxy"]);
     assert!(!listed.contains("lb-cluster-tcp-1 {"), "the stale chain was not deleted");
+}
+
+/// The ruleset's lines, sorted: chains built in another order list in another order.
+fn sorted_lines(text: String) -> Vec<String> {
+    let mut v: Vec<String> = text.lines().map(str::to_string).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_refresh_rewrites_rules_and_maps_in_place_and_keeps_affinity() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(2, 0);
+    let mut objects = web(&c, &["pod-1", "pod-2"]);
+    objects[0]["spec"]["sessionAffinity"] = json!("ClientIP");
+    let mut proxy = Proxy::new(config());
+    sync(&c.node, &mut proxy, &objects, false).unwrap();
+    let first = who(&c.client, "172.30.0.40:80");
+    let clean = sorted_lines(c.node.nft(&["list", "ruleset"]));
+    // Drift nobody reported: an element gone, a stray element, a stray rule.
+    c.node.nft(&["delete", "element", "ip", "kube-nftproxy", "service-ips", "{ 172.30.0.40 . tcp . 80 }"]);
+    c.node.nft(&["add", "element", "ip", "kube-nftproxy", "cluster-ips", "{ 172.30.9.9 }"]);
+    c.node.nft(&["add", "rule", "ip", "kube-nftproxy", "services", "ip", "daddr", "172.30.0.40", "drop"]);
+    let update = proxy.render();
+    let report = proxy.apply(&c.node.name, &update, Resync::Refresh).unwrap();
+    assert_eq!((report.kind, report.netlink), (SyncKind::Refresh, true));
+    assert!(!report.script.contains("add element ip kube-nftproxy service-ips"), "map elements go over netlink");
+    let refreshed = c.node.nft(&["list", "ruleset"]);
+    // The client's affinity entry survives (a replace would drop it); the rest is as before.
+    assert!(refreshed.contains(" expires "), "the affinity entry was lost:\n{refreshed}");
+    let without_affinity =
+        |v: Vec<String>| -> Vec<String> { v.into_iter().filter(|l| !l.contains("expires")).collect() };
+    assert_eq!(without_affinity(sorted_lines(refreshed)), without_affinity(clean), "the refresh left drift behind");
+    for _ in 0..5 {
+        assert_eq!(who(&c.client, "172.30.0.40:80"), first, "affinity must survive a refresh");
+    }
 }
 
 #[test]
@@ -130,15 +168,10 @@ fn a_big_first_sync_builds_the_tables_before_attaching_hooks() {
     // Once the tables exist, a full sync replaces them in one transaction, all through nft;
     // the kernel then holds what the staged sync had built (its base chains were added last,
     // so they are listed in another order: compare the lines).
-    let lines = |text: String| {
-        let mut v: Vec<String> = text.lines().map(str::to_string).collect();
-        v.sort();
-        v
-    };
-    let staged = lines(c.node.nft(&["list", "ruleset"]));
+    let staged = sorted_lines(c.node.nft(&["list", "ruleset"]));
     let again = sync(&c.node, &mut proxy, &objects, true);
     assert_eq!(again.unwrap().kind, SyncKind::Full);
-    assert!(lines(c.node.nft(&["list", "ruleset"])) == staged, "the staged sync built a different ruleset");
+    assert!(sorted_lines(c.node.nft(&["list", "ruleset"])) == staged, "the staged sync built a different ruleset");
 }
 
 /// The desired ruleset of a golden case, rendered from its manifests and flags.
@@ -166,9 +199,9 @@ fn elements_sent_over_netlink_list_like_elements_sent_by_nft() {
         by_text.nft_apply(&kube_nftproxy::render::full_sync_script(&desired, "node-a").unwrap()).unwrap();
         let by_netlink = Netns::new("netlink");
         let mut applier = Applier::new("node-a", Arc::new(OwnPids::default()));
-        in_netns(&by_netlink.name, || applier.sync(&bare, &Update::Replaced, false)).unwrap();
+        in_netns(&by_netlink.name, || applier.sync(&bare, &Update::Replaced, Resync::Changes)).unwrap();
         let update = Update::Rebuilt(bare.clone());
-        let report = in_netns(&by_netlink.name, || applier.sync(&desired, &update, false)).unwrap();
+        let report = in_netns(&by_netlink.name, || applier.sync(&desired, &update, Resync::Changes)).unwrap();
         assert!(report.netlink, "{}: elements did not go over netlink", case.name);
         assert_eq!(
             by_netlink.nft(&["list", "ruleset"]),

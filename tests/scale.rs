@@ -12,7 +12,7 @@ use clap::Parser;
 use common::kernel_available;
 use common::proxy::Proxy;
 use kube_nftproxy::config::{Config, Flags};
-use kube_nftproxy::nft::SyncKind;
+use kube_nftproxy::nft::{Resync, SyncKind};
 use kube_nftproxy::render;
 
 #[test]
@@ -34,7 +34,7 @@ fn thirty_thousand_services_then_partial_syncs_leave_exactly_the_expected_elemen
         for i in changed {
             proxy.model.apply(&synth::slice(&case, i, 1), "node-a").unwrap();
         }
-        kinds.push(proxy.sync(&ns.name, false).unwrap().kind);
+        kinds.push(proxy.sync(&ns.name, Resync::Changes).unwrap().kind);
     }
     assert_eq!(kinds, [SyncKind::Staged, SyncKind::Partial, SyncKind::Partial]);
     // What was updated in place is what a render from scratch gives, and the kernel holds it.

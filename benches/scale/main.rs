@@ -16,7 +16,7 @@ mod verify;
 
 use common::proxy::Proxy;
 use kube_nftproxy::config::Config;
-use kube_nftproxy::nft::SyncReport;
+use kube_nftproxy::nft::{Resync, SyncReport};
 use kube_nftproxy::render::{self, Update};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -49,12 +49,12 @@ fn config() -> Config {
 }
 
 /// Applies the proxy's rendered state inside `ns`, timing the sync alone.
-fn timed_apply(ns: &common::Netns, proxy: &mut Proxy, update: &Update, full: bool) -> (SyncReport, Duration) {
+fn timed_apply(ns: &common::Netns, proxy: &mut Proxy, update: &Update, resync: Resync) -> (SyncReport, Duration) {
     let desired = proxy.rendered.as_ref().expect("rendered").ruleset();
     let applier = &mut proxy.applier;
     let (r, took) = common::net::in_netns(&ns.name, || {
         let start = Instant::now();
-        let r = applier.sync(desired, update, full).map_err(|e| e.to_string());
+        let r = applier.sync(desired, update, resync).map_err(|e| e.to_string());
         (r, start.elapsed())
     });
     (r.expect("sync"), took)
@@ -68,7 +68,7 @@ fn partial(ns: &common::Netns, proxy: &mut Proxy, case: &Case, range: std::ops::
     }
     let update = proxy.render();
     let render_ms = ms(start.elapsed());
-    let (r, took) = timed_apply(ns, proxy, &update, false);
+    let (r, took) = timed_apply(ns, proxy, &update, Resync::Changes);
     drop(update);
     json!({"total_ms": ms(start.elapsed()), "render_ms": render_ms, "apply_ms": ms(took),
            "kind": format!("{:?}", r.kind), "netlink": r.netlink, "lines": r.script.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count(),
@@ -77,6 +77,7 @@ fn partial(ns: &common::Netns, proxy: &mut Proxy, case: &Case, range: std::ops::
 
 fn run_case(case: &Case, upstream_limit: Duration) -> Value {
     let mut proxy = Proxy::with_model(config(), synth::model(case));
+    let model_mb = measure::live_heap_mb();
     let t = Instant::now();
     let update = proxy.render();
     let render_ms = ms(t.elapsed());
@@ -84,9 +85,13 @@ fn run_case(case: &Case, upstream_limit: Duration) -> Value {
     let ns = common::Netns::new("bench");
     let peaks = std::env::temp_dir().join(format!("knp-bench-nft-{}", std::process::id()));
     measure::record_nft_peaks(&peaks);
-    let (first, first_took) = timed_apply(&ns, &mut proxy, &update, false);
+    let (first, first_took) = timed_apply(&ns, &mut proxy, &update, Resync::Changes);
     let nft_rss_first = measure::take_nft_peak(&peaks);
     let proxy_rss_first = measure::peak_rss_mb(false);
+    // The periodic full sync: everything rewritten in place.
+    let (_, refresh_took) = timed_apply(&ns, &mut proxy, &Update::Replaced, Resync::Refresh);
+    let nft_rss_refresh = measure::take_nft_peak(&peaks);
+    let proxy_rss_refresh = measure::peak_rss_mb(false);
     // The full-sync script is written after the first sync (which does not need it), so that
     // sync's peak is the proxy's own.
     let t = Instant::now();
@@ -99,7 +104,7 @@ fn run_case(case: &Case, upstream_limit: Duration) -> Value {
         std::fs::write(file, &script).expect("dump script");
     }
     drop(script);
-    let (_, replace_took) = timed_apply(&ns, &mut proxy, &Update::Replaced, true);
+    let (_, replace_took) = timed_apply(&ns, &mut proxy, &Update::Replaced, Resync::Replace);
     let nft_rss = measure::take_nft_peak(&peaks);
     let p1 = partial(&ns, &mut proxy, case, 7..8);
     let p100 = partial(&ns, &mut proxy, case, 100..200);
@@ -114,10 +119,11 @@ fn run_case(case: &Case, upstream_limit: Duration) -> Value {
         measure::nft_load(&ns, &upstream::script(case, shape), upstream_limit).map(ms)
     };
     json!({"case": case.name, "services": case.services, "endpoints": case.endpoints,
-        "render_ms": render_ms, "script_ms": script_ms, "script_mb": script_mb, "live_heap_mb": live_mb,
+        "render_ms": render_ms, "script_ms": script_ms, "script_mb": script_mb, "live_heap_mb": live_mb, "model_heap_mb": model_mb,
         "full_first_ms": ms(first_took), "full_first_kind": format!("{:?}", first.kind), "full_replace_ms": ms(replace_took),
         "partial_1": p1, "partial_100": p100, "proxy_rss_mb": proxy_rss, "nft_rss_mb": nft_rss,
         "proxy_rss_first_mb": proxy_rss_first, "nft_rss_first_mb": nft_rss_first,
+        "full_refresh_ms": ms(refresh_took), "proxy_rss_refresh_mb": proxy_rss_refresh, "nft_rss_refresh_mb": nft_rss_refresh,
         "upstream_ga_ms": up(upstream::Shape::Ga), "upstream_newest_ms": up(upstream::Shape::Newest),
         "upstream_limit_s": upstream_limit.as_secs()})
 }
@@ -131,7 +137,7 @@ fn latency_rig(services: u32) -> measure::LatencyRig {
     model.apply(&synth::slice(&single, 0, 0), "node-a").expect("slice");
     let rig = measure::LatencyRig::new();
     let mut proxy = Proxy::with_model(config(), model);
-    proxy.sync(&rig.node.name, false).expect("sync");
+    proxy.sync(&rig.node.name, Resync::Changes).expect("sync");
     rig
 }
 

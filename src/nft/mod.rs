@@ -4,12 +4,13 @@
 pub mod cleanup;
 mod diff;
 pub mod exec;
+mod full;
 pub mod guard;
 pub mod netlink;
 pub mod wire;
 
 use crate::model::Family;
-use crate::render::{self, RenderError, Ruleset, TABLE_NAME, Update};
+use crate::render::{RenderError, Ruleset, Update};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,8 +19,7 @@ use std::time::{Duration, Instant};
 /// 6.2 keep a chain busy for a moment after the last map element pointing to it went.
 pub const STALE_CHAIN_DELAY: Duration = Duration::from_secs(1);
 
-/// A first sync with more map elements than this is staged: tables first, hooks last.
-pub const STAGED_FIRST_SYNC_ELEMENTS: usize = 10_000;
+pub use full::STAGED_FIRST_SYNC_ELEMENTS;
 
 /// Errors talking to nftables.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +55,8 @@ pub enum SyncKind {
     Full,
     /// A first full sync built without hooks, then hooks attached.
     Staged,
+    /// Every rule rewritten and every map refilled in place (the periodic full sync).
+    Refresh,
     /// Only changes.
     Partial,
     /// Nothing had changed; nothing was sent.
@@ -75,6 +77,18 @@ pub struct SyncReport {
     /// Another process committed while notifications were paused for this sync: whether it
     /// touched our tables is unknown, so they should be checked.
     pub unsure: bool,
+}
+
+/// What a sync is asked to do beyond sending the changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resync {
+    /// Only the changes (still a full sync when nothing is known to be applied).
+    Changes,
+    /// Rewrite every rule and element in place: the periodic full sync, repairing drift that
+    /// no notification reported.
+    Refresh,
+    /// Replace the tables in one transaction: after tampering or a failure.
+    Replace,
 }
 
 /// Process ids of our own `nft` runs, so their change notifications are not taken for tampering.
@@ -114,36 +128,6 @@ struct Partial {
     reused: Vec<(Family, String)>,
 }
 
-/// One step of a full sync.
-enum Step<'a> {
-    /// An `nft` script: one transaction.
-    Nft(String),
-    /// Every element of the ruleset but interval sets', over netlink in transactions of at most
-    /// `ELEMENTS_PER_BATCH` (only before the hooks are attached, where nothing sees a half).
-    Elements(&'a Ruleset),
-}
-
-/// Elements per netlink transaction of a staged first sync: a few hundred kB of batch each, so
-/// the proxy never holds the encoding of a whole big table at once.
-const ELEMENTS_PER_BATCH: usize = 8192;
-
-/// Sends every element of `desired` but interval sets' in batches; returns how many.
-fn send_elements(desired: &Ruleset) -> Result<u32, NftError> {
-    let mut sent = 0;
-    for t in &desired.tables {
-        for (map, entries) in t.elements.iter().filter(|(m, _)| wire::encodable(m)) {
-            let elems: Vec<(&render::Key, &render::Value)> = entries.iter().map(|(k, e)| (k, &e.value)).collect();
-            for chunk in elems.chunks(ELEMENTS_PER_BATCH) {
-                let mut batch = wire::Batch::new();
-                batch.elements(t.family, TABLE_NAME, map, true, chunk);
-                wire::send(&batch.finish())?;
-                sent += 1;
-            }
-        }
-    }
-    Ok(sent)
-}
-
 /// What a partial sync would need to send.
 enum Plan {
     /// Nothing changed.
@@ -161,12 +145,14 @@ pub struct Applier {
     stale: BTreeMap<(Family, String), Instant>,
     own: Arc<OwnPids>,
     quiet: Option<Arc<guard::Quiet>>,
+    sender: wire::Sender,
 }
 
 impl Applier {
     /// An applier for node `node` that knows nothing applied yet (its first sync is full).
     pub fn new(node: &str, own: Arc<OwnPids>) -> Applier {
-        Applier { node: node.to_string(), in_sync: false, stale: BTreeMap::new(), own, quiet: None }
+        let sender = wire::Sender::default();
+        Applier { node: node.to_string(), in_sync: false, stale: BTreeMap::new(), own, quiet: None, sender }
     }
 
     /// Pauses the guard's notifications around full syncs.
@@ -188,11 +174,11 @@ impl Applier {
     }
 
     /// Brings the kernel to `desired`, which `update` says how it came from what was applied
-    /// last: a full sync when `full` is asked, nothing is known to be applied, or the change
-    /// needs one; otherwise only the differences. On error the kernel keeps its previous rules
-    /// and the next sync is full.
-    pub fn sync(&mut self, desired: &Ruleset, update: &Update, full: bool) -> Result<SyncReport, NftError> {
-        let result = self.try_sync(desired, update, full);
+    /// last: a full sync when `resync` asks for one, nothing is known to be applied, or the
+    /// change needs one; otherwise only the differences. On error the kernel keeps its
+    /// previous rules and the next sync is full.
+    pub fn sync(&mut self, desired: &Ruleset, update: &Update, resync: Resync) -> Result<SyncReport, NftError> {
+        let result = self.try_sync(desired, update, resync);
         match &result {
             Ok(_) => self.in_sync = true,
             Err(_) => self.invalidate(),
@@ -200,9 +186,15 @@ impl Applier {
         result
     }
 
-    fn try_sync(&mut self, desired: &Ruleset, update: &Update, full: bool) -> Result<SyncReport, NftError> {
+    fn try_sync(&mut self, desired: &Ruleset, update: &Update, resync: Resync) -> Result<SyncReport, NftError> {
         let deleted_chains = self.delete_stale_chains();
-        let plan = if full || !self.in_sync { Plan::Full } else { self.plan(desired, update)? };
+        let plan = match resync {
+            _ if !self.in_sync => Plan::Full,
+            Resync::Replace => Plan::Full,
+            // Stale chains stay listed: the refresh flushed them again; they are deleted later.
+            Resync::Refresh => return self.refresh(desired, deleted_chains),
+            Resync::Changes => self.plan(desired, update)?,
+        };
         let part = match plan {
             Plan::Full => {
                 let report = self.full(desired, deleted_chains)?;
@@ -225,7 +217,7 @@ impl Applier {
         match &part.batch {
             Some(batch) => {
                 self.own.add_current_thread();
-                wire::send(batch)?
+                self.sender.send(batch)?
             }
             None => self.apply(&part.script)?,
         }
@@ -280,52 +272,6 @@ impl Applier {
         let batch = diffs.iter().all(diff::TableDiff::elements_only).then(|| diff::element_batch(&diffs, &families));
         let script = diff::partial_script(diffs)?;
         Ok(Plan::Partial(Partial { script, batch, flushed, reused }))
-    }
-
-    fn full(&mut self, desired: &Ruleset, deleted_chains: usize) -> Result<SyncReport, NftError> {
-        let elements: usize = desired.tables.iter().flat_map(|t| t.elements.values()).map(|m| m.len()).sum();
-        let (kind, steps) = if elements > STAGED_FIRST_SYNC_ELEMENTS && !self.tables_exist()? {
-            let (build, attach) = render::staged_full_sync_scripts(desired, &self.node)?;
-            (SyncKind::Staged, vec![Step::Nft(build), Step::Elements(desired), Step::Nft(attach)])
-        } else {
-            (SyncKind::Full, vec![Step::Nft(render::full_sync_script(desired, &self.node)?)])
-        };
-        let unsure = self.quietly(&steps)?;
-        let netlink = steps.iter().any(|s| matches!(s, Step::Elements(_)));
-        let script = steps.into_iter().filter_map(|s| if let Step::Nft(t) = s { Some(t) } else { None }).collect();
-        Ok(SyncReport { kind, netlink, script, deleted_chains, unsure })
-    }
-
-    /// Runs `steps` in order with the guard's notifications paused; true when another process
-    /// committed meanwhile (the generation moved by more than our transactions).
-    fn quietly(&self, steps: &[Step]) -> Result<bool, NftError> {
-        let run = || steps.iter().try_fold(0u32, |n, s| Ok::<_, NftError>(n + self.step(s)?));
-        let Some(quiet) = &self.quiet else {
-            run()?;
-            return Ok(false);
-        };
-        let mut sock = netlink::Socket::open()?;
-        let before = sock.generation()?;
-        let ours = quiet.during(run)?;
-        let after = sock.generation()?;
-        Ok(after.wrapping_sub(before) != ours)
-    }
-
-    /// Runs one step; returns the transactions it committed.
-    fn step(&self, step: &Step) -> Result<u32, NftError> {
-        match step {
-            Step::Nft(script) => self.apply(script).map(|()| 1),
-            Step::Elements(desired) => {
-                self.own.add_current_thread();
-                send_elements(desired)
-            }
-        }
-    }
-
-    fn tables_exist(&self) -> Result<bool, NftError> {
-        let mut sock = netlink::Socket::open()?;
-        Ok(sock.table_exists(netlink::NfFamily::Ip, TABLE_NAME)?
-            || sock.table_exists(netlink::NfFamily::Ip6, TABLE_NAME)?)
     }
 
     fn apply(&self, script: &str) -> Result<(), NftError> {

@@ -116,6 +116,25 @@ impl Batch {
         }
     }
 
+    /// Removes every element of `map` in `family`'s table `table`.
+    pub fn flush(&mut self, family: Family, table: &str, map: &MapName) {
+        let fam = match family {
+            Family::V4 => NfFamily::Ip as u8,
+            Family::V6 => NfFamily::Ip6 as u8,
+        };
+        let name = map.to_string();
+        // A deletion naming no elements flushes the set.
+        self.message(NFT_MSG_DELSETELEM, NLM_F_ACK, fam, |b| {
+            str_attr(b, 1, table);
+            str_attr(b, 2, &name);
+        });
+    }
+
+    /// Whether anything but the begin marker was written.
+    pub fn is_empty(&self) -> bool {
+        self.seq <= 1
+    }
+
     /// The batch with its end marker.
     pub fn finish(mut self) -> Vec<u8> {
         self.message(NFNL_MSG_BATCH_END, 0, 0, |_| {});
@@ -225,20 +244,50 @@ fn key_bytes(b: &mut Vec<u8>, _map: &MapName, key: &Key) {
     }
 }
 
-/// Sends a finished batch as one transaction and waits for the kernel's verdict.
-pub fn send(batch: &[u8]) -> Result<(), super::NftError> {
+/// A netlink socket kept open for element batches.
+///
+/// Closing a nf_tables socket makes the kernel wait for the previous commit's cleanup (an RCU
+/// grace period, milliseconds in a VM), so a socket per batch would put that wait into every
+/// partial sync. It is opened on first use, in the network namespace of the calling thread.
+#[derive(Debug, Default)]
+pub struct Sender {
+    fd: std::cell::RefCell<Option<OwnedFd>>,
+}
+
+impl Sender {
+    /// Sends a finished batch as one transaction and waits for the kernel's verdict. After an
+    /// error the socket is dropped (unread answers may be left on it) and reopened next time.
+    pub fn send(&self, batch: &[u8]) -> Result<(), super::NftError> {
+        let mut slot = self.fd.borrow_mut();
+        let fd = match slot.take() {
+            Some(fd) => fd,
+            None => open()?,
+        };
+        let result = send_on(&fd, batch);
+        if result.is_ok() {
+            *slot = Some(fd);
+        }
+        result
+    }
+}
+
+fn open() -> Result<OwnedFd, super::NftError> {
     // SAFETY: socket(2); checked before being owned.
     let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, NETLINK_NETFILTER) };
     if fd < 0 {
         return Err(io::Error::last_os_error().into());
     }
     // SAFETY: fd is fresh and owned by nothing else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sends a batch on `fd` and reads its acknowledgements.
+fn send_on(fd: &OwnedFd, batch: &[u8]) -> Result<(), super::NftError> {
     // A big batch needs a big send buffer, and its acknowledgements a big receive buffer: each
     // is charged at several hundred bytes however small, and an overrun loses them.
     let acked = count_acked(batch);
-    set_buffer(&fd, libc::SO_SNDBUFFORCE, batch.len() + 4096);
-    set_buffer(&fd, libc::SO_RCVBUFFORCE, (acked * 2048).max(1 << 20));
+    set_buffer(fd, libc::SO_SNDBUFFORCE, batch.len() + 4096);
+    set_buffer(fd, libc::SO_RCVBUFFORCE, (acked * 2048).max(1 << 20));
     // SAFETY: an all-zero sockaddr_nl addresses the kernel.
     let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
     addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
@@ -257,7 +306,7 @@ pub fn send(batch: &[u8]) -> Result<(), super::NftError> {
     if n < 0 {
         return Err(io::Error::last_os_error().into());
     }
-    acks(&fd, acked)
+    acks(fd, acked)
 }
 
 fn set_buffer(fd: &OwnedFd, option: libc::c_int, size: usize) {

@@ -169,22 +169,33 @@ fn lb_chain(words: FamilyWords, (scope, nodeport, proto, n): builder::LbKey) -> 
 }
 
 fn endpoint_maps() -> Vec<EndpointMapDecl> {
-    let mut maps = Vec::new();
-    for scope in [Scope::Cluster, Scope::Local] {
-        for nodeport in [false, true] {
-            for proto in Protocol::ALL {
-                let name =
-                    if nodeport { MapName::NodeportEndpoints(scope, proto) } else { MapName::Endpoints(scope, proto) };
-                maps.push(EndpointMapDecl { name: name.to_string(), proto: proto.as_str(), nodeport });
-            }
-        }
-    }
-    maps
+    let decl = |map: MapName, proto: Protocol, nodeport| EndpointMapDecl {
+        name: map.to_string(),
+        proto: proto.as_str(),
+        nodeport,
+    };
+    MapName::all()
+        .into_iter()
+        .filter_map(|map| match map {
+            MapName::Endpoints(_, proto) => Some(decl(map, proto, false)),
+            MapName::NodeportEndpoints(_, proto) => Some(decl(map, proto, true)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Writes the full-sync script: both tables created or replaced in one transaction.
 pub fn full_sync_script(ruleset: &Ruleset, node: &str) -> Result<String, RenderError> {
-    render_template(&FullSync { node, hooks: true, tables: table_views(ruleset, false) }, "full-sync.nft")
+    let sync = FullSync { node, hooks: true, refresh: false, tables: table_views(ruleset, false) };
+    render_template(&sync, "full-sync.nft")
+}
+
+/// Writes a refresh: every chain's rules rewritten in place in one transaction (`flush table`
+/// keeps sets, maps and their elements), and the interval sets' elements with them; the
+/// caller refills the other maps over netlink, one map per transaction.
+pub fn refresh_script(ruleset: &Ruleset, node: &str) -> Result<String, RenderError> {
+    let sync = FullSync { node, hooks: true, refresh: true, tables: table_views(ruleset, true) };
+    render_template(&sync, "full-sync.nft")
 }
 
 /// Writes a first sync in steps: the tables without base chains (no traffic passes them while
@@ -192,7 +203,7 @@ pub fn full_sync_script(ruleset: &Ruleset, node: &str) -> Result<String, RenderE
 /// interval sets') are left out of the first script: the caller sends them over netlink in
 /// between, which costs a fraction of what `nft` needs to parse them.
 pub fn staged_full_sync_scripts(ruleset: &Ruleset, node: &str) -> Result<(String, String), RenderError> {
-    let build = FullSync { node, hooks: false, tables: table_views(ruleset, true) };
+    let build = FullSync { node, hooks: false, refresh: false, tables: table_views(ruleset, true) };
     let build = render_template(&build, "full-sync.nft")?;
     let attach = render_template(&AttachHooks { tables: table_views(ruleset, false) }, "attach-hooks.nft")?;
     Ok((build, attach))

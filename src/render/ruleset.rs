@@ -57,6 +57,26 @@ pub enum MapName {
 }
 
 impl MapName {
+    /// Every set and map a table declares.
+    pub fn all() -> Vec<MapName> {
+        let mut all = vec![
+            MapName::ServiceIps,
+            MapName::ServiceNodeports,
+            MapName::NoEndpointServices,
+            MapName::NoEndpointNodeports,
+            MapName::ClusterIps,
+            MapName::NodeportIps,
+            MapName::FirewallIps,
+            MapName::FirewallAllow,
+            MapName::HairpinConnections,
+        ];
+        for scope in [Scope::Cluster, Scope::Local] {
+            all.extend(Protocol::ALL.map(|proto| MapName::Endpoints(scope, proto)));
+            all.extend(Protocol::ALL.map(|proto| MapName::NodeportEndpoints(scope, proto)));
+        }
+        all
+    }
+
     /// Whether the set holds ranges (`flags interval`): its elements are written by `nft`,
     /// which splits ranges into the interval ends the kernel stores.
     pub fn is_interval(self) -> bool {

@@ -147,6 +147,8 @@ pub struct FullSync<'a> {
     pub node: &'a str,
     /// Include the base chains; false when building big tables first and attaching later.
     pub hooks: bool,
+    /// Rewrite the rules of tables in place (`flush table`) rather than replace them.
+    pub refresh: bool,
     /// One view per family.
     pub tables: Vec<TableView<'a>>,
 }

@@ -3,7 +3,7 @@
 
 use kube_nftproxy::config::Config;
 use kube_nftproxy::model::Model;
-use kube_nftproxy::nft::{Applier, OwnPids, SyncReport};
+use kube_nftproxy::nft::{Applier, OwnPids, Resync, SyncReport};
 use kube_nftproxy::render::{Rendered, Ruleset, Update};
 use std::sync::Arc;
 
@@ -47,15 +47,15 @@ impl Proxy {
     }
 
     /// Applies `update` inside namespace `ns`.
-    pub fn apply(&mut self, ns: &str, update: &Update, full: bool) -> Result<SyncReport, String> {
+    pub fn apply(&mut self, ns: &str, update: &Update, resync: Resync) -> Result<SyncReport, String> {
         let desired = self.rendered.as_ref().expect("rendered").ruleset();
         let applier = &mut self.applier;
-        super::net::in_netns(ns, || applier.sync(desired, update, full).map_err(|e| e.to_string()))
+        super::net::in_netns(ns, || applier.sync(desired, update, resync).map_err(|e| e.to_string()))
     }
 
     /// Renders and applies inside namespace `ns`.
-    pub fn sync(&mut self, ns: &str, full: bool) -> Result<SyncReport, String> {
+    pub fn sync(&mut self, ns: &str, resync: Resync) -> Result<SyncReport, String> {
         let update = self.render();
-        self.apply(ns, &update, full)
+        self.apply(ns, &update, resync)
     }
 }

@@ -1,0 +1,137 @@
+//! Full syncs: replacing the tables in one transaction, building them in steps on a node that
+//! has none, and refreshing them in place, with the guard's notifications paused throughout.
+
+use super::{Applier, NftError, SyncKind, SyncReport, netlink, wire};
+use crate::render::{self, Key, MapName, Ruleset, TABLE_NAME, Value};
+
+/// A first sync with more map elements than this is staged: tables first, hooks last.
+pub const STAGED_FIRST_SYNC_ELEMENTS: usize = 10_000;
+
+/// Elements per netlink transaction when several may share one: a few hundred kB of batch, so
+/// the proxy never holds the encoding of a whole big table at once.
+const ELEMENTS_PER_BATCH: usize = 8192;
+
+/// One step of a full sync.
+enum Step<'a> {
+    /// An `nft` script: one transaction.
+    Nft(String),
+    /// Every element but interval sets', in transactions of at most `ELEMENTS_PER_BATCH`
+    /// (only before the hooks are attached, where nothing sees a half-filled map).
+    Fill(&'a Ruleset),
+    /// Every map but interval sets flushed and filled again, each map in one transaction so
+    /// traffic never meets it half-filled.
+    Refill(&'a Ruleset),
+}
+
+impl Applier {
+    /// Replaces both tables in one `nft` transaction; on a node without them and with a big
+    /// ruleset, builds them without hooks, fills the maps over netlink, then attaches hooks.
+    pub(super) fn full(&mut self, desired: &Ruleset, deleted_chains: usize) -> Result<SyncReport, NftError> {
+        let elements: usize = desired.tables.iter().flat_map(|t| t.elements.values()).map(|m| m.len()).sum();
+        let (kind, steps) = if elements > STAGED_FIRST_SYNC_ELEMENTS && !self.tables_exist()? {
+            let (build, attach) = render::staged_full_sync_scripts(desired, &self.node)?;
+            (SyncKind::Staged, vec![Step::Nft(build), Step::Fill(desired), Step::Nft(attach)])
+        } else {
+            (SyncKind::Full, vec![Step::Nft(render::full_sync_script(desired, &self.node)?)])
+        };
+        self.run_steps(kind, steps, deleted_chains)
+    }
+
+    /// Rewrites every rule in place and refills every map, without `nft` parsing a single map
+    /// element: for the periodic full sync, when the kernel is believed to hold `desired`
+    /// already, so each step only confirms what is there (or repairs drift nobody reported).
+    pub(super) fn refresh(&mut self, desired: &Ruleset, deleted_chains: usize) -> Result<SyncReport, NftError> {
+        let steps = vec![Step::Nft(render::refresh_script(desired, &self.node)?), Step::Refill(desired)];
+        self.run_steps(SyncKind::Refresh, steps, deleted_chains)
+    }
+
+    fn run_steps(&self, kind: SyncKind, steps: Vec<Step>, deleted_chains: usize) -> Result<SyncReport, NftError> {
+        let unsure = self.quietly(&steps)?;
+        let netlink = steps.iter().any(|s| !matches!(s, Step::Nft(_)));
+        let script = steps.into_iter().filter_map(|s| if let Step::Nft(t) = s { Some(t) } else { None }).collect();
+        Ok(SyncReport { kind, netlink, script, deleted_chains, unsure })
+    }
+
+    /// Runs `steps` in order with the guard's notifications paused; true when another process
+    /// committed meanwhile (the generation moved by more than our transactions).
+    fn quietly(&self, steps: &[Step]) -> Result<bool, NftError> {
+        let run = || steps.iter().try_fold(0u32, |n, s| Ok::<_, NftError>(n + self.step(s)?));
+        let Some(quiet) = &self.quiet else {
+            run()?;
+            return Ok(false);
+        };
+        let mut sock = netlink::Socket::open()?;
+        let before = sock.generation()?;
+        let ours = quiet.during(run)?;
+        let after = sock.generation()?;
+        Ok(after.wrapping_sub(before) != ours)
+    }
+
+    /// Runs one step; returns the transactions it committed.
+    fn step(&self, step: &Step) -> Result<u32, NftError> {
+        match step {
+            Step::Nft(script) => self.apply(script).map(|()| 1),
+            Step::Fill(desired) => {
+                self.own.add_current_thread();
+                send_maps(&self.sender, desired, false)
+            }
+            Step::Refill(desired) => {
+                self.own.add_current_thread();
+                send_maps(&self.sender, desired, true)
+            }
+        }
+    }
+
+    fn tables_exist(&self) -> Result<bool, NftError> {
+        let mut sock = netlink::Socket::open()?;
+        Ok(sock.table_exists(netlink::NfFamily::Ip, TABLE_NAME)?
+            || sock.table_exists(netlink::NfFamily::Ip6, TABLE_NAME)?)
+    }
+}
+
+/// Sends the elements of every map but interval sets; with `flush`, each map is emptied first
+/// in the same transaction (a map never spans two; small maps share one). Returns the
+/// transactions sent.
+fn send_maps(sender: &wire::Sender, desired: &Ruleset, flush: bool) -> Result<u32, NftError> {
+    let mut out = Batches { sender, batch: wire::Batch::new(), elements: 0, sent: 0 };
+    for t in &desired.tables {
+        for map in MapName::all().into_iter().filter(wire::encodable) {
+            let elems: Vec<(&Key, &Value)> =
+                t.elements.get(&map).into_iter().flatten().map(|(k, e)| (k, &e.value)).collect();
+            if flush {
+                out.make_room(elems.len())?;
+                out.batch.flush(t.family, TABLE_NAME, &map);
+                out.batch.elements(t.family, TABLE_NAME, &map, true, &elems);
+                out.elements += elems.len().max(1);
+                continue;
+            }
+            for part in elems.chunks(ELEMENTS_PER_BATCH) {
+                out.make_room(part.len())?;
+                out.batch.elements(t.family, TABLE_NAME, &map, true, part);
+                out.elements += part.len();
+            }
+        }
+    }
+    out.make_room(usize::MAX)?;
+    Ok(out.sent)
+}
+
+/// Netlink transactions sent one after another, each of about `ELEMENTS_PER_BATCH` elements.
+struct Batches<'a> {
+    sender: &'a wire::Sender,
+    batch: wire::Batch,
+    elements: usize,
+    sent: u32,
+}
+
+impl Batches<'_> {
+    /// Sends the batch being built if `more` elements would overfill it.
+    fn make_room(&mut self, more: usize) -> Result<(), NftError> {
+        if self.elements > 0 && self.elements.saturating_add(more) > ELEMENTS_PER_BATCH {
+            self.sender.send(&std::mem::take(&mut self.batch).finish())?;
+            self.sent += 1;
+            self.elements = 0;
+        }
+        Ok(())
+    }
+}
