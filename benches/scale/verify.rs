@@ -10,11 +10,15 @@ fn listed(key: &Key, value: &Elem) -> String {
         Key::IpProtoPort(ip, proto, port) => format!("{ip} . {proto} . {port}"),
         Key::ProtoPort(proto, port) => format!("{proto} . {port}"),
         Key::Ip(ip) => ip.to_string(),
-        Key::Allow(ip, proto, port, net) if net.prefix_len() == net.max_prefix_len() => {
-            format!("{ip} . {proto} . {port} . {}", net.addr())
+        Key::Allow(allow) => {
+            let (ip, proto, port, net) = allow.as_ref();
+            if net.prefix_len() == net.max_prefix_len() {
+                format!("{ip} . {proto} . {port} . {}", net.addr())
+            } else {
+                format!("{ip} . {proto} . {port} . {net}")
+            }
         }
-        Key::Allow(ip, proto, port, net) => format!("{ip} . {proto} . {port} . {net}"),
-        Key::Pair(a, b) => format!("{a} . {b}"),
+        Key::SamePair(a) => format!("{a} . {a}"),
         Key::IpSlot(ip, port, slot) => format!("{ip} . {port} . {slot}"),
         Key::PortSlot(port, slot) => format!("{port} . {slot}"),
     };

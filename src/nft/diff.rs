@@ -160,12 +160,11 @@ pub fn element_batch(diffs: &[TableDiff<'_>], families: &[Family]) -> Vec<u8> {
     let mut batch = super::wire::Batch::new();
     for (d, family) in diffs.iter().zip(families) {
         for (map, keys) in &d.delete_elements {
-            let elems: Vec<(&Key, &Value)> = keys.iter().map(|k| (*k, &Value::None)).collect();
-            batch.elements(*family, crate::render::TABLE_NAME, map, false, &elems);
+            let elems = keys.iter().map(|k| (*k, &Value::None));
+            batch.elements(*family, crate::render::TABLE_NAME, map, false, elems);
         }
         for (map, entries) in &d.add_elements {
-            let elems: Vec<(&Key, &Value)> = entries.iter().map(|(k, v)| (*k, *v)).collect();
-            batch.elements(*family, crate::render::TABLE_NAME, map, true, &elems);
+            batch.elements(*family, crate::render::TABLE_NAME, map, true, entries.iter().copied());
         }
     }
     batch.finish()

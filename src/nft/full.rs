@@ -2,7 +2,7 @@
 //! has none, and refreshing them in place, with the guard's notifications paused throughout.
 
 use super::{Applier, NftError, SyncKind, SyncReport, netlink, wire};
-use crate::render::{self, Key, MapName, Ruleset, TABLE_NAME, Value};
+use crate::render::{self, MapName, Ruleset, TABLE_NAME};
 
 /// A first sync with more map elements than this is staged: tables first, hooks last.
 pub const STAGED_FIRST_SYNC_ELEMENTS: usize = 10_000;
@@ -96,19 +96,23 @@ fn send_maps(sender: &wire::Sender, desired: &Ruleset, flush: bool) -> Result<u3
     let mut out = Batches { sender, batch: wire::Batch::new(), elements: 0, sent: 0 };
     for t in &desired.tables {
         for map in MapName::all().into_iter().filter(wire::encodable) {
-            let elems: Vec<(&Key, &Value)> =
-                t.elements.get(&map).into_iter().flatten().map(|(k, e)| (k, &e.value)).collect();
+            let entries = t.elements.get(&map);
+            let count = entries.map_or(0, |e| e.len());
+            let mut elems = entries.into_iter().flatten().map(|(k, e)| (k, &e.value));
             if flush {
-                out.make_room(elems.len())?;
+                out.make_room(count)?;
                 out.batch.flush(t.family, TABLE_NAME, &map);
-                out.batch.elements(t.family, TABLE_NAME, &map, true, &elems);
-                out.elements += elems.len().max(1);
+                out.batch.elements(t.family, TABLE_NAME, &map, true, elems);
+                out.elements += count.max(1);
                 continue;
             }
-            for part in elems.chunks(ELEMENTS_PER_BATCH) {
-                out.make_room(part.len())?;
-                out.batch.elements(t.family, TABLE_NAME, &map, true, part);
-                out.elements += part.len();
+            let mut left = count;
+            while left > 0 {
+                let part = left.min(ELEMENTS_PER_BATCH);
+                out.make_room(part)?;
+                out.batch.elements(t.family, TABLE_NAME, &map, true, elems.by_ref().take(part));
+                out.elements += part;
+                left -= part;
             }
         }
     }

@@ -96,19 +96,27 @@ impl Batch {
     }
 
     /// Adds (`add`) or deletes elements of `map` in `family`'s table `table`.
-    pub fn elements(&mut self, family: Family, table: &str, map: &MapName, add: bool, elems: &[(&Key, &Value)]) {
+    pub fn elements<'e>(
+        &mut self,
+        family: Family,
+        table: &str,
+        map: &MapName,
+        add: bool,
+        elems: impl IntoIterator<Item = (&'e Key, &'e Value)>,
+    ) {
         let fam = match family {
             Family::V4 => NfFamily::Ip as u8,
             Family::V6 => NfFamily::Ip6 as u8,
         };
         let (kind, flags) = if add { (NFT_MSG_NEWSETELEM, NLM_F_CREATE) } else { (NFT_MSG_DELSETELEM, 0) };
         let name = map.to_string();
-        for chunk in elems.chunks(ELEMENTS_PER_MESSAGE) {
+        let mut elems = elems.into_iter().peekable();
+        while elems.peek().is_some() {
             self.message(kind, flags | NLM_F_ACK, fam, |b| {
                 str_attr(b, 1, table);
                 str_attr(b, 2, &name);
                 attr(b, 3 | NLA_F_NESTED, |b| {
-                    for (key, value) in chunk {
+                    for (key, value) in elems.by_ref().take(ELEMENTS_PER_MESSAGE) {
                         attr(b, 1 | NLA_F_NESTED, |b| element(b, map, key, if add { Some(value) } else { None }));
                     }
                 });
@@ -226,9 +234,9 @@ fn key_bytes(b: &mut Vec<u8>, _map: &MapName, key: &Key) {
             field(b, &port.to_be_bytes());
         }
         Key::Ip(ip) => ip_bytes(b, ip),
-        Key::Pair(a, c) => {
-            ip_bytes(b, a);
-            ip_bytes(b, c);
+        Key::SamePair(ip) => {
+            ip_bytes(b, ip);
+            ip_bytes(b, ip);
         }
         Key::IpSlot(ip, port, slot) => {
             ip_bytes(b, ip);

@@ -22,7 +22,8 @@ struct PortRecord {
     owner: Arc<str>,
     chains: Vec<String>,
     sets: Vec<String>,
-    elements: Vec<(MapName, Key)>,
+    /// Elements held, a run of consecutive endpoint slots as its first key and length.
+    elements: Vec<(MapName, Key, u32)>,
     lb: Vec<LbKey>,
     /// Frontends claimed, and whether this port won each.
     claims: Vec<(Key, bool)>,
@@ -135,7 +136,13 @@ impl<'a> Builder<'a> {
         }
         let owner = self.record().owner.clone();
         match self.table.insert(map, key.clone(), value, &owner) {
-            Inserted::New | Inserted::Shared => self.record().elements.push((map, key)),
+            Inserted::New | Inserted::Shared => {
+                let held = &mut self.record().elements;
+                match held.last_mut() {
+                    Some((m, first, run)) if *m == map && first.slot_plus(*run).as_ref() == Some(&key) => *run += 1,
+                    _ => held.push((map, key, 1)),
+                }
+            }
             Inserted::Refused { first } => {
                 if first != owner {
                     self.index.contested.insert((map, key.clone()));
@@ -248,12 +255,15 @@ impl Builder<'_> {
             }
             self.table.affinity_sets.remove(name);
         }
-        for (map, key) in record.elements {
-            if let Some(j) = &mut self.journal {
-                j.elements.entry((map, key.clone())).or_insert_with(|| self.table.value(map, &key).cloned());
+        for (map, first, run) in record.elements {
+            // Only slot keys have runs longer than one.
+            for key in (0..run).map(|i| first.slot_plus(i).unwrap_or_else(|| first.clone())) {
+                if let Some(j) = &mut self.journal {
+                    j.elements.entry((map, key.clone())).or_insert_with(|| self.table.value(map, &key).cloned());
+                }
+                self.contested |= self.index.contested.contains(&(map, key.clone()));
+                self.table.release(map, &key);
             }
-            self.contested |= self.index.contested.contains(&(map, key.clone()));
-            self.table.release(map, &key);
         }
         for key in record.lb {
             let users = self.index.lb.entry(key).or_insert(1);

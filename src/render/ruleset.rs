@@ -111,14 +111,26 @@ pub enum Key {
     ProtoPort(Protocol, u16),
     /// `ip`.
     Ip(IpAddr),
-    /// `ip . proto . port . source-range`.
-    Allow(IpAddr, Protocol, u16, IpNet),
-    /// `ip . ip`.
-    Pair(IpAddr, IpAddr),
+    /// `ip . proto . port . source-range` (boxed: rare, and inline it would make every key
+    /// bigger).
+    Allow(Box<(IpAddr, Protocol, u16, IpNet)>),
+    /// `ip . ip` with both the same: a local endpoint reaching itself.
+    SamePair(IpAddr),
     /// `ip . port . slot` (an IP frontend's endpoint slot).
     IpSlot(IpAddr, u16, u32),
     /// `port . slot` (a NodePort's endpoint slot).
     PortSlot(u16, u32),
+}
+
+impl Key {
+    /// The same frontend's slot `n` further on, for slot keys.
+    pub fn slot_plus(&self, n: u32) -> Option<Key> {
+        match self {
+            Key::IpSlot(ip, port, slot) => Some(Key::IpSlot(*ip, *port, slot.checked_add(n)?)),
+            Key::PortSlot(port, slot) => Some(Key::PortSlot(*port, slot.checked_add(n)?)),
+            _ => None,
+        }
+    }
 }
 
 /// What a map element maps to.

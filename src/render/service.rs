@@ -68,7 +68,7 @@ impl Builder<'_> {
         }
         for ep in cat.all_reachable() {
             if ep.node_name.as_deref() == Some(self.ctx.cfg.node_name.as_str()) {
-                self.element(MapName::HairpinConnections, Key::Pair(ep.ip, ep.ip), Value::None);
+                self.element(MapName::HairpinConnections, Key::SamePair(ep.ip), Value::None);
             }
         }
         Ok(())
@@ -187,7 +187,7 @@ impl Builder<'_> {
                 allowed.push(IpNet::from(*ip));
             }
             for src in outermost(allowed) {
-                self.element(MapName::FirewallAllow, Key::Allow(*ip, proto, port, src), Value::None);
+                self.element(MapName::FirewallAllow, Key::Allow(Box::new((*ip, proto, port, src))), Value::None);
             }
         }
     }
