@@ -93,10 +93,20 @@ fn a_refresh_rewrites_rules_and_maps_in_place_and_keeps_affinity() {
     sync(&c.node, &mut proxy, &objects, false).unwrap();
     let first = who(&c.client, "172.30.0.40:80");
     let clean = sorted_lines(c.node.nft(&["list", "ruleset"]));
-    // Drift nobody reported: an element gone, a stray element, a stray rule.
+    // Drift nobody reported: an element gone, a stray element, a stray rule, a stray base
+    // chain that drops everything, a stray set.
     c.node.nft(&["delete", "element", "ip", "kube-nftproxy", "service-ips", "{ 172.30.0.40 . tcp . 80 }"]);
     c.node.nft(&["add", "element", "ip", "kube-nftproxy", "cluster-ips", "{ 172.30.9.9 }"]);
     c.node.nft(&["add", "rule", "ip", "kube-nftproxy", "services", "ip", "daddr", "172.30.0.40", "drop"]);
+    c.node.nft(&[
+        "add",
+        "chain",
+        "ip",
+        "kube-nftproxy",
+        "stray",
+        "{ type filter hook forward priority 5; policy drop; }",
+    ]);
+    c.node.nft(&["add", "set", "ip", "kube-nftproxy", "stray-set", "{ type ipv4_addr; }"]);
     let update = proxy.render();
     let report = proxy.apply(&c.node.name, &update, Resync::Refresh).unwrap();
     assert_eq!((report.kind, report.netlink), (SyncKind::Refresh, true));
@@ -165,13 +175,32 @@ fn a_big_first_sync_builds_the_tables_before_attaching_hooks() {
     assert!(!report.script[..build_end].contains("hook"), "the first transaction must not attach hooks");
     assert!(report.netlink, "a staged sync sends its elements over netlink");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
-    // Once the tables exist, a full sync replaces them in one transaction, all through nft;
-    // the kernel then holds what the staged sync had built (its base chains were added last,
-    // so they are listed in another order: compare the lines).
+    // The kernel holds what a single transaction would have built (the base chains were added
+    // last, so they are listed in another order: compare the lines).
     let staged = sorted_lines(c.node.nft(&["list", "ruleset"]));
-    let again = sync(&c.node, &mut proxy, &objects, true);
-    assert_eq!(again.unwrap().kind, SyncKind::Full);
-    assert!(sorted_lines(c.node.nft(&["list", "ruleset"])) == staged, "the staged sync built a different ruleset");
+    let by_nft = Netns::new("one-shot");
+    by_nft.nft_apply(&kube_nftproxy::render::full_sync_script(proxy.ruleset(), "node-a").unwrap()).unwrap();
+    assert!(sorted_lines(by_nft.nft(&["list", "ruleset"])) == staged, "the staged sync built a different ruleset");
+
+    // Repairing a big table (after tampering) happens in place, foreign chains removed...
+    c.node.nft(&[
+        "add",
+        "chain",
+        "ip",
+        "kube-nftproxy",
+        "stray",
+        "{ type filter hook input priority 5; policy drop; }",
+    ]);
+    let repair = sync(&c.node, &mut proxy, &objects, true).unwrap();
+    assert_eq!(repair.kind, SyncKind::Refresh, "a big table is repaired in place");
+    assert!(sorted_lines(c.node.nft(&["list", "ruleset"])) == staged, "the repair left drift behind");
+    // ...and when that cannot work (a map redefined), the tables are rebuilt.
+    c.node.nft(&["delete", "map", "ip", "kube-nftproxy", "local-endpoints-sctp"]);
+    c.node.nft(&["add", "map", "ip", "kube-nftproxy", "local-endpoints-sctp", "{ type ipv4_addr : ipv4_addr; }"]);
+    let rebuild = sync(&c.node, &mut proxy, &objects, true).unwrap();
+    assert_eq!(rebuild.kind, SyncKind::Staged, "a table that cannot be repaired in place is rebuilt");
+    assert!(sorted_lines(c.node.nft(&["list", "ruleset"])) == staged, "the rebuild left drift behind");
+    assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
 }
 
 /// The desired ruleset of a golden case, rendered from its manifests and flags.

@@ -26,12 +26,18 @@ impl Drop for Daemon {
 
 /// Starts the daemon in `ns` over `manifests`, logging to `<manifests>.log`.
 fn daemon(ns: &Netns, manifests: &std::path::Path) -> Daemon {
+    daemon_with(ns, manifests, &[])
+}
+
+/// Starts the daemon with extra flags.
+fn daemon_with(ns: &Netns, manifests: &std::path::Path, extra: &[&str]) -> Daemon {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(manifests.with_extension("log")).unwrap();
     Command::new("ip")
         .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_kube-nftproxy"), "--hostname-override=node-a"])
         .arg("--cluster-cidr=10.0.0.0/8,fd00:10::/32")
         .arg("--manifests")
         .arg(manifests)
+        .args(extra)
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
         .stderr(log)
@@ -94,6 +100,30 @@ fn tampering_is_repaired_within_two_seconds() {
     let repairs = log.matches("restoring the tables").count() + log.matches("syncing fully again").count();
     assert!(repairs >= 2, "both repairs must come from detected tampering:\n{log}");
     std::fs::remove_file(manifests.with_extension("log")).unwrap();
+    std::fs::remove_file(manifests).unwrap();
+}
+
+#[test]
+fn the_periodic_full_sync_refreshes_in_place_unnoticed_by_the_guard() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    let manifests = write_manifests(&c, web(&c, &["pod-1"]));
+    let log_path = manifests.with_extension("log");
+    let child = daemon_with(&c.node, &manifests, &["--full-sync-period=1s"]);
+    assert!(
+        wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some(),
+        "daemon never served"
+    );
+    let refreshes = || std::fs::read_to_string(&log_path).unwrap_or_default().matches("Refresh sync").count();
+    assert!(wait_for(Duration::from_secs(5), || refreshes() >= 2).is_some(), "no periodic refreshes within 5 s");
+    assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
+    stop(child);
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(!log.contains("restoring the tables"), "the guard took our own refresh for tampering:\n{log}");
+    assert!(!log.contains("syncing fully again"), "the refresh's commits were not all counted:\n{log}");
+    std::fs::remove_file(log_path).unwrap();
     std::fs::remove_file(manifests).unwrap();
 }
 

@@ -174,6 +174,10 @@ fn main() {
     let all: Vec<String> = std::env::args().skip(1).collect();
     // `cargo bench` passes --bench; anything else (e.g. `cargo test --all-targets`) runs
     // this target as a test, which must not start a many-minute benchmark.
+    if all.iter().any(|a| a == "--report") {
+        report::reprint();
+        return;
+    }
     if !all.iter().any(|a| a == "--bench" || a == "--case" || a == "--latency") {
         println!("scale benchmark: run it with `cargo bench --bench scale [-- --smoke]`");
         return;

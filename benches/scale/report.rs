@@ -22,23 +22,42 @@ pub fn print_case(r: &Value) {
     eprintln!("done: {} (full sync {} ms)", r["case"].as_str().unwrap_or("?"), f(&r["full_first_ms"]));
 }
 
-const HEADER: &str = "case,render_ms,full_first_ms,full_replace_ms,partial1_ms,partial1_lines,partial100_ms,partial100_lines,proxy_rss_mb,nft_rss_mb,upstream_ga_ms,upstream_newest_ms";
+const HEADER: &str = "case,render_ms,full_first_ms,full_refresh_ms,full_replace_ms,partial1_ms,partial1_lines,partial100_ms,partial100_lines,peak_first_mb,peak_refresh_mb,peak_replace_mb,upstream_ga_ms,upstream_newest_ms";
+
+/// Peak RSS of the proxy plus that of the `nft` it ran, for one kind of full sync.
+fn peak(r: &Value, proxy: &str, nft: &str) -> String {
+    match (r[proxy].as_f64(), r[nft].as_f64()) {
+        (Some(p), Some(n)) => format!("{:.0} ({:.0} + {:.0})", p + n, p, n),
+        _ => "-".into(),
+    }
+}
 
 fn row(r: &Value) -> Vec<String> {
     vec![
         r["case"].as_str().unwrap_or("?").to_string(),
         f(&r["render_ms"]),
         f(&r["full_first_ms"]),
+        f(&r["full_refresh_ms"]),
         f(&r["full_replace_ms"]),
         f(&r["partial_1"]["total_ms"]),
         r["partial_1"]["lines"].to_string(),
         f(&r["partial_100"]["total_ms"]),
         r["partial_100"]["lines"].to_string(),
-        f(&r["proxy_rss_mb"]),
-        f(&r["nft_rss_mb"]),
+        peak(r, "proxy_rss_first_mb", "nft_rss_first_mb"),
+        peak(r, "proxy_rss_refresh_mb", "nft_rss_refresh_mb"),
+        peak(r, "proxy_rss_mb", "nft_rss_mb"),
         f(&r["upstream_ga_ms"]),
         f(&r["upstream_newest_ms"]),
     ]
+}
+
+/// Prints the table again from the JSON a full run wrote (`-- --report`).
+pub fn reprint() {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench/scale.json");
+    let text = std::fs::read_to_string(&file).expect("target/bench/scale.json: run the benchmark first");
+    let all: Value = serde_json::from_str(&text).expect("scale.json");
+    let cases = all["cases"].as_array().cloned().unwrap_or_default();
+    finish(&cases, all["latency"].as_array().map(Vec::as_slice).unwrap_or_default());
 }
 
 /// Prints the table and the targets, and writes CSV and JSON under `target/bench/`.
@@ -46,7 +65,8 @@ pub fn finish(results: &[Value], latency: &[Value]) {
     println!("| {} | GA / ours | newest / ours |", HEADER.replace(',', " | "));
     println!("|{}", "---|".repeat(HEADER.split(',').count() + 2));
     for r in results {
-        let ours = &r["full_replace_ms"];
+        // Like for like: upstream's shapes are loaded into an empty namespace, as our first sync.
+        let ours = &r["full_first_ms"];
         println!(
             "| {} | {} | {} |",
             row(r).join(" | "),

@@ -87,7 +87,7 @@ pub enum Resync {
     /// Rewrite every rule and element in place: the periodic full sync, repairing drift that
     /// no notification reported.
     Refresh,
-    /// Replace the tables in one transaction: after tampering or a failure.
+    /// Replace the tables: after tampering or a failure (a big table is repaired in place).
     Replace,
 }
 
@@ -196,11 +196,7 @@ impl Applier {
             Resync::Changes => self.plan(desired, update)?,
         };
         let part = match plan {
-            Plan::Full => {
-                let report = self.full(desired, deleted_chains)?;
-                self.stale.clear();
-                return Ok(report);
-            }
+            Plan::Full => return self.full(desired, deleted_chains),
             Plan::Nothing => {
                 let script = String::new();
                 return Ok(SyncReport {

@@ -50,6 +50,36 @@ pub fn render_template(t: &impl Template, template: &'static str) -> Result<Stri
 /// The name of the proxy's table in each family.
 pub const TABLE_NAME: &str = "kube-nftproxy";
 
+/// The chains `table.nft` and `base-chains.nft` declare in every table (a test checks this
+/// list against the templates), so a refresh can tell them from chains someone else added.
+pub const FIXED_CHAINS: [&str; 15] = [
+    "firewall-check",
+    "services",
+    "masquerading",
+    "service-endpoints-check",
+    "nodeport-endpoints-check",
+    "cluster-ips-check",
+    "reject-chain",
+    "filter-prerouting-pre-dnat",
+    "filter-output-pre-dnat",
+    "filter-input",
+    "filter-prerouting",
+    "filter-output",
+    "nat-prerouting",
+    "nat-output",
+    "nat-postrouting",
+];
+
+/// Chains and sets found in one of our tables that the desired state does not have (added by
+/// someone else), for a refresh to delete.
+#[derive(Debug, Clone, Default)]
+pub struct Foreign {
+    /// Chain names.
+    pub chains: Vec<String>,
+    /// Set and map names.
+    pub sets: Vec<String>,
+}
+
 /// The family words (`ip`/`ip6`, address type, loopback) templates use.
 pub fn words(family: Family) -> FamilyWords {
     match family {
@@ -193,9 +223,12 @@ pub fn full_sync_script(ruleset: &Ruleset, node: &str) -> Result<String, RenderE
 /// Writes a refresh: every chain's rules rewritten in place in one transaction (`flush table`
 /// keeps sets, maps and their elements), and the interval sets' elements with them; the
 /// caller refills the other maps over netlink, one map per transaction.
-pub fn refresh_script(ruleset: &Ruleset, node: &str) -> Result<String, RenderError> {
-    let sync = FullSync { node, hooks: true, refresh: true, tables: table_views(ruleset, true) };
-    render_template(&sync, "full-sync.nft")
+pub fn refresh_script(ruleset: &Ruleset, node: &str, foreign: &[Foreign]) -> Result<String, RenderError> {
+    let mut tables = table_views(ruleset, true);
+    for (view, found) in tables.iter_mut().zip(foreign) {
+        view.foreign = found.clone();
+    }
+    render_template(&FullSync { node, hooks: true, refresh: true, tables }, "full-sync.nft")
 }
 
 /// Writes a first sync in steps: the tables without base chains (no traffic passes them while
@@ -225,7 +258,29 @@ fn table_views(ruleset: &Ruleset, netlink_elements: bool) -> Vec<TableView<'_>> 
                 endpoint_maps: endpoint_maps(),
                 table,
                 netlink_elements,
+                foreign: Foreign::default(),
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn fixed_chains_are_the_chains_the_templates_declare() {
+        let flags = crate::config::Flags::parse_from(["kube-nftproxy", "--hostname-override=n"]);
+        let cfg = Config::from_flags(&flags).expect("config");
+        let ruleset = render(&Model::default(), &cfg).expect("render");
+        let script = full_sync_script(&ruleset, "n").expect("script");
+        let mut declared: Vec<&str> =
+            script.lines().filter_map(|l| l.trim().strip_prefix("chain ")?.strip_suffix(" {")).collect();
+        declared.sort_unstable();
+        declared.dedup();
+        let mut fixed = FIXED_CHAINS.to_vec();
+        fixed.sort_unstable();
+        assert_eq!(declared, fixed);
+    }
 }

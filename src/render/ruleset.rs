@@ -261,6 +261,16 @@ impl Table {
         true
     }
 
+    /// Whether the table declares chain `name` (fixed or rendered).
+    pub fn declares_chain(&self, name: &str) -> bool {
+        super::FIXED_CHAINS.contains(&name) || self.chains.contains_key(name)
+    }
+
+    /// Whether the table declares set or map `name`.
+    pub fn declares_set(&self, name: &str) -> bool {
+        self.affinity_sets.contains_key(name) || MapName::all().iter().any(|m| m.to_string() == name)
+    }
+
     /// The value an element has, if it is in the table.
     pub fn value(&self, map: MapName, key: &Key) -> Option<&Value> {
         self.elements.get(&map)?.get(key).map(|e| &e.value)

@@ -130,6 +130,8 @@ pub struct TableView<'a> {
     pub table: &'a Table,
     /// Elements of maps other than interval sets are sent over netlink, not in the script.
     pub netlink_elements: bool,
+    /// Chains and sets someone else added, deleted by a refresh.
+    pub foreign: super::Foreign,
 }
 
 impl TableView<'_> {
