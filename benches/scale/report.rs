@@ -22,7 +22,7 @@ pub fn print_case(r: &Value) {
     eprintln!("done: {} (full sync {} ms)", r["case"].as_str().unwrap_or("?"), f(&r["full_first_ms"]));
 }
 
-const HEADER: &str = "case,render_ms,full_first_ms,full_refresh_ms,full_replace_ms,partial1_ms,partial1_lines,partial100_ms,partial100_lines,peak_first_mb,peak_refresh_mb,peak_replace_mb,upstream_ga_ms,upstream_newest_ms";
+const HEADER: &str = "case,render_ms,full_first_ms,full_refresh_ms,full_repair_ms,partial1_ms,partial1_lines,partial100_ms,partial100_lines,peak_first_mb,peak_refresh_mb,peak_repair_mb,upstream_ga_ms,upstream_newest_ms";
 
 /// Peak RSS of the proxy plus that of the `nft` it ran, for one kind of full sync.
 fn peak(r: &Value, proxy: &str, nft: &str) -> String {
@@ -38,14 +38,14 @@ fn row(r: &Value) -> Vec<String> {
         f(&r["render_ms"]),
         f(&r["full_first_ms"]),
         f(&r["full_refresh_ms"]),
-        f(&r["full_replace_ms"]),
+        f(&r["full_repair_ms"]),
         f(&r["partial_1"]["total_ms"]),
         r["partial_1"]["lines"].to_string(),
         f(&r["partial_100"]["total_ms"]),
         r["partial_100"]["lines"].to_string(),
         peak(r, "proxy_rss_first_mb", "nft_rss_first_mb"),
         peak(r, "proxy_rss_refresh_mb", "nft_rss_refresh_mb"),
-        peak(r, "proxy_rss_mb", "nft_rss_mb"),
+        peak(r, "proxy_rss_repair_mb", "nft_rss_repair_mb"),
         f(&r["upstream_ga_ms"]),
         f(&r["upstream_newest_ms"]),
     ]
