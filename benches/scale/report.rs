@@ -9,10 +9,11 @@ fn f(v: &Value) -> String {
     }
 }
 
-fn ratio(up: &Value, ours: &Value) -> String {
-    match (up.as_f64(), ours.as_f64()) {
-        (Some(u), Some(o)) if o > 0.0 => format!("{:.0}x", u / o),
-        (None, Some(o)) if o > 0.0 => format!(">{:.0}x", 1.0),
+/// How many times upstream's load took ours; past the cut-off, at least the cut-off's.
+fn ratio(up: &Value, ours: &Value, limit_s: &Value) -> String {
+    match (up.as_f64(), ours.as_f64(), limit_s.as_f64()) {
+        (Some(u), Some(o), _) if o > 0.0 => format!("{:.0}x", u / o),
+        (None, Some(o), Some(l)) if o > 0.0 && l > 0.0 => format!("> {:.0}x", l * 1000.0 / o),
         _ => "-".into(),
     }
 }
@@ -70,8 +71,8 @@ pub fn finish(results: &[Value], latency: &[Value]) {
         println!(
             "| {} | {} | {} |",
             row(r).join(" | "),
-            ratio(&r["upstream_ga_ms"], ours),
-            ratio(&r["upstream_newest_ms"], ours)
+            ratio(&r["upstream_ga_ms"], ours, &r["upstream_limit_s"]),
+            ratio(&r["upstream_newest_ms"], ours, &r["upstream_limit_s"])
         );
     }
     println!(

@@ -123,15 +123,18 @@ impl Applier {
 /// transactions sent.
 fn send_maps(sender: &wire::Sender, desired: &Ruleset, flush: bool) -> Result<u32, NftError> {
     let mut out = Batches { sender, batch: wire::Batch::new(), elements: 0, sent: 0 };
+    let mut maps: Vec<MapName> = MapName::all().into_iter().filter(wire::encodable).collect();
+    // Endpoint maps first, so a dispatch element never leads to slots not filled yet.
+    maps.sort_by_key(|m| !matches!(m, MapName::Endpoints(..) | MapName::NodeportEndpoints(..)));
     for t in &desired.tables {
-        for map in MapName::all().into_iter().filter(wire::encodable) {
-            let entries = t.elements.get(&map);
+        for map in &maps {
+            let entries = t.elements.get(map);
             let count = entries.map_or(0, |e| e.len());
             let mut elems = entries.into_iter().flatten().map(|(k, e)| (k, &e.value));
             if flush {
                 out.make_room(count)?;
-                out.batch.flush(t.family, TABLE_NAME, &map);
-                out.batch.elements(t.family, TABLE_NAME, &map, true, elems);
+                out.batch.flush(t.family, TABLE_NAME, map);
+                out.batch.elements(t.family, TABLE_NAME, map, true, elems);
                 out.elements += count.max(1);
                 continue;
             }
@@ -139,7 +142,7 @@ fn send_maps(sender: &wire::Sender, desired: &Ruleset, flush: bool) -> Result<u3
             while left > 0 {
                 let part = left.min(ELEMENTS_PER_BATCH);
                 out.make_room(part)?;
-                out.batch.elements(t.family, TABLE_NAME, &map, true, elems.by_ref().take(part));
+                out.batch.elements(t.family, TABLE_NAME, map, true, elems.by_ref().take(part));
                 out.elements += part;
                 left -= part;
             }
