@@ -81,6 +81,12 @@ fn sorted_lines(text: String) -> Vec<String> {
     v
 }
 
+/// Adds a base chain that drops everything to our table, as a careless firewall script might.
+fn add_stray_chain(ns: &Netns, hook: &str) {
+    let spec = format!("{{ type filter hook {hook} priority 5; policy drop; }}");
+    ns.nft(&["add", "chain", "ip", "kube-nftproxy", "stray", &spec]);
+}
+
 #[test]
 fn a_refresh_rewrites_rules_and_maps_in_place_and_keeps_affinity() {
     if !kernel_available() {
@@ -98,14 +104,7 @@ fn a_refresh_rewrites_rules_and_maps_in_place_and_keeps_affinity() {
     c.node.nft(&["delete", "element", "ip", "kube-nftproxy", "service-ips", "{ 172.30.0.40 . tcp . 80 }"]);
     c.node.nft(&["add", "element", "ip", "kube-nftproxy", "cluster-ips", "{ 172.30.9.9 }"]);
     c.node.nft(&["add", "rule", "ip", "kube-nftproxy", "services", "ip", "daddr", "172.30.0.40", "drop"]);
-    c.node.nft(&[
-        "add",
-        "chain",
-        "ip",
-        "kube-nftproxy",
-        "stray",
-        "{ type filter hook forward priority 5; policy drop; }",
-    ]);
+    add_stray_chain(&c.node, "forward");
     c.node.nft(&["add", "set", "ip", "kube-nftproxy", "stray-set", "{ type ipv4_addr; }"]);
     let update = proxy.render();
     let report = proxy.apply(&c.node.name, &update, Resync::Refresh).unwrap();
@@ -183,14 +182,7 @@ fn a_big_first_sync_builds_the_tables_before_attaching_hooks() {
     assert!(sorted_lines(by_nft.nft(&["list", "ruleset"])) == staged, "the staged sync built a different ruleset");
 
     // Repairing a big table (after tampering) happens in place, foreign chains removed...
-    c.node.nft(&[
-        "add",
-        "chain",
-        "ip",
-        "kube-nftproxy",
-        "stray",
-        "{ type filter hook input priority 5; policy drop; }",
-    ]);
+    add_stray_chain(&c.node, "input");
     let repair = sync(&c.node, &mut proxy, &objects, true).unwrap();
     assert_eq!(repair.kind, SyncKind::Refresh, "a big table is repaired in place");
     assert!(sorted_lines(c.node.nft(&["list", "ruleset"])) == staged, "the repair left drift behind");
