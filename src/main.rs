@@ -6,7 +6,7 @@ use clap::Parser;
 use kube_nftproxy::config::{Config, Flags};
 use kube_nftproxy::nft::{Applier, OwnPids, cleanup, guard};
 use kube_nftproxy::sync::{self, Msg, Periods};
-use kube_nftproxy::{manifests, model::Model, render};
+use kube_nftproxy::{manifests, render};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -42,13 +42,9 @@ fn main() -> ExitCode {
 fn dry_run(flags: &Flags) -> anyhow::Result<()> {
     let cfg = Config::from_flags(flags)?;
     let path = flags.manifests.as_ref().context("--manifests is required")?;
-    let loaded = manifests::load(path)?;
-    for bad in &loaded.bad {
-        log::warn!("skipping {} in {}: {}", bad.what, bad.path.display(), bad.reason);
-    }
-    let (mut model, refused) = Model::from_objects(&loaded.objects, &cfg.node_name);
-    for e in refused {
-        log::warn!("{e}");
+    let (mut model, warnings) = manifests::load_model(path, &cfg.node_name)?;
+    for w in warnings {
+        log::warn!("{w}");
     }
     model.set_host_addresses(kube_nftproxy::host::interface_addresses().context("reading interface addresses")?);
     let ruleset = render::render(&model, &cfg)?;
@@ -99,8 +95,8 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     })
     .context("watching nftables notifications")?;
     let snapshots = tx.clone();
-    let source = manifests::watch(path, MANIFEST_POLL, stop.clone(), move |objects| {
-        let _ = snapshots.send(Msg::Snapshot(objects));
+    let source = manifests::watch(path, cfg.node_name.clone(), MANIFEST_POLL, stop.clone(), move |model| {
+        let _ = snapshots.send(Msg::Snapshot(Box::new(model)));
     })?;
     drop(tx);
     let applier = Applier::new(&cfg.node_name, own).with_quiet(Arc::new(quiet));

@@ -5,7 +5,7 @@
 //! whole when another process tampered with them.
 
 use crate::config::Config;
-use crate::model::{ApiObject, Model};
+use crate::model::Model;
 use crate::nft::{Applier, NftError, Resync, SyncKind, guard};
 use crate::render::{Rendered, Update};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 /// Messages to the sync loop.
 #[derive(Debug)]
 pub enum Msg {
-    /// The complete set of objects from a snapshot source (manifests); replaces the model.
-    Snapshot(Vec<ApiObject>),
+    /// The whole cluster as a snapshot source (manifests) read it, already validated into a
+    /// model of its own; it replaces the sync thread's model, which notes what differs.
+    Snapshot(Box<Model>),
     /// Another process changed our tables: replace them.
     Tampered(String),
     /// Change notifications were lost: check the tables, replace them if they look wrong.
@@ -85,7 +86,7 @@ pub fn run(rx: Receiver<Msg>, cfg: &Config, periods: Periods, mut applier: Appli
         };
         // Coalesce everything that queued up while we waited or synced.
         for msg in first.into_iter().chain(std::iter::from_fn(|| rx.try_recv().ok())) {
-            if !handle(msg, &mut st, cfg) {
+            if !handle(msg, &mut st) {
                 log::info!("shutting down; the rules stay in place");
                 return;
             }
@@ -110,14 +111,10 @@ fn next_wake(st: &State, periods: &Periods) -> Instant {
 }
 
 /// Applies one message to the state; false means stop.
-fn handle(msg: Msg, st: &mut State, cfg: &Config) -> bool {
+fn handle(msg: Msg, st: &mut State) -> bool {
     match msg {
-        Msg::Snapshot(objects) => {
-            let (model, refused) = Model::from_objects(&objects, &cfg.node_name);
-            for e in refused {
-                log::warn!("{e}");
-            }
-            st.model.replace(model);
+        Msg::Snapshot(model) => {
+            st.model.replace(*model);
             st.have_input = true;
             st.dirty = true;
         }
