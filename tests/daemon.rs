@@ -75,18 +75,25 @@ fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> Option<Duration>
     None
 }
 
+/// A one-node cluster whose daemon (started with `extra` flags) serves the `web` service on
+/// `pod-1`; returns the cluster, the manifests file and the daemon.
+fn serving_web(extra: &[&str]) -> (Cluster, std::path::PathBuf, Daemon) {
+    let c = Cluster::new(1, 0);
+    let manifests = write_manifests(&c, web(&c, &["pod-1"]));
+    let child = daemon_with(&c.node, &manifests, extra);
+    assert!(
+        wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some(),
+        "daemon never served"
+    );
+    (c, manifests, child)
+}
+
 #[test]
 fn tampering_is_repaired_within_two_seconds() {
     if !kernel_available() {
         return;
     }
-    let c = Cluster::new(1, 0);
-    let manifests = write_manifests(&c, web(&c, &["pod-1"]));
-    let child = daemon(&c.node, &manifests);
-    assert!(
-        wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some(),
-        "daemon never served"
-    );
+    let (c, manifests, child) = serving_web(&[]);
     c.node.nft(&["flush", "ruleset"]);
     let took = wait_for(Duration::from_secs(2), || who(&c.client, "172.30.0.40:80") == "pod-1");
     assert!(took.is_some(), "`nft flush ruleset` was not repaired within 2 s");
@@ -108,14 +115,8 @@ fn the_periodic_full_sync_refreshes_in_place_unnoticed_by_the_guard() {
     if !kernel_available() {
         return;
     }
-    let c = Cluster::new(1, 0);
-    let manifests = write_manifests(&c, web(&c, &["pod-1"]));
+    let (c, manifests, child) = serving_web(&["--full-sync-period=1s"]);
     let log_path = manifests.with_extension("log");
-    let child = daemon_with(&c.node, &manifests, &["--full-sync-period=1s"]);
-    assert!(
-        wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some(),
-        "daemon never served"
-    );
     let refreshes = || std::fs::read_to_string(&log_path).unwrap_or_default().matches("Refresh sync").count();
     assert!(wait_for(Duration::from_secs(5), || refreshes() >= 2).is_some(), "no periodic refreshes within 5 s");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
