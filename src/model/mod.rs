@@ -156,7 +156,7 @@ impl Model {
     }
 
     /// The changes that turn `old` into this model (for sources that deliver whole snapshots).
-    pub fn changes_since(&self, old: &Model) -> Changes {
+    fn changes_since(&self, old: &Model) -> Changes {
         let mut services = BTreeSet::new();
         let keys = self.services.keys().chain(old.services.keys()).chain(self.slices.keys()).chain(old.slices.keys());
         for key in keys {

@@ -65,92 +65,96 @@ struct DeleteChains<'a> {
     chains: Vec<(&'static str, &'a str)>,
 }
 
-/// Compares the applied and desired table of one family. `existing_stale` are chains still in
-/// the kernel (flushed earlier, not yet deleted): reusing one needs no `add chain`.
-pub fn diff<'a>(old: &'a Table, new: &'a Table, existing_stale: &BTreeSet<String>) -> TableDiff<'a> {
-    let w = words(new.family);
-    let mut d = TableDiff { fam: w.fam, addr_type: w.addr_type, ..TableDiff::default() };
-    for (name, body) in &new.chains {
-        match old.chains.get(name) {
-            Some(old_body) if old_body == body => {}
-            Some(_) => d.rewrite.push((name, body)),
-            None => {
-                if !existing_stale.contains(name) {
-                    d.new_chains.push(name);
-                }
-                d.rewrite.push((name, body));
-            }
-        }
+impl<'a> TableDiff<'a> {
+    /// An empty diff of a family's table.
+    fn of(family: Family) -> TableDiff<'a> {
+        let w = words(family);
+        TableDiff { fam: w.fam, addr_type: w.addr_type, ..TableDiff::default() }
     }
-    d.stale = old.chains.keys().filter(|n| !new.chains.contains_key(*n)).map(String::as_str).collect();
-    // A set whose timeout changed cannot be altered in place; the applier syncs fully then.
-    for (name, timeout) in &new.affinity_sets {
-        if !old.affinity_sets.contains_key(name) {
-            d.new_sets.push((name, *timeout));
-        }
-    }
-    d.delete_sets.extend(old.affinity_sets.keys().filter(|n| !new.affinity_sets.contains_key(*n)).map(String::as_str));
-    diff_elements(old, new, &mut d);
-    d
-}
 
-fn diff_elements<'a>(old: &'a Table, new: &'a Table, d: &mut TableDiff<'a>) {
-    static EMPTY: BTreeMap<Key, crate::render::Entry> = BTreeMap::new();
-    let maps: BTreeSet<&MapName> = old.elements.keys().chain(new.elements.keys()).collect();
-    for map in maps {
-        let (before, after) = (old.elements.get(map).unwrap_or(&EMPTY), new.elements.get(map).unwrap_or(&EMPTY));
-        for (key, entry) in before {
-            // A changed value is a delete and an add in the same transaction.
-            if after.get(key).is_none_or(|e| e.value != entry.value) {
-                d.delete_elements.entry(*map).or_default().push(key);
-            }
-        }
-        for (key, entry) in after {
-            if before.get(key).is_none_or(|e| e.value != entry.value) {
-                d.add_elements.entry(*map).or_default().push((key, &entry.value));
-            }
-        }
-    }
-}
-
-/// The changes an incremental update made to `new`, from the journal of what it touched
-/// (`None` when an affinity set's timeout changed, which only a full sync can express).
-pub fn from_journal<'a>(new: &'a Table, j: &'a Journal, existing_stale: &BTreeSet<String>) -> Option<TableDiff<'a>> {
-    let w = words(new.family);
-    let mut d = TableDiff { fam: w.fam, addr_type: w.addr_type, ..TableDiff::default() };
-    for (name, old) in &j.chains {
-        match (old, new.chains.get(name)) {
+    /// Files what happened to chain `name`. `existing_stale` are chains still in the kernel
+    /// (flushed earlier, not yet deleted): reusing one needs no `add chain`.
+    fn chain(&mut self, name: &'a str, old: Option<&String>, new: Option<&'a String>, stale: &BTreeSet<String>) {
+        match (old, new) {
             (Some(o), Some(n)) if o == n => {}
-            (Some(_), Some(n)) => d.rewrite.push((name, n)),
+            (Some(_), Some(n)) => self.rewrite.push((name, n)),
             (None, Some(n)) => {
-                if !existing_stale.contains(name) {
-                    d.new_chains.push(name);
+                if !stale.contains(name) {
+                    self.new_chains.push(name);
                 }
-                d.rewrite.push((name, n));
+                self.rewrite.push((name, n));
             }
-            (Some(_), None) => d.stale.push(name),
+            (Some(_), None) => self.stale.push(name),
             (None, None) => {}
         }
     }
+
+    /// Files what happened to affinity set `name`; false when its timeout changed, which a set
+    /// cannot be altered to in place (only a full sync can).
+    fn set(&mut self, name: &'a str, old: Option<u32>, new: Option<u32>) -> bool {
+        match (old, new) {
+            (None, Some(t)) => self.new_sets.push((name, t)),
+            (Some(_), None) => self.delete_sets.push(name),
+            (Some(o), Some(n)) => return o == n,
+            (None, None) => {}
+        }
+        true
+    }
+
+    /// Files what happened to one element; a changed value is a delete and an add in the
+    /// same transaction.
+    fn element(&mut self, map: MapName, key: &'a Key, old: Option<&Value>, new: Option<&'a Value>) {
+        if old == new {
+            return;
+        }
+        if old.is_some() {
+            self.delete_elements.entry(map).or_default().push(key);
+        }
+        if let Some(v) = new {
+            self.add_elements.entry(map).or_default().push((key, v));
+        }
+    }
+}
+
+/// Compares the applied and desired table of one family; `None` when only a full sync can
+/// express the change (see `TableDiff::set`). `stale` as for `TableDiff::chain`.
+pub fn diff<'a>(old: &'a Table, new: &'a Table, stale: &BTreeSet<String>) -> Option<TableDiff<'a>> {
+    let mut d = TableDiff::of(new.family);
+    let chains: BTreeSet<&String> = old.chains.keys().chain(new.chains.keys()).collect();
+    for name in chains {
+        d.chain(name, old.chains.get(name), new.chains.get(name), stale);
+    }
+    let sets: BTreeSet<&String> = old.affinity_sets.keys().chain(new.affinity_sets.keys()).collect();
+    for name in sets {
+        if !d.set(name, old.affinity_sets.get(name).copied(), new.affinity_sets.get(name).copied()) {
+            return None;
+        }
+    }
+    let maps: BTreeSet<&MapName> = old.elements.keys().chain(new.elements.keys()).collect();
+    for map in maps {
+        let (before, after) = (old.elements.get(map), new.elements.get(map));
+        let keys: BTreeSet<&Key> = before.into_iter().chain(after).flat_map(|m| m.keys()).collect();
+        for key in keys {
+            d.element(*map, key, old.value(*map, key), new.value(*map, key));
+        }
+    }
+    Some(d)
+}
+
+/// The changes an incremental update made to `new`, from the journal of what it touched
+/// (`None` when only a full sync can express them).
+pub fn from_journal<'a>(new: &'a Table, j: &'a Journal, stale: &BTreeSet<String>) -> Option<TableDiff<'a>> {
+    let mut d = TableDiff::of(new.family);
+    for (name, old) in &j.chains {
+        d.chain(name, old.as_ref(), new.chains.get(name), stale);
+    }
     for (name, old) in &j.sets {
-        match (old, new.affinity_sets.get(name)) {
-            (None, Some(t)) => d.new_sets.push((name, *t)),
-            (Some(_), None) => d.delete_sets.push(name),
-            (Some(o), Some(n)) if o != n => return None,
-            _ => {}
+        if !d.set(name, *old, new.affinity_sets.get(name).copied()) {
+            return None;
         }
     }
     for ((map, key), old) in &j.elements {
-        let now = new.value(*map, key);
-        if old.as_ref() == now {
-            continue;
-        }
-        if old.is_some() {
-            d.delete_elements.entry(*map).or_default().push(key);
-        }
-        if let Some(v) = now {
-            d.add_elements.entry(*map).or_default().push((key, v));
-        }
+        d.element(*map, key, old.as_ref(), new.value(*map, key));
     }
     Some(d)
 }
@@ -181,10 +185,8 @@ pub fn delete_chains_script(chains: &[(Family, String)]) -> Result<String, crate
     render_template(&DeleteChains { chains }, "delete-chains.nft")
 }
 
-/// Whether a partial sync cannot express the change (the fixed part or an affinity timeout
-/// changed), so the table must be replaced whole.
+/// Whether a partial sync cannot express the change because the fixed part changed, so the
+/// table must be replaced whole.
 pub fn needs_full(old: &Table, new: &Table) -> bool {
-    old.family != new.family
-        || old.fixed != new.fixed
-        || new.affinity_sets.iter().any(|(n, t)| old.affinity_sets.get(n).is_some_and(|o| o != t))
+    old.family != new.family || old.fixed != new.fixed
 }

@@ -2,11 +2,10 @@
 //! that has none, and refreshing them in place, with the guard's notifications paused throughout.
 
 use super::{Applier, NftError, SyncKind, SyncReport, netlink, wire};
-use crate::model::Family;
 use crate::render::{self, Foreign, MapName, Ruleset, TABLE_NAME};
 
 /// A first sync with more map elements than this is staged: tables first, hooks last.
-pub const STAGED_FIRST_SYNC_ELEMENTS: usize = 10_000;
+const STAGED_FIRST_SYNC_ELEMENTS: usize = 10_000;
 
 /// Elements per netlink transaction when several may share one: a few hundred kB of batch, so
 /// the proxy never holds the encoding of a whole big table at once.
@@ -52,7 +51,7 @@ impl Applier {
     /// repair of a big table.
     pub(super) fn refresh(&mut self, desired: &Ruleset, deleted_chains: usize) -> Result<SyncReport, NftError> {
         let foreign = self.foreign(desired)?;
-        let steps = vec![Step::Nft(render::refresh_script(desired, &self.node, &foreign)?), Step::Refill(desired)];
+        let steps = vec![Step::Nft(render::refresh_script(desired, &self.node, foreign)?), Step::Refill(desired)];
         self.run_steps(SyncKind::Refresh, steps, deleted_chains)
     }
 
@@ -62,10 +61,7 @@ impl Applier {
         let mut sock = netlink::Socket::open()?;
         let mut all = Vec::new();
         for t in &desired.tables {
-            let fam = match t.family {
-                Family::V4 => netlink::NfFamily::Ip,
-                Family::V6 => netlink::NfFamily::Ip6,
-            };
+            let fam = netlink::NfFamily::from(t.family);
             let ours = |c: &String| t.declares_chain(c) || self.stale.contains_key(&(t.family, c.clone()));
             let chains = sock.chain_names(fam, TABLE_NAME)?.into_iter().filter(|c| !ours(c)).collect();
             let sets = sock.set_names(fam, TABLE_NAME)?.into_iter().filter(|s| !t.declares_set(s)).collect();

@@ -19,8 +19,6 @@ use std::time::{Duration, Instant};
 /// 6.2 keep a chain busy for a moment after the last map element pointing to it went.
 pub const STALE_CHAIN_DELAY: Duration = Duration::from_secs(1);
 
-pub use full::STAGED_FIRST_SYNC_ELEMENTS;
-
 /// Errors talking to nftables.
 #[derive(Debug, thiserror::Error)]
 pub enum NftError {
@@ -161,14 +159,8 @@ impl Applier {
         self
     }
 
-    /// Whether the kernel holds what the last sync sent (false before the first sync and
-    /// after a failure, when the next sync is full).
-    pub fn in_sync(&self) -> bool {
-        self.in_sync
-    }
-
     /// Forgets what was applied, so the next sync is full.
-    pub fn invalidate(&mut self) {
+    fn invalidate(&mut self) {
         self.in_sync = false;
         self.stale.clear();
     }
@@ -232,29 +224,24 @@ impl Applier {
         let stale_of = |family: Family| -> BTreeSet<String> {
             self.stale.keys().filter(|(f, _)| *f == family).map(|(_, c)| c.clone()).collect()
         };
-        let diffs: Vec<diff::TableDiff> = match update {
-            Update::Replaced => return Ok(Plan::Full),
-            Update::Rebuilt(old) => {
-                let same_shape = old.tables.len() == desired.tables.len()
-                    && old.tables.iter().zip(&desired.tables).all(|(o, n)| !diff::needs_full(o, n));
-                if !same_shape {
-                    return Ok(Plan::Full);
-                }
-                old.tables.iter().zip(&desired.tables).map(|(o, n)| diff::diff(o, n, &stale_of(n.family))).collect()
-            }
-            Update::Patched(journals) => {
-                let diffs: Option<Vec<_>> = desired
-                    .tables
-                    .iter()
-                    .zip(journals)
-                    .map(|(t, j)| diff::from_journal(t, j, &stale_of(t.family)))
-                    .collect();
-                match diffs {
-                    Some(d) if d.len() == desired.tables.len() => d,
-                    _ => return Ok(Plan::Full),
-                }
-            }
+        let tables = desired.tables.len();
+        // `None`: only a full sync can express the change.
+        let diffs: Option<Vec<diff::TableDiff>> = match update {
+            Update::Rebuilt(old) if old.tables.len() == tables => old
+                .tables
+                .iter()
+                .zip(&desired.tables)
+                .map(|(o, n)| if diff::needs_full(o, n) { None } else { diff::diff(o, n, &stale_of(n.family)) })
+                .collect(),
+            Update::Patched(journals) if journals.len() == tables => desired
+                .tables
+                .iter()
+                .zip(journals)
+                .map(|(t, j)| diff::from_journal(t, j, &stale_of(t.family)))
+                .collect(),
+            Update::Replaced | Update::Rebuilt(_) | Update::Patched(_) => None,
         };
+        let Some(diffs) = diffs else { return Ok(Plan::Full) };
         if diffs.iter().all(diff::TableDiff::is_empty) {
             return Ok(Plan::Nothing);
         }

@@ -25,7 +25,7 @@ const NFT_MSG_TRACE: u16 = 17;
 /// Every object message carries its table's name as attribute 1.
 const NFTA_TABLE_ATTR: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
-/// `NFTA_CHAIN_NAME` and `NFTA_SET_NAME`.
+/// Chain and set attributes read from dumps (the table is attribute 1 in both).
 const NFTA_CHAIN_NAME: u16 = 3;
 const NFTA_SET_NAME: u16 = 2;
 const NFTA_SET_FLAGS: u16 = 3;
@@ -40,6 +40,15 @@ pub enum NfFamily {
     Ip = 2,
     /// `ip6`.
     Ip6 = 10,
+}
+
+impl From<crate::model::Family> for NfFamily {
+    fn from(family: crate::model::Family) -> NfFamily {
+        match family {
+            crate::model::Family::V4 => NfFamily::Ip,
+            crate::model::Family::V6 => NfFamily::Ip6,
+        }
+    }
 }
 
 /// One nftables change notification.

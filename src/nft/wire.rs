@@ -104,10 +104,7 @@ impl Batch {
         add: bool,
         elems: impl IntoIterator<Item = (&'e Key, &'e Value)>,
     ) {
-        let fam = match family {
-            Family::V4 => NfFamily::Ip as u8,
-            Family::V6 => NfFamily::Ip6 as u8,
-        };
+        let fam = NfFamily::from(family) as u8;
         let (kind, flags) = if add { (NFT_MSG_NEWSETELEM, NLM_F_CREATE) } else { (NFT_MSG_DELSETELEM, 0) };
         let name = map.to_string();
         let mut elems = elems.into_iter().peekable();
@@ -126,10 +123,7 @@ impl Batch {
 
     /// Removes every element of `map` in `family`'s table `table`.
     pub fn flush(&mut self, family: Family, table: &str, map: &MapName) {
-        let fam = match family {
-            Family::V4 => NfFamily::Ip as u8,
-            Family::V6 => NfFamily::Ip6 as u8,
-        };
+        let fam = NfFamily::from(family) as u8;
         let name = map.to_string();
         // A deletion naming no elements flushes the set.
         self.message(NFT_MSG_DELSETELEM, NLM_F_ACK, fam, |b| {

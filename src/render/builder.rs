@@ -291,7 +291,6 @@ impl Builder<'_> {
     /// The finished table (its warnings: the context's, then each port's in model order), the
     /// index to update it by later, and the journal of an update.
     pub(super) fn finish(mut self) -> (Table, Index, Option<Journal>) {
-        self.end_port();
         let mut warnings = self.ctx.warnings.clone();
         warnings.extend(self.index.ports.values().flat_map(|r| r.warnings.iter().cloned()));
         self.table.warnings = warnings;

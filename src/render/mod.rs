@@ -223,10 +223,10 @@ pub fn full_sync_script(ruleset: &Ruleset, node: &str) -> Result<String, RenderE
 /// Writes a refresh: every chain's rules rewritten in place in one transaction (`flush table`
 /// keeps sets, maps and their elements), and the interval sets' elements with them; the
 /// caller refills the other maps over netlink, one map per transaction.
-pub fn refresh_script(ruleset: &Ruleset, node: &str, foreign: &[Foreign]) -> Result<String, RenderError> {
+pub fn refresh_script(ruleset: &Ruleset, node: &str, foreign: Vec<Foreign>) -> Result<String, RenderError> {
     let mut tables = table_views(ruleset, true);
     for (view, found) in tables.iter_mut().zip(foreign) {
-        view.foreign = found.clone();
+        view.foreign = found;
     }
     render_template(&FullSync { node, hooks: true, refresh: true, tables }, "full-sync.nft")
 }
