@@ -25,6 +25,11 @@ pub enum ConfigError {
     /// Nothing to read.
     #[error("--manifests is required")]
     MissingManifests,
+    /// The node name is not one Kubernetes accepts (it reaches the script's text).
+    #[error(
+        "--hostname-override: {0:?} is not a valid node name (a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253 characters)"
+    )]
+    BadHostname(String),
 }
 
 /// Raw command-line flags.
@@ -61,6 +66,9 @@ pub struct Flags {
     /// Interval of full syncs that replace the tables whole, repairing any drift.
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration)]
     pub full_sync_period: Duration,
+    /// Longest one `nft` run may take before it is killed and the sync counts as failed.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub nft_timeout: Duration,
     /// Remove everything kube-nftproxy created, report upstream kube-proxy leftovers, and exit.
     #[arg(long)]
     pub cleanup: bool,
@@ -69,7 +77,10 @@ pub struct Flags {
     pub cleanup_kube_proxy: bool,
 }
 
-/// Parses `500ms`, `30s`, `15m`, `1h` (or a bare number of seconds).
+/// The longest period a flag takes: a year; longer ones would overflow timers.
+pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// Parses `500ms`, `30s`, `15m`, `1h` (or a bare number of seconds), at most `MAX_DURATION`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
@@ -82,7 +93,22 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => n * 3600.0,
         _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
     };
-    Ok(Duration::from_secs_f64(seconds))
+    match Duration::try_from_secs_f64(seconds) {
+        Ok(d) if d <= MAX_DURATION => Ok(d),
+        _ => Err(format!("{s:?} is longer than the longest period allowed ({}h)", MAX_DURATION.as_secs() / 3600)),
+    }
+}
+
+/// Whether `name` is a DNS-1123 subdomain, as Kubernetes requires of node names.
+pub fn valid_node_name(name: &str) -> bool {
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    !name.is_empty() && name.len() <= 253 && name.split('.').all(label_ok)
 }
 
 /// Where NodePort traffic is accepted.
@@ -115,8 +141,17 @@ pub struct Config {
 impl Config {
     /// Validates flags into a configuration.
     pub fn from_flags(flags: &Flags) -> Result<Config, ConfigError> {
-        let node_name =
-            flags.hostname_override.clone().filter(|h| !h.is_empty()).ok_or(ConfigError::MissingHostname)?;
+        // Upstream trims and lower-cases the name, then it must be a valid node name: it is
+        // written into the script's header.
+        let node_name = flags
+            .hostname_override
+            .as_deref()
+            .map(|h| h.trim().to_lowercase())
+            .filter(|h| !h.is_empty())
+            .ok_or(ConfigError::MissingHostname)?;
+        if !valid_node_name(&node_name) {
+            return Err(ConfigError::BadHostname(node_name));
+        }
         if flags.masquerade_bit > 31 {
             return Err(ConfigError::BadMasqueradeBit(flags.masquerade_bit));
         }

@@ -3,6 +3,8 @@
 
 pub mod config;
 pub mod host;
+pub mod inbox;
+pub mod lock;
 pub mod manifests;
 pub mod model;
 pub mod nft;

@@ -4,9 +4,10 @@
 use anyhow::Context;
 use clap::Parser;
 use kube_nftproxy::config::{Config, Flags};
-use kube_nftproxy::nft::{Applier, OwnPids, cleanup, guard};
-use kube_nftproxy::sync::{self, Msg, Periods};
-use kube_nftproxy::{manifests, render};
+use kube_nftproxy::inbox::Inbox;
+use kube_nftproxy::nft::{Applier, OwnPids, cleanup, exec, guard};
+use kube_nftproxy::sync::{Periods, Syncer};
+use kube_nftproxy::{lock, manifests, render};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -19,6 +20,12 @@ const EXIT_BAD_INPUT: u8 = 2;
 
 /// How often the manifests are checked for changes.
 const MANIFEST_POLL: Duration = Duration::from_secs(1);
+
+/// How often a second instance checks whether the first has let go of the node.
+const LOCK_POLL: Duration = Duration::from_millis(200);
+
+/// How long a stop may take before the process ends without the sync thread.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
@@ -57,6 +64,10 @@ fn dry_run(flags: &Flags) -> anyhow::Result<()> {
 }
 
 fn run_cleanup(flags: &Flags) -> anyhow::Result<()> {
+    // A running daemon would put back at once what this removes.
+    let _owner = lock::try_own()
+        .context("taking the node lock")?
+        .context("a kube-nftproxy daemon owns this node's tables; stop it before --cleanup")?;
     cleanup::remove_own_tables().context("removing kube-nftproxy's tables")?;
     log::info!("removed kube-nftproxy's tables (ip and ip6 {})", render::TABLE_NAME);
     let leftovers = cleanup::find_kube_proxy().context("looking for kube-proxy's rules")?;
@@ -81,64 +92,74 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     let path = flags.manifests.clone().context("--manifests is required (the API server source is not built yet)")?;
     let periods =
         Periods { min_sync: flags.min_sync_period, sync: flags.sync_period, full_sync: flags.full_sync_period };
-    block_signals();
-    let (tx, rx) = channel::<Msg>();
+    let inbox = Arc::new(Inbox::default());
     let stop = Arc::new(AtomicBool::new(false));
+    let (events, main_events) = channel::<Event>();
+    spawn_signal_thread(inbox.clone(), stop.clone(), events.clone())?;
+    let Some(_owner) = lock::own(LOCK_POLL, || stop.load(Ordering::SeqCst)).context("taking the node lock")? else {
+        log::info!("stopped while waiting for the other instance");
+        return Ok(());
+    };
     let own = Arc::new(OwnPids::default());
-    spawn_signal_thread(tx.clone())?;
-    let alarms = tx.clone();
-    let (guard, quiet) = guard::spawn(own.clone(), stop.clone(), move |alarm| {
-        let _ = alarms.send(match alarm {
-            guard::Alarm::Tampered(why) => Msg::Tampered(why),
-            guard::Alarm::Unsure => Msg::Unsure,
-        });
+    let alarms = inbox.clone();
+    let (_guard, quiet) = guard::spawn(own.clone(), stop.clone(), move |alarm| match alarm {
+        guard::Alarm::Tampered(why) => alarms.request(|r| r.tampered = Some(why)),
+        guard::Alarm::Unsure => alarms.request(|r| r.unsure = true),
     })
     .context("watching nftables notifications")?;
-    let snapshots = tx.clone();
-    let source = manifests::watch(path, cfg.node_name.clone(), MANIFEST_POLL, stop.clone(), move |model| {
-        let _ = snapshots.send(Msg::Snapshot(Box::new(model)));
+    let _source = manifests::watch(path, cfg.node_name.clone(), MANIFEST_POLL, stop.clone(), inbox.clone())?;
+    let limits = exec::Limits { timeout: flags.nft_timeout, stop: stop.clone() };
+    let applier = Applier::new(&cfg.node_name, own).with_quiet(Arc::new(quiet)).with_limits(limits);
+    let syncer = Syncer::new(cfg, periods, applier, &[manifests::SOURCE]);
+    std::thread::Builder::new().name("sync".into()).spawn(move || {
+        syncer.run(&inbox);
+        let _ = events.send(Event::SyncEnded);
     })?;
-    drop(tx);
-    let applier = Applier::new(&cfg.node_name, own).with_quiet(Arc::new(quiet));
-    let sync_cfg = cfg.clone();
-    let syncer =
-        std::thread::Builder::new().name("sync".into()).spawn(move || sync::run(rx, &sync_cfg, periods, applier))?;
-    let _ = syncer.join();
-    stop.store(true, Ordering::SeqCst);
-    let _ = guard.join();
-    let _ = source.join();
+    // The sync thread ends on a stop signal; if it is stuck (a kernel that does not answer),
+    // the process ends anyway after a grace period: the rules stay in place either way.
+    if let Ok(Event::Stopping) = main_events.recv()
+        && main_events.recv_timeout(SHUTDOWN_GRACE).is_err()
+    {
+        log::error!("the sync thread did not stop within {SHUTDOWN_GRACE:?}; exiting anyway, the rules stay in place");
+    }
     Ok(())
 }
 
-/// The signals the daemon stops on.
-fn stop_signals() -> libc::sigset_t {
-    // SAFETY: sigemptyset/sigaddset initialise a sigset_t we own.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        set
-    }
+/// What the main thread waits for.
+enum Event {
+    /// A stop signal arrived.
+    Stopping,
+    /// The sync thread ended.
+    SyncEnded,
 }
 
-/// Blocks the stop signals in this thread and every thread spawned after, so that only the
-/// signal thread receives them (with `sigwait`).
-fn block_signals() {
-    let set = stop_signals();
-    // SAFETY: changes this thread's signal mask; inherited by threads spawned later.
-    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-}
-
-fn spawn_signal_thread(tx: Sender<Msg>) -> std::io::Result<()> {
+/// Starts the `signals` thread. Signals are handled, not blocked, so children start with
+/// default dispositions and an empty mask.
+/// - SIGTERM, SIGINT: stop (running `nft` children are ended), leaving the rules in place;
+/// - SIGHUP: rewrite the tables in place now (a full sync);
+/// - SIGUSR1: log a summary of the state;
+/// - SIGUSR2, SIGALRM: logged and ignored (their default would end the daemon silently).
+fn spawn_signal_thread(inbox: Arc<Inbox>, stop: Arc<AtomicBool>, events: Sender<Event>) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGALRM, SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGALRM])
+        .context("installing signal handlers")?;
     std::thread::Builder::new().name("signals".into()).spawn(move || {
-        let set = stop_signals();
-        let mut sig: libc::c_int = 0;
-        // SAFETY: waits for one of the blocked signals in `set`.
-        if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
-            log::info!("received signal {sig}");
+        for sig in signals.forever() {
+            match sig {
+                SIGTERM | SIGINT => {
+                    log::info!("received signal {sig}; stopping, the rules stay in place");
+                    stop.store(true, Ordering::SeqCst);
+                    inbox.request(|r| r.shutdown = true);
+                    let _ = events.send(Event::Stopping);
+                }
+                SIGHUP => {
+                    log::info!("received SIGHUP; rewriting the tables in place");
+                    inbox.request(|r| r.refresh = true);
+                }
+                SIGUSR1 => inbox.request(|r| r.summary = true),
+                other => log::info!("received signal {other}; ignored"),
+            }
         }
-        let _ = tx.send(Msg::Shutdown);
     })?;
     Ok(())
 }

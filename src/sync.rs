@@ -1,28 +1,41 @@
-//! The sync loop: the one thread that owns the model. Sources send it changes over a
-//! channel; it coalesces them, renders, and applies at most once per `min_sync_period`,
-//! retries failures with backoff (a failed sync is retried as a full one within
-//! `sync_period`), rewrites the tables in place every `full_sync_period`, and replaces them
-//! whole when another process tampered with them.
+//! The sync loop: the one thread that owns the model. Sources deliver per-object changes
+//! through the [`Inbox`]; the loop files them, renders only the Services they touched, and
+//! applies at most once per `min_sync_period`. A failed sync is retried as a full one after a
+//! backoff (at least [`MIN_RETRY`], doubling up to `sync_period`); the tables are rewritten in
+//! place every `full_sync_period` and replaced when another process tampered with them.
+//! Chains a sync left stale are deleted when their delay has passed, even if no other sync
+//! comes. What applies is behind the [`Kernel`] trait, so all of this is tested without root.
 
-use crate::config::Config;
+use crate::config::{Config, MAX_DURATION};
+use crate::inbox::{Delivery, Inbox};
 use crate::model::Model;
-use crate::nft::{Applier, NftError, Resync, SyncKind, guard};
-use crate::render::{Rendered, Update};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use crate::nft::{NftError, Resync, SyncKind, SyncReport};
+use crate::render::{Rendered, Ruleset, Update};
+use std::collections::BTreeSet;
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-/// Messages to the sync loop.
-#[derive(Debug)]
-pub enum Msg {
-    /// The whole cluster as a snapshot source (manifests) read it, already validated into a
-    /// model of its own; it replaces the sync thread's model, which notes what differs.
-    Snapshot(Box<Model>),
-    /// Another process changed our tables: replace them.
-    Tampered(String),
-    /// Change notifications were lost: check the tables, replace them if they look wrong.
-    Unsure,
-    /// Stop (SIGTERM/SIGINT); the rules stay in place.
-    Shutdown,
+/// The shortest wait before a failed sync is retried, whatever `min_sync_period` says: a
+/// sync that fails at once must not spin.
+pub const MIN_RETRY: Duration = Duration::from_secs(1);
+
+/// Full syncs repeated because another process committed during one, before settling for
+/// the cheap intactness check.
+const MAX_UNSURE_RESYNCS: u32 = 3;
+
+/// What the sync loop needs of the node: applying rulesets and reading the host's addresses.
+/// `nft::Applier` is the real one; tests use an in-memory fake.
+pub trait Kernel {
+    /// Brings the kernel to `desired` (see `nft::Applier::sync`).
+    fn sync(&mut self, desired: &Ruleset, update: &Update, resync: Resync) -> Result<SyncReport, NftError>;
+    /// When chains left stale by earlier syncs may be deleted; `None` when none wait.
+    fn cleanup_due(&self) -> Option<Instant>;
+    /// Deletes the stale chains whose delay has passed; returns how many.
+    fn cleanup(&mut self) -> usize;
+    /// The cheap check after lost notifications: whether the tables look intact.
+    fn tables_look_intact(&mut self) -> bool;
+    /// The addresses on the host's interfaces.
+    fn host_addresses(&mut self) -> std::io::Result<Vec<IpAddr>>;
 }
 
 /// Timing of the loop.
@@ -36,102 +49,220 @@ pub struct Periods {
     pub full_sync: Duration,
 }
 
-struct State {
+/// `t + d`, or as far as the longest period allows if that overflows.
+fn after(t: Instant, d: Duration) -> Instant {
+    t.checked_add(d).or_else(|| t.checked_add(MAX_DURATION)).unwrap_or(t)
+}
+
+/// The sync thread's state: the model, what was rendered from it, and when to sync next.
+pub struct Syncer<K: Kernel> {
     model: Model,
     /// The desired state rendered from `model` (`None` before the first sync).
     rendered: Option<Rendered>,
-    have_input: bool,
+    kernel: K,
+    cfg: Config,
+    periods: Periods,
+    /// Sources that have not delivered their first listing yet; nothing is applied before.
+    unlisted: BTreeSet<&'static str>,
     dirty: bool,
     /// The tables must be replaced whole (first sync, tampering, a failure).
     force_full: bool,
-    /// The periodic full sync is due: rewrite everything in place.
+    /// A full sync that rewrites everything in place is due.
     refresh: bool,
     next_allowed: Instant,
     last_full: Instant,
     retry_at: Option<Instant>,
     backoff: Duration,
     /// Rendering warnings already reported, so each is logged once, not on every sync.
-    reported: std::collections::BTreeSet<String>,
+    reported: BTreeSet<String>,
     /// Full syncs in a row during which another process committed.
     unsure_streak: u32,
+    /// The last sync's outcome and when it ended, for the summary.
+    last: Option<(SyncKind, Duration, Instant)>,
 }
 
-/// Full syncs repeated because another process committed during one, before settling for
-/// the cheap intactness check.
-const MAX_UNSURE_RESYNCS: u32 = 3;
+impl<K: Kernel> Syncer<K> {
+    /// A sync loop that applies through `kernel` once every source in `sources` has listed.
+    pub fn new(cfg: Config, periods: Periods, kernel: K, sources: &[&'static str]) -> Syncer<K> {
+        let now = Instant::now();
+        Syncer {
+            model: Model::default(),
+            rendered: None,
+            kernel,
+            cfg,
+            periods,
+            unlisted: sources.iter().copied().collect(),
+            dirty: true,
+            force_full: true,
+            refresh: false,
+            next_allowed: now,
+            last_full: now,
+            retry_at: None,
+            backoff: periods.min_sync.max(MIN_RETRY),
+            reported: BTreeSet::new(),
+            unsure_streak: 0,
+            last: None,
+        }
+    }
 
-/// Runs until `Shutdown` arrives or every sender is gone.
-pub fn run(rx: Receiver<Msg>, cfg: &Config, periods: Periods, mut applier: Applier) {
-    let now = Instant::now();
-    let mut st = State {
-        model: Model::default(),
-        rendered: None,
-        have_input: false,
-        dirty: true,
-        force_full: true,
-        refresh: false,
-        next_allowed: now,
-        last_full: now,
-        retry_at: None,
-        backoff: periods.min_sync,
-        reported: std::collections::BTreeSet::new(),
-        unsure_streak: 0,
-    };
-    loop {
-        let wait = next_wake(&st, &periods).saturating_duration_since(Instant::now());
-        let first = match rx.recv_timeout(wait) {
-            Ok(msg) => Some(msg),
-            Err(RecvTimeoutError::Timeout) => None,
-            Err(RecvTimeoutError::Disconnected) => return,
-        };
-        // Coalesce everything that queued up while we waited or synced.
-        for msg in first.into_iter().chain(std::iter::from_fn(|| rx.try_recv().ok())) {
-            if !handle(msg, &mut st) {
+    /// The model.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// What applies.
+    pub fn kernel(&self) -> &K {
+        &self.kernel
+    }
+
+    /// Runs until a shutdown request arrives.
+    pub fn run(mut self, inbox: &Inbox) {
+        loop {
+            let delivery = inbox.wait(self.next_wake());
+            if !self.take(delivery) {
                 log::info!("shutting down; the rules stay in place");
                 return;
             }
-        }
-        if st.last_full.elapsed() >= periods.full_sync {
-            st.refresh = true;
-        }
-        let now = Instant::now();
-        let due = st.dirty || st.force_full || st.refresh;
-        if st.have_input && due && now >= st.next_allowed && st.retry_at.is_none_or(|r| now >= r) {
-            sync_once(&mut st, cfg, &periods, &mut applier);
+            self.sync_if_due();
         }
     }
-}
 
-fn next_wake(st: &State, periods: &Periods) -> Instant {
-    let periodic = st.last_full + periods.full_sync;
-    if !st.have_input || !(st.dirty || st.force_full || st.refresh) {
-        return periodic;
+    /// When the loop has something to do next.
+    pub fn next_wake(&self) -> Instant {
+        let mut wake = after(self.last_full, self.periods.full_sync);
+        if self.unlisted.is_empty() && (self.dirty || self.force_full || self.refresh) {
+            wake = wake.min(self.next_allowed.max(self.retry_at.unwrap_or(self.next_allowed)));
+        }
+        if let Some(due) = self.kernel.cleanup_due() {
+            wake = wake.min(due);
+        }
+        wake
     }
-    st.next_allowed.max(st.retry_at.unwrap_or(st.next_allowed))
-}
 
-/// Applies one message to the state; false means stop.
-fn handle(msg: Msg, st: &mut State) -> bool {
-    match msg {
-        Msg::Snapshot(model) => {
-            st.model.replace(*model);
-            st.have_input = true;
-            st.dirty = true;
-        }
-        Msg::Tampered(why) => {
-            log::warn!("{why}; restoring the tables with a full sync");
-            st.force_full = true;
-        }
-        Msg::Unsure => match guard::tables_look_intact() {
-            Ok(true) => {}
-            Ok(false) | Err(_) => {
-                log::warn!("the tables are not intact; restoring them with a full sync");
-                st.force_full = true;
+    /// Takes in what the inbox delivered; false means stop.
+    pub fn take(&mut self, d: Delivery) -> bool {
+        for source in d.listed {
+            if self.unlisted.remove(source) && self.unlisted.is_empty() {
+                log::info!("every source has listed; syncing");
             }
-        },
-        Msg::Shutdown => return false,
+        }
+        for change in d.changes {
+            self.dirty |= self.model.file(change);
+        }
+        let r = d.requests;
+        if let Some(why) = r.tampered {
+            log::warn!("{why}; restoring the tables with a full sync");
+            self.force_full = true;
+        }
+        if r.unsure && !self.kernel.tables_look_intact() {
+            log::warn!("the tables are not intact; restoring them with a full sync");
+            self.force_full = true;
+        }
+        if r.refresh {
+            self.refresh = true;
+        }
+        if r.summary {
+            log::info!("{}", self.summary());
+        }
+        !r.shutdown
     }
-    true
+
+    /// Syncs if something is due and allowed now; deletes stale chains whose time has come.
+    pub fn sync_if_due(&mut self) {
+        let now = Instant::now();
+        if self.last_full.elapsed() >= self.periods.full_sync {
+            self.refresh = true;
+        }
+        let due = self.dirty || self.force_full || self.refresh;
+        if self.unlisted.is_empty() && due && now >= self.next_allowed && self.retry_at.is_none_or(|r| now >= r) {
+            self.sync_once();
+        } else if self.kernel.cleanup_due().is_some_and(|at| now >= at) {
+            let n = self.kernel.cleanup();
+            log::debug!("deleted {n} stale chains");
+        }
+    }
+
+    /// A line for the log: what the proxy holds and did last.
+    pub fn summary(&self) -> String {
+        let ports: usize = self.model.services.values().map(Vec::len).sum();
+        let last = match self.last {
+            Some((kind, took, at)) => format!("last sync {kind:?} in {took:?}, {:?} ago", at.elapsed()),
+            None => "no sync yet".into(),
+        };
+        let waiting = if self.unlisted.is_empty() {
+            String::new()
+        } else {
+            format!("; waiting for the first listing of {:?}", self.unlisted)
+        };
+        format!("{} services with {ports} ports; {last}{waiting}", self.model.services.len())
+    }
+
+    fn sync_once(&mut self) {
+        let started = Instant::now();
+        match self.kernel.host_addresses() {
+            Ok(addrs) => self.model.set_host_addresses(addrs),
+            Err(e) => log::warn!("reading interface addresses: {e}"),
+        }
+        let resync = match (self.force_full, self.refresh) {
+            (true, _) => Resync::Replace,
+            (false, true) => Resync::Refresh,
+            (false, false) => Resync::Changes,
+        };
+        let result = render_changes(&mut self.model, &mut self.rendered, &self.cfg).and_then(|(rendered, update)| {
+            let now: BTreeSet<String> = rendered.ruleset().warnings().cloned().collect();
+            for w in now.difference(&self.reported) {
+                log::warn!("{w}");
+            }
+            self.reported = now;
+            self.kernel.sync(rendered.ruleset(), &update, resync)
+        });
+        let end = Instant::now();
+        self.next_allowed = after(end, self.periods.min_sync);
+        match result {
+            Ok(report) => self.succeeded(&report, end - started, end),
+            Err(e) => {
+                log::error!(
+                    "sync failed, old rules stay in place; retrying in {:?} with a full sync: {e}",
+                    self.backoff
+                );
+                self.force_full = true;
+                self.retry_at = Some(after(end, self.backoff));
+                self.backoff = (self.backoff * 2).min(self.periods.sync.max(MIN_RETRY));
+            }
+        }
+    }
+
+    fn succeeded(&mut self, report: &SyncReport, took: Duration, end: Instant) {
+        let lines = report.script.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count();
+        if report.kind != SyncKind::Unchanged {
+            let via = if report.netlink { " (netlink)" } else { "" };
+            log::info!("{:?} sync{via}: {lines} lines in {took:?}", report.kind);
+        }
+        self.last = Some((report.kind, took, end));
+        let full = matches!(report.kind, SyncKind::Full | SyncKind::Staged | SyncKind::Refresh);
+        if full {
+            self.last_full = end;
+        }
+        self.retry_at = None;
+        self.backoff = self.periods.min_sync.max(MIN_RETRY);
+        // Another process committed while notifications were paused: what it changed is
+        // unknown, so sync fully again; after a few such collisions in a row (a busy
+        // neighbour), settle for the cheap check instead of syncing fully forever.
+        if report.unsure {
+            self.unsure_streak += 1;
+            if self.unsure_streak <= MAX_UNSURE_RESYNCS || !self.kernel.tables_look_intact() {
+                log::info!("another process changed nftables during the full sync; syncing fully again");
+                self.dirty = true;
+                self.force_full = true;
+                return;
+            }
+        } else if full {
+            self.unsure_streak = 0;
+        }
+        self.dirty = false;
+        self.force_full = false;
+        self.refresh = false;
+    }
 }
 
 /// Brings the rendered state up to the model: the Services changed since the last sync are
@@ -142,71 +273,9 @@ fn render_changes<'s>(
     cfg: &Config,
 ) -> Result<(&'s Rendered, Update), NftError> {
     let changes = model.take_changes();
-    let update = match slot.take() {
-        Some(mut r) => r.update(model, cfg, &changes).map(|u| (r, u)),
-        None => Rendered::build(model, cfg, None).map(|r| (r, Update::Replaced)),
+    let (rendered, update) = match slot.take() {
+        Some(mut r) => r.update(model, cfg, &changes).map(|u| (r, u))?,
+        None => (Rendered::build(model, cfg, None)?, Update::Replaced),
     };
-    let (rendered, update) = update?;
     Ok((slot.insert(rendered), update))
-}
-
-fn sync_once(st: &mut State, cfg: &Config, periods: &Periods, applier: &mut Applier) {
-    let started = Instant::now();
-    match crate::host::interface_addresses() {
-        Ok(addrs) => st.model.set_host_addresses(addrs),
-        Err(e) => log::warn!("reading interface addresses: {e}"),
-    }
-    let result = render_changes(&mut st.model, &mut st.rendered, cfg).and_then(|(rendered, update)| {
-        let now: std::collections::BTreeSet<String> = rendered.ruleset().warnings().cloned().collect();
-        for w in now.difference(&st.reported) {
-            log::warn!("{w}");
-        }
-        st.reported = now;
-        let resync = match (st.force_full, st.refresh) {
-            (true, _) => Resync::Replace,
-            (false, true) => Resync::Refresh,
-            (false, false) => Resync::Changes,
-        };
-        applier.sync(rendered.ruleset(), &update, resync)
-    });
-    let end = Instant::now();
-    st.next_allowed = end + periods.min_sync;
-    match result {
-        Ok(report) => {
-            let lines = report.script.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count();
-            if report.kind != SyncKind::Unchanged {
-                let via = if report.netlink { " (netlink)" } else { "" };
-                log::info!("{:?} sync{via}: {lines} lines in {:?}", report.kind, end - started);
-            }
-            if matches!(report.kind, SyncKind::Full | SyncKind::Staged | SyncKind::Refresh) {
-                st.last_full = end;
-            }
-            // Another process committed while notifications were paused: what it changed is
-            // unknown, so sync fully again; after a few such collisions in a row (a busy
-            // neighbour), settle for the cheap check instead of syncing fully forever.
-            if report.unsure {
-                st.unsure_streak += 1;
-                let again = st.unsure_streak <= MAX_UNSURE_RESYNCS || !matches!(guard::tables_look_intact(), Ok(true));
-                if again {
-                    log::info!("another process changed nftables during the full sync; syncing fully again");
-                    st.dirty = true;
-                    st.force_full = true;
-                    return;
-                }
-            } else if matches!(report.kind, SyncKind::Full | SyncKind::Staged | SyncKind::Refresh) {
-                st.unsure_streak = 0;
-            }
-            st.dirty = false;
-            st.force_full = false;
-            st.refresh = false;
-            st.retry_at = None;
-            st.backoff = periods.min_sync;
-        }
-        Err(e) => {
-            log::error!("sync failed, old rules stay in place; retrying in {:?} with a full sync: {e}", st.backoff);
-            st.force_full = true;
-            st.retry_at = Some(end + st.backoff);
-            st.backoff = (st.backoff * 2).min(periods.sync);
-        }
-    }
 }

@@ -75,7 +75,12 @@ fn malformed_services_are_refused_with_the_reason() {
             "timeoutSeconds",
         ),
         (json!({"clusterIPs": ["10.96.0.1", "10.96.0.2"], "ports": [{"port": 80}]}), "same family"),
-        (json!({"clusterIP": "10.96.0.1", "ports": [{"port": 80, "name": "Bad_Name"}]}), "IANA"),
+        (json!({"clusterIP": "10.96.0.1", "ports": [{"port": 80, "name": "Bad_Name"}]}), "DNS label"),
+        (json!({"clusterIP": "10.96.0.1", "ports": [{"port": 80, "name": "p".repeat(64)}]}), "DNS label"),
+        (
+            json!({"clusterIPs": ["10.96.0.1", "fd00::1", "10.96.0.2"], "ports": [{"port": 80}]}),
+            "clusterIPs has 3 addresses",
+        ),
     ];
     for (spec, reason) in cases {
         let err = ports_of(spec.clone()).expect_err(&spec.to_string());
@@ -192,4 +197,23 @@ fn apply_keeps_the_model_unchanged_on_bad_input() {
         ApiObject::Service(Box::new(service(json!({"clusterIP": "None", "ports": [{"port": 80}]}), json!({}))));
     model.apply(&headless, "n1").unwrap();
     assert!(model.services.is_empty(), "a service that became headless is removed");
+}
+
+#[test]
+fn a_snapshot_on_a_node_with_addresses_changes_only_what_differs() {
+    let objects = |ip: &str| -> Vec<ApiObject> {
+        let svc = json!({"kind": "Service", "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"clusterIP": ip, "ports": [{"port": 80}]}});
+        let db = json!({"kind": "Service", "metadata": {"name": "db", "namespace": "shop"},
+            "spec": {"clusterIP": "10.96.0.9", "ports": [{"port": 5432}]}});
+        [svc, db].into_iter().map(|v| ApiObject::from_json(v).unwrap().unwrap()).collect()
+    };
+    let mut model = Model::from_objects(&objects("10.96.0.1"), "node-a").0;
+    model.set_host_addresses(vec!["192.168.1.1".parse().unwrap(), "fd00:1::1".parse().unwrap()]);
+    model.take_changes();
+    model.replace(Model::from_objects(&objects("10.96.0.2"), "node-a").0);
+    let changes = model.take_changes();
+    assert!(!changes.global, "the host's addresses did not change");
+    assert_eq!(changes.services.into_iter().collect::<Vec<_>>(), [("shop".to_string(), "web".to_string())]);
+    assert_eq!(model.host_addresses().len(), 2);
 }

@@ -1,9 +1,11 @@
 //! The proxy's view of the cluster: service ports, endpoints and this node, converted from API objects at the edge.
 
+mod change;
 mod endpoints;
 mod node;
 mod services;
 
+pub use change::{ObjectChange, ObjectId, ObjectKind};
 pub use endpoints::{Endpoint, EndpointSliceInfo, SliceEndpoint, SlicePort};
 pub use node::NodeInfo;
 pub use services::{DEFAULT_AFFINITY_TIMEOUT, ObjectError, SERVICE_PROXY_NAME_LABEL, ServicePort};
@@ -170,12 +172,19 @@ impl Model {
     /// Replaces the model by a snapshot of the cluster (the host's addresses stay), noting
     /// what differs on top of the changes not yet taken.
     pub fn replace(&mut self, mut snapshot: Model) {
-        snapshot.host_addresses = std::mem::take(&mut self.host_addresses);
+        snapshot.host_addresses = self.host_addresses.clone();
         let mut changes = snapshot.changes_since(self);
-        changes.global |= self.changes.global || snapshot.host_addresses != self.host_addresses;
+        changes.global |= self.changes.global;
         changes.services.append(&mut self.changes.services);
         snapshot.changes = changes;
         *self = snapshot;
+    }
+
+    /// The EndpointSlice filed under its own namespace and name.
+    pub fn slice(&self, key: &ObjectKey) -> Option<&EndpointSliceInfo> {
+        let service = self.slice_owner.get(key)?;
+        let by_name = self.slices.get(&(key.0.clone(), service.clone()))?;
+        by_name.iter().find(|s| s.name == key.1)
     }
 
     /// Adds or replaces an EndpointSlice.
@@ -267,30 +276,8 @@ impl Model {
     /// Validates an object and files it; a malformed object is returned as an error and
     /// changes nothing. Nodes other than `node_name` are ignored.
     pub fn apply(&mut self, obj: &ApiObject, node_name: &str) -> Result<(), ObjectError> {
-        match obj {
-            ApiObject::Service(svc) => {
-                let key = endpoints::object_key("Service", &svc.metadata)?;
-                let parsed = ServicePort::from_api(svc)?;
-                self.changes.services.insert(key.clone());
-                match parsed {
-                    Some((key, ports)) => self.services.insert(key, ports),
-                    None => self.services.remove(&key),
-                };
-            }
-            ApiObject::EndpointSlice(slice) => {
-                let key = endpoints::object_key("EndpointSlice", &slice.metadata)?;
-                match EndpointSliceInfo::from_api(slice)? {
-                    Some(info) => self.upsert_slice(info),
-                    None => self.delete_slice(&key),
-                }
-            }
-            ApiObject::Node(node) => {
-                if node.metadata.name.as_deref() == Some(node_name) {
-                    let info = Some(NodeInfo::from_api(node)?);
-                    self.changes.global |= info != self.node;
-                    self.node = info;
-                }
-            }
+        if let Some(change) = ObjectChange::from_api(obj, node_name)? {
+            self.file(change);
         }
         Ok(())
     }

@@ -153,6 +153,9 @@ fn cluster_ips(spec: &k8s_openapi::api::core::v1::ServiceSpec) -> Result<Vec<IpA
         return Ok(Vec::new());
     }
     let ips = parse_ips(listed, "clusterIP")?;
+    if ips.len() > 2 {
+        return Err(format!("clusterIPs has {} addresses; a Service has at most one per family", ips.len()));
+    }
     if ips.len() == 2 && ips[0].is_ipv4() == ips[1].is_ipv4() {
         return Err("clusterIPs has two addresses of the same family".into());
     }
@@ -199,10 +202,11 @@ fn check_name(s: &str) -> Result<(), String> {
     if ok { Ok(()) } else { Err(format!("{s:?} is not a valid DNS label")) }
 }
 
+/// Service port names are DNS labels (up to 63 characters), as the API server validates them.
 fn check_port_name(s: &str) -> Result<(), String> {
-    if s.is_empty() || check_name(s).is_ok() && s.len() <= 15 {
+    if s.is_empty() || check_name(s).is_ok() {
         Ok(())
     } else {
-        Err(format!("port name {s:?} is not a valid IANA service name"))
+        Err(format!("port name {s:?} is not a valid DNS label"))
     }
 }

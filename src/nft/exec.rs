@@ -1,17 +1,38 @@
 //! Runs the installed `nft` with a script on stdin: one `nft -f -` is one atomic transaction.
 
 use super::NftError;
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::io::{Read, Write};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// The `nft` binary to run (`NFT` in the environment overrides it, e.g. for a bundled nft).
 pub fn nft_binary() -> String {
     std::env::var("NFT").unwrap_or_else(|_| "nft".to_string())
 }
 
+/// Bounds on one `nft` run: how long it may take, and a flag that ends it at once (shutdown).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Longest run before the child is killed.
+    pub timeout: Duration,
+    /// Set to end the run now.
+    pub stop: Arc<AtomicBool>,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { timeout: Duration::from_secs(60), stop: Arc::new(AtomicBool::new(false)) }
+    }
+}
+
 /// Applies `script` in one transaction; `on_spawn` learns the child's pid before it commits,
-/// so change notifications from this commit can be told apart from other programs'.
-pub fn apply(script: &str, on_spawn: &dyn Fn(u32)) -> Result<(), NftError> {
+/// so change notifications from this commit can be told apart from other programs'. The
+/// script is written and nft's messages read on their own threads, so a child that stops
+/// reading cannot block the caller past `limits`; a child past them is killed. (The child
+/// starts with an empty signal mask and default handlers: the standard library resets them.)
+pub fn apply(script: &str, on_spawn: &dyn Fn(u32), limits: &Limits) -> Result<(), NftError> {
     let mut child = Command::new(nft_binary())
         .args(["-f", "-"])
         .stdin(Stdio::piped())
@@ -20,17 +41,52 @@ pub fn apply(script: &str, on_spawn: &dyn Fn(u32)) -> Result<(), NftError> {
         .spawn()
         .map_err(|source| NftError::Spawn { nft: nft_binary(), source })?;
     on_spawn(child.id());
-    let mut stdin = child.stdin.take().ok_or_else(|| NftError::Io(std::io::Error::other("nft stdin")))?;
-    // A failed write means nft exited early; its status and stderr tell why.
-    let _ = stdin.write_all(script.as_bytes());
-    drop(stdin);
-    let out = child.wait_with_output().map_err(NftError::Io)?;
-    if out.status.success() {
+    let (Some(mut stdin), Some(mut stderr)) = (child.stdin.take(), child.stderr.take()) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(NftError::Io(std::io::Error::other("nft's stdin or stderr is missing")));
+    };
+    let (status, message) = std::thread::scope(|s| {
+        // A failed write means nft exited early; its status and stderr tell why.
+        let writer = std::thread::Builder::new().name("nft-stdin".into()).spawn_scoped(s, move || {
+            let _ = stdin.write_all(script.as_bytes());
+        });
+        let reader = std::thread::Builder::new().name("nft-stderr".into()).spawn_scoped(s, move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            text
+        });
+        let status = wait_bounded(&mut child, limits);
+        let message = reader.ok().and_then(|r| r.join().ok()).unwrap_or_default();
+        drop(writer);
+        (status, message)
+    });
+    if status?.success() {
         return Ok(());
     }
-    let message = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    let message = message.trim().to_string();
     let line = failing_line(&message).and_then(|n| script.lines().nth(n.saturating_sub(1))).map(str::to_string);
     Err(NftError::Rejected { message, line })
+}
+
+/// Waits for `child`, checking often at first (most runs take milliseconds), killing it when
+/// it outlives `limits`.
+fn wait_bounded(child: &mut Child, limits: &Limits) -> Result<ExitStatus, NftError> {
+    let deadline = Instant::now() + limits.timeout;
+    let mut nap = Duration::from_micros(100);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        let stopping = limits.stop.load(Ordering::SeqCst);
+        if stopping || Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(if stopping { NftError::Stopped } else { NftError::TimedOut(limits.timeout) });
+        }
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(10));
+    }
 }
 
 /// The script line nft's first error points at (`/dev/stdin:LINE:COL…: Error: …`).

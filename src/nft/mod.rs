@@ -38,6 +38,12 @@ pub enum NftError {
         /// The script line the error points at, when nft names one.
         line: Option<String>,
     },
+    /// `nft` ran past its time limit and was killed; nothing of it was applied.
+    #[error("nft did not finish within {0:?} and was killed")]
+    TimedOut(Duration),
+    /// The daemon is stopping; the run was ended.
+    #[error("stopped: the daemon is shutting down")]
+    Stopped,
     /// I/O with `nft` or netlink failed.
     #[error("nft I/O: {0}")]
     Io(#[from] std::io::Error),
@@ -144,13 +150,21 @@ pub struct Applier {
     own: Arc<OwnPids>,
     quiet: Option<Arc<guard::Quiet>>,
     sender: wire::Sender,
+    limits: exec::Limits,
 }
 
 impl Applier {
     /// An applier for node `node` that knows nothing applied yet (its first sync is full).
     pub fn new(node: &str, own: Arc<OwnPids>) -> Applier {
         let sender = wire::Sender::default();
-        Applier { node: node.to_string(), in_sync: false, stale: BTreeMap::new(), own, quiet: None, sender }
+        let limits = exec::Limits::default();
+        Applier { node: node.to_string(), in_sync: false, stale: BTreeMap::new(), own, quiet: None, sender, limits }
+    }
+
+    /// Bounds every `nft` run by `limits`.
+    pub fn with_limits(mut self, limits: exec::Limits) -> Applier {
+        self.limits = limits;
+        self
     }
 
     /// Pauses the guard's notifications around full syncs.
@@ -258,7 +272,12 @@ impl Applier {
     }
 
     fn apply(&self, script: &str) -> Result<(), NftError> {
-        exec::apply(script, &|pid| self.own.add(pid))
+        exec::apply(script, &|pid| self.own.add(pid), &self.limits)
+    }
+
+    /// When the oldest stale chain may be deleted.
+    fn stale_due(&self) -> Option<Instant> {
+        self.stale.values().min().map(|at| *at + STALE_CHAIN_DELAY)
     }
 
     /// Deletes chains flushed at least `STALE_CHAIN_DELAY` ago, in their own transaction; a
@@ -282,5 +301,27 @@ impl Applier {
                 0
             }
         }
+    }
+}
+
+impl crate::sync::Kernel for Applier {
+    fn sync(&mut self, desired: &Ruleset, update: &Update, resync: Resync) -> Result<SyncReport, NftError> {
+        Applier::sync(self, desired, update, resync)
+    }
+
+    fn cleanup_due(&self) -> Option<Instant> {
+        self.stale_due()
+    }
+
+    fn cleanup(&mut self) -> usize {
+        self.delete_stale_chains()
+    }
+
+    fn tables_look_intact(&mut self) -> bool {
+        matches!(guard::tables_look_intact(), Ok(true))
+    }
+
+    fn host_addresses(&mut self) -> std::io::Result<Vec<std::net::IpAddr>> {
+        crate::host::interface_addresses()
     }
 }

@@ -10,6 +10,7 @@
 
 mod builder;
 mod names;
+pub use names::comment;
 mod rendered;
 mod ruleset;
 mod service;

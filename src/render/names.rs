@@ -8,6 +8,19 @@ use super::ruleset::Scope;
 use crate::model::{Protocol, ServicePortName};
 use std::net::IpAddr;
 
+/// nftables' longest comment in bytes (`NFTNL_UDATA_COMMENT_MAXLEN`); `nft` refuses longer ones.
+pub const COMMENT_MAX: usize = 128;
+
+/// An element's comment: its owner's `ServicePortName`, cut to nftables' limit (legal names
+/// reach 191 bytes: a 63-byte namespace, name and port name).
+pub fn comment(owner: &str) -> &str {
+    let mut end = owner.len().min(COMMENT_MAX);
+    while !owner.is_char_boundary(end) {
+        end -= 1;
+    }
+    &owner[..end]
+}
+
 /// `namespace/name/protocol/port`, with the port number standing in for an unnamed port.
 pub fn base(spn: &ServicePortName, port: u16) -> String {
     if spn.port.is_empty() {
@@ -90,8 +103,10 @@ mod tests {
     fn longest_names_fit_nftables_limit() {
         let long = "a".repeat(63);
         let spn =
-            ServicePortName { namespace: long.clone(), name: long, port: "p".repeat(15), protocol: Protocol::Sctp };
+            ServicePortName { namespace: long.clone(), name: long, port: "p".repeat(63), protocol: Protocol::Sctp };
         let ip: IpAddr = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff".parse().expect("test address");
         assert!(endpoint_chain(&base(&spn, 1), ip, 65535).len() < 256);
+        assert_eq!(comment(&spn.to_string()).len(), COMMENT_MAX);
+        assert_eq!(comment("ns/svc:http"), "ns/svc:http");
     }
 }

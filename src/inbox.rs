@@ -1,0 +1,171 @@
+//! The sync thread's inbox: the one way in for every source and alarm. It keeps the latest
+//! state per object rather than a queue of events, so however fast objects change and however
+//! long a sync blocks, what waits is at most one entry per object.
+
+use crate::model::{ObjectChange, ObjectId};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Instant;
+
+/// Requests that are not about one object.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Requests {
+    /// Another process changed our tables (the reason names it): replace them.
+    pub tampered: Option<String>,
+    /// Change notifications were lost: check the tables.
+    pub unsure: bool,
+    /// Rewrite everything in place now (SIGHUP).
+    pub refresh: bool,
+    /// Log a summary of the state (SIGUSR1).
+    pub summary: bool,
+    /// Stop; the rules stay in place.
+    pub shutdown: bool,
+}
+
+/// What the sync thread takes out of the inbox at once.
+#[derive(Debug, Default)]
+pub struct Delivery {
+    /// The latest state of every object that changed since the last delivery, in id order.
+    pub changes: Vec<ObjectChange>,
+    /// Sources that have delivered their first complete listing since the last delivery.
+    pub listed: Vec<&'static str>,
+    /// Other requests.
+    pub requests: Requests,
+}
+
+impl Delivery {
+    /// Whether nothing arrived.
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty() && self.listed.is_empty() && self.requests == Requests::default()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    objects: BTreeMap<ObjectId, ObjectChange>,
+    listed: BTreeSet<&'static str>,
+    requests: Requests,
+}
+
+/// A mailbox that coalesces per object; senders never block for long and never queue.
+#[derive(Debug, Default)]
+pub struct Inbox {
+    pending: Mutex<Pending>,
+    arrived: Condvar,
+}
+
+impl Inbox {
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        // A panicking sender cannot leave `Pending` half-updated: every update is one insert.
+        self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Pending)) {
+        f(&mut self.lock());
+        self.arrived.notify_all();
+    }
+
+    /// Delivers one object's latest state, replacing any not yet taken for the same object.
+    pub fn send(&self, change: ObjectChange) {
+        self.update(|p| {
+            p.objects.insert(change.id(), change);
+        });
+    }
+
+    /// Delivers several objects' states under one lock.
+    pub fn send_all(&self, changes: impl IntoIterator<Item = ObjectChange>) {
+        self.update(|p| {
+            for change in changes {
+                p.objects.insert(change.id(), change);
+            }
+        });
+    }
+
+    /// A source has delivered everything it had at start (nothing is applied before every
+    /// source has, so a restart never syncs a half-known cluster over working rules).
+    pub fn listed(&self, source: &'static str) {
+        self.update(|p| {
+            p.listed.insert(source);
+        });
+    }
+
+    /// Adds a request.
+    pub fn request(&self, f: impl FnOnce(&mut Requests)) {
+        self.update(|p| f(&mut p.requests));
+    }
+
+    /// Waits until something arrives or `deadline` passes, then takes everything.
+    pub fn wait(&self, deadline: Instant) -> Delivery {
+        let mut pending = self.lock();
+        loop {
+            let empty =
+                pending.objects.is_empty() && pending.listed.is_empty() && pending.requests == Requests::default();
+            let now = Instant::now();
+            if !empty || now >= deadline {
+                break;
+            }
+            pending = match self.arrived.wait_timeout(pending, deadline - now) {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+        let taken = std::mem::take(&mut *pending);
+        Delivery {
+            changes: taken.objects.into_values().collect(),
+            listed: taken.listed.into_iter().collect(),
+            requests: taken.requests,
+        }
+    }
+
+    /// Objects waiting to be taken.
+    pub fn waiting(&self) -> usize {
+        self.lock().objects.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ObjectChange;
+    use std::time::Duration;
+
+    fn svc(name: &str) -> ObjectChange {
+        ObjectChange::Service(("ns".into(), name.into()), None)
+    }
+
+    #[test]
+    fn keeps_one_entry_per_object_however_many_changes_arrive() {
+        let inbox = Inbox::default();
+        for _ in 0..10_000 {
+            inbox.send(svc("a"));
+            inbox.send(svc("b"));
+        }
+        assert_eq!(inbox.waiting(), 2);
+        let d = inbox.wait(Instant::now());
+        assert_eq!(d.changes, vec![svc("a"), svc("b")]);
+        assert!(inbox.wait(Instant::now()).is_empty());
+    }
+
+    #[test]
+    fn a_waiter_wakes_when_something_arrives() {
+        let inbox = std::sync::Arc::new(Inbox::default());
+        let sender = inbox.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            sender.request(|r| r.shutdown = true);
+        });
+        let start = Instant::now();
+        let d = inbox.wait(start + Duration::from_secs(10));
+        assert!(d.requests.shutdown);
+        assert!(start.elapsed() < Duration::from_secs(5));
+        t.join().expect("sender");
+    }
+
+    #[test]
+    fn an_empty_wait_returns_at_the_deadline() {
+        let inbox = Inbox::default();
+        let start = Instant::now();
+        assert!(inbox.wait(start + Duration::from_millis(30)).is_empty());
+        assert!(start.elapsed() >= Duration::from_millis(30));
+    }
+}

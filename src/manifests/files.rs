@@ -1,0 +1,94 @@
+//! Which files the manifests source reads: regular YAML/JSON files below a path, each once,
+//! found without following any link twice, and a fingerprint that notices every rewrite.
+
+use super::ManifestError;
+use std::collections::BTreeSet;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// The manifest files below a path, and what was passed over (with why).
+#[derive(Debug, Default)]
+pub struct Found {
+    /// Regular files ending in `.yaml`, `.yml` or `.json`, sorted by path.
+    pub files: Vec<PathBuf>,
+    /// Entries with a manifest's name that are not regular files (a FIFO, a socket, a device).
+    pub skipped: Vec<String>,
+}
+
+fn is_manifest(p: &Path) -> bool {
+    matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json"))
+}
+
+/// Finds the manifest files below `path` (or `path` itself). Hidden entries (a ConfigMap
+/// volume's `..data` and timestamped copies) are left out; a directory or file reached twice
+/// through links is read once, so link loops end.
+pub fn find(path: &Path) -> Result<Found, ManifestError> {
+    let io = |source| ManifestError::Io { path: path.to_path_buf(), source };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    let mut found = Found::default();
+    let mut seen = BTreeSet::new();
+    if meta.is_dir() {
+        walk(path, &mut seen, &mut found)?;
+        found.files.sort();
+    } else if meta.is_file() {
+        found.files.push(path.to_path_buf());
+    } else {
+        found.skipped.push(format!("{}: not a regular file", path.display()));
+    }
+    Ok(found)
+}
+
+fn walk(dir: &Path, seen: &mut BTreeSet<(u64, u64)>, found: &mut Found) -> Result<(), ManifestError> {
+    let io = |source| ManifestError::Io { path: dir.to_path_buf(), source };
+    let meta = std::fs::metadata(dir).map_err(io)?;
+    if !seen.insert((meta.dev(), meta.ino())) {
+        return Ok(());
+    }
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let entry = entry.map_err(io)?;
+        if entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let p = entry.path();
+        // A dangling link or one we may not follow is passed over like any other stranger.
+        let Ok(meta) = std::fs::metadata(&p) else { continue };
+        if meta.is_dir() {
+            walk(&p, seen, found)?;
+        } else if is_manifest(&p) {
+            if !meta.is_file() {
+                found.skipped.push(format!("{}: not a regular file", p.display()));
+            } else if seen.insert((meta.dev(), meta.ino())) {
+                found.files.push(p);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads a manifest file whole. It is opened without blocking and checked to be a regular
+/// file on the open handle, so a FIFO swapped in after `find` cannot hang the reader.
+pub fn read(path: &Path) -> Result<String, ManifestError> {
+    let io = |source| ManifestError::Io { path: path.to_path_buf(), source };
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(io)?;
+    if !file.metadata().map_err(io)?.is_file() {
+        return Err(io(std::io::Error::other("not a regular file")));
+    }
+    std::io::read_to_string(file).map_err(io)
+}
+
+/// What identifies one version of a file: its path, device, inode, size, and modification
+/// and change times. The change time cannot be set back, so a same-size rewrite that keeps
+/// the old modification time (`cp -p`, `rsync -a`, `tar`) is still noticed.
+pub type Stamp = (PathBuf, u64, u64, u64, (i64, i64), (i64, i64));
+
+/// A cheap fingerprint of the manifest files (no file is read).
+pub fn fingerprint(path: &Path) -> Vec<Stamp> {
+    let files = find(path).map(|f| f.files).unwrap_or_default();
+    files
+        .into_iter()
+        .filter_map(|p| {
+            let m = std::fs::metadata(&p).ok()?;
+            Some((p, m.dev(), m.ino(), m.len(), (m.mtime(), m.mtime_nsec()), (m.ctime(), m.ctime_nsec())))
+        })
+        .collect()
+}

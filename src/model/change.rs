@@ -1,0 +1,117 @@
+//! Per-object changes: what every source (manifests, the API server) delivers to the sync
+//! thread, already validated, and how the model files them, noting only real differences.
+
+use super::{ApiObject, EndpointSliceInfo, Model, NodeInfo, ObjectError, ObjectKey, ServicePort, endpoints};
+
+/// The kinds of object the proxy follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ObjectKind {
+    /// `v1.Service`.
+    Service,
+    /// `discovery.k8s.io/v1.EndpointSlice`.
+    EndpointSlice,
+    /// `v1.Node` (only this node's).
+    Node,
+}
+
+impl ObjectKind {
+    /// The API's kind name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObjectKind::Service => "Service",
+            ObjectKind::EndpointSlice => "EndpointSlice",
+            ObjectKind::Node => "Node",
+        }
+    }
+}
+
+/// Identifies one object: its kind, namespace (empty for a Node) and name.
+pub type ObjectId = (ObjectKind, ObjectKey);
+
+/// One object's current state, validated; `None` means deleted (or nothing to proxy, such as
+/// a headless Service or an FQDN slice, which the model treats alike).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ObjectChange {
+    /// A Service's ports.
+    Service(ObjectKey, Option<Vec<ServicePort>>),
+    /// An EndpointSlice, keyed by its own namespace and name.
+    Slice(ObjectKey, Option<EndpointSliceInfo>),
+    /// This node.
+    Node(Option<NodeInfo>),
+}
+
+impl ObjectChange {
+    /// Validates an object for node `node_name`; `Ok(None)` for another node's Node object.
+    pub fn from_api(obj: &ApiObject, node_name: &str) -> Result<Option<ObjectChange>, ObjectError> {
+        Ok(Some(match obj {
+            ApiObject::Service(svc) => {
+                let key = endpoints::object_key("Service", &svc.metadata)?;
+                ObjectChange::Service(key, ServicePort::from_api(svc)?.map(|(_, ports)| ports))
+            }
+            ApiObject::EndpointSlice(slice) => {
+                let key = endpoints::object_key("EndpointSlice", &slice.metadata)?;
+                ObjectChange::Slice(key, EndpointSliceInfo::from_api(slice)?)
+            }
+            ApiObject::Node(node) if node.metadata.name.as_deref() == Some(node_name) => {
+                ObjectChange::Node(Some(NodeInfo::from_api(node)?))
+            }
+            ApiObject::Node(_) => return Ok(None),
+        }))
+    }
+
+    /// The deletion of object `id`.
+    pub fn deleted(id: &ObjectId) -> ObjectChange {
+        match id.0 {
+            ObjectKind::Service => ObjectChange::Service(id.1.clone(), None),
+            ObjectKind::EndpointSlice => ObjectChange::Slice(id.1.clone(), None),
+            ObjectKind::Node => ObjectChange::Node(None),
+        }
+    }
+
+    /// Which object this is about.
+    pub fn id(&self) -> ObjectId {
+        match self {
+            ObjectChange::Service(key, _) => (ObjectKind::Service, key.clone()),
+            ObjectChange::Slice(key, _) => (ObjectKind::EndpointSlice, key.clone()),
+            ObjectChange::Node(node) => {
+                (ObjectKind::Node, (String::new(), node.as_ref().map(|n| n.name.clone()).unwrap_or_default()))
+            }
+        }
+    }
+}
+
+impl Model {
+    /// Files one object's new state; returns whether anything the rules depend on changed
+    /// (an update identical to what is filed changes nothing and marks nothing).
+    pub fn file(&mut self, change: ObjectChange) -> bool {
+        match change {
+            ObjectChange::Service(key, ports) => {
+                if self.services.get(&key) == ports.as_ref() {
+                    return false;
+                }
+                self.changes.services.insert(key.clone());
+                match ports {
+                    Some(ports) => self.services.insert(key, ports),
+                    None => self.services.remove(&key),
+                };
+            }
+            ObjectChange::Slice(key, info) => {
+                if self.slice(&key) == info.as_ref() {
+                    return false;
+                }
+                match info {
+                    Some(info) => self.upsert_slice(info),
+                    None => self.delete_slice(&key),
+                }
+            }
+            ObjectChange::Node(node) => {
+                if self.node == node {
+                    return false;
+                }
+                self.node = node;
+                self.changes.global = true;
+            }
+        }
+        true
+    }
+}

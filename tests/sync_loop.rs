@@ -1,0 +1,283 @@
+//! The sync loop without root or kernel, through an in-memory `Kernel`: what it waits for,
+//! what it coalesces, how it retries, and what one change costs on a node with addresses.
+
+use clap::Parser;
+use kube_nftproxy::config::{Config, Flags};
+use kube_nftproxy::inbox::Inbox;
+use kube_nftproxy::model::{ApiObject, ObjectChange};
+use kube_nftproxy::nft::{NftError, Resync, SyncKind, SyncReport};
+use kube_nftproxy::render::{Ruleset, Update};
+use kube_nftproxy::sync::{Kernel, MIN_RETRY, Periods, Syncer};
+use serde_json::{Value, json};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One call of `Kernel::sync`, as the fake saw it.
+#[derive(Debug, Clone)]
+struct Call {
+    resync: Resync,
+    /// `Replaced`, `Rebuilt` or `Patched`.
+    update: &'static str,
+    /// Endpoint map elements in the desired state (both families).
+    endpoints: Vec<String>,
+}
+
+#[derive(Default)]
+struct Shared {
+    calls: Vec<Call>,
+    cleanups: usize,
+    /// Syncs still to fail.
+    failing: usize,
+    /// While set, a sync waits for it to clear (a hung `nft`).
+    blocked: bool,
+    stale_at: Option<Instant>,
+}
+
+/// An in-memory kernel: records syncs, fails or blocks on request.
+#[derive(Clone, Default)]
+struct Fake(Arc<Mutex<Shared>>);
+
+impl Fake {
+    fn with<T>(&self, f: impl FnOnce(&mut Shared) -> T) -> T {
+        f(&mut self.0.lock().unwrap())
+    }
+
+    fn calls(&self) -> Vec<Call> {
+        self.with(|s| s.calls.clone())
+    }
+}
+
+impl Kernel for Fake {
+    fn sync(&mut self, desired: &Ruleset, update: &Update, resync: Resync) -> Result<SyncReport, NftError> {
+        while self.with(|s| s.blocked) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let endpoints = desired
+            .tables
+            .iter()
+            .flat_map(|t| t.elements.iter())
+            .filter(|(m, _)| format!("{m:?}").starts_with("Endpoints"))
+            .flat_map(|(_, entries)| entries.iter().map(|(k, e)| format!("{k:?} {:?}", e.value)))
+            .collect();
+        let update = match update {
+            Update::Replaced => "Replaced",
+            Update::Rebuilt(_) => "Rebuilt",
+            Update::Patched(_) => "Patched",
+        };
+        self.with(|s| {
+            s.calls.push(Call { resync, update, endpoints });
+            if s.failing > 0 {
+                s.failing -= 1;
+                return Err(NftError::Rejected { message: "fake failure".into(), line: None });
+            }
+            let kind = if resync == Resync::Changes { SyncKind::Partial } else { SyncKind::Full };
+            Ok(SyncReport { kind, netlink: false, script: String::new(), deleted_chains: 0, unsure: false })
+        })
+    }
+
+    fn cleanup_due(&self) -> Option<Instant> {
+        self.with(|s| s.stale_at)
+    }
+
+    fn cleanup(&mut self) -> usize {
+        self.with(|s| {
+            s.cleanups += 1;
+            s.stale_at = None;
+        });
+        1
+    }
+
+    fn tables_look_intact(&mut self) -> bool {
+        true
+    }
+
+    /// A node's addresses: an uplink with a primary and a secondary address per family.
+    fn host_addresses(&mut self) -> std::io::Result<Vec<IpAddr>> {
+        Ok(["127.0.0.1", "192.168.1.1", "172.16.0.1", "::1", "fd00:1::1"].iter().map(|a| a.parse().unwrap()).collect())
+    }
+}
+
+fn config() -> Config {
+    Config::from_flags(&Flags::parse_from(["kube-nftproxy", "--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8"]))
+        .unwrap()
+}
+
+fn periods(min_sync: Duration) -> Periods {
+    Periods { min_sync, sync: Duration::from_secs(30), full_sync: Duration::from_secs(3600) }
+}
+
+fn change(v: Value) -> ObjectChange {
+    let obj = ApiObject::from_json(v).unwrap().unwrap();
+    ObjectChange::from_api(&obj, "node-a").unwrap().unwrap()
+}
+
+fn node() -> ObjectChange {
+    change(json!({"kind": "Node", "metadata": {"name": "node-a"},
+        "status": {"addresses": [{"type": "InternalIP", "address": "192.168.1.1"}]}}))
+}
+
+fn service(i: u32) -> ObjectChange {
+    change(json!({"kind": "Service", "metadata": {"name": format!("svc-{i}"), "namespace": "ns"},
+        "spec": {"clusterIP": format!("10.96.{}.{}", i / 250, i % 250 + 1), "ports": [{"port": 80, "protocol": "TCP"}]}}))
+}
+
+/// Service `i`'s slice with one endpoint, pod address `10.1.gen.i`.
+fn slice(i: u32, generation: u32) -> ObjectChange {
+    change(json!({"kind": "EndpointSlice", "addressType": "IPv4",
+        "metadata": {"name": format!("svc-{i}-a"), "namespace": "ns", "labels": {"kubernetes.io/service-name": format!("svc-{i}")}},
+        "ports": [{"port": 8080, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [format!("10.1.{generation}.{}", i + 1)], "nodeName": "node-b"}]}))
+}
+
+/// A cluster of `n` services with one endpoint each, and this node.
+fn cluster(n: u32) -> Vec<ObjectChange> {
+    std::iter::once(node()).chain((0..n).flat_map(|i| [service(i), slice(i, 0)])).collect()
+}
+
+/// Delivers what the inbox holds and syncs if due, as one turn of the loop.
+fn turn(syncer: &mut Syncer<Fake>, inbox: &Inbox) {
+    assert!(syncer.take(inbox.wait(Instant::now())));
+    syncer.sync_if_due();
+}
+
+#[test]
+fn nothing_is_applied_before_every_source_has_listed() {
+    let fake = Fake::default();
+    let inbox = Inbox::default();
+    let mut syncer = Syncer::new(config(), periods(Duration::ZERO), fake.clone(), &["services", "endpointslices"]);
+    inbox.send_all(cluster(3));
+    turn(&mut syncer, &inbox);
+    inbox.listed("services");
+    turn(&mut syncer, &inbox);
+    assert!(fake.calls().is_empty(), "a half-listed cluster must not be applied over working rules");
+    inbox.listed("endpointslices");
+    turn(&mut syncer, &inbox);
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].endpoints.len(), 3);
+}
+
+#[test]
+fn one_endpoint_change_on_a_node_with_addresses_renders_one_service() {
+    let fake = Fake::default();
+    let inbox = Inbox::default();
+    let mut syncer = Syncer::new(config(), periods(Duration::ZERO), fake.clone(), &["manifests"]);
+    inbox.send_all(cluster(50));
+    inbox.listed("manifests");
+    turn(&mut syncer, &inbox);
+    inbox.send(slice(7, 1));
+    turn(&mut syncer, &inbox);
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[1].resync, Resync::Changes);
+    // The host's addresses did not change: only the changed Service is rendered again, not
+    // the whole cluster (which a `Rebuilt` update would mean).
+    assert_eq!(calls[1].update, "Patched");
+    assert!(calls[1].endpoints.iter().any(|e| e.contains("10.1.1.8")), "{:?}", calls[1].endpoints);
+}
+
+#[test]
+fn an_update_that_changes_nothing_syncs_nothing() {
+    let fake = Fake::default();
+    let inbox = Inbox::default();
+    let mut syncer = Syncer::new(config(), periods(Duration::ZERO), fake.clone(), &["manifests"]);
+    inbox.send_all(cluster(5));
+    inbox.listed("manifests");
+    turn(&mut syncer, &inbox);
+    inbox.send_all(cluster(5));
+    turn(&mut syncer, &inbox);
+    assert_eq!(fake.calls().len(), 1, "identical objects must not trigger a sync");
+}
+
+#[test]
+fn changes_arriving_during_a_blocked_sync_coalesce_in_bounded_memory() {
+    let fake = Fake::default();
+    let inbox = Arc::new(Inbox::default());
+    let syncer = Syncer::new(config(), periods(Duration::from_millis(10)), fake.clone(), &["manifests"]);
+    inbox.send_all(cluster(200));
+    fake.with(|s| s.blocked = true);
+    inbox.listed("manifests");
+    let loop_inbox = inbox.clone();
+    let thread = std::thread::spawn(move || syncer.run(&loop_inbox));
+    while fake.calls().is_empty() && inbox.waiting() > 0 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The sync thread is stuck in its first sync; every slice changes 50 times meanwhile.
+    std::thread::sleep(Duration::from_millis(50));
+    let mut most_waiting = 0;
+    for generation in 1..=50 {
+        inbox.send_all((0..200).map(|i| slice(i, generation)));
+        most_waiting = most_waiting.max(inbox.waiting());
+    }
+    assert_eq!(most_waiting, 200, "at most one entry per object waits, however many changes came");
+    fake.with(|s| s.blocked = false);
+    let start = Instant::now();
+    while fake.calls().len() < 2 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    inbox.request(|r| r.shutdown = true);
+    thread.join().unwrap();
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 2, "the 10,000 changes are one sync");
+    assert!(calls[1].endpoints.iter().all(|e| e.contains("10.1.50.")), "{:?}", &calls[1].endpoints[..3]);
+}
+
+#[test]
+fn failed_syncs_are_retried_fully_after_a_backoff_with_a_floor() {
+    let fake = Fake::default();
+    fake.with(|s| s.failing = usize::MAX);
+    let inbox = Arc::new(Inbox::default());
+    // Even with no minimum between syncs, a failing sync must not spin.
+    let syncer = Syncer::new(config(), periods(Duration::ZERO), fake.clone(), &["manifests"]);
+    inbox.send_all(cluster(2));
+    inbox.listed("manifests");
+    let loop_inbox = inbox.clone();
+    let thread = std::thread::spawn(move || syncer.run(&loop_inbox));
+    std::thread::sleep(MIN_RETRY * 2 + MIN_RETRY / 2);
+    inbox.request(|r| r.shutdown = true);
+    thread.join().unwrap();
+    let calls = fake.calls();
+    // At 0 s, after 1 s, then after 2 s more (3 s): two within 2.5 s.
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(calls[1].resync, Resync::Replace, "a retry is a full sync");
+}
+
+#[test]
+fn stale_chains_are_deleted_when_due_without_another_sync() {
+    let fake = Fake::default();
+    let inbox = Arc::new(Inbox::default());
+    let syncer = Syncer::new(config(), periods(Duration::ZERO), fake.clone(), &["manifests"]);
+    inbox.send_all(cluster(1));
+    inbox.listed("manifests");
+    fake.with(|s| s.stale_at = Some(Instant::now() + Duration::from_millis(200)));
+    let loop_inbox = inbox.clone();
+    let thread = std::thread::spawn(move || syncer.run(&loop_inbox));
+    std::thread::sleep(Duration::from_millis(600));
+    inbox.request(|r| r.shutdown = true);
+    thread.join().unwrap();
+    assert_eq!(fake.calls().len(), 1);
+    assert_eq!(fake.with(|s| s.cleanups), 1, "the flushed chains must be deleted on schedule");
+}
+
+#[test]
+fn requests_steer_the_next_sync() {
+    let fake = Fake::default();
+    let inbox = Inbox::default();
+    let mut syncer = Syncer::new(config(), periods(Duration::ZERO), fake.clone(), &["manifests"]);
+    inbox.send_all(cluster(2));
+    inbox.listed("manifests");
+    turn(&mut syncer, &inbox);
+    inbox.request(|r| r.refresh = true);
+    turn(&mut syncer, &inbox);
+    inbox.request(|r| r.tampered = Some("process 1 (nft) changed a table".into()));
+    turn(&mut syncer, &inbox);
+    inbox.request(|r| r.unsure = true);
+    turn(&mut syncer, &inbox);
+    let kinds: Vec<Resync> = fake.calls().iter().map(|c| c.resync).collect();
+    assert_eq!(kinds, [Resync::Replace, Resync::Refresh, Resync::Replace], "intact tables need no sync when unsure");
+    assert!(syncer.summary().starts_with("2 services with 2 ports; last sync"), "{}", syncer.summary());
+    inbox.request(|r| r.shutdown = true);
+    assert!(!syncer.take(inbox.wait(Instant::now())));
+}
