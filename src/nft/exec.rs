@@ -46,28 +46,31 @@ pub fn apply(script: &str, on_spawn: &dyn Fn(u32), limits: &Limits) -> Result<()
         let _ = child.wait();
         return Err(NftError::Io(std::io::Error::other("nft's stdin or stderr is missing")));
     };
-    let (status, message) = std::thread::scope(|s| {
+    // Detached threads: a child that leaves a grandchild holding its pipes must not keep
+    // the caller waiting for them either.
+    let text = script.to_string();
+    std::thread::Builder::new().name("nft-stdin".into()).spawn(move || {
         // A failed write means nft exited early; its status and stderr tell why.
-        let writer = std::thread::Builder::new().name("nft-stdin".into()).spawn_scoped(s, move || {
-            let _ = stdin.write_all(script.as_bytes());
-        });
-        let reader = std::thread::Builder::new().name("nft-stderr".into()).spawn_scoped(s, move || {
-            let mut text = String::new();
-            let _ = stderr.read_to_string(&mut text);
-            text
-        });
-        let status = wait_bounded(&mut child, limits);
-        let message = reader.ok().and_then(|r| r.join().ok()).unwrap_or_default();
-        drop(writer);
-        (status, message)
-    });
-    if status?.success() {
+        let _ = stdin.write_all(text.as_bytes());
+    })?;
+    let (told, messages) = std::sync::mpsc::channel();
+    std::thread::Builder::new().name("nft-stderr".into()).spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        let _ = told.send(text);
+    })?;
+    let status = wait_bounded(&mut child, limits)?;
+    let message = messages.recv_timeout(STDERR_GRACE).unwrap_or_default();
+    if status.success() {
         return Ok(());
     }
     let message = message.trim().to_string();
     let line = failing_line(&message).and_then(|n| script.lines().nth(n.saturating_sub(1))).map(str::to_string);
     Err(NftError::Rejected { message, line })
 }
+
+/// How long nft's messages may trail its exit.
+const STDERR_GRACE: Duration = Duration::from_secs(2);
 
 /// Waits for `child`, checking often at first (most runs take milliseconds), killing it when
 /// it outlives `limits`.

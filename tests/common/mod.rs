@@ -164,5 +164,6 @@ impl Drop for Netns {
 
 pub mod check;
 pub mod cluster;
+pub mod daemon;
 pub mod net;
 pub mod proxy;

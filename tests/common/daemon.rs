@@ -1,0 +1,118 @@
+//! The daemon as a test runs it: started inside a namespace over a manifests path, logging to
+//! a file, signalled and stopped like systemd would, and killed if the test fails first.
+
+use super::Netns;
+use super::cluster::Cluster;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// A running daemon, killed if the test fails before stopping it.
+pub struct Daemon {
+    child: Option<Child>,
+    /// Where it logs.
+    pub log: PathBuf,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+impl Daemon {
+    /// Starts the daemon for `node-a` in `ns` over `manifests` with `extra` flags and
+    /// environment, logging to a file of its own next to the manifests.
+    pub fn start(ns: &Netns, manifests: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let seq = SEQ.fetch_add(1, Ordering::SeqCst);
+        let log = manifests.with_extension(format!("{seq}.log"));
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("daemon log");
+        let child = Command::new("ip")
+            .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_kube-nftproxy"), "--hostname-override=node-a"])
+            .arg("--cluster-cidr=10.0.0.0/8,fd00:10::/32")
+            .arg("--manifests")
+            .arg(manifests)
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("start daemon");
+        Daemon { child: Some(child), log }
+    }
+
+    /// The daemon's process id (`ip netns exec` execs it, so it is the child's).
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("running daemon").id() as i32
+    }
+
+    /// Sends `sig`.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(self.pid(), sig) };
+    }
+
+    /// Whether it still runs.
+    pub fn running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Sends SIGTERM and waits up to `limit` for it to exit; returns its status and how long
+    /// it took, or `None` if it did not exit in time (it is killed then).
+    pub fn stop_within(mut self, limit: Duration) -> Option<(ExitStatus, Duration)> {
+        self.signal(libc::SIGTERM);
+        let mut child = self.child.take().expect("running daemon");
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some((status, start.elapsed()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+
+    /// Stops it with SIGTERM, asserting a clean exit.
+    pub fn stop(self) {
+        let (status, _) = self.stop_within(Duration::from_secs(10)).expect("the daemon did not stop within 10 s");
+        assert!(status.success(), "the daemon must exit cleanly on SIGTERM: {status}");
+    }
+
+    /// What it logged so far.
+    pub fn logged(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// Writes `objects` and this node's Node object as one JSON list for cluster `c`; returns its
+/// path (the same path for the same cluster, so writing again changes the manifests).
+pub fn write_manifests(c: &Cluster, objects: Vec<Value>) -> PathBuf {
+    let mut items = vec![Cluster::node_object()];
+    items.extend(objects);
+    let path = std::env::temp_dir().join(format!("{}-manifests.json", c.node.name));
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
+    std::fs::write(&path, serde_json::to_vec(&list).expect("json")).expect("write manifests");
+    path
+}
+
+/// Polls `cond` every 20 ms for up to `limit`; returns how long it took.
+pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return Some(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}

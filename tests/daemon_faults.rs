@@ -1,0 +1,245 @@
+//! The daemon under faults a hostile test round found: a hung or failing `nft`, a second
+//! instance on the same node, manifests rewritten behind its back, chains left flushed, and
+//! signals. Each runs the real binary in a network namespace.
+
+mod common;
+
+use common::check::{web_on as web, who};
+use common::cluster::Cluster;
+use common::daemon::{Daemon, wait_for, write_manifests};
+use common::net::{Probe, Proto, in_netns, probe};
+use common::{Netns, kernel_available};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A scratch directory for one test, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("knp-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    /// Writes an executable shell script standing in for `nft`.
+    fn fake_nft(&self, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.0.join("nft");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// This node and (if `nodeport`) one NodePort service with an endpoint elsewhere, which gets
+/// chains of its own, as a JSON list in `dir`.
+fn nodeport_manifests(dir: &Path, nodeport: bool) -> PathBuf {
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"type": "NodePort", "clusterIP": "172.30.0.40", "ports": [{"port": 80, "nodePort": 30080}]}});
+    let mut items = vec![Cluster::node_object()];
+    let slice = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+        "metadata": {"name": "web-a", "namespace": "shop", "labels": {"kubernetes.io/service-name": "web"}},
+        "ports": [{"port": 8080}], "endpoints": [{"addresses": ["10.2.1.2"], "nodeName": "node-b"}]});
+    if nodeport {
+        items.extend([svc, slice]);
+    }
+    let path = dir.join("cluster.json");
+    std::fs::write(&path, json!({"kind": "List", "items": items}).to_string()).unwrap();
+    path
+}
+
+fn log_has(d: &Daemon, text: &str, limit: Duration) -> bool {
+    wait_for(limit, || d.logged().contains(text)).is_some()
+}
+
+#[test]
+fn a_hung_nft_is_killed_at_its_time_limit() {
+    if !kernel_available() {
+        return;
+    }
+    let ns = Netns::new("hung");
+    let dir = Scratch::new("hung");
+    let nft = dir.fake_nft("exec sleep 1000");
+    let manifests = nodeport_manifests(&dir.0, true);
+    let d = Daemon::start(&ns, &manifests, &["--nft-timeout=1s"], &[("NFT", nft.to_str().unwrap())]);
+    assert!(log_has(&d, "did not finish within 1s and was killed", Duration::from_secs(5)), "{}", d.logged());
+    d.stop();
+}
+
+#[test]
+fn a_stop_while_nft_hangs_ends_both_within_seconds() {
+    if !kernel_available() {
+        return;
+    }
+    let ns = Netns::new("hungstop");
+    let dir = Scratch::new("hungstop");
+    let status = dir.0.join("status");
+    // The stand-in records its pid and signal mask, then hangs without reading its input.
+    let nft = dir.fake_nft(&format!(
+        "grep -E '^(SigBlk|SigIgn)' /proc/$$/status > {0}.tmp; echo $$ >> {0}.tmp; mv {0}.tmp {0}; exec sleep 1000",
+        status.display()
+    ));
+    let manifests = nodeport_manifests(&dir.0, true);
+    let d = Daemon::start(&ns, &manifests, &[], &[("NFT", nft.to_str().unwrap())]);
+    assert!(wait_for(Duration::from_secs(5), || status.exists()).is_some(), "nft never ran: {}", d.logged());
+    let seen = std::fs::read_to_string(&status).unwrap();
+    assert!(seen.contains("SigBlk:\t0000000000000000"), "nft must start with no signal blocked:\n{seen}");
+    // glibc's posix_spawn leaves its own two internal signals (32, 33) ignored; no standard
+    // signal may be.
+    let ignored = seen.lines().find_map(|l| l.strip_prefix("SigIgn:\t")).unwrap();
+    assert_eq!(
+        u64::from_str_radix(ignored, 16).unwrap() & 0x7fff_ffff,
+        0,
+        "nft must start ignoring no signal:\n{seen}"
+    );
+    let pid = seen.lines().last().unwrap().trim().to_string();
+    let (exit, took) = d.stop_within(Duration::from_secs(10)).expect("SIGTERM must stop the daemon while nft hangs");
+    assert!(exit.success() && took < Duration::from_secs(3), "{exit} after {took:?}");
+    let gone = wait_for(Duration::from_secs(2), || !Path::new(&format!("/proc/{pid}")).exists());
+    assert!(gone.is_some(), "the hung nft (pid {pid}) must be ended with the daemon");
+}
+
+#[test]
+fn a_failing_nft_is_retried_with_backoff_not_in_a_loop() {
+    if !kernel_available() {
+        return;
+    }
+    let ns = Netns::new("failing");
+    let dir = Scratch::new("failing");
+    let runs = dir.0.join("runs");
+    let nft = dir.fake_nft(&format!("echo run >> {}; echo 'Error: refused' >&2; exit 1", runs.display()));
+    let manifests = nodeport_manifests(&dir.0, true);
+    let d = Daemon::start(&ns, &manifests, &["--min-sync-period=0"], &[("NFT", nft.to_str().unwrap())]);
+    std::thread::sleep(Duration::from_millis(3500));
+    let n = std::fs::read_to_string(&runs).unwrap_or_default().lines().count();
+    // Syncs at about 0, 1 and 3 s (the backoff's floor is 1 s, doubling).
+    assert!((2..=4).contains(&n), "{n} nft runs in 3.5 s:\n{}", d.logged());
+    d.stop();
+}
+
+#[test]
+fn flushed_chains_are_deleted_without_another_sync() {
+    if !kernel_available() {
+        return;
+    }
+    let ns = Netns::new("stale");
+    let dir = Scratch::new("stale");
+    let manifests = nodeport_manifests(&dir.0, true);
+    let d = Daemon::start(&ns, &manifests, &[], &[]);
+    let chains = || ns.nft(&["list", "chains", "ip"]);
+    assert!(wait_for(Duration::from_secs(5), || chains().contains("nodeport-shop/web")).is_some(), "{}", d.logged());
+    nodeport_manifests(&dir.0, false);
+    let gone = wait_for(Duration::from_secs(5), || !chains().contains("shop/web"));
+    assert!(gone.is_some(), "chains of a removed service stayed:\n{}", chains());
+    d.stop();
+}
+
+#[test]
+fn signals_are_handled_and_logged() {
+    if !kernel_available() {
+        return;
+    }
+    let ns = Netns::new("signals");
+    let dir = Scratch::new("signals");
+    let manifests = nodeport_manifests(&dir.0, true);
+    let mut d = Daemon::start(&ns, &manifests, &[], &[]);
+    assert!(log_has(&d, "Full sync", Duration::from_secs(5)), "{}", d.logged());
+    d.signal(libc::SIGHUP);
+    assert!(log_has(&d, "Refresh sync", Duration::from_secs(5)), "SIGHUP must rewrite the tables:\n{}", d.logged());
+    d.signal(libc::SIGUSR1);
+    assert!(log_has(&d, "1 services with 1 ports", Duration::from_secs(5)), "SIGUSR1 logs a summary:\n{}", d.logged());
+    for sig in [libc::SIGUSR2, libc::SIGALRM] {
+        d.signal(sig);
+        assert!(log_has(&d, &format!("received signal {sig}; ignored"), Duration::from_secs(5)), "{}", d.logged());
+    }
+    assert!(d.running(), "the daemon must survive SIGHUP, SIGUSR1, SIGUSR2 and SIGALRM");
+    d.stop();
+}
+
+#[test]
+fn rewrites_that_keep_size_and_mtime_are_noticed_and_fifos_skipped() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(2, 0);
+    let dir = Scratch::new("rewrite");
+    let file = dir.0.join("web.json");
+    let list = |pod: &str| {
+        let items: Vec<_> = std::iter::once(Cluster::node_object()).chain(web(&c, &[pod])).collect();
+        json!({"kind": "List", "items": items}).to_string()
+    };
+    std::fs::write(&file, list("pod-1")).unwrap();
+    let fifo = dir.0.join("stuck.yaml");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let d = Daemon::start(&c.node, file.parent().unwrap(), &[], &[]);
+    let served = wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1");
+    assert!(served.is_some(), "a FIFO among the manifests must not stop the daemon:\n{}", d.logged());
+    assert!(d.logged().contains("stuck.yaml: not a regular file"), "{}", d.logged());
+    // `cp -p`: same size (pod-1 and pod-2 addresses are as long), the old modification time.
+    let reference = dir.0.join("reference");
+    std::fs::copy(&file, &reference).unwrap();
+    assert!(std::process::Command::new("touch").arg("-r").arg(&file).arg(&reference).status().unwrap().success());
+    let before = list("pod-1").len();
+    std::fs::write(&file, list("pod-2")).unwrap();
+    assert_eq!(before, std::fs::metadata(&file).unwrap().len() as usize);
+    assert!(std::process::Command::new("touch").arg("-r").arg(&reference).arg(&file).status().unwrap().success());
+    let took = wait_for(Duration::from_secs(5), || who(&c.client, "172.30.0.40:80") == "pod-2");
+    assert!(took.is_some(), "a same-size rewrite keeping the mtime was missed:\n{}", d.logged());
+    d.stop();
+}
+
+#[test]
+fn a_second_instance_waits_and_takes_over_without_a_gap() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    let manifests = write_manifests(&c, web(&c, &["pod-1"]));
+    let first = Daemon::start(&c.node, &manifests, &[], &[]);
+    assert!(wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some());
+    let second = Daemon::start(&c.node, &manifests, &[], &[]);
+    assert!(log_has(&second, "another kube-nftproxy owns this node's tables", Duration::from_secs(5)));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!first.logged().contains("restoring the tables"), "the instances fought:\n{}", first.logged());
+    assert!(!second.logged().contains(" sync"), "the waiting instance synced:\n{}", second.logged());
+
+    let client = c.client.name.clone();
+    let prober = std::thread::spawn(move || {
+        let dst = "172.30.0.40:80".parse().unwrap();
+        in_netns(&client, move || {
+            let mut failures = Vec::new();
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(3) {
+                let p = probe(Proto::Tcp, dst, None, Duration::from_secs(1));
+                if !matches!(p, Probe::Reply(_)) {
+                    failures.push(format!("{:?}: {}", start.elapsed(), p.who()));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            failures
+        })
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    first.stop();
+    assert!(log_has(&second, "taking over", Duration::from_secs(3)), "{}", second.logged());
+    assert!(log_has(&second, "Full sync", Duration::from_secs(3)), "{}", second.logged());
+    let failures = prober.join().unwrap();
+    assert!(failures.is_empty(), "connections failed during the handover: {failures:?}");
+    let cleanup = std::process::Command::new("ip")
+        .args(["netns", "exec", &c.node.name, env!("CARGO_BIN_EXE_kube-nftproxy"), "--cleanup"])
+        .output()
+        .unwrap();
+    assert!(!cleanup.status.success(), "--cleanup must refuse while a daemon owns the node");
+    assert!(String::from_utf8_lossy(&cleanup.stderr).contains("stop it before --cleanup"));
+    second.stop();
+    std::fs::remove_file(manifests).unwrap();
+}
