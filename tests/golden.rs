@@ -101,3 +101,37 @@ fn bad_flags_fail_with_status_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--cluster-cidr"));
 }
+
+#[test]
+fn periods_too_long_for_a_timer_fail_with_status_2_naming_the_flag() {
+    for flag in ["--sync-period", "--min-sync-period", "--full-sync-period", "--nft-timeout"] {
+        for value in ["99999999999999999999h", "400d", "-1s", "1e30"] {
+            let out = dry_run(&root().join("examples/cluster"), &[format!("{flag}={value}")]);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{flag}={value}: {stderr}");
+            assert!(stderr.contains(flag), "{flag}={value}: {stderr}");
+        }
+    }
+}
+
+#[test]
+fn node_names_kubernetes_would_refuse_fail_with_status_2() {
+    let run = |name: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_kube-nftproxy"))
+            .args(["--dry-run", "--manifests"])
+            .arg(root().join("examples/cluster"))
+            .arg(format!("--hostname-override={name}"))
+            .output()
+            .unwrap()
+    };
+    for name in ["node-a\nadd table ip injected", "node a", "node_a", "-node", &"a".repeat(254)] {
+        let out = run(name);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name:?}: {stderr}");
+        assert!(stderr.contains("not a valid node name") && out.stdout.is_empty(), "{name:?}: {stderr}");
+    }
+    // Upstream lower-cases the host name; so does this proxy.
+    let out = run("Node-A");
+    let script = String::from_utf8_lossy(&out.stdout);
+    assert!(script.starts_with("# kube-nftproxy full sync for node node-a:"), "{}", &script[..80]);
+}

@@ -95,3 +95,101 @@ fn a_model_is_loaded_straight_with_a_warning_per_skipped_object() {
     assert_eq!(model.services.len(), 1, "only the valid Service is in the model");
     assert_eq!(warnings.len(), 2, "one warning each for the bad IP and the unnamed object: {warnings:?}");
 }
+
+/// A scratch directory, removed when dropped.
+struct Dir(std::path::PathBuf);
+
+impl Dir {
+    fn new(tag: &str) -> Dir {
+        let dir = std::env::temp_dir().join(format!("kube-nftproxy-manifests-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Dir(dir)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn yaml_service(i: usize) -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: svc-{i}\n  namespace: ns\n  labels: {{app: a, tier: b}}\n\
+         spec:\n  clusterIP: 10.96.{}.{}\n  ports:\n  - {{name: http, port: 80, targetPort: 8080, protocol: TCP}}\n  \
+         - {{name: https, port: 443, targetPort: 8443, protocol: TCP}}\n",
+        i / 250,
+        i % 250 + 1
+    )
+}
+
+#[test]
+fn yaml_of_a_big_cluster_is_read_whole() {
+    let docs: Vec<String> = (0..3000).map(yaml_service).collect();
+    let loaded = load_text("docs.yaml", &docs.join("---\n")).unwrap();
+    assert_eq!(loaded.objects.len(), 3000, "more than 1,024 documents");
+    let items: Vec<String> = (0..12_000).map(|i| format!("- {}", yaml_service(i).replace('\n', "\n  "))).collect();
+    let list = format!("apiVersion: v1\nkind: List\nitems:\n{}", items.join("\n"));
+    let loaded = load_text("list.yaml", &list).unwrap();
+    assert_eq!(loaded.objects.len(), 12_000, "a List of more than 250,000 nodes");
+}
+
+#[test]
+fn yaml_that_amplifies_itself_is_still_refused() {
+    let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for i in 1..12 {
+        let prev = format!("*a{}", i - 1);
+        text.push_str(&format!("a{i}: &a{i} [{}]\n", vec![prev; 10].join(", ")));
+    }
+    let err = load_text("laughs.yaml", &text).unwrap_err();
+    assert!(matches!(err, ManifestError::Parse { .. }), "{err}");
+}
+
+#[test]
+fn list_items_that_are_not_a_list_are_an_error_in_yaml_as_in_json() {
+    let err = load_text("items.yaml", "apiVersion: v1\nkind: List\nitems: {kind: Service}\n").unwrap_err();
+    assert!(err.to_string().contains("items of a List must be a list"), "{err}");
+    let err = load_text("items.json", r#"{"kind": "List", "items": {"kind": "Service"}}"#).unwrap_err();
+    assert!(matches!(err, ManifestError::Parse { .. }), "{err}");
+}
+
+#[test]
+fn duplicate_objects_are_reported_naming_both_files_and_the_first_kept() {
+    let dir = Dir::new("dup");
+    let svc = |ip: &str| {
+        format!(
+            "kind: Service\nmetadata: {{name: web, namespace: shop}}\nspec: {{clusterIP: {ip}, ports: [{{port: 80}}]}}\n"
+        )
+    };
+    std::fs::write(dir.0.join("a.yaml"), svc("10.96.0.1")).unwrap();
+    std::fs::write(dir.0.join("b.yaml"), svc("10.96.0.2")).unwrap();
+    let (model, warnings) = kube_nftproxy::manifests::load_model(&dir.0, "n").unwrap();
+    let ports = &model.services[&("shop".to_string(), "web".to_string())];
+    assert_eq!(ports[0].cluster_ips, ["10.96.0.1".parse::<std::net::IpAddr>().unwrap()]);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("Service shop/web") && warnings[0].contains("b.yaml") && warnings[0].contains("a.yaml")
+    );
+}
+
+#[test]
+fn link_loops_fifos_and_hidden_entries_are_passed_over_quickly() {
+    let dir = Dir::new("loops");
+    std::fs::create_dir_all(dir.0.join("sub")).unwrap();
+    std::fs::write(dir.0.join("sub/svc.yaml"), yaml_service(1)).unwrap();
+    std::os::unix::fs::symlink("..", dir.0.join("sub/up")).unwrap();
+    std::os::unix::fs::symlink(".", dir.0.join("sub/here")).unwrap();
+    std::os::unix::fs::symlink("sub", dir.0.join("again")).unwrap();
+    std::os::unix::fs::symlink("sub/svc.yaml", dir.0.join("link.yaml")).unwrap();
+    // A ConfigMap volume's hidden copies hold the same objects again.
+    std::fs::create_dir_all(dir.0.join("..data")).unwrap();
+    std::fs::write(dir.0.join("..data/svc.yaml"), yaml_service(1)).unwrap();
+    assert!(std::process::Command::new("mkfifo").arg(dir.0.join("pipe.yaml")).status().unwrap().success());
+    let start = std::time::Instant::now();
+    let loaded = load(&dir.0).unwrap();
+    assert!(start.elapsed() < std::time::Duration::from_secs(2), "took {:?}", start.elapsed());
+    assert_eq!(loaded.objects.len(), 1, "each file once, whatever links lead to it");
+    assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+    assert!(loaded.warnings[0].contains("pipe.yaml: not a regular file"), "{:?}", loaded.warnings);
+}
