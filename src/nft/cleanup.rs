@@ -104,8 +104,7 @@ fn list(args: &[&str]) -> Result<Vec<NfObject<'static>>, NftError> {
     Ok(doc.objects.into_owned())
 }
 
-/// The word nft uses for a family.
-pub fn family_word(f: NfFamily) -> &'static str {
+fn family_word(f: NfFamily) -> &'static str {
     match f {
         NfFamily::IP => "ip",
         NfFamily::IP6 => "ip6",

@@ -110,7 +110,7 @@ const KUBELET: &[&str] = &["KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"];
 const KUBE_ROUTER_PREFIXES: &[&str] = &["KUBE-ROUTER-", "KUBE-NWPLCY-", "KUBE-POD-FW-"];
 
 /// Whether `(family, table)` is an iptables-nft table kube-proxy writes to.
-pub fn is_kube_proxy_iptables_table(family: NfFamily, table: &str) -> bool {
+fn is_kube_proxy_iptables_table(family: NfFamily, table: &str) -> bool {
     matches!(family, NfFamily::IP | NfFamily::IP6) && matches!(table, "nat" | "filter" | "mangle")
 }
 
