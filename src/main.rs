@@ -70,19 +70,22 @@ fn run_cleanup(flags: &Flags) -> anyhow::Result<()> {
         .context("a kube-nftproxy daemon owns this node's tables; stop it before --cleanup")?;
     cleanup::remove_own_tables().context("removing kube-nftproxy's tables")?;
     log::info!("removed kube-nftproxy's tables (ip and ip6 {})", render::TABLE_NAME);
-    let leftovers = cleanup::find_kube_proxy().context("looking for kube-proxy's rules")?;
-    if leftovers.is_empty() {
-        return Ok(());
-    }
-    if flags.cleanup_kube_proxy {
-        cleanup::remove_kube_proxy(&leftovers).context("removing kube-proxy's rules")?;
-        for what in cleanup::describe(&leftovers) {
+    let kept = if flags.cleanup_kube_proxy {
+        let done = cleanup::take_over_kube_proxy().context("removing kube-proxy's rules")?;
+        let (tables, chains) = (&done.removed.tables, &done.removed.chains);
+        for what in cleanup::describe(tables, chains).into_iter().chain(cleanup::describe_rules(&done.removed.rules)) {
             log::info!("removed {what}");
         }
+        done.kept
     } else {
-        for what in cleanup::describe(&leftovers) {
+        let found = cleanup::find_kube_proxy().context("looking for kube-proxy's rules")?;
+        for what in cleanup::describe(&found.tables, &found.chains) {
             log::warn!("upstream kube-proxy left {what}; --cleanup --cleanup-kube-proxy removes it");
         }
+        found.kept
+    };
+    for what in cleanup::describe_kept(&kept) {
+        log::info!("left {what}");
     }
     Ok(())
 }

@@ -224,7 +224,10 @@ fn cleanup_reports_and_removes_kube_proxy_leftovers() {
     let ns = Netns::new("migrate");
     ns.nft_apply(KUBE_PROXY_LEFTOVERS).unwrap();
     let report = cleanup(&ns, &[]);
-    assert!(report.contains("`ip kube-proxy`") && report.contains("2 iptables KUBE-* chains in `ip nat`"), "{report}");
+    assert!(
+        report.contains("`ip kube-proxy`") && report.contains("`ip nat` KUBE-SERVICES and 1 per-service chain ("),
+        "{report}"
+    );
     assert_eq!(ns.nft(&["list", "tables"]).lines().count(), 2, "--cleanup alone must not touch kube-proxy's rules");
 
     cleanup(&ns, &["--cleanup-kube-proxy"]);

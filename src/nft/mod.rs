@@ -7,6 +7,7 @@ pub mod exec;
 mod full;
 pub mod guard;
 pub mod netlink;
+pub mod owners;
 pub mod wire;
 
 use crate::model::Family;
