@@ -6,81 +6,19 @@ mod common;
 
 use common::check::{web_on as web, who};
 use common::cluster::{Cluster, ECHO_PORT, service};
+use common::daemon::{Daemon, wait_for, write_manifests};
 use common::net::{Probe, Proto, in_netns, probe};
 use common::{Netns, kernel_available};
-use serde_json::{Value, json};
-use std::process::{Child, Command, Stdio};
+use serde_json::json;
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// A running daemon, killed if the test fails before stopping it.
-struct Daemon(Option<Child>);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// Starts the daemon in `ns` over `manifests`, logging to `<manifests>.log`.
-fn daemon(ns: &Netns, manifests: &std::path::Path) -> Daemon {
-    daemon_with(ns, manifests, &[])
-}
-
-/// Starts the daemon with extra flags.
-fn daemon_with(ns: &Netns, manifests: &std::path::Path, extra: &[&str]) -> Daemon {
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(manifests.with_extension("log")).unwrap();
-    Command::new("ip")
-        .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_kube-nftproxy"), "--hostname-override=node-a"])
-        .arg("--cluster-cidr=10.0.0.0/8,fd00:10::/32")
-        .arg("--manifests")
-        .arg(manifests)
-        .args(extra)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .map(|c| Daemon(Some(c)))
-        .expect("start daemon")
-}
-
-fn stop(mut daemon: Daemon) {
-    let mut child = daemon.0.take().expect("running daemon");
-    // SAFETY: sending SIGTERM to our own child process.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let status = child.wait().unwrap();
-    assert!(status.success(), "the daemon must exit cleanly on SIGTERM: {status}");
-}
-
-fn write_manifests(c: &Cluster, objects: Vec<Value>) -> std::path::PathBuf {
-    let mut items = vec![Cluster::node_object()];
-    items.extend(objects);
-    let path = std::env::temp_dir().join(format!("{}-manifests.json", c.node.name));
-    std::fs::write(&path, serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": items})).unwrap())
-        .unwrap();
-    path
-}
-
-/// Polls `cond` every 20 ms for up to `limit`; returns how long it took.
-fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> Option<Duration> {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if cond() {
-            return Some(start.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
-}
 
 /// A one-node cluster whose daemon (started with `extra` flags) serves the `web` service on
 /// `pod-1`; returns the cluster, the manifests file and the daemon.
 fn serving_web(extra: &[&str]) -> (Cluster, std::path::PathBuf, Daemon) {
     let c = Cluster::new(1, 0);
     let manifests = write_manifests(&c, web(&c, &["pod-1"]));
-    let child = daemon_with(&c.node, &manifests, extra);
+    let child = Daemon::start(&c.node, &manifests, extra, &[]);
     assert!(
         wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some(),
         "daemon never served"
@@ -100,13 +38,11 @@ fn tampering_is_repaired_within_two_seconds() {
     c.node.nft(&["delete", "element", "ip", "kube-nftproxy", "service-ips", "{ 172.30.0.40 . tcp . 80 }"]);
     let took = wait_for(Duration::from_secs(2), || who(&c.client, "172.30.0.40:80") == "pod-1");
     assert!(took.is_some(), "a deleted element was not restored within 2 s");
-    stop(child);
-    let log = std::fs::read_to_string(manifests.with_extension("log")).unwrap();
+    let log = child.stop();
     // A change that lands while notifications are paused for the repair's own full sync is
     // caught by the generation check instead ("syncing fully again").
     let repairs = log.matches("restoring the tables").count() + log.matches("syncing fully again").count();
     assert!(repairs >= 2, "both repairs must come from detected tampering:\n{log}");
-    std::fs::remove_file(manifests.with_extension("log")).unwrap();
     std::fs::remove_file(manifests).unwrap();
 }
 
@@ -116,15 +52,12 @@ fn the_periodic_full_sync_refreshes_in_place_unnoticed_by_the_guard() {
         return;
     }
     let (c, manifests, child) = serving_web(&["--full-sync-period=1s"]);
-    let log_path = manifests.with_extension("log");
-    let refreshes = || std::fs::read_to_string(&log_path).unwrap_or_default().matches("Refresh sync").count();
+    let refreshes = || child.logged().matches("Refresh sync").count();
     assert!(wait_for(Duration::from_secs(5), || refreshes() >= 2).is_some(), "no periodic refreshes within 5 s");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
-    stop(child);
-    let log = std::fs::read_to_string(&log_path).unwrap();
+    let log = child.stop();
     assert!(!log.contains("restoring the tables"), "the guard took our own refresh for tampering:\n{log}");
     assert!(!log.contains("syncing fully again"), "the refresh's commits were not all counted:\n{log}");
-    std::fs::remove_file(log_path).unwrap();
     std::fs::remove_file(manifests).unwrap();
 }
 
@@ -142,7 +75,7 @@ fn manifest_changes_restart_and_cleanup() {
         service("zz-copycat", spec, json!({}))
     };
     let manifests = write_manifests(&c, [web(&c, &["pod-1"]), vec![copycat()]].concat());
-    let first = daemon(&c.node, &manifests);
+    let first = Daemon::start(&c.node, &manifests, &[], &[]);
     assert!(wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some());
 
     // The daemon follows the manifests on disk.
@@ -168,13 +101,13 @@ fn manifest_changes_restart_and_cleanup() {
         })
     });
     std::thread::sleep(Duration::from_millis(500));
-    stop(first);
+    let mut log = first.stop();
     assert!(c.node.nft(&["list", "tables"]).contains("kube-nftproxy"), "SIGTERM must leave the rules in place");
     std::thread::sleep(Duration::from_millis(500));
-    let second = daemon(&c.node, &manifests);
+    let second = Daemon::start(&c.node, &manifests, &[], &[]);
     let failures = prober.join().unwrap();
     assert!(failures.is_empty(), "connections failed across the restart: {failures:?}");
-    stop(second);
+    log += &second.stop();
 
     for _ in 0..2 {
         let out = Command::new("ip")
@@ -184,9 +117,7 @@ fn manifest_changes_restart_and_cleanup() {
         assert!(out.status.success(), "--cleanup failed: {}", String::from_utf8_lossy(&out.stderr));
     }
     assert_eq!(c.node.nft(&["list", "ruleset"]).trim(), "", "--cleanup left rules behind");
-    let log = std::fs::read_to_string(manifests.with_extension("log")).unwrap_or_default();
     assert_eq!(log.matches("already used by").count(), 2, "one conflict warning per daemon run:\n{log}");
-    let _ = std::fs::remove_file(manifests.with_extension("log"));
     std::fs::remove_file(manifests).unwrap();
 }
 

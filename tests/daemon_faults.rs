@@ -89,7 +89,7 @@ fn a_stop_while_nft_hangs_ends_both_within_seconds() {
         status.display()
     ));
     let manifests = nodeport_manifests(&dir.0, true);
-    let d = Daemon::start(&ns, &manifests, &[], &[("NFT", nft.to_str().unwrap())]);
+    let mut d = Daemon::start(&ns, &manifests, &[], &[("NFT", nft.to_str().unwrap())]);
     assert!(wait_for(Duration::from_secs(5), || status.exists()).is_some(), "nft never ran: {}", d.logged());
     let seen = std::fs::read_to_string(&status).unwrap();
     assert!(seen.contains("SigBlk:\t0000000000000000"), "nft must start with no signal blocked:\n{seen}");

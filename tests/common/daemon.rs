@@ -67,7 +67,7 @@ impl Daemon {
 
     /// Sends SIGTERM and waits up to `limit` for it to exit; returns its status and how long
     /// it took, or `None` if it did not exit in time (it is killed then).
-    pub fn stop_within(mut self, limit: Duration) -> Option<(ExitStatus, Duration)> {
+    pub fn stop_within(&mut self, limit: Duration) -> Option<(ExitStatus, Duration)> {
         self.signal(libc::SIGTERM);
         let mut child = self.child.take().expect("running daemon");
         let start = Instant::now();
@@ -82,10 +82,12 @@ impl Daemon {
         None
     }
 
-    /// Stops it with SIGTERM, asserting a clean exit.
-    pub fn stop(self) {
+    /// Stops it with SIGTERM, asserting a clean exit; returns what it logged.
+    pub fn stop(mut self) -> String {
         let (status, _) = self.stop_within(Duration::from_secs(10)).expect("the daemon did not stop within 10 s");
-        assert!(status.success(), "the daemon must exit cleanly on SIGTERM: {status}");
+        let logged = self.logged();
+        assert!(status.success(), "the daemon must exit cleanly on SIGTERM: {status}\n{logged}");
+        logged
     }
 
     /// What it logged so far.
