@@ -208,7 +208,9 @@ impl<K: Kernel> Syncer<K> {
             (false, true) => Resync::Refresh,
             (false, false) => Resync::Changes,
         };
+        let mut rendered_at = started;
         let result = render_changes(&mut self.model, &mut self.rendered, &self.cfg).and_then(|(rendered, update)| {
+            rendered_at = Instant::now();
             let now: BTreeSet<String> = rendered.ruleset().warnings().cloned().collect();
             for w in now.difference(&self.reported) {
                 log::warn!("{w}");
@@ -219,7 +221,7 @@ impl<K: Kernel> Syncer<K> {
         let end = Instant::now();
         self.next_allowed = after(end, self.periods.min_sync);
         match result {
-            Ok(report) => self.succeeded(&report, end - started, end),
+            Ok(report) => self.succeeded(&report, (rendered_at - started, end - rendered_at), end),
             Err(e) => {
                 log::error!(
                     "sync failed, old rules stay in place; retrying in {:?} with a full sync: {e}",
@@ -232,11 +234,13 @@ impl<K: Kernel> Syncer<K> {
         }
     }
 
-    fn succeeded(&mut self, report: &SyncReport, took: Duration, end: Instant) {
+    /// Notes a sync that went through; `(render, apply)` is how long each part took.
+    fn succeeded(&mut self, report: &SyncReport, (render, apply): (Duration, Duration), end: Instant) {
+        let took = render + apply;
         let lines = report.script.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count();
         if report.kind != SyncKind::Unchanged {
             let via = if report.netlink { " (netlink)" } else { "" };
-            log::info!("{:?} sync{via}: {lines} lines in {took:?}", report.kind);
+            log::info!("{:?} sync{via}: {lines} lines in {took:?} (render {render:?}, apply {apply:?})", report.kind);
         }
         self.last = Some((report.kind, took, end));
         let full = matches!(report.kind, SyncKind::Full | SyncKind::Staged | SyncKind::Refresh);
