@@ -82,7 +82,9 @@ impl Batch {
         self.seq += 1;
         let start = self.buf.len();
         self.buf.extend_from_slice(&[0; 4]);
-        let full = if kind >= 0x10 { kind } else { (NFNL_SUBSYS_NFTABLES << 8) | kind };
+        // Batch markers are nfnetlink's own messages; the rest belong to nf_tables.
+        let batch_marker = kind == NFNL_MSG_BATCH_BEGIN || kind == NFNL_MSG_BATCH_END;
+        let full = if batch_marker { kind } else { (NFNL_SUBSYS_NFTABLES << 8) | kind };
         put_u16(&mut self.buf, full);
         put_u16(&mut self.buf, NLM_F_REQUEST | flags);
         self.buf.extend_from_slice(&self.seq.to_ne_bytes());
