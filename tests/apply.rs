@@ -181,11 +181,12 @@ fn a_big_first_sync_builds_the_tables_before_attaching_hooks() {
     by_nft.nft_apply(&kube_nftproxy::render::full_sync_script(proxy.ruleset(), "node-a").unwrap()).unwrap();
     assert!(sorted_lines(by_nft.nft(&["list", "ruleset"])) == staged, "the staged sync built a different ruleset");
 
-    // Repairing a big table (after tampering) happens in place, foreign chains removed...
+    // Repairing a big table (after tampering) happens in place, foreign objects removed...
     add_stray_chain(&c.node, "input");
+    add_foreign_objects(&c.node);
     let repair = sync(&c.node, &mut proxy, &objects, true).unwrap();
     assert_eq!(repair.kind, SyncKind::Refresh, "a big table is repaired in place");
-    assert!(sorted_lines(c.node.nft(&["list", "ruleset"])) == staged, "the repair left drift behind");
+    assert_only(&c.node, &staged, "the repair");
     // ...and when that cannot work (a map redefined), the tables are rebuilt.
     c.node.nft(&["delete", "map", "ip", "kube-nftproxy", "local-endpoints-sctp"]);
     c.node.nft(&["add", "map", "ip", "kube-nftproxy", "local-endpoints-sctp", "{ type ipv4_addr : ipv4_addr; }"]);
@@ -262,4 +263,82 @@ fn one_endpoint_of_many_changing_changes_one_slot() {
         listed.contains("172.30.0.50 . 80 . 2 : 10.9.0.250 . 8080"),
         "the new endpoint must take the freed slot:\n{listed}"
     );
+}
+
+/// Chains and a set named to break or extend a script that pasted kernel names into it
+/// (quotes, semicolons, newlines), written as JSON, which takes any name.
+const HOSTILE_NAMES: &str = r#"{"nftables": [
+    {"add": {"chain": {"family": "ip", "table": "kube-nftproxy", "name": "x; add table ip injected"}}},
+    {"add": {"chain": {"family": "ip", "table": "kube-nftproxy", "name": "a\nadd table ip injected\n"}}},
+    {"add": {"chain": {"family": "ip", "table": "kube-nftproxy", "name": "q \"quoted\" 'single' { }"}}},
+    {"add": {"set": {"family": "ip", "table": "kube-nftproxy", "name": "s;\nadd table ip injected", "type": "ipv4_addr"}}},
+    {"add": {"chain": {"family": "ip6", "table": "kube-nftproxy", "name": "x; add table ip6 injected"}}}
+]}"#;
+
+/// Named objects of every kind `nft` can add, and references among them that a refresh must
+/// undo in the right order: a rule using a counter and a ct helper, a map jumping to a chain,
+/// a rule of ours jumping to a foreign chain, a bound (anonymous) chain in a chain of ours.
+const FOREIGN_OBJECTS: &str = r#"
+add counter ip kube-nftproxy stray-counter
+add quota ip kube-nftproxy stray-quota { over 10 mbytes; }
+add limit ip kube-nftproxy stray-limit { rate 10/second; }
+add ct helper ip kube-nftproxy stray-helper { type "ftp" protocol tcp; }
+add ct timeout ip kube-nftproxy stray-timeout { protocol tcp; policy = { established: 100 }; }
+add ct expectation ip kube-nftproxy stray-expectation { protocol tcp; dport 21; timeout 1s; size 10; }
+add synproxy ip kube-nftproxy stray-synproxy { mss 1460; wscale 7; }
+add counter ip6 kube-nftproxy stray-counter
+add chain ip kube-nftproxy stray-target
+add rule ip kube-nftproxy stray-target counter name stray-counter ct helper set stray-helper
+add map ip kube-nftproxy stray-map { type ipv4_addr : verdict; elements = { 10.9.9.9 : jump stray-target }; }
+add rule ip kube-nftproxy services jump stray-target
+add rule ip kube-nftproxy services jump { counter; }
+"#;
+
+/// Adds to our tables everything someone else might: hostile names, objects of every kind
+/// (a flowtable and a secmark where the kernel supports them).
+fn add_foreign_objects(ns: &Netns) {
+    let json = ns.run(&["nft", "-j", "-f", "-"], HOSTILE_NAMES);
+    assert!(json.status.success(), "adding hostile names: {}", String::from_utf8_lossy(&json.stderr));
+    ns.nft_apply(FOREIGN_OBJECTS).unwrap();
+    let link = ns.run(&["ip", "link", "add", "stray0", "type", "veth", "peer", "name", "stray1"], "");
+    assert!(link.status.success(), "ip link add: {}", String::from_utf8_lossy(&link.stderr));
+    let optional = [
+        ("flowtable", "add flowtable ip kube-nftproxy stray-ft { hook ingress priority 0; devices = { stray0 }; }"),
+        ("secmark", r#"add secmark ip kube-nftproxy stray-secmark { "system_u:object_r:ssh_server_packet_t:s0" }"#),
+    ];
+    for (what, line) in optional {
+        if let Err(e) = ns.nft_apply(line) {
+            eprintln!("SKIPPING a foreign {what}: this kernel refuses one: {}", e.lines().next().unwrap_or(""));
+        }
+    }
+    let listed = ns.nft(&["list", "ruleset"]);
+    assert!(listed.contains("stray-counter") && listed.contains("add table ip injected"), "{listed}");
+}
+
+/// The kernel's tables, and no table named `injected` in any family.
+fn assert_only(ns: &Netns, clean: &[String], what: &str) {
+    let tables = ns.nft(&["list", "tables"]);
+    assert!(!tables.contains("injected"), "{what}: a name read from the kernel was run as a command:\n{tables}");
+    let now = sorted_lines(ns.nft(&["list", "ruleset"]));
+    assert!(now == clean, "{what} left foreign objects behind:\n{}", now.join("\n"));
+}
+
+#[test]
+fn a_refresh_deletes_every_foreign_object_by_handle() {
+    if !kernel_available() {
+        return;
+    }
+    let ns = Netns::new("foreign");
+    let spec = json!({"clusterIP": "172.30.0.50", "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
+    let eps = vec![json!({"addresses": ["10.9.0.1"], "nodeName": "node-b"})];
+    let objects = vec![service("web", spec, json!({})), slice("web", false, "TCP", eps)];
+    let mut proxy = Proxy::new(config());
+    sync(&ns, &mut proxy, &objects, false).unwrap();
+    let clean = sorted_lines(ns.nft(&["list", "ruleset"]));
+    add_foreign_objects(&ns);
+    let update = proxy.render();
+    let report = proxy.apply(&ns.name, &update, Resync::Refresh).unwrap();
+    assert_eq!(report.kind, SyncKind::Refresh);
+    assert!(!report.script.contains("injected"), "a kernel name reached the script:\n{}", report.script);
+    assert_only(&ns, &clean, "the refresh");
 }

@@ -2,7 +2,8 @@
 //! that has none, and refreshing them in place, with the guard's notifications paused throughout.
 
 use super::{Applier, NftError, SyncKind, SyncReport, netlink, wire};
-use crate::render::{self, Foreign, MapName, Ruleset, TABLE_NAME};
+use crate::model::Family;
+use crate::render::{self, Foreign, MapName, ObjectKind, Ruleset, TABLE_NAME};
 
 /// A first sync with more map elements than this is staged: tables first, hooks last.
 const STAGED_FIRST_SYNC_ELEMENTS: usize = 10_000;
@@ -21,6 +22,9 @@ enum Step<'a> {
     /// Every map but interval sets flushed and filled again, each map in one transaction so
     /// traffic never meets it half-filled.
     Refill(&'a Ruleset),
+    /// Foreign stateful objects `nft` cannot delete by handle, as (family, `NFT_OBJECT_*`
+    /// type, handle), in one transaction.
+    DeleteObjects(Vec<(Family, u32, u64)>),
 }
 
 impl Applier {
@@ -46,26 +50,45 @@ impl Applier {
         self.run_steps(SyncKind::Staged, vec![Step::Nft(build), Step::Fill(desired), Step::Nft(attach)], deleted_chains)
     }
 
-    /// Rewrites every rule in place, deletes chains and sets someone else added, and refills
-    /// every map, without `nft` parsing a single map element: the periodic full sync, and the
-    /// repair of a big table.
+    /// Rewrites every rule in place, deletes whatever someone else added to the tables, and
+    /// refills every map, without `nft` parsing a single map element: the periodic full sync,
+    /// and the repair of a big table.
     pub(super) fn refresh(&mut self, desired: &Ruleset, deleted_chains: usize) -> Result<SyncReport, NftError> {
         let foreign = self.foreign(desired)?;
-        let steps = vec![Step::Nft(render::refresh_script(desired, &self.node, foreign)?), Step::Refill(desired)];
+        let mut steps = vec![Step::Nft(render::refresh_script(desired, &self.node, &foreign)?)];
+        // What the script cannot delete goes next, once the script has dropped the rules and
+        // sets that used it.
+        let rest: Vec<(Family, u32, u64)> = (desired.tables.iter().zip(&foreign))
+            .flat_map(|(t, found)| found.iter().map(move |f| (t.family, f)))
+            .filter(|(_, f)| f.kind.nft_words().is_none())
+            .filter_map(|(family, f)| Some((family, f.kind.object_type()?, f.handle)))
+            .collect();
+        if !rest.is_empty() {
+            steps.push(Step::DeleteObjects(rest));
+        }
+        steps.push(Step::Refill(desired));
         self.run_steps(SyncKind::Refresh, steps, deleted_chains)
     }
 
-    /// The chains and sets in our tables that `desired` does not declare, leaving out our own
-    /// stale chains (deleted later, when the kernel no longer holds them busy).
-    fn foreign(&self, desired: &Ruleset) -> Result<Vec<Foreign>, NftError> {
+    /// What someone else added to each of our tables: everything but the chains and sets
+    /// `desired` declares and our own stale chains (deleted later, when the kernel no longer
+    /// holds them busy). Only names of ours are compared; the others are only logged.
+    fn foreign(&self, desired: &Ruleset) -> Result<Vec<Vec<Foreign>>, NftError> {
         let mut sock = netlink::Socket::open()?;
         let mut all = Vec::new();
         for t in &desired.tables {
-            let fam = netlink::NfFamily::from(t.family);
-            let ours = |c: &String| t.declares_chain(c) || self.stale.contains_key(&(t.family, c.clone()));
-            let chains = sock.chain_names(fam, TABLE_NAME)?.into_iter().filter(|c| !ours(c)).collect();
-            let sets = sock.set_names(fam, TABLE_NAME)?.into_iter().filter(|s| !t.declares_set(s)).collect();
-            all.push(Foreign { chains, sets });
+            let ours = |o: &netlink::Listed| match o.kind {
+                ObjectKind::Chain => t.declares_chain(&o.name) || self.stale.contains_key(&(t.family, o.name.clone())),
+                ObjectKind::Set => t.declares_set(&o.name),
+                ObjectKind::Flowtable | ObjectKind::Stateful(_) => false,
+            };
+            let listed = sock.table_objects(netlink::NfFamily::from(t.family), TABLE_NAME)?;
+            let found = listed.into_iter().filter(|o| !ours(o)).map(|o| {
+                let fam = render::words(t.family).fam;
+                log::warn!("deleting {} {:?} (handle {}) from {fam} {TABLE_NAME}: not ours", o.kind, o.name, o.handle);
+                Foreign { kind: o.kind, handle: o.handle }
+            });
+            all.push(found.collect());
         }
         Ok(all)
     }
@@ -103,6 +126,15 @@ impl Applier {
             Step::Refill(desired) => {
                 self.own.add_current_thread();
                 send_maps(&self.sender, desired, true)
+            }
+            Step::DeleteObjects(found) => {
+                let mut batch = wire::Batch::new();
+                for &(family, kind, handle) in found {
+                    batch.delete_object(family, TABLE_NAME, kind, handle);
+                }
+                self.own.add_current_thread();
+                self.sender.send(&batch.finish())?;
+                Ok(1)
             }
         }
     }

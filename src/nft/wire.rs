@@ -1,13 +1,14 @@
 //! Element-only transactions over netlink: the commonest partial sync (endpoints changed, the
 //! service's chains did not) sent straight to nf_tables as one batch, without running `nft`,
-//! whose cost grows with the table (it reads its cache of the table first).
+//! whose cost grows with the table (it reads its cache of the table first). Also the deletion
+//! of foreign stateful objects that `nft` 1.0.6 cannot delete by handle.
 //!
 //! The encoding is nftables' own: concatenated keys are fields padded to 4-byte registers,
 //! addresses and ports in network order, `numgen` slots as host-order 32-bit integers,
 //! verdicts as code plus chain, element comments as userdata. The real-kernel tests compare
 //! what `nft` lists after this path with what it lists after the same change sent as text.
 
-use super::netlink::NfFamily;
+use super::netlink::{NFTA_OBJ_HANDLE, NFTA_OBJ_TABLE, NFTA_OBJ_TYPE, NfFamily};
 use crate::model::Family;
 use crate::render::{Key, MapName, Value};
 use std::io;
@@ -19,6 +20,7 @@ const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
 const NFNL_MSG_BATCH_END: u16 = 0x11;
 const NFT_MSG_NEWSETELEM: u16 = 12;
 const NFT_MSG_DELSETELEM: u16 = 14;
+const NFT_MSG_DELOBJ: u16 = 20;
 const NLM_F_REQUEST: u16 = 1;
 const NLM_F_ACK: u16 = 4;
 const NLM_F_CREATE: u16 = 0x400;
@@ -82,7 +84,9 @@ impl Batch {
         self.seq += 1;
         let start = self.buf.len();
         self.buf.extend_from_slice(&[0; 4]);
-        let full = if kind >= 0x10 { kind } else { (NFNL_SUBSYS_NFTABLES << 8) | kind };
+        // Batch markers are nfnetlink's own messages; the rest belong to nf_tables.
+        let batch_marker = kind == NFNL_MSG_BATCH_BEGIN || kind == NFNL_MSG_BATCH_END;
+        let full = if batch_marker { kind } else { (NFNL_SUBSYS_NFTABLES << 8) | kind };
         put_u16(&mut self.buf, full);
         put_u16(&mut self.buf, NLM_F_REQUEST | flags);
         self.buf.extend_from_slice(&self.seq.to_ne_bytes());
@@ -129,6 +133,17 @@ impl Batch {
         self.message(NFT_MSG_DELSETELEM, NLM_F_ACK, fam, |b| {
             str_attr(b, 1, table);
             str_attr(b, 2, &name);
+        });
+    }
+
+    /// Deletes the stateful object of `NFT_OBJECT_*` type `kind` with handle `handle` from
+    /// `family`'s table `table`.
+    pub fn delete_object(&mut self, family: Family, table: &str, kind: u32, handle: u64) {
+        let fam = NfFamily::from(family) as u8;
+        self.message(NFT_MSG_DELOBJ, NLM_F_ACK, fam, |b| {
+            str_attr(b, NFTA_OBJ_TABLE, table);
+            attr(b, NFTA_OBJ_TYPE, |b| b.extend_from_slice(&kind.to_be_bytes()));
+            attr(b, NFTA_OBJ_HANDLE, |b| b.extend_from_slice(&handle.to_be_bytes()));
         });
     }
 

@@ -9,6 +9,7 @@
 //! Session-affinity services alone get upstream's per-endpoint chains and sets.
 
 mod builder;
+mod foreign;
 mod names;
 pub use names::comment;
 mod rendered;
@@ -17,6 +18,7 @@ mod service;
 mod templates;
 
 pub use builder::{Journal, PortId};
+pub use foreign::{Foreign, ObjectKind};
 pub use rendered::{Rendered, Update};
 
 pub use templates::FamilyWords;
@@ -70,16 +72,6 @@ pub const FIXED_CHAINS: [&str; 15] = [
     "nat-output",
     "nat-postrouting",
 ];
-
-/// Chains and sets found in one of our tables that the desired state does not have (added by
-/// someone else), for a refresh to delete.
-#[derive(Debug, Clone, Default)]
-pub struct Foreign {
-    /// Chain names.
-    pub chains: Vec<String>,
-    /// Set and map names.
-    pub sets: Vec<String>,
-}
 
 /// The family words (`ip`/`ip6`, address type, loopback) templates use.
 pub fn words(family: Family) -> FamilyWords {
@@ -223,11 +215,15 @@ pub fn full_sync_script(ruleset: &Ruleset, node: &str) -> Result<String, RenderE
 
 /// Writes a refresh: every chain's rules rewritten in place in one transaction (`flush table`
 /// keeps sets, maps and their elements), and the interval sets' elements with them; the
-/// caller refills the other maps over netlink, one map per transaction.
-pub fn refresh_script(ruleset: &Ruleset, node: &str, foreign: Vec<Foreign>) -> Result<String, RenderError> {
+/// caller refills the other maps over netlink, one map per transaction. `foreign` (per table)
+/// is deleted by handle, in kind order, after the flush has dropped the rules that referred to
+/// it; kinds `nft` cannot delete by handle are left to the caller.
+pub fn refresh_script(ruleset: &Ruleset, node: &str, foreign: &[Vec<Foreign>]) -> Result<String, RenderError> {
     let mut tables = table_views(ruleset, true);
     for (view, found) in tables.iter_mut().zip(foreign) {
-        view.foreign = found;
+        let mut found = found.clone();
+        found.sort_unstable();
+        view.foreign = found.iter().filter_map(|f| Some((f.kind.nft_words()?, f.handle))).collect();
     }
     render_template(&FullSync { node, hooks: true, refresh: true, tables }, "full-sync.nft")
 }
@@ -259,7 +255,7 @@ fn table_views(ruleset: &Ruleset, netlink_elements: bool) -> Vec<TableView<'_>> 
                 endpoint_maps: endpoint_maps(),
                 table,
                 netlink_elements,
-                foreign: Foreign::default(),
+                foreign: Vec::new(),
             }
         })
         .collect()
@@ -283,5 +279,32 @@ mod tests {
         let mut fixed = FIXED_CHAINS.to_vec();
         fixed.sort_unstable();
         assert_eq!(declared, fixed);
+    }
+
+    #[test]
+    fn a_refresh_deletes_foreign_objects_by_handle_sets_first() {
+        let flags = crate::config::Flags::parse_from(["kube-nftproxy", "--hostname-override=n"]);
+        let cfg = Config::from_flags(&flags).expect("config");
+        let ruleset = render(&Model::default(), &cfg).expect("render");
+        let found = |kind, handle| Foreign { kind, handle };
+        let ip = vec![
+            found(ObjectKind::Flowtable, 9),
+            found(ObjectKind::Stateful(3), 8),
+            found(ObjectKind::Chain, 7),
+            found(ObjectKind::Stateful(1), 6),
+            found(ObjectKind::Set, 5),
+        ];
+        let script = refresh_script(&ruleset, "n", &[ip, vec![]]).expect("script");
+        let deletes: Vec<&str> = script.lines().filter(|l| l.starts_with("delete ")).collect();
+        assert_eq!(
+            deletes,
+            [
+                "delete set ip kube-nftproxy handle 5",
+                "delete chain ip kube-nftproxy handle 7",
+                "delete flowtable ip kube-nftproxy handle 9",
+                "delete counter ip kube-nftproxy handle 6",
+            ],
+            "a ct helper (type 3) has no `handle` form in nft 1.0.6: it is left to the caller"
+        );
     }
 }

@@ -130,8 +130,9 @@ pub struct TableView<'a> {
     pub table: &'a Table,
     /// Elements of maps other than interval sets are sent over netlink, not in the script.
     pub netlink_elements: bool,
-    /// Chains and sets someone else added, deleted by a refresh.
-    pub foreign: super::Foreign,
+    /// What someone else added, deleted by a refresh: the kind as `nft` names it in `delete`,
+    /// and the handle.
+    pub foreign: Vec<(&'static str, u64)>,
 }
 
 impl TableView<'_> {

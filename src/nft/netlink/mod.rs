@@ -1,10 +1,16 @@
 //! A minimal nfnetlink client for the cheap questions the proxy asks the kernel without `nft`:
-//! the ruleset generation, whether a table or chain holds what it should, and the stream of
-//! nftables change events (with the process that committed each generation).
+//! the ruleset generation, whether a table or chain holds what it should, what a table holds
+//! (`dump`), and the stream of nftables change events (with the process that committed each
+//! generation).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
+
+mod dump;
+
+pub use dump::Listed;
+pub(super) use dump::{NFTA_OBJ_HANDLE, NFTA_OBJ_TABLE, NFTA_OBJ_TYPE};
 
 const NETLINK_NETFILTER: i32 = 12;
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
@@ -16,20 +22,13 @@ const NLM_F_ACK: u16 = 4;
 const NLM_F_DUMP: u16 = 0x300;
 const NFT_MSG_GETTABLE: u16 = 1;
 const NFT_MSG_DELTABLE: u16 = 2;
-const NFT_MSG_GETCHAIN: u16 = 4;
 const NFT_MSG_GETRULE: u16 = 7;
-const NFT_MSG_GETSET: u16 = 10;
 const NFT_MSG_NEWGEN: u16 = 15;
 const NFT_MSG_GETGEN: u16 = 16;
 const NFT_MSG_TRACE: u16 = 17;
 /// Every object message carries its table's name as attribute 1.
 const NFTA_TABLE_ATTR: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
-/// Chain and set attributes read from dumps (the table is attribute 1 in both).
-const NFTA_CHAIN_NAME: u16 = 3;
-const NFTA_SET_NAME: u16 = 2;
-const NFTA_SET_FLAGS: u16 = 3;
-const NFT_SET_ANONYMOUS: u32 = 1;
 const NFTA_GEN_ID: u16 = 1;
 const NFTA_GEN_PROC_PID: u16 = 2;
 
@@ -153,42 +152,6 @@ impl Socket {
         match self.request(NFT_MSG_GETRULE, family as u8, NLM_F_DUMP, &attrs) {
             Ok(rules) => Ok(Some(rules.len())),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// The names of the chains in `table` (empty if the table is missing).
-    pub fn chain_names(&mut self, family: NfFamily, table: &str) -> io::Result<Vec<String>> {
-        self.names(NFT_MSG_GETCHAIN, family, table, NFTA_CHAIN_NAME, |_| true)
-    }
-
-    /// The names of the named sets and maps in `table`; anonymous sets (part of a rule) are
-    /// left out.
-    pub fn set_names(&mut self, family: NfFamily, table: &str) -> io::Result<Vec<String>> {
-        let named = |m: &[u8]| attr(m, NFTA_SET_FLAGS).map(be32).is_none_or(|f| f & NFT_SET_ANONYMOUS == 0);
-        self.names(NFT_MSG_GETSET, family, table, NFTA_SET_NAME, named)
-    }
-
-    fn names(
-        &mut self,
-        msg: u16,
-        family: NfFamily,
-        table: &str,
-        name_attr: u16,
-        keep: impl Fn(&[u8]) -> bool,
-    ) -> io::Result<Vec<String>> {
-        // The table attribute is number 1 in chain and set requests alike.
-        // Chain dumps are not filtered by table in every kernel: each reply names its table.
-        let ours =
-            |m: &[u8]| attr(m, NFTA_TABLE_ATTR).is_some_and(|t| t.strip_suffix(&[0]).unwrap_or(t) == table.as_bytes());
-        match self.request(msg, family as u8, NLM_F_DUMP, &[(NFTA_TABLE_ATTR, table)]) {
-            Ok(replies) => Ok(replies
-                .iter()
-                .filter(|m| ours(m) && keep(m))
-                .filter_map(|m| attr(m, name_attr))
-                .map(|n| String::from_utf8_lossy(n.strip_suffix(&[0]).unwrap_or(n)).into_owned())
-                .collect()),
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(Vec::new()),
             Err(e) => Err(e),
         }
     }

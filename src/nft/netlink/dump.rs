@@ -1,0 +1,154 @@
+//! Listing what a table holds besides rules and elements (chains, named sets, stateful objects,
+//! flowtables), each with its handle, which is what deleting it takes.
+
+use super::{NLM_F_DUMP, NfFamily, Socket, attr, be32};
+use crate::render::ObjectKind;
+use std::io;
+
+const NFT_MSG_GETCHAIN: u16 = 4;
+const NFT_MSG_GETSET: u16 = 10;
+const NFT_MSG_GETOBJ: u16 = 19;
+const NFT_MSG_GETFLOWTABLE: u16 = 23;
+const NFTA_CHAIN_TABLE: u16 = 1;
+const NFTA_CHAIN_HANDLE: u16 = 2;
+const NFTA_CHAIN_NAME: u16 = 3;
+const NFTA_CHAIN_FLAGS: u16 = 10;
+/// A rule's anonymous chain (`jump { … }`): it goes with its rule, and deleting it alone fails.
+const NFT_CHAIN_BINDING: u32 = 4;
+const NFTA_SET_TABLE: u16 = 1;
+const NFTA_SET_NAME: u16 = 2;
+const NFTA_SET_FLAGS: u16 = 3;
+const NFTA_SET_HANDLE: u16 = 16;
+/// A rule's anonymous set: it goes with its rule.
+const NFT_SET_ANONYMOUS: u32 = 1;
+/// Stateful object attributes (also written by `wire` to delete one).
+pub(in crate::nft) const NFTA_OBJ_TABLE: u16 = 1;
+const NFTA_OBJ_NAME: u16 = 2;
+pub(in crate::nft) const NFTA_OBJ_TYPE: u16 = 3;
+pub(in crate::nft) const NFTA_OBJ_HANDLE: u16 = 6;
+const NFTA_FLOWTABLE_TABLE: u16 = 1;
+const NFTA_FLOWTABLE_NAME: u16 = 2;
+const NFTA_FLOWTABLE_HANDLE: u16 = 5;
+
+/// One object listed in a table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// What it is.
+    pub kind: ObjectKind,
+    /// Its handle, unique per kind in the table.
+    pub handle: u64,
+    /// Its name as the kernel reported it (any bytes, shown lossily): for telling our own
+    /// chains and sets by name, and for logs; never written into a script.
+    pub name: String,
+}
+
+/// Where one kind's dump keeps the attributes a listing reads.
+struct Dump {
+    msg: u16,
+    table: u16,
+    name: u16,
+    handle: u16,
+}
+
+const CHAINS: Dump =
+    Dump { msg: NFT_MSG_GETCHAIN, table: NFTA_CHAIN_TABLE, name: NFTA_CHAIN_NAME, handle: NFTA_CHAIN_HANDLE };
+const SETS: Dump = Dump { msg: NFT_MSG_GETSET, table: NFTA_SET_TABLE, name: NFTA_SET_NAME, handle: NFTA_SET_HANDLE };
+const OBJECTS: Dump = Dump { msg: NFT_MSG_GETOBJ, table: NFTA_OBJ_TABLE, name: NFTA_OBJ_NAME, handle: NFTA_OBJ_HANDLE };
+const FLOWTABLES: Dump = Dump {
+    msg: NFT_MSG_GETFLOWTABLE,
+    table: NFTA_FLOWTABLE_TABLE,
+    name: NFTA_FLOWTABLE_NAME,
+    handle: NFTA_FLOWTABLE_HANDLE,
+};
+
+impl Socket {
+    /// Everything `table` holds besides rules and elements: its chains, named sets and maps,
+    /// stateful objects of every type, and flowtables (empty if the table is missing). A rule's
+    /// anonymous sets and chains are left out: they go with the rule.
+    pub fn table_objects(&mut self, family: NfFamily, table: &str) -> io::Result<Vec<Listed>> {
+        let mut all = Vec::new();
+        for m in self.dump(&CHAINS, family, table)? {
+            if flags(&m, NFTA_CHAIN_FLAGS)? & NFT_CHAIN_BINDING == 0 {
+                all.push(listed(&m, &CHAINS, ObjectKind::Chain)?);
+            }
+        }
+        for m in self.dump(&SETS, family, table)? {
+            if flags(&m, NFTA_SET_FLAGS)? & NFT_SET_ANONYMOUS == 0 {
+                all.push(listed(&m, &SETS, ObjectKind::Set)?);
+            }
+        }
+        for m in self.dump(&OBJECTS, family, table)? {
+            let kind = attr(&m, NFTA_OBJ_TYPE).and_then(exact_be32).ok_or_else(|| malformed("object type"))?;
+            all.push(listed(&m, &OBJECTS, ObjectKind::Stateful(kind))?);
+        }
+        for m in self.dump(&FLOWTABLES, family, table)? {
+            all.push(listed(&m, &FLOWTABLES, ObjectKind::Flowtable)?);
+        }
+        Ok(all)
+    }
+
+    /// The replies of one dump that belong to `table`: not every kernel filters every dump
+    /// by table, but each reply names its table.
+    fn dump(&mut self, dump: &Dump, family: NfFamily, table: &str) -> io::Result<Vec<Vec<u8>>> {
+        let ours =
+            |m: &Vec<u8>| attr(m, dump.table).is_some_and(|t| t.strip_suffix(&[0]).unwrap_or(t) == table.as_bytes());
+        match self.request(dump.msg, family as u8, NLM_F_DUMP, &[(dump.table, table)]) {
+            Ok(replies) => Ok(replies.into_iter().filter(ours).collect()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The listing of one reply; an error if it lacks a well-formed handle, since what cannot be
+/// named by handle cannot be deleted.
+fn listed(m: &[u8], dump: &Dump, kind: ObjectKind) -> io::Result<Listed> {
+    let handle = attr(m, dump.handle).and_then(be64).ok_or_else(|| malformed("handle"))?;
+    let name = attr(m, dump.name).map(|n| String::from_utf8_lossy(n.strip_suffix(&[0]).unwrap_or(n)).into_owned());
+    Ok(Listed { kind, handle, name: name.unwrap_or_default() })
+}
+
+/// A flags attribute, zero when absent (the kernel leaves out flags that are all clear).
+fn flags(m: &[u8], t: u16) -> io::Result<u32> {
+    attr(m, t).map_or(Ok(0), |f| exact_be32(f).ok_or_else(|| malformed("flags")))
+}
+
+fn malformed(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("nf_tables listed an object with no valid {what}"))
+}
+
+fn exact_be32(b: &[u8]) -> Option<u32> {
+    (b.len() == 4).then(|| be32(b))
+}
+
+fn be64(b: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(b.try_into().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(body: &mut Vec<u8>, t: u16, payload: &[u8]) {
+        body.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
+        body.extend_from_slice(&t.to_ne_bytes());
+        body.extend_from_slice(payload);
+        body.resize(body.len().next_multiple_of(4), 0);
+    }
+
+    #[test]
+    fn reads_handles_and_refuses_replies_without_one() {
+        let mut body = vec![2u8, 0, 0, 0];
+        put(&mut body, NFTA_CHAIN_TABLE, b"kube-nftproxy\0");
+        put(&mut body, NFTA_CHAIN_HANDLE, &7u64.to_be_bytes());
+        put(&mut body, NFTA_CHAIN_NAME, b"x; y\n\0");
+        let found = listed(&body, &CHAINS, ObjectKind::Chain).expect("a well-formed reply");
+        assert_eq!((found.handle, found.name.as_str()), (7, "x; y\n"));
+
+        let mut short = vec![2u8, 0, 0, 0];
+        put(&mut short, NFTA_CHAIN_HANDLE, &7u32.to_be_bytes());
+        assert!(listed(&short, &CHAINS, ObjectKind::Chain).is_err(), "a 4-byte handle is malformed");
+        assert!(listed(&[2, 0], &CHAINS, ObjectKind::Chain).is_err(), "a truncated body has no handle");
+        assert!(flags(&short, NFTA_CHAIN_FLAGS).is_ok_and(|f| f == 0), "absent flags are clear");
+    }
+}
