@@ -296,26 +296,8 @@ fn open() -> Result<OwnedFd, super::NftError> {
     }
     // SAFETY: fd is fresh and owned by nothing else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    set_receive_timeout(&fd, RECV_TIMEOUT)?;
+    super::netlink::set_receive_timeout(&fd, super::netlink::RECV_TIMEOUT)?;
     Ok(fd)
-}
-
-/// The longest wait for the kernel's answer to a batch: a reply that never comes fails the
-/// sync (retried later) instead of freezing the sync thread.
-pub const RECV_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Bounds every receive on `fd` by `timeout`.
-pub fn set_receive_timeout(fd: &impl AsRawFd, timeout: std::time::Duration) -> io::Result<()> {
-    let tv = libc::timeval {
-        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_usec: timeout.subsec_micros() as libc::suseconds_t,
-    };
-    let len = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
-    // SAFETY: setsockopt with a pointer to a live timeval of the stated length.
-    let rc = unsafe {
-        libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&tv as *const libc::timeval).cast(), len)
-    };
-    if rc != 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
 /// Sends a batch on `fd` and reads its acknowledgements.

@@ -89,7 +89,9 @@ impl Socket {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: fd is a fresh descriptor owned by nothing else.
-        Ok(Socket { fd: unsafe { OwnedFd::from_raw_fd(fd) }, seq: 1 })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        set_receive_timeout(&fd, RECV_TIMEOUT)?;
+        Ok(Socket { fd, seq: 1 })
     }
 
     /// Opens a socket subscribed to nftables change notifications, with a large receive
@@ -316,6 +318,24 @@ fn event(kind: u16, body: &[u8]) -> Option<Event> {
             Some(Event::Object { family: *body.first()?, table, deleted_table: msg == NFT_MSG_DELTABLE })
         }
     }
+}
+
+/// The longest wait for the kernel's answer to a request: a reply that never comes fails the
+/// sync (retried later) instead of freezing the sync thread.
+pub const RECV_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Bounds every receive on `fd` by `timeout`.
+pub fn set_receive_timeout(fd: &impl AsRawFd, timeout: Duration) -> io::Result<()> {
+    let tv = libc::timeval {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+    };
+    let len = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
+    // SAFETY: setsockopt with a pointer to a live timeval of the stated length.
+    let rc = unsafe {
+        libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&tv as *const libc::timeval).cast(), len)
+    };
+    if rc != 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
 #[cfg(test)]
