@@ -147,6 +147,15 @@ mod tests {
     }
 
     #[test]
+    fn the_last_word_on_this_node_wins() {
+        let inbox = Inbox::default();
+        let node = crate::model::NodeInfo { name: "node-a".into(), ..Default::default() };
+        inbox.send(ObjectChange::Node(Some(node)));
+        inbox.send(ObjectChange::Node(None));
+        assert_eq!(inbox.wait(Instant::now()).changes, vec![ObjectChange::Node(None)]);
+    }
+
+    #[test]
     fn a_waiter_wakes_when_something_arrives() {
         let inbox = std::sync::Arc::new(Inbox::default());
         let sender = inbox.clone();

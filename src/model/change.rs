@@ -68,14 +68,13 @@ impl ObjectChange {
         }
     }
 
-    /// Which object this is about.
+    /// Which object this is about (this node's Node has one id, whether present or deleted).
     pub fn id(&self) -> ObjectId {
         match self {
             ObjectChange::Service(key, _) => (ObjectKind::Service, key.clone()),
             ObjectChange::Slice(key, _) => (ObjectKind::EndpointSlice, key.clone()),
-            ObjectChange::Node(node) => {
-                (ObjectKind::Node, (String::new(), node.as_ref().map(|n| n.name.clone()).unwrap_or_default()))
-            }
+            // Only this node's object is followed: its update and its deletion are one object.
+            ObjectChange::Node(_) => (ObjectKind::Node, (String::new(), String::new())),
         }
     }
 }
