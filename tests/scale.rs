@@ -1,6 +1,7 @@
 //! Correctness at scale: after a full sync of 30k services x 5 endpoints and partial syncs
 //! changing 1 and then 100 services, the kernel's maps hold exactly the expected elements.
-//! (The timings of the same steps are the scale benchmark's business, not this test's.)
+//! It runs on a node-like namespace, with the host's addresses read before every sync as the
+//! daemon does. (The timings of the same steps are the scale benchmark's business.)
 
 mod common;
 #[path = "../benches/scale/synth.rs"]
@@ -27,8 +28,8 @@ fn thirty_thousand_services_then_partial_syncs_leave_exactly_the_expected_elemen
         "--cluster-cidr=10.0.0.0/8",
     ]))
     .unwrap();
-    let ns = common::Netns::new("scale");
-    let mut proxy = Proxy::with_model(cfg.clone(), synth::model(&case));
+    let ns = common::Netns::node_like("scale");
+    let mut proxy = Proxy::with_model(cfg.clone(), synth::model(&case)).reading_host_addresses();
     let mut kinds = Vec::new();
     for changed in [0..0, 7..8, 100..200] {
         for i in changed {
@@ -37,6 +38,10 @@ fn thirty_thousand_services_then_partial_syncs_leave_exactly_the_expected_elemen
         kinds.push(proxy.sync(&ns.name, Resync::Changes).unwrap().kind);
     }
     assert_eq!(kinds, [SyncKind::Staged, SyncKind::Partial, SyncKind::Partial]);
+    let seen: Vec<String> = proxy.model.host_addresses().iter().map(ToString::to_string).collect();
+    for want in common::node::ADDRESSES.map(|a| a.split('/').next().unwrap()) {
+        assert!(seen.iter().any(|s| s == want), "{want} not among the host's addresses {seen:?}");
+    }
     // What was updated in place is what a render from scratch gives, and the kernel holds it.
     let fresh = render::render_after(&proxy.model, &cfg, Some(proxy.ruleset())).unwrap();
     assert!(&fresh == proxy.ruleset(), "the updated state differs from a fresh render");

@@ -1,33 +1,40 @@
-//! Printing and saving the benchmark's results.
+//! Printing and saving the benchmark's results: each figure as the median of the runs with
+//! its spread (lowest–highest).
 
 use serde_json::{Value, json};
 
-fn f(v: &Value) -> String {
-    match v.as_f64() {
-        Some(x) => format!("{x:.1}"),
-        None => "-".into(),
+/// A figure at `path` of a combined result: `median (min–max)`, or the median alone when the
+/// runs agree (or there was one).
+fn cell(r: &Value, path: &[&str]) -> String {
+    let at = |which: &str| path.iter().fold(&r[which], |v, k| &v[*k]).as_f64();
+    match (at("median"), at("min"), at("max")) {
+        (Some(m), Some(lo), Some(hi)) if (hi - lo).abs() >= 0.05 => format!("{m:.1} ({lo:.1}–{hi:.1})"),
+        (Some(m), _, _) => format!("{m:.1}"),
+        _ => "-".into(),
     }
 }
 
-/// How many times upstream's load took ours; past the cut-off, at least the cut-off's.
-fn ratio(up: &Value, ours: &Value, limit_s: &Value) -> String {
-    match (up.as_f64(), ours.as_f64(), limit_s.as_f64()) {
+/// How many times upstream's load took ours (medians); past the cut-off, at least the cut-off's.
+fn ratio(r: &Value, upstream: &str) -> String {
+    let m = &r["median"];
+    match (m[upstream].as_f64(), m["full_first_ms"].as_f64(), m["upstream_limit_s"].as_f64()) {
         (Some(u), Some(o), _) if o > 0.0 => format!("{:.0}x", u / o),
         (None, Some(o), Some(l)) if o > 0.0 && l > 0.0 => format!("> {:.0}x", l * 1000.0 / o),
         _ => "-".into(),
     }
 }
 
-/// One progress line per case, as it finishes.
-pub fn print_case(r: &Value) {
-    eprintln!("done: {} (full sync {} ms)", r["case"].as_str().unwrap_or("?"), f(&r["full_first_ms"]));
+/// One progress line per case and run, as it finishes.
+pub fn print_case(r: &Value, run: usize) {
+    let first = r["full_first_ms"].as_f64().unwrap_or(f64::NAN);
+    eprintln!("run {run}: {} (full sync {first:.1} ms)", r["case"].as_str().unwrap_or("?"));
 }
 
 const HEADER: &str = "case,render_ms,full_first_ms,full_refresh_ms,full_repair_ms,partial1_ms,partial1_lines,partial100_ms,partial100_lines,peak_first_mb,peak_refresh_mb,peak_repair_mb,upstream_ga_ms,upstream_newest_ms";
 
-/// Peak RSS of the proxy plus that of the `nft` it ran, for one kind of full sync.
+/// Peak RSS of the proxy plus that of the `nft` it ran (medians), for one kind of full sync.
 fn peak(r: &Value, proxy: &str, nft: &str) -> String {
-    match (r[proxy].as_f64(), r[nft].as_f64()) {
+    match (r["median"][proxy].as_f64(), r["median"][nft].as_f64()) {
         (Some(p), Some(n)) => format!("{:.0} ({:.0} + {:.0})", p + n, p, n),
         _ => "-".into(),
     }
@@ -35,20 +42,20 @@ fn peak(r: &Value, proxy: &str, nft: &str) -> String {
 
 fn row(r: &Value) -> Vec<String> {
     vec![
-        r["case"].as_str().unwrap_or("?").to_string(),
-        f(&r["render_ms"]),
-        f(&r["full_first_ms"]),
-        f(&r["full_refresh_ms"]),
-        f(&r["full_repair_ms"]),
-        f(&r["partial_1"]["total_ms"]),
-        r["partial_1"]["lines"].to_string(),
-        f(&r["partial_100"]["total_ms"]),
-        r["partial_100"]["lines"].to_string(),
+        r["median"]["case"].as_str().unwrap_or("?").to_string(),
+        cell(r, &["render_ms"]),
+        cell(r, &["full_first_ms"]),
+        cell(r, &["full_refresh_ms"]),
+        cell(r, &["full_repair_ms"]),
+        cell(r, &["partial_1", "total_ms"]),
+        r["median"]["partial_1"]["lines"].to_string(),
+        cell(r, &["partial_100", "total_ms"]),
+        r["median"]["partial_100"]["lines"].to_string(),
         peak(r, "proxy_rss_first_mb", "nft_rss_first_mb"),
         peak(r, "proxy_rss_refresh_mb", "nft_rss_refresh_mb"),
         peak(r, "proxy_rss_repair_mb", "nft_rss_repair_mb"),
-        f(&r["upstream_ga_ms"]),
-        f(&r["upstream_newest_ms"]),
+        cell(r, &["upstream_ga_ms"]),
+        cell(r, &["upstream_newest_ms"]),
     ]
 }
 
@@ -58,37 +65,39 @@ pub fn reprint() {
     let text = std::fs::read_to_string(&file).expect("target/bench/scale.json: run the benchmark first");
     let all: Value = serde_json::from_str(&text).expect("scale.json");
     let cases = all["cases"].as_array().cloned().unwrap_or_default();
-    finish(&cases, all["latency"].as_array().map(Vec::as_slice).unwrap_or_default());
+    finish(&cases, all["latency"].as_array().map(Vec::as_slice).unwrap_or_default(), &all["machine"]);
 }
 
-/// Prints the table and the targets, and writes CSV and JSON under `target/bench/`.
-pub fn finish(results: &[Value], latency: &[Value]) {
+/// Prints the table, and writes CSV and JSON under `target/bench/`.
+pub fn finish(results: &[Value], latency: &[Value], machine: &Value) {
+    let runs = results.first().map(|r| r["runs"].clone()).unwrap_or_default();
+    println!(
+        "machine: {} cores, kernel {}, {}, load average before the first run {}; {runs} runs, median (lowest–highest)\n",
+        machine["cores"],
+        machine["kernel"].as_str().unwrap_or("?"),
+        machine["nft"].as_str().unwrap_or("?"),
+        machine["load_before"].as_str().unwrap_or("?")
+    );
     println!("| {} | GA / ours | newest / ours |", HEADER.replace(',', " | "));
     println!("|{}", "---|".repeat(HEADER.split(',').count() + 2));
     for r in results {
         // Like for like: upstream's shapes are loaded into an empty namespace, as our first sync.
-        let ours = &r["full_first_ms"];
-        println!(
-            "| {} | {} | {} |",
-            row(r).join(" | "),
-            ratio(&r["upstream_ga_ms"], ours, &r["upstream_limit_s"]),
-            ratio(&r["upstream_newest_ms"], ours, &r["upstream_limit_s"])
-        );
+        println!("| {} | {} | {} |", row(r).join(" | "), ratio(r, "upstream_ga_ms"), ratio(r, "upstream_newest_ms"));
     }
     println!(
-        "\nupstream loads are cut at {} s (`-` = did not finish)",
-        results.first().map(|r| r["upstream_limit_s"].clone()).unwrap_or_default()
+        "\nupstream loads are cut at {} s (`-` = did not finish in some run)",
+        results.first().map(|r| r["median"]["upstream_limit_s"].clone()).unwrap_or_default()
     );
     println!("\n| services | connect median µs | connect p99 µs |\n|---|---|---|");
     for l in latency {
-        println!("| {} | {} | {} |", l["services"], f(&l["median_us"]), f(&l["p99_us"]));
+        println!("| {} | {} | {} |", l["median"]["services"], cell(l, &["median_us"]), cell(l, &["p99_us"]));
     }
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     std::fs::create_dir_all(&dir).expect("target/bench");
     let csv: Vec<String> =
         std::iter::once(HEADER.to_string()).chain(results.iter().map(|r| row(r).join(","))).collect();
     std::fs::write(dir.join("scale.csv"), csv.join("\n") + "\n").expect("csv");
-    let all = json!({"cases": results, "latency": latency});
+    let all = json!({"machine": machine, "cases": results, "latency": latency});
     std::fs::write(dir.join("scale.json"), serde_json::to_string_pretty(&all).expect("json")).expect("json");
     println!("\nwritten: target/bench/scale.csv, target/bench/scale.json");
 }

@@ -111,6 +111,9 @@ static NETNS_SEQ: AtomicUsize = AtomicUsize::new(0);
 pub struct Netns {
     /// Its name under `/run/netns`.
     pub name: String,
+    /// Namespaces that must live as long as this one (a node's uplink peer: deleting it
+    /// would take the uplink with it). Deleted after this one.
+    attached: Vec<Netns>,
 }
 
 impl Netns {
@@ -120,7 +123,7 @@ impl Netns {
         let name = format!("knp-{tag}-{}-{seq}", std::process::id());
         let st = Command::new("ip").args(["netns", "add", &name]).status().expect("ip netns add");
         assert!(st.success(), "ip netns add {name} failed");
-        Netns { name }
+        Netns { name, attached: Vec::new() }
     }
 
     /// Runs a command inside the namespace, feeding `stdin`.
@@ -166,4 +169,5 @@ pub mod check;
 pub mod cluster;
 pub mod daemon;
 pub mod net;
+pub mod node;
 pub mod proxy;

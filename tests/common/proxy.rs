@@ -5,6 +5,7 @@ use kube_nftproxy::config::Config;
 use kube_nftproxy::model::Model;
 use kube_nftproxy::nft::{Applier, OwnPids, Resync, SyncReport};
 use kube_nftproxy::render::{Rendered, Ruleset, Update};
+use kube_nftproxy::sync::Kernel;
 use std::sync::Arc;
 
 /// A proxy for node `node-a`, fed by changing its model.
@@ -16,6 +17,8 @@ pub struct Proxy {
     /// The applier.
     pub applier: Applier,
     cfg: Config,
+    /// Whether `sync` first reads the host's addresses, as the daemon does.
+    reads_addresses: bool,
 }
 
 impl Proxy {
@@ -26,7 +29,27 @@ impl Proxy {
 
     /// A proxy starting from `model`.
     pub fn with_model(cfg: Config, model: Model) -> Proxy {
-        Proxy { model, rendered: None, applier: Applier::new("node-a", Arc::new(OwnPids::default())), cfg }
+        Proxy {
+            model,
+            rendered: None,
+            applier: Applier::new("node-a", Arc::new(OwnPids::default())),
+            cfg,
+            reads_addresses: false,
+        }
+    }
+
+    /// Makes every `sync` hand the namespace's interface addresses to the model before
+    /// rendering, as the daemon's sync loop does: on a node they are never empty.
+    pub fn reading_host_addresses(mut self) -> Proxy {
+        self.reads_addresses = true;
+        self
+    }
+
+    /// Hands the interface addresses of the calling thread's network namespace to the model,
+    /// read as the sync loop reads them (through the applier).
+    pub fn read_host_addresses(&mut self) {
+        let addrs = Kernel::host_addresses(&mut self.applier).expect("interface addresses");
+        self.model.set_host_addresses(addrs);
     }
 
     /// Renders what changed since the last render (everything the first time).
@@ -53,8 +76,11 @@ impl Proxy {
         super::net::in_netns(ns, || applier.sync(desired, update, resync).map_err(|e| e.to_string()))
     }
 
-    /// Renders and applies inside namespace `ns`.
+    /// Renders and applies inside namespace `ns` (reading its addresses first if asked to).
     pub fn sync(&mut self, ns: &str, resync: Resync) -> Result<SyncReport, String> {
+        if self.reads_addresses {
+            super::net::in_netns(ns, || self.read_host_addresses());
+        }
         let update = self.render();
         self.apply(ns, &update, resync)
     }
