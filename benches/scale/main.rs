@@ -6,6 +6,7 @@
 //! peak RSS is its own. Results are printed as a table and written to
 //! `target/bench/scale.{csv,json}`.
 
+mod churn;
 #[path = "../../tests/common/mod.rs"]
 mod common;
 mod measure;
@@ -193,7 +194,7 @@ fn main() {
         report::reprint();
         return;
     }
-    if !all.iter().any(|a| a == "--bench" || a == "--case" || a == "--latency") {
+    if !all.iter().any(|a| a == "--bench" || a == "--case" || a == "--latency" || a == "--churn") {
         println!("scale benchmark: run it with `cargo bench --bench scale [-- --smoke]`");
         return;
     }
@@ -225,6 +226,11 @@ fn main() {
         println!("{}", run_latency(size(1), size(2)));
         return;
     }
+    if args.iter().any(|a| a == "--churn") {
+        let case = if smoke { &cases(true)[0] } else { &cases(false)[2] };
+        println!("{}", churn::run(case, if smoke { 3 } else { 25 }));
+        return;
+    }
     if !common::kernel_available() {
         eprintln!("the scale benchmark needs root, nft and ip netns");
         std::process::exit(1);
@@ -237,6 +243,7 @@ fn main() {
     let n = cases(smoke).len();
     let mut per_case: Vec<Vec<Value>> = vec![Vec::new(); n];
     let mut latencies = Vec::new();
+    let mut churns = Vec::new();
     let large = if smoke { "1000" } else { "30000" };
     // Runs interleave the cases, so a slow spell on the machine does not land on one case.
     for run in 1..=runs {
@@ -248,7 +255,8 @@ fn main() {
             results.push(r);
         }
         latencies.push(in_child(&[mode.clone(), vec!["--latency".into(), "100".into(), large.into()]].concat()));
+        churns.push(in_child(&[mode.clone(), vec!["--churn".into()]].concat()));
     }
     let results: Vec<Value> = per_case.iter().map(|r| runs::combine(r)).collect();
-    report::finish(&results, &runs::combine_lists(&latencies), &machine);
+    report::finish(&results, &runs::combine_lists(&latencies), &runs::combine_lists(&churns), &machine);
 }

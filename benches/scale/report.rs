@@ -65,11 +65,12 @@ pub fn reprint() {
     let text = std::fs::read_to_string(&file).expect("target/bench/scale.json: run the benchmark first");
     let all: Value = serde_json::from_str(&text).expect("scale.json");
     let cases = all["cases"].as_array().cloned().unwrap_or_default();
-    finish(&cases, all["latency"].as_array().map(Vec::as_slice).unwrap_or_default(), &all["machine"]);
+    let list = |key: &str| all[key].as_array().cloned().unwrap_or_default();
+    finish(&cases, &list("latency"), &list("churn"), &all["machine"]);
 }
 
 /// Prints the table, and writes CSV and JSON under `target/bench/`.
-pub fn finish(results: &[Value], latency: &[Value], machine: &Value) {
+pub fn finish(results: &[Value], latency: &[Value], churn: &[Value], machine: &Value) {
     let runs = results.first().map(|r| r["runs"].clone()).unwrap_or_default();
     println!(
         "machine: {} cores, kernel {}, {}, load average before the first run {}; {runs} runs, median (lowest–highest)\n",
@@ -92,12 +93,27 @@ pub fn finish(results: &[Value], latency: &[Value], machine: &Value) {
     for l in latency {
         println!("| {} | {} | {} |", l["median"]["services"], cell(l, &["median_us"]), cell(l, &["p99_us"]));
     }
+    println!(
+        "\n| daemon under churn | rewrites | RSS before MB | RSS at most MB | RSS after MB | syncs |\n|---|---|---|---|---|---|"
+    );
+    for c in churn {
+        let m = &c["median"];
+        println!(
+            "| {} | {} | {} | {} | {} | {} |",
+            m["scenario"].as_str().unwrap_or("?"),
+            m["rewrites"],
+            cell(c, &["rss_before_mb"]),
+            cell(c, &["rss_most_mb"]),
+            cell(c, &["rss_after_mb"]),
+            cell(c, &["syncs"])
+        );
+    }
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     std::fs::create_dir_all(&dir).expect("target/bench");
     let csv: Vec<String> =
         std::iter::once(HEADER.to_string()).chain(results.iter().map(|r| row(r).join(","))).collect();
     std::fs::write(dir.join("scale.csv"), csv.join("\n") + "\n").expect("csv");
-    let all = json!({"machine": machine, "cases": results, "latency": latency});
+    let all = json!({"machine": machine, "cases": results, "latency": latency, "churn": churn});
     std::fs::write(dir.join("scale.json"), serde_json::to_string_pretty(&all).expect("json")).expect("json");
     println!("\nwritten: target/bench/scale.csv, target/bench/scale.json");
 }

@@ -67,6 +67,11 @@ fn spec(case: &Case, i: u32) -> (Value, Value) {
 
 /// The EndpointSlice of service `i`; endpoint 0 of every fifth service runs on this node.
 pub fn slice(case: &Case, i: u32, generation: u32) -> ApiObject {
+    ApiObject::EndpointSlice(Box::new(serde_json::from_value(slice_json(case, i, generation)).expect("slice")))
+}
+
+/// The EndpointSlice of service `i` as the API server would send it.
+pub fn slice_json(case: &Case, i: u32, generation: u32) -> Value {
     let eps: Vec<Value> = (0..case.endpoints)
         .map(|e| {
             let node = if e == 0 && i.is_multiple_of(5) { "node-a" } else { "node-b" };
@@ -76,19 +81,28 @@ pub fn slice(case: &Case, i: u32, generation: u32) -> ApiObject {
     let v = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": format!("svc-{i}-1"), "namespace": "bench", "labels": {"kubernetes.io/service-name": format!("svc-{i}")}},
         "addressType": "IPv4", "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}], "endpoints": eps});
-    ApiObject::EndpointSlice(Box::new(serde_json::from_value(v).expect("slice")))
+    v
+}
+
+/// This node's Node object.
+pub fn node_json() -> Value {
+    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"},
+        "status": {"addresses": [{"type": "InternalIP", "address": "192.168.1.1"}]}})
+}
+
+/// Service `i` as the API server would send it.
+pub fn service_json(case: &Case, i: u32) -> Value {
+    let (spec, status) = spec(case, i);
+    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": format!("svc-{i}"), "namespace": "bench"},
+        "spec": spec, "status": status})
 }
 
 /// Builds the model of a case.
 pub fn model(case: &Case) -> Model {
     let mut m = Model::default();
-    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"},
-        "status": {"addresses": [{"type": "InternalIP", "address": "192.168.1.1"}]}});
-    m.apply(&ApiObject::Node(Box::new(serde_json::from_value(node).expect("node"))), "node-a").expect("node");
+    m.apply(&ApiObject::Node(Box::new(serde_json::from_value(node_json()).expect("node"))), "node-a").expect("node");
     for i in 0..case.services {
-        let (spec, status) = spec(case, i);
-        let svc = json!({"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": format!("svc-{i}"), "namespace": "bench"}, "spec": spec, "status": status});
+        let svc = service_json(case, i);
         m.apply(&ApiObject::Service(Box::new(serde_json::from_value(svc).expect("service"))), "node-a").expect("svc");
         m.apply(&slice(case, i, 0), "node-a").expect("slice");
     }
