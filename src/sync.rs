@@ -31,7 +31,7 @@ pub trait Kernel {
     /// When chains left stale by earlier syncs may be deleted; `None` when none wait.
     fn cleanup_due(&self) -> Option<Instant>;
     /// Deletes the stale chains whose delay has passed; returns how many.
-    fn cleanup(&mut self) -> usize;
+    fn cleanup(&mut self) -> Result<usize, NftError>;
     /// The cheap check after lost notifications: whether the tables look intact.
     fn tables_look_intact(&mut self) -> bool;
     /// The addresses on the host's interfaces.
@@ -79,6 +79,8 @@ pub struct Syncer<K: Kernel> {
     unsure_streak: u32,
     /// The last sync's outcome and when it ended, for the summary.
     last: Option<(SyncKind, Duration, Instant)>,
+    /// After a failed stale-chain deletion: not again before this, and the wait after the next failure.
+    cleanup_retry: (Option<Instant>, Duration),
 }
 
 impl<K: Kernel> Syncer<K> {
@@ -102,6 +104,7 @@ impl<K: Kernel> Syncer<K> {
             reported: BTreeSet::new(),
             unsure_streak: 0,
             last: None,
+            cleanup_retry: (None, MIN_RETRY),
         }
     }
 
@@ -133,10 +136,16 @@ impl<K: Kernel> Syncer<K> {
         if self.unlisted.is_empty() && (self.dirty || self.force_full || self.refresh) {
             wake = wake.min(self.next_allowed.max(self.retry_at.unwrap_or(self.next_allowed)));
         }
-        if let Some(due) = self.kernel.cleanup_due() {
+        if let Some(due) = self.cleanup_due() {
             wake = wake.min(due);
         }
         wake
+    }
+
+    /// When stale chains are to be deleted: when the kernel says, but not before a retry is due.
+    fn cleanup_due(&self) -> Option<Instant> {
+        let due = self.kernel.cleanup_due()?;
+        Some(self.cleanup_retry.0.map_or(due, |retry| due.max(retry)))
     }
 
     /// Takes in what the inbox delivered; false means stop.
@@ -176,9 +185,25 @@ impl<K: Kernel> Syncer<K> {
         let due = self.dirty || self.force_full || self.refresh;
         if self.unlisted.is_empty() && due && now >= self.next_allowed && self.retry_at.is_none_or(|r| now >= r) {
             self.sync_once();
-        } else if self.kernel.cleanup_due().is_some_and(|at| now >= at) {
-            let n = self.kernel.cleanup();
-            log::debug!("deleted {n} stale chains");
+        } else if self.cleanup_due().is_some_and(|at| now >= at) {
+            self.cleanup();
+        }
+    }
+
+    /// Deletes the stale chains that are due; a failure (a kernel before 6.2 may still hold a
+    /// chain busy) is retried after a backoff, never in a loop.
+    fn cleanup(&mut self) {
+        match self.kernel.cleanup() {
+            Ok(n) => {
+                log::debug!("deleted {n} stale chains");
+                self.cleanup_retry = (None, MIN_RETRY);
+            }
+            Err(e) => {
+                let wait = self.cleanup_retry.1;
+                log::warn!("deleting stale chains failed, retrying in {wait:?}: {e}");
+                self.cleanup_retry =
+                    (Some(after(Instant::now(), wait)), (wait * 2).min(self.periods.sync.max(MIN_RETRY)));
+            }
         }
     }
 

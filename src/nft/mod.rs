@@ -194,7 +194,10 @@ impl Applier {
     }
 
     fn try_sync(&mut self, desired: &Ruleset, update: &Update, resync: Resync) -> Result<SyncReport, NftError> {
-        let deleted_chains = self.delete_stale_chains();
+        let deleted_chains = self.delete_stale_chains().unwrap_or_else(|e| {
+            log::warn!("deleting stale chains failed, will retry: {e}");
+            0
+        });
         let plan = match resync {
             _ if !self.in_sync => Plan::Full,
             Resync::Replace => Plan::Full,
@@ -283,25 +286,17 @@ impl Applier {
 
     /// Deletes chains flushed at least `STALE_CHAIN_DELAY` ago, in their own transaction; a
     /// failure is logged and retried by a later sync.
-    fn delete_stale_chains(&mut self) -> usize {
+    fn delete_stale_chains(&mut self) -> Result<usize, NftError> {
         let due: Vec<(Family, String)> =
             self.stale.iter().filter(|(_, at)| at.elapsed() >= STALE_CHAIN_DELAY).map(|(k, _)| k.clone()).collect();
         if due.is_empty() {
-            return 0;
+            return Ok(0);
         }
-        let result = diff::delete_chains_script(&due).map_err(NftError::from).and_then(|s| self.apply(&s));
-        match result {
-            Ok(()) => {
-                for k in &due {
-                    self.stale.remove(k);
-                }
-                due.len()
-            }
-            Err(e) => {
-                log::warn!("deleting {} stale chains failed, will retry: {e}", due.len());
-                0
-            }
+        diff::delete_chains_script(&due).map_err(NftError::from).and_then(|s| self.apply(&s))?;
+        for k in &due {
+            self.stale.remove(k);
         }
+        Ok(due.len())
     }
 }
 
@@ -314,7 +309,7 @@ impl crate::sync::Kernel for Applier {
         self.stale_due()
     }
 
-    fn cleanup(&mut self) -> usize {
+    fn cleanup(&mut self) -> Result<usize, NftError> {
         self.delete_stale_chains()
     }
 
