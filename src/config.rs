@@ -61,13 +61,13 @@ pub struct Flags {
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub min_sync_period: Duration,
     /// Longest wait before a failed sync is retried (retries back off up to this).
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_period)]
     pub sync_period: Duration,
     /// Interval of full syncs that replace the tables whole, repairing any drift.
-    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_period)]
     pub full_sync_period: Duration,
     /// Longest one `nft` run may take before it is killed and the sync counts as failed.
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_period)]
     pub nft_timeout: Duration,
     /// Remove everything kube-nftproxy created, report upstream kube-proxy leftovers, and exit.
     #[arg(long)]
@@ -96,6 +96,15 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     match Duration::try_from_secs_f64(seconds) {
         Ok(d) if d <= MAX_DURATION => Ok(d),
         _ => Err(format!("{s:?} is longer than the longest period allowed ({}h)", MAX_DURATION.as_secs() / 3600)),
+    }
+}
+
+/// A period that must not be zero (a zero full-sync period would sync fully without pause, a
+/// zero timeout would fail every sync).
+pub fn parse_period(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err(format!("{s:?}: must be longer than zero")),
+        d => Ok(d),
     }
 }
 

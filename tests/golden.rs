@@ -112,6 +112,10 @@ fn periods_too_long_for_a_timer_fail_with_status_2_naming_the_flag() {
             assert!(stderr.contains(flag), "{flag}={value}: {stderr}");
         }
     }
+    for flag in ["--sync-period", "--full-sync-period", "--nft-timeout"] {
+        let out = dry_run(&root().join("examples/cluster"), &[format!("{flag}=0")]);
+        assert_eq!(out.status.code(), Some(2), "{flag}=0 must be refused");
+    }
 }
 
 #[test]

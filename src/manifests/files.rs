@@ -81,14 +81,28 @@ pub fn read(path: &Path) -> Result<String, ManifestError> {
 /// the old modification time (`cp -p`, `rsync -a`, `tar`) is still noticed.
 pub type Stamp = (PathBuf, u64, u64, u64, (i64, i64), (i64, i64));
 
-/// A cheap fingerprint of the manifest files (no file is read).
-pub fn fingerprint(path: &Path) -> Vec<Stamp> {
-    let files = find(path).map(|f| f.files).unwrap_or_default();
-    files
-        .into_iter()
-        .filter_map(|p| {
-            let m = std::fs::metadata(&p).ok()?;
-            Some((p, m.dev(), m.ino(), m.len(), (m.mtime(), m.mtime_nsec()), (m.ctime(), m.ctime_nsec())))
-        })
-        .collect()
+/// A cheap fingerprint of the manifest files (no file is read); `None` while the path cannot
+/// be read (so its appearing is a change).
+pub fn fingerprint(path: &Path) -> Option<Vec<Stamp>> {
+    let files = find(path).ok()?.files;
+    let stamp = |p: PathBuf| {
+        let m = std::fs::metadata(&p).ok()?;
+        Some((p, m.dev(), m.ino(), m.len(), (m.mtime(), m.mtime_nsec()), (m.ctime(), m.ctime_nsec())))
+    };
+    Some(files.into_iter().filter_map(stamp).collect())
+}
+
+/// How close to now a file's change time must be for a rewrite within the same tick of the
+/// file system's clock to be possible (older kernels keep coarse change times).
+const RACY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether no file in `stamps` changed so recently that a same-size rewrite could leave its
+/// stamp as it is.
+pub fn settled(stamps: &Option<Vec<Stamp>>) -> bool {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let recent = |ctime: (i64, i64)| {
+        let at = std::time::Duration::new(ctime.0.max(0) as u64, ctime.1.clamp(0, 999_999_999) as u32);
+        now.saturating_sub(at) < RACY
+    };
+    stamps.iter().flatten().all(|s| !recent(s.5))
 }

@@ -139,7 +139,9 @@ pub fn read(path: &Path, each: &mut dyn FnMut(&Path, ObjectId, Value)) -> Result
     Ok(warnings)
 }
 
-/// The id of a document of a kind the proxy follows; `None` for any other kind.
+/// The id of a document of a kind the proxy follows; `None` for any other kind. An object
+/// that cannot be identified (no name, or a name or namespace that is not a string) gets an
+/// empty name: it cannot be told apart from others, nor matched with what it was before.
 fn object_id(doc: &Value) -> Option<ObjectId> {
     let kind = match doc.get("kind").and_then(Value::as_str)? {
         "Service" => ObjectKind::Service,
@@ -147,13 +149,18 @@ fn object_id(doc: &Value) -> Option<ObjectId> {
         "Node" => ObjectKind::Node,
         _ => return None,
     };
+    let unnamed = Some((kind, (String::new(), String::new())));
     let meta = doc.get("metadata");
-    let field = |f: &str| meta.and_then(|m| m.get(f)).and_then(Value::as_str).map(str::to_string);
-    let namespace = match kind {
-        ObjectKind::Node => String::new(),
-        _ => field("namespace").unwrap_or_else(|| "default".into()),
+    let namespace = match (kind, meta.and_then(|m| m.get("namespace"))) {
+        (ObjectKind::Node, _) => String::new(),
+        (_, None | Some(Value::Null)) => "default".into(),
+        (_, Some(Value::String(ns))) => ns.clone(),
+        (_, Some(_)) => return unnamed,
     };
-    Some((kind, (namespace, field("name").unwrap_or_default())))
+    match meta.and_then(|m| m.get("name")) {
+        Some(Value::String(name)) if !name.is_empty() => Some((kind, (namespace, name.clone()))),
+        _ => unnamed,
+    }
 }
 
 /// Where a file's documents go.

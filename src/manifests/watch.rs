@@ -32,13 +32,31 @@ pub fn watch(
     std::thread::Builder::new().name("manifests".into()).spawn(move || {
         let mut watcher = Watcher::new(path, node_name, inbox);
         let mut seen = None;
+        let mut last_error = None;
         while !stop.load(Ordering::SeqCst) {
             let now = files::fingerprint(&watcher.path);
             if seen.as_ref() != Some(&now) {
-                seen = Some(now);
+                // A file changed within the change time's granularity of now may change again
+                // unnoticed (same size, same times): read it again on the next check too.
+                seen = files::settled(&now).then_some(now);
                 match watcher.load() {
-                    Ok(changed) => log::debug!("manifests read: {changed} objects changed"),
-                    Err(e) => log::error!("{e}; what it held stays as it was"),
+                    Ok(changed) => {
+                        log::debug!("manifests read: {changed} objects changed");
+                        last_error = None;
+                    }
+                    Err(e) => {
+                        // What cannot be read now (a path not there yet, an I/O error) is
+                        // tried again on the next check; a file that does not parse, when it
+                        // changes. Each error is logged once.
+                        if matches!(e, ManifestError::Io { .. }) {
+                            seen = None;
+                        }
+                        let text = e.to_string();
+                        if last_error.as_ref() != Some(&text) {
+                            log::error!("{text}; what it held stays as it was");
+                        }
+                        last_error = Some(text);
+                    }
                 }
             }
             std::thread::sleep(interval);
@@ -69,18 +87,16 @@ impl Watcher {
         let mut current: HashMap<ObjectId, u64> = HashMap::with_capacity(self.known.len());
         let mut batch = Vec::new();
         let mut delivered = 0;
+        let mut unidentified = false;
         let result = read(&self.path, &mut |file, id, doc| {
+            unidentified |= id.1.1.is_empty();
             let hash = hash_of(&doc);
             let before = self.known.get(&id).copied();
             if before == Some(hash) {
                 current.insert(id, hash);
                 return;
             }
-            let change = decode(file, doc).map_err(|bad| bad.to_string()).and_then(|obj| match obj {
-                Some(obj) => ObjectChange::from_api(&obj, &self.node_name).map_err(|e| e.to_string()),
-                None => Ok(None),
-            });
-            match change {
+            match self.validate(file, doc) {
                 Ok(Some(change)) => {
                     current.insert(id, hash);
                     batch.push(change);
@@ -101,29 +117,47 @@ impl Watcher {
         });
         delivered += batch.len();
         self.inbox.send_all(batch);
-        let warnings = match result {
-            Ok(warnings) => warnings,
-            Err(e) => {
-                for (id, hash) in self.known.drain() {
-                    current.entry(id).or_insert(hash);
-                }
-                self.known = current;
-                return Err(e);
-            }
-        };
-        for w in warnings {
+        // Without every object identified, what is missing may only be misnamed: nothing is
+        // taken as deleted then (the object keeps its last good state); nor after a failure.
+        let gone = self.settle(current, result.is_err() || unidentified);
+        for w in result? {
             log::warn!("{w}");
         }
-        let gone: Vec<ObjectChange> =
-            self.known.keys().filter(|id| !current.contains_key(*id)).map(ObjectChange::deleted).collect();
+        if unidentified {
+            log::warn!("an object without a usable name was skipped; until it is fixed, nothing is taken as deleted");
+        }
         delivered += gone.len();
         self.inbox.send_all(gone);
+        self.mark_listed();
+        Ok(delivered)
+    }
+
+    /// Decodes and validates one object.
+    fn validate(&self, file: &std::path::Path, doc: Value) -> Result<Option<ObjectChange>, String> {
+        match decode(file, doc).map_err(|bad| bad.to_string())? {
+            Some(obj) => ObjectChange::from_api(&obj, &self.node_name).map_err(|e| e.to_string()),
+            None => Ok(None),
+        }
+    }
+
+    /// Makes `current` what is known; returns the deletions of what it lacks, or none when
+    /// `keep_all` (what it lacks stays known).
+    fn settle(&mut self, mut current: HashMap<ObjectId, u64>, keep_all: bool) -> Vec<ObjectChange> {
+        if keep_all {
+            for (id, hash) in self.known.drain() {
+                current.entry(id).or_insert(hash);
+            }
+        }
+        let gone = self.known.keys().filter(|id| !current.contains_key(*id)).map(ObjectChange::deleted).collect();
         self.known = current;
+        gone
+    }
+
+    fn mark_listed(&mut self) {
         if !self.listed {
             self.listed = true;
             self.inbox.listed(SOURCE);
         }
-        Ok(delivered)
     }
 }
 
