@@ -2,6 +2,7 @@
 
 use super::NftError;
 use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,7 +34,9 @@ impl Default for Limits {
 /// reading cannot block the caller past `limits`; a child past them is killed. (The child
 /// starts with an empty signal mask and default handlers: the standard library resets them.)
 pub fn apply(script: &str, on_spawn: &dyn Fn(u32), limits: &Limits) -> Result<(), NftError> {
+    // Its own process group, so a child that started others (a wrapper script) is ended whole.
     let mut child = Command::new(nft_binary())
+        .process_group(0)
         .args(["-f", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -83,6 +86,10 @@ fn wait_bounded(child: &mut Child, limits: &Limits) -> Result<ExitStatus, NftErr
         }
         let stopping = limits.stop.load(Ordering::SeqCst);
         if stopping || Instant::now() >= deadline {
+            let group = i32::try_from(child.id()).ok().and_then(rustix::process::Pid::from_raw);
+            if let Some(group) = group {
+                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+            }
             let _ = child.kill();
             let _ = child.wait();
             return Err(if stopping { NftError::Stopped } else { NftError::TimedOut(limits.timeout) });
