@@ -6,6 +6,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 /// The `nft` binary to run (`NFT` in the environment overrides it, e.g. for a bundled nft).
@@ -62,7 +63,7 @@ pub fn apply(script: &str, on_spawn: &dyn Fn(u32), limits: &Limits) -> Result<()
         let _ = stderr.read_to_string(&mut text);
         let _ = told.send(text);
     })?;
-    let status = wait_bounded(&mut child, limits)?;
+    let status = wait_bounded(child, limits)?;
     let message = messages.recv_timeout(STDERR_GRACE).unwrap_or_default();
     if status.success() {
         return Ok(());
@@ -75,27 +76,35 @@ pub fn apply(script: &str, on_spawn: &dyn Fn(u32), limits: &Limits) -> Result<()
 /// How long nft's messages may trail its exit.
 const STDERR_GRACE: Duration = Duration::from_secs(2);
 
-/// Waits for `child`, checking often at first (most runs take milliseconds), killing it when
-/// it outlives `limits`.
-fn wait_bounded(child: &mut Child, limits: &Limits) -> Result<ExitStatus, NftError> {
+/// How often a wait for `nft` looks at the stop flag.
+const STOP_CHECK: Duration = Duration::from_millis(100);
+
+/// Waits for `child` on a thread of its own (so its exit is seen at once), killing its
+/// process group when it outlives `limits`.
+fn wait_bounded(child: Child, limits: &Limits) -> Result<ExitStatus, NftError> {
+    let pid = i32::try_from(child.id()).ok().and_then(rustix::process::Pid::from_raw);
+    let (tell, exited) = std::sync::mpsc::channel();
+    let mut child = child;
+    std::thread::Builder::new().name("nft-wait".into()).spawn(move || {
+        let _ = tell.send(child.wait());
+    })?;
     let deadline = Instant::now() + limits.timeout;
-    let mut nap = Duration::from_micros(100);
     loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(status);
+        let left = deadline.saturating_duration_since(Instant::now());
+        match exited.recv_timeout(left.min(STOP_CHECK)) {
+            Ok(status) => return Ok(status?),
+            Err(RecvTimeoutError::Disconnected) => return Err(NftError::Io(std::io::Error::other("lost nft's exit"))),
+            Err(RecvTimeoutError::Timeout) => {}
         }
         let stopping = limits.stop.load(Ordering::SeqCst);
         if stopping || Instant::now() >= deadline {
-            let group = i32::try_from(child.id()).ok().and_then(rustix::process::Pid::from_raw);
-            if let Some(group) = group {
-                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+            if let Some(pid) = pid {
+                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
             }
-            let _ = child.kill();
-            let _ = child.wait();
+            let _ = exited.recv_timeout(STDERR_GRACE);
             return Err(if stopping { NftError::Stopped } else { NftError::TimedOut(limits.timeout) });
         }
-        std::thread::sleep(nap);
-        nap = (nap * 2).min(Duration::from_millis(10));
     }
 }
 
