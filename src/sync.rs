@@ -130,12 +130,20 @@ impl<K: Kernel> Syncer<K> {
         }
     }
 
-    /// When the loop has something to do next.
+    /// When the loop has something to do next: the next allowed sync when one is due (the
+    /// periodic full sync included), else the periodic full sync; nothing before every source
+    /// has listed but what arrives; and stale chains coming due. Never a time already past
+    /// unless something can be done then, so the loop cannot spin.
     pub fn next_wake(&self) -> Instant {
-        let mut wake = after(self.last_full, self.periods.full_sync);
-        if self.unlisted.is_empty() && (self.dirty || self.force_full || self.refresh) {
-            wake = wake.min(self.next_allowed.max(self.retry_at.unwrap_or(self.next_allowed)));
-        }
+        let now = Instant::now();
+        let periodic = after(self.last_full, self.periods.full_sync);
+        let mut wake = if self.unlisted.is_empty() {
+            let due = self.dirty || self.force_full || self.refresh || now >= periodic;
+            let allowed = self.next_allowed.max(self.retry_at.unwrap_or(self.next_allowed));
+            if due { allowed } else { periodic }
+        } else {
+            after(now, MAX_DURATION)
+        };
         if let Some(due) = self.cleanup_due() {
             wake = wake.min(due);
         }

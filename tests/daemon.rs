@@ -4,14 +4,13 @@
 
 mod common;
 
-use common::check::{web_on as web, who};
+use common::check::{probe_during, web_on as web, who};
 use common::cluster::{Cluster, ECHO_PORT, service};
 use common::daemon::{Daemon, wait_for, write_manifests};
-use common::net::{Probe, Proto, in_netns, probe};
 use common::{Netns, kernel_available};
 use serde_json::json;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A one-node cluster whose daemon (started with `extra` flags) serves the `web` service on
 /// `pod-1`; returns the cluster, the manifests file and the daemon.
@@ -84,22 +83,7 @@ fn manifest_changes_restart_and_cleanup() {
     assert!(took.is_some(), "the daemon did not apply the changed manifests");
 
     // Connections keep working while the daemon stops (rules stay) and a new one adopts them.
-    let client = c.client.name.clone();
-    let prober = std::thread::spawn(move || {
-        let dst = "172.30.0.40:80".parse().unwrap();
-        in_netns(&client, move || {
-            let mut failures = Vec::new();
-            let start = Instant::now();
-            while start.elapsed() < Duration::from_secs(4) {
-                let p = probe(Proto::Tcp, dst, None, Duration::from_secs(1));
-                if !matches!(p, Probe::Reply(_)) {
-                    failures.push(format!("{:?}: {}", start.elapsed(), p.who()));
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            failures
-        })
-    });
+    let prober = probe_during(&c.client, "172.30.0.40:80", Duration::from_secs(4));
     std::thread::sleep(Duration::from_millis(500));
     let mut log = first.stop();
     assert!(c.node.nft(&["list", "tables"]).contains("kube-nftproxy"), "SIGTERM must leave the rules in place");

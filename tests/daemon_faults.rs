@@ -4,40 +4,21 @@
 
 mod common;
 
-use common::check::{web_on as web, who};
+use common::check::{probe_during, web_on as web, who};
 use common::cluster::Cluster;
 use common::daemon::{Daemon, wait_for, write_manifests};
-use common::net::{Probe, Proto, in_netns, probe};
-use common::{Netns, kernel_available};
+use common::{Netns, Scratch, kernel_available};
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// A scratch directory for one test, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("knp-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    /// Writes an executable shell script standing in for `nft`.
-    fn fake_nft(&self, body: &str) -> PathBuf {
-        use std::os::unix::fs::PermissionsExt;
-        let path = self.0.join("nft");
-        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        path
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// Writes an executable shell script standing in for `nft` into `dir`.
+fn fake_nft(dir: &Scratch, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.0.join("nft");
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
 }
 
 /// This node and (if `nodeport`) one NodePort service with an endpoint elsewhere, which gets
@@ -68,7 +49,7 @@ fn a_hung_nft_is_killed_at_its_time_limit() {
     }
     let ns = Netns::new("hung");
     let dir = Scratch::new("hung");
-    let nft = dir.fake_nft("exec sleep 1000");
+    let nft = fake_nft(&dir, "exec sleep 1000");
     let manifests = nodeport_manifests(&dir.0, true);
     let d = Daemon::start(&ns, &manifests, &["--nft-timeout=1s"], &[("NFT", nft.to_str().unwrap())]);
     assert!(log_has(&d, "did not finish within 1s and was killed", Duration::from_secs(5)), "{}", d.logged());
@@ -84,10 +65,13 @@ fn a_stop_while_nft_hangs_ends_both_within_seconds() {
     let dir = Scratch::new("hungstop");
     let status = dir.0.join("status");
     // The stand-in records its pid and signal mask, then hangs without reading its input.
-    let nft = dir.fake_nft(&format!(
-        "grep -E '^(SigBlk|SigIgn)' /proc/$$/status > {0}.tmp; echo $$ >> {0}.tmp; mv {0}.tmp {0}; exec sleep 1000",
-        status.display()
-    ));
+    let nft = fake_nft(
+        &dir,
+        &format!(
+            "grep -E '^(SigBlk|SigIgn)' /proc/$$/status > {0}.tmp; echo $$ >> {0}.tmp; mv {0}.tmp {0}; exec sleep 1000",
+            status.display()
+        ),
+    );
     let manifests = nodeport_manifests(&dir.0, true);
     let mut d = Daemon::start(&ns, &manifests, &[], &[("NFT", nft.to_str().unwrap())]);
     assert!(wait_for(Duration::from_secs(5), || status.exists()).is_some(), "nft never ran: {}", d.logged());
@@ -147,7 +131,7 @@ fn a_failing_nft_is_retried_with_backoff_not_in_a_loop() {
     let ns = Netns::new("failing");
     let dir = Scratch::new("failing");
     let runs = dir.0.join("runs");
-    let nft = dir.fake_nft(&format!("echo run >> {}; echo 'Error: refused' >&2; exit 1", runs.display()));
+    let nft = fake_nft(&dir, &format!("echo run >> {}; echo 'Error: refused' >&2; exit 1", runs.display()));
     let manifests = nodeport_manifests(&dir.0, true);
     let d = Daemon::start(&ns, &manifests, &["--min-sync-period=0"], &[("NFT", nft.to_str().unwrap())]);
     std::thread::sleep(Duration::from_millis(3500));
@@ -243,22 +227,7 @@ fn a_second_instance_waits_and_takes_over_without_a_gap() {
     assert!(!first.logged().contains("restoring the tables"), "the instances fought:\n{}", first.logged());
     assert!(!second.logged().contains(" sync"), "the waiting instance synced:\n{}", second.logged());
 
-    let client = c.client.name.clone();
-    let prober = std::thread::spawn(move || {
-        let dst = "172.30.0.40:80".parse().unwrap();
-        in_netns(&client, move || {
-            let mut failures = Vec::new();
-            let start = Instant::now();
-            while start.elapsed() < Duration::from_secs(3) {
-                let p = probe(Proto::Tcp, dst, None, Duration::from_secs(1));
-                if !matches!(p, Probe::Reply(_)) {
-                    failures.push(format!("{:?}: {}", start.elapsed(), p.who()));
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            failures
-        })
-    });
+    let prober = probe_during(&c.client, "172.30.0.40:80", Duration::from_secs(3));
     std::thread::sleep(Duration::from_millis(300));
     first.stop();
     assert!(log_has(&second, "taking over", Duration::from_secs(3)), "{}", second.logged());

@@ -1,5 +1,8 @@
 //! The manifests source: documents, lists, wrong shapes and unparsable files.
 
+mod common;
+
+use common::Scratch;
 use kube_nftproxy::manifests::{Loaded, ManifestError, load};
 use kube_nftproxy::model::ApiObject;
 use std::path::Path;
@@ -96,24 +99,6 @@ fn a_model_is_loaded_straight_with_a_warning_per_skipped_object() {
     assert_eq!(warnings.len(), 2, "one warning each for the bad IP and the unnamed object: {warnings:?}");
 }
 
-/// A scratch directory, removed when dropped.
-struct Dir(std::path::PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let dir = std::env::temp_dir().join(format!("kube-nftproxy-manifests-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Dir(dir)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn yaml_service(i: usize) -> String {
     format!(
         "apiVersion: v1\nkind: Service\nmetadata:\n  name: svc-{i}\n  namespace: ns\n  labels: {{app: a, tier: b}}\n\
@@ -156,7 +141,7 @@ fn list_items_that_are_not_a_list_are_an_error_in_yaml_as_in_json() {
 
 #[test]
 fn duplicate_objects_are_reported_naming_both_files_and_the_first_kept() {
-    let dir = Dir::new("dup");
+    let dir = Scratch::new("dup");
     let svc = |ip: &str| {
         format!(
             "kind: Service\nmetadata: {{name: web, namespace: shop}}\nspec: {{clusterIP: {ip}, ports: [{{port: 80}}]}}\n"
@@ -175,7 +160,7 @@ fn duplicate_objects_are_reported_naming_both_files_and_the_first_kept() {
 
 #[test]
 fn link_loops_fifos_and_hidden_entries_are_passed_over_quickly() {
-    let dir = Dir::new("loops");
+    let dir = Scratch::new("loops");
     std::fs::create_dir_all(dir.0.join("sub")).unwrap();
     std::fs::write(dir.0.join("sub/svc.yaml"), yaml_service(1)).unwrap();
     std::os::unix::fs::symlink("..", dir.0.join("sub/up")).unwrap();

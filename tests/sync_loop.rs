@@ -36,6 +36,8 @@ struct Shared {
     cleanup_fails: bool,
     /// What the cheap intactness check answers.
     broken: bool,
+    /// How often the loop asked when stale chains are due: once per turn of the loop.
+    turns: usize,
 }
 
 /// An in-memory kernel: records syncs, fails or blocks on request.
@@ -81,7 +83,10 @@ impl Kernel for Fake {
     }
 
     fn cleanup_due(&self) -> Option<Instant> {
-        self.with(|s| s.stale_at)
+        self.with(|s| {
+            s.turns += 1;
+            s.stale_at
+        })
     }
 
     fn cleanup(&mut self) -> Result<usize, NftError> {
@@ -142,6 +147,24 @@ fn cluster(n: u32) -> Vec<ObjectChange> {
     std::iter::once(node()).chain((0..n).flat_map(|i| [service(i), slice(i, 0)])).collect()
 }
 
+/// A loop for `fake` that has been handed `cluster(services)` by its one source, and its inbox.
+fn listed(fake: &Fake, periods: Periods, services: u32) -> (Syncer<Fake>, Arc<Inbox>) {
+    let inbox = Arc::new(Inbox::default());
+    let syncer = Syncer::new(config(), periods, fake.clone(), &["manifests"]);
+    inbox.send_all(cluster(services));
+    inbox.listed("manifests");
+    (syncer, inbox)
+}
+
+/// Runs the loop on a thread of its own while `meanwhile` runs, then stops it.
+fn running(syncer: Syncer<Fake>, inbox: &Arc<Inbox>, meanwhile: impl FnOnce()) {
+    let loop_inbox = inbox.clone();
+    let thread = std::thread::spawn(move || syncer.run(&loop_inbox));
+    meanwhile();
+    inbox.request(|r| r.shutdown = true);
+    thread.join().unwrap();
+}
+
 /// Delivers what the inbox holds and syncs if due, as one turn of the loop.
 fn turn(syncer: &mut Syncer<Fake>, inbox: &Inbox) {
     assert!(syncer.take(inbox.wait(Instant::now())));
@@ -168,10 +191,7 @@ fn nothing_is_applied_before_every_source_has_listed() {
 #[test]
 fn one_endpoint_change_on_a_node_with_addresses_renders_one_service() {
     let fake = Fake::default();
-    let inbox = Inbox::default();
-    let mut syncer = Syncer::new(config(), periods(Duration::ZERO), fake.clone(), &["manifests"]);
-    inbox.send_all(cluster(50));
-    inbox.listed("manifests");
+    let (mut syncer, inbox) = listed(&fake, periods(Duration::ZERO), 50);
     turn(&mut syncer, &inbox);
     inbox.send(slice(7, 1));
     turn(&mut syncer, &inbox);
@@ -187,10 +207,7 @@ fn one_endpoint_change_on_a_node_with_addresses_renders_one_service() {
 #[test]
 fn an_update_that_changes_nothing_syncs_nothing() {
     let fake = Fake::default();
-    let inbox = Inbox::default();
-    let mut syncer = Syncer::new(config(), periods(Duration::ZERO), fake.clone(), &["manifests"]);
-    inbox.send_all(cluster(5));
-    inbox.listed("manifests");
+    let (mut syncer, inbox) = listed(&fake, periods(Duration::ZERO), 5);
     turn(&mut syncer, &inbox);
     inbox.send_all(cluster(5));
     turn(&mut syncer, &inbox);
@@ -232,16 +249,9 @@ fn changes_arriving_during_a_blocked_sync_coalesce_in_bounded_memory() {
 fn failed_syncs_are_retried_fully_after_a_backoff_with_a_floor() {
     let fake = Fake::default();
     fake.with(|s| s.failing = usize::MAX);
-    let inbox = Arc::new(Inbox::default());
     // Even with no minimum between syncs, a failing sync must not spin.
-    let syncer = Syncer::new(config(), periods(Duration::ZERO), fake.clone(), &["manifests"]);
-    inbox.send_all(cluster(2));
-    inbox.listed("manifests");
-    let loop_inbox = inbox.clone();
-    let thread = std::thread::spawn(move || syncer.run(&loop_inbox));
-    std::thread::sleep(MIN_RETRY * 2 + MIN_RETRY / 2);
-    inbox.request(|r| r.shutdown = true);
-    thread.join().unwrap();
+    let (syncer, inbox) = listed(&fake, periods(Duration::ZERO), 2);
+    running(syncer, &inbox, || std::thread::sleep(MIN_RETRY * 2 + MIN_RETRY / 2));
     let calls = fake.calls();
     // At 0 s, after 1 s, then after 2 s more (3 s): two within 2.5 s.
     assert_eq!(calls.len(), 2, "{calls:?}");
@@ -251,16 +261,9 @@ fn failed_syncs_are_retried_fully_after_a_backoff_with_a_floor() {
 #[test]
 fn stale_chains_are_deleted_when_due_without_another_sync() {
     let fake = Fake::default();
-    let inbox = Arc::new(Inbox::default());
-    let syncer = Syncer::new(config(), periods(Duration::ZERO), fake.clone(), &["manifests"]);
-    inbox.send_all(cluster(1));
-    inbox.listed("manifests");
+    let (syncer, inbox) = listed(&fake, periods(Duration::ZERO), 1);
     fake.with(|s| s.stale_at = Some(Instant::now() + Duration::from_millis(200)));
-    let loop_inbox = inbox.clone();
-    let thread = std::thread::spawn(move || syncer.run(&loop_inbox));
-    std::thread::sleep(Duration::from_millis(600));
-    inbox.request(|r| r.shutdown = true);
-    thread.join().unwrap();
+    running(syncer, &inbox, || std::thread::sleep(Duration::from_millis(600)));
     assert_eq!(fake.calls().len(), 1);
     assert_eq!(fake.with(|s| s.cleanups), 1, "the flushed chains must be deleted on schedule");
 }
@@ -268,19 +271,12 @@ fn stale_chains_are_deleted_when_due_without_another_sync() {
 #[test]
 fn a_failing_stale_chain_deletion_is_retried_with_backoff_not_in_a_loop() {
     let fake = Fake::default();
-    let inbox = Arc::new(Inbox::default());
-    let syncer = Syncer::new(config(), periods(Duration::ZERO), fake.clone(), &["manifests"]);
-    inbox.send_all(cluster(1));
-    inbox.listed("manifests");
+    let (syncer, inbox) = listed(&fake, periods(Duration::ZERO), 1);
     fake.with(|s| {
         s.stale_at = Some(Instant::now());
         s.cleanup_fails = true;
     });
-    let loop_inbox = inbox.clone();
-    let thread = std::thread::spawn(move || syncer.run(&loop_inbox));
-    std::thread::sleep(MIN_RETRY * 2 + MIN_RETRY / 2);
-    inbox.request(|r| r.shutdown = true);
-    thread.join().unwrap();
+    running(syncer, &inbox, || std::thread::sleep(MIN_RETRY * 2 + MIN_RETRY / 2));
     // At about 0 s, 1 s and 3 s: two within 2.5 s.
     assert_eq!(fake.with(|s| s.cleanups), 2);
 }
@@ -288,10 +284,7 @@ fn a_failing_stale_chain_deletion_is_retried_with_backoff_not_in_a_loop() {
 #[test]
 fn lost_notifications_and_broken_tables_mean_a_repair() {
     let fake = Fake::default();
-    let inbox = Inbox::default();
-    let mut syncer = Syncer::new(config(), periods(Duration::ZERO), fake.clone(), &["manifests"]);
-    inbox.send_all(cluster(2));
-    inbox.listed("manifests");
+    let (mut syncer, inbox) = listed(&fake, periods(Duration::ZERO), 2);
     turn(&mut syncer, &inbox);
     fake.with(|s| s.broken = true);
     inbox.request(|r| r.unsure = true);
@@ -301,12 +294,33 @@ fn lost_notifications_and_broken_tables_mean_a_repair() {
 }
 
 #[test]
+fn the_loop_sleeps_when_nothing_can_be_done() {
+    let fake = Fake::default();
+    let inbox = Arc::new(Inbox::default());
+    // A source that never lists, and a periodic full sync long overdue: nothing can be done.
+    let short = Periods {
+        min_sync: Duration::from_secs(1),
+        sync: Duration::from_secs(30),
+        full_sync: Duration::from_millis(10),
+    };
+    let syncer = Syncer::new(config(), short, fake.clone(), &["manifests"]);
+    running(syncer, &inbox, || {
+        std::thread::sleep(Duration::from_millis(300));
+        // Listed, with a sync allowed only a second after the first: the overdue full sync
+        // must wait for it rather than spin.
+        inbox.send_all(cluster(1));
+        inbox.listed("manifests");
+        std::thread::sleep(Duration::from_millis(300));
+    });
+    let turns = fake.with(|s| s.turns);
+    assert!(turns < 20, "the loop turned {turns} times in 0.6 s");
+    assert_eq!(fake.calls().len(), 1);
+}
+
+#[test]
 fn requests_steer_the_next_sync() {
     let fake = Fake::default();
-    let inbox = Inbox::default();
-    let mut syncer = Syncer::new(config(), periods(Duration::ZERO), fake.clone(), &["manifests"]);
-    inbox.send_all(cluster(2));
-    inbox.listed("manifests");
+    let (mut syncer, inbox) = listed(&fake, periods(Duration::ZERO), 2);
     turn(&mut syncer, &inbox);
     inbox.request(|r| r.refresh = true);
     turn(&mut syncer, &inbox);

@@ -1,39 +1,16 @@
 //! The manifests source's watcher: what it delivers to the sync thread as files change, and
 //! what it holds back when input is bad (nothing is lost).
 
+mod common;
+
+use common::Scratch;
 use kube_nftproxy::inbox::Inbox;
 use kube_nftproxy::manifests::{SOURCE, Watcher, watch};
 use kube_nftproxy::model::{Model, ObjectChange};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
-
-/// A scratch directory, removed when dropped.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let dir = std::env::temp_dir().join(format!("knp-watcher-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Dir(dir)
-    }
-
-    fn write(&self, name: &str, text: &str) {
-        std::fs::write(self.0.join(name), text).unwrap();
-    }
-
-    fn remove(&self, name: &str) {
-        std::fs::remove_file(self.0.join(name)).unwrap();
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn service(name: &str, ip: &str) -> String {
     format!(
@@ -79,7 +56,7 @@ impl Rig {
 
 #[test]
 fn only_changed_objects_are_delivered_and_moves_change_nothing() {
-    let dir = Dir::new("moves");
+    let dir = Scratch::new("moves");
     dir.write("a.yaml", &service("web", "10.96.0.1"));
     dir.write("b.yaml", &service("db", "10.96.0.2"));
     let mut rig = Rig::new(&dir.0);
@@ -96,7 +73,7 @@ fn only_changed_objects_are_delivered_and_moves_change_nothing() {
 
 #[test]
 fn bad_input_loses_nothing() {
-    let dir = Dir::new("bad");
+    let dir = Scratch::new("bad");
     dir.write("a.yaml", &service("web", "10.96.0.1"));
     dir.write("b.yaml", &service("db", "10.96.0.2"));
     let mut rig = Rig::new(&dir.0);
@@ -121,7 +98,7 @@ fn bad_input_loses_nothing() {
 
 #[test]
 fn when_the_first_of_two_copies_goes_the_second_takes_over() {
-    let dir = Dir::new("dups");
+    let dir = Scratch::new("dups");
     dir.write("a.yaml", &service("web", "10.96.0.1"));
     dir.write("b.yaml", &service("web", "10.96.0.2"));
     let mut rig = Rig::new(&dir.0);
@@ -134,7 +111,7 @@ fn when_the_first_of_two_copies_goes_the_second_takes_over() {
 
 #[test]
 fn this_node_comes_and_goes_even_between_two_syncs() {
-    let dir = Dir::new("node");
+    let dir = Scratch::new("node");
     dir.write("svc.yaml", &service("web", "10.96.0.1"));
     let mut rig = Rig::new(&dir.0);
     rig.load();
@@ -156,7 +133,7 @@ fn this_node_comes_and_goes_even_between_two_syncs() {
 
 #[test]
 fn a_path_that_appears_after_start_is_read() {
-    let dir = Dir::new("late");
+    let dir = Scratch::new("late");
     let late = dir.0.join("manifests");
     let inbox = Arc::new(Inbox::default());
     let stop = Arc::new(AtomicBool::new(false));

@@ -3,7 +3,6 @@
 mod files;
 mod watch;
 
-pub use files::fingerprint;
 pub use watch::{SOURCE, Watcher, watch};
 
 use crate::model::{ApiObject, Model, ObjectId, ObjectKind};

@@ -157,27 +157,19 @@ impl Model {
         std::mem::take(&mut self.changes)
     }
 
-    /// The changes that turn `old` into this model (for sources that deliver whole snapshots).
-    fn changes_since(&self, old: &Model) -> Changes {
-        let mut services = BTreeSet::new();
-        let keys = self.services.keys().chain(old.services.keys()).chain(self.slices.keys()).chain(old.slices.keys());
-        for key in keys {
-            if self.services.get(key) != old.services.get(key) || self.slices.get(key) != old.slices.get(key) {
-                services.insert(key.clone());
-            }
+    /// Makes the model equal to `snapshot` of the cluster (the host's addresses stay) by
+    /// filing, object by object, what differs: the one way in that every source's changes take.
+    pub fn replace(&mut self, snapshot: Model) {
+        let mut changes = Vec::new();
+        let services: BTreeSet<&ObjectKey> = self.services.keys().chain(snapshot.services.keys()).collect();
+        changes
+            .extend(services.into_iter().map(|k| ObjectChange::Service(k.clone(), snapshot.services.get(k).cloned())));
+        let slices: BTreeSet<&ObjectKey> = self.slice_owner.keys().chain(snapshot.slice_owner.keys()).collect();
+        changes.extend(slices.into_iter().map(|k| ObjectChange::Slice(k.clone(), snapshot.slice(k).cloned())));
+        changes.push(ObjectChange::Node(snapshot.node.clone()));
+        for change in changes {
+            self.file(change);
         }
-        Changes { services, global: self.node != old.node || self.host_addresses != old.host_addresses }
-    }
-
-    /// Replaces the model by a snapshot of the cluster (the host's addresses stay), noting
-    /// what differs on top of the changes not yet taken.
-    pub fn replace(&mut self, mut snapshot: Model) {
-        snapshot.host_addresses = self.host_addresses.clone();
-        let mut changes = snapshot.changes_since(self);
-        changes.global |= self.changes.global;
-        changes.services.append(&mut self.changes.services);
-        snapshot.changes = changes;
-        *self = snapshot;
     }
 
     /// The EndpointSlice filed under its own namespace and name.

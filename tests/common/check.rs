@@ -56,3 +56,24 @@ pub fn web_on(c: &Cluster, pods: &[&str]) -> Vec<Value> {
     let eps = pods.iter().map(|p| endpoint(c.pod_named(p), false, json!({}))).collect();
     vec![service("web", spec, json!({})), slice("web", false, "TCP", eps)]
 }
+
+/// Connects from `ns` to `dst` every 10 ms for `how_long` on a thread of its own; the thread
+/// returns every failure (when, and what happened instead of a reply).
+pub fn probe_during(ns: &Netns, dst: &str, how_long: Duration) -> std::thread::JoinHandle<Vec<String>> {
+    let client = ns.name.clone();
+    let dst: SocketAddr = dst.parse().unwrap();
+    std::thread::spawn(move || {
+        in_netns(&client, move || {
+            let mut failures = Vec::new();
+            let start = std::time::Instant::now();
+            while start.elapsed() < how_long {
+                let p = probe(Proto::Tcp, dst, None, Duration::from_secs(1));
+                if !matches!(p, Probe::Reply(_)) {
+                    failures.push(format!("{:?}: {}", start.elapsed(), p.who()));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            failures
+        })
+    })
+}

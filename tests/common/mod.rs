@@ -105,6 +105,35 @@ pub fn kernel_available() -> bool {
     }
 }
 
+/// A scratch directory for one test, removed when dropped.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    /// A fresh, empty directory named after `tag` and this process.
+    pub fn new(tag: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("knp-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        Scratch(dir)
+    }
+
+    /// Writes `text` to file `name` in it.
+    pub fn write(&self, name: &str, text: &str) {
+        std::fs::write(self.0.join(name), text).expect("write scratch file");
+    }
+
+    /// Removes file `name` from it.
+    pub fn remove(&self, name: &str) {
+        std::fs::remove_file(self.0.join(name)).expect("remove scratch file");
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 static NETNS_SEQ: AtomicUsize = AtomicUsize::new(0);
 
 /// A network namespace that is deleted when dropped, also when the test fails.
