@@ -14,6 +14,11 @@ fn cell(r: &Value, path: &[&str]) -> String {
     }
 }
 
+/// A count (services, rewrites) as a whole number.
+fn count(v: &Value) -> String {
+    v.as_f64().map_or_else(|| "-".into(), |n| format!("{n:.0}"))
+}
+
 /// How many times upstream's load took ours (medians); past the cut-off, at least the cut-off's.
 fn ratio(r: &Value, upstream: &str) -> String {
     let m = &r["median"];
@@ -48,9 +53,9 @@ fn row(r: &Value) -> Vec<String> {
         cell(r, &["full_refresh_ms"]),
         cell(r, &["full_repair_ms"]),
         cell(r, &["partial_1", "total_ms"]),
-        r["median"]["partial_1"]["lines"].to_string(),
+        count(&r["median"]["partial_1"]["lines"]),
         cell(r, &["partial_100", "total_ms"]),
-        r["median"]["partial_100"]["lines"].to_string(),
+        count(&r["median"]["partial_100"]["lines"]),
         peak(r, "proxy_rss_first_mb", "nft_rss_first_mb"),
         peak(r, "proxy_rss_refresh_mb", "nft_rss_refresh_mb"),
         peak(r, "proxy_rss_repair_mb", "nft_rss_repair_mb"),
@@ -91,7 +96,7 @@ pub fn finish(results: &[Value], latency: &[Value], churn: &[Value], machine: &V
     );
     println!("\n| services | connect median µs | connect p99 µs |\n|---|---|---|");
     for l in latency {
-        println!("| {} | {} | {} |", l["median"]["services"], cell(l, &["median_us"]), cell(l, &["p99_us"]));
+        println!("| {} | {} | {} |", count(&l["median"]["services"]), cell(l, &["median_us"]), cell(l, &["p99_us"]));
     }
     println!(
         "\n| daemon under churn | rewrites | RSS before MB | RSS at most MB | RSS after MB | syncs |\n|---|---|---|---|---|---|"
@@ -101,11 +106,11 @@ pub fn finish(results: &[Value], latency: &[Value], churn: &[Value], machine: &V
         println!(
             "| {} | {} | {} | {} | {} | {} |",
             m["scenario"].as_str().unwrap_or("?"),
-            m["rewrites"],
+            count(&m["rewrites"]),
             cell(c, &["rss_before_mb"]),
             cell(c, &["rss_most_mb"]),
             cell(c, &["rss_after_mb"]),
-            cell(c, &["syncs"])
+            count(&m["syncs"])
         );
     }
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
