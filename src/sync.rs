@@ -108,16 +108,6 @@ impl<K: Kernel> Syncer<K> {
         }
     }
 
-    /// The model.
-    pub fn model(&self) -> &Model {
-        &self.model
-    }
-
-    /// What applies.
-    pub fn kernel(&self) -> &K {
-        &self.kernel
-    }
-
     /// Runs until a shutdown request arrives.
     pub fn run(mut self, inbox: &Inbox) {
         loop {
