@@ -4,6 +4,7 @@
 pub mod config;
 pub mod host;
 pub mod inbox;
+pub mod kube;
 pub mod lock;
 pub mod manifests;
 pub mod model;

@@ -109,9 +109,12 @@ pub fn kernel_available() -> bool {
 pub struct Scratch(pub PathBuf);
 
 impl Scratch {
-    /// A fresh, empty directory named after `tag` and this process.
+    /// A fresh, empty directory named after `tag`, this process and a sequence number (tests
+    /// run in parallel).
     pub fn new(tag: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("knp-{tag}-{}", std::process::id()));
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let seq = SEQ.fetch_add(1, Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("knp-{tag}-{}-{seq}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("scratch directory");
         Scratch(dir)
