@@ -110,14 +110,7 @@ pub fn parse_period(s: &str) -> Result<Duration, String> {
 
 /// Whether `name` is a DNS-1123 subdomain, as Kubernetes requires of node names.
 pub fn valid_node_name(name: &str) -> bool {
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    !name.is_empty() && name.len() <= 253 && name.split('.').all(label_ok)
+    name.len() <= 253 && name.split('.').all(crate::model::is_dns_label)
 }
 
 /// Where NodePort traffic is accepted.

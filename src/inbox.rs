@@ -47,6 +47,12 @@ struct Pending {
     requests: Requests,
 }
 
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.objects.is_empty() && self.listed.is_empty() && self.requests == Requests::default()
+    }
+}
+
 /// A mailbox that coalesces per object; senders never block for long and never queue.
 #[derive(Debug, Default)]
 pub struct Inbox {
@@ -67,9 +73,7 @@ impl Inbox {
 
     /// Delivers one object's latest state, replacing any not yet taken for the same object.
     pub fn send(&self, change: ObjectChange) {
-        self.update(|p| {
-            p.objects.insert(change.id(), change);
-        });
+        self.send_all([change]);
     }
 
     /// Delivers several objects' states under one lock.
@@ -98,10 +102,8 @@ impl Inbox {
     pub fn wait(&self, deadline: Instant) -> Delivery {
         let mut pending = self.lock();
         loop {
-            let empty =
-                pending.objects.is_empty() && pending.listed.is_empty() && pending.requests == Requests::default();
             let now = Instant::now();
-            if !empty || now >= deadline {
+            if !pending.is_empty() || now >= deadline {
                 break;
             }
             pending = match self.arrived.wait_timeout(pending, deadline - now) {

@@ -54,6 +54,41 @@ fn after(t: Instant, d: Duration) -> Instant {
     t.checked_add(d).or_else(|| t.checked_add(MAX_DURATION)).unwrap_or(t)
 }
 
+/// A retry schedule: nothing before `at`; after each failure the wait doubles, from a floor
+/// (never below `MIN_RETRY`: what fails at once must not spin) up to a cap.
+#[derive(Debug, Clone, Copy)]
+struct Backoff {
+    at: Option<Instant>,
+    wait: Duration,
+    floor: Duration,
+    cap: Duration,
+}
+
+impl Backoff {
+    fn new(floor: Duration, cap: Duration) -> Backoff {
+        let floor = floor.max(MIN_RETRY);
+        Backoff { at: None, wait: floor, floor, cap: cap.max(floor) }
+    }
+
+    /// Notes a failure at `now`; returns how long until the retry.
+    fn failed(&mut self, now: Instant) -> Duration {
+        let wait = self.wait;
+        self.at = Some(after(now, wait));
+        self.wait = (wait * 2).min(self.cap);
+        wait
+    }
+
+    fn succeeded(&mut self) {
+        self.at = None;
+        self.wait = self.floor;
+    }
+
+    /// `t`, or the retry time if that is later.
+    fn not_before(&self, t: Instant) -> Instant {
+        self.at.map_or(t, |at| at.max(t))
+    }
+}
+
 /// The sync thread's state: the model, what was rendered from it, and when to sync next.
 pub struct Syncer<K: Kernel> {
     model: Model,
@@ -71,16 +106,16 @@ pub struct Syncer<K: Kernel> {
     refresh: bool,
     next_allowed: Instant,
     last_full: Instant,
-    retry_at: Option<Instant>,
-    backoff: Duration,
+    /// Retries of failed syncs.
+    retry: Backoff,
     /// Rendering warnings already reported, so each is logged once, not on every sync.
     reported: BTreeSet<String>,
     /// Full syncs in a row during which another process committed.
     unsure_streak: u32,
     /// The last sync's outcome and when it ended, for the summary.
     last: Option<(SyncKind, Duration, Instant)>,
-    /// After a failed stale-chain deletion: not again before this, and the wait after the next failure.
-    cleanup_retry: (Option<Instant>, Duration),
+    /// Retries of failed stale-chain deletions.
+    cleanup_retry: Backoff,
 }
 
 impl<K: Kernel> Syncer<K> {
@@ -99,12 +134,11 @@ impl<K: Kernel> Syncer<K> {
             refresh: false,
             next_allowed: now,
             last_full: now,
-            retry_at: None,
-            backoff: periods.min_sync.max(MIN_RETRY),
+            retry: Backoff::new(periods.min_sync, periods.sync),
             reported: BTreeSet::new(),
             unsure_streak: 0,
             last: None,
-            cleanup_retry: (None, MIN_RETRY),
+            cleanup_retry: Backoff::new(MIN_RETRY, periods.sync),
         }
     }
 
@@ -129,7 +163,7 @@ impl<K: Kernel> Syncer<K> {
         let periodic = after(self.last_full, self.periods.full_sync);
         let mut wake = if self.unlisted.is_empty() {
             let due = self.dirty || self.force_full || self.refresh || now >= periodic;
-            let allowed = self.next_allowed.max(self.retry_at.unwrap_or(self.next_allowed));
+            let allowed = self.retry.not_before(self.next_allowed);
             if due { allowed } else { periodic }
         } else {
             after(now, MAX_DURATION)
@@ -143,7 +177,7 @@ impl<K: Kernel> Syncer<K> {
     /// When stale chains are to be deleted: when the kernel says, but not before a retry is due.
     fn cleanup_due(&self) -> Option<Instant> {
         let due = self.kernel.cleanup_due()?;
-        Some(self.cleanup_retry.0.map_or(due, |retry| due.max(retry)))
+        Some(self.cleanup_retry.not_before(due))
     }
 
     /// Takes in what the inbox delivered; false means stop.
@@ -181,7 +215,7 @@ impl<K: Kernel> Syncer<K> {
             self.refresh = true;
         }
         let due = self.dirty || self.force_full || self.refresh;
-        if self.unlisted.is_empty() && due && now >= self.next_allowed && self.retry_at.is_none_or(|r| now >= r) {
+        if self.unlisted.is_empty() && due && now >= self.retry.not_before(self.next_allowed) {
             self.sync_once();
         } else if self.cleanup_due().is_some_and(|at| now >= at) {
             self.cleanup();
@@ -194,13 +228,11 @@ impl<K: Kernel> Syncer<K> {
         match self.kernel.cleanup() {
             Ok(n) => {
                 log::debug!("deleted {n} stale chains");
-                self.cleanup_retry = (None, MIN_RETRY);
+                self.cleanup_retry.succeeded();
             }
             Err(e) => {
-                let wait = self.cleanup_retry.1;
+                let wait = self.cleanup_retry.failed(Instant::now());
                 log::warn!("deleting stale chains failed, retrying in {wait:?}: {e}");
-                self.cleanup_retry =
-                    (Some(after(Instant::now(), wait)), (wait * 2).min(self.periods.sync.max(MIN_RETRY)));
             }
         }
     }
@@ -246,13 +278,9 @@ impl<K: Kernel> Syncer<K> {
         match result {
             Ok(report) => self.succeeded(&report, (rendered_at - started, end - rendered_at), end),
             Err(e) => {
-                log::error!(
-                    "sync failed, old rules stay in place; retrying in {:?} with a full sync: {e}",
-                    self.backoff
-                );
+                let wait = self.retry.failed(end);
+                log::error!("sync failed, old rules stay in place; retrying in {wait:?} with a full sync: {e}");
                 self.force_full = true;
-                self.retry_at = Some(after(end, self.backoff));
-                self.backoff = (self.backoff * 2).min(self.periods.sync.max(MIN_RETRY));
             }
         }
     }
@@ -270,8 +298,7 @@ impl<K: Kernel> Syncer<K> {
         if full {
             self.last_full = end;
         }
-        self.retry_at = None;
-        self.backoff = self.periods.min_sync.max(MIN_RETRY);
+        self.retry.succeeded();
         // Another process committed while notifications were paused: what it changed is
         // unknown, so sync fully again; after a few such collisions in a row (a busy
         // neighbour), settle for the cheap check instead of syncing fully forever.

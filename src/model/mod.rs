@@ -8,7 +8,7 @@ mod services;
 pub use change::{ObjectChange, ObjectId, ObjectKind};
 pub use endpoints::{Endpoint, EndpointSliceInfo, SliceEndpoint, SlicePort};
 pub use node::NodeInfo;
-pub use services::{DEFAULT_AFFINITY_TIMEOUT, ObjectError, SERVICE_PROXY_NAME_LABEL, ServicePort};
+pub use services::{DEFAULT_AFFINITY_TIMEOUT, ObjectError, SERVICE_PROXY_NAME_LABEL, ServicePort, is_dns_label};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

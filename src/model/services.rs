@@ -192,14 +192,19 @@ fn parse_ips<'a>(ips: impl IntoIterator<Item = &'a String>, what: &str) -> Resul
     Ok(out)
 }
 
-/// Namespaces and names become part of chain names, so they must be DNS labels.
-fn check_name(s: &str) -> Result<(), String> {
-    let ok = !s.is_empty()
+/// Whether `s` is a DNS-1123 label, as Kubernetes requires of namespaces, Service names and
+/// port names (and of each part of a node name).
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
         && s.len() <= 63
         && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
-        && !s.ends_with('-');
-    if ok { Ok(()) } else { Err(format!("{s:?} is not a valid DNS label")) }
+        && !s.ends_with('-')
+}
+
+/// Namespaces and names become part of chain names, so they must be DNS labels.
+fn check_name(s: &str) -> Result<(), String> {
+    if is_dns_label(s) { Ok(()) } else { Err(format!("{s:?} is not a valid DNS label")) }
 }
 
 /// Service port names are DNS labels (up to 63 characters), as the API server validates them.
