@@ -42,6 +42,22 @@ pub struct Flags {
     /// A file or directory of YAML/JSON manifests (Services, EndpointSlices, this Node; `kind: List` too).
     #[arg(long, value_name = "PATH")]
     pub manifests: Option<PathBuf>,
+    /// A kubeconfig naming the API server and credentials (its current context is used).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The API server's URL, overriding the kubeconfig's server.
+    #[arg(long, value_name = "URL")]
+    pub master: Option<String>,
+    /// The shortest watch timeout asked of the API server; each watch asks for a random one
+    /// up to twice it (tests shorten it).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_period, hide = true)]
+    pub watch_timeout: Duration,
+    /// Objects per list page.
+    #[arg(long, value_name = "N", default_value_t = 500, hide = true)]
+    pub list_page_size: usize,
+    /// How long the first sync waits for this node's Node object from the API server.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration, hide = true)]
+    pub node_wait: Duration,
     /// This node's name, as in its Node object and EndpointSlice `nodeName`.
     #[arg(long, value_name = "NODE", env = "NODE_NAME")]
     pub hostname_override: Option<String>,

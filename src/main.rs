@@ -5,9 +5,10 @@ use anyhow::Context;
 use clap::Parser;
 use kube_nftproxy::config::{Config, Flags};
 use kube_nftproxy::inbox::Inbox;
+use kube_nftproxy::model::Model;
 use kube_nftproxy::nft::{Applier, OwnPids, cleanup, exec, guard};
 use kube_nftproxy::sync::{Periods, Syncer};
-use kube_nftproxy::{lock, manifests, render};
+use kube_nftproxy::{kube, lock, manifests, render};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -41,17 +42,44 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             log::error!("{e:#}");
-            ExitCode::from(EXIT_BAD_INPUT)
+            // The API server or its credentials are at fault, not the input.
+            let api = e.downcast_ref::<kube::ClientError>().is_some()
+                || e.downcast_ref::<kube::ApiError>().is_some()
+                || e.downcast_ref::<kube::KubeConfigError>().is_some();
+            if api { ExitCode::FAILURE } else { ExitCode::from(EXIT_BAD_INPUT) }
         }
     }
 }
 
+/// The API source's shared state for the flags, if an API server is to be followed.
+fn api_source(
+    flags: &Flags,
+    node_name: &str,
+    inbox: &Arc<Inbox>,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<Option<Arc<kube::Shared>>> {
+    let Some(cfg) =
+        kube::client_config(flags.kubeconfig.as_deref(), flags.master.as_deref(), flags.manifests.is_some())?
+    else {
+        return Ok(None);
+    };
+    let client = kube::Client::new(&cfg)?;
+    let settings = kube::Settings { page_size: flags.list_page_size.max(1), watch_timeout: flags.watch_timeout };
+    Ok(Some(Arc::new(kube::Shared::new(client, settings, node_name, inbox.clone(), stop.clone()))))
+}
+
 fn dry_run(flags: &Flags) -> anyhow::Result<()> {
     let cfg = Config::from_flags(flags)?;
-    let path = flags.manifests.as_ref().context("--manifests is required")?;
-    let (mut model, warnings) = manifests::load_model(path, &cfg.node_name)?;
-    for w in warnings {
-        log::warn!("{w}");
+    let inbox = Arc::new(Inbox::default());
+    if let Some(path) = &flags.manifests {
+        manifests::Watcher::new(path.clone(), cfg.node_name.clone(), inbox.clone()).load()?;
+    }
+    if let Some(api) = api_source(flags, &cfg.node_name, &inbox, &Arc::new(AtomicBool::new(false)))? {
+        kube::list_once(&api).with_context(|| format!("listing from {}", api.client.server()))?;
+    }
+    let mut model = Model::default();
+    for change in inbox.wait(std::time::Instant::now()).changes {
+        model.file(change);
     }
     model.set_host_addresses(kube_nftproxy::host::interface_addresses().context("reading interface addresses")?);
     let ruleset = render::render(&model, &cfg)?;
@@ -92,7 +120,6 @@ fn run_cleanup(flags: &Flags) -> anyhow::Result<()> {
 
 fn daemon(flags: &Flags) -> anyhow::Result<()> {
     let cfg = Config::from_flags(flags)?;
-    let path = flags.manifests.clone().context("--manifests is required (the API server source is not built yet)")?;
     let periods =
         Periods { min_sync: flags.min_sync_period, sync: flags.sync_period, full_sync: flags.full_sync_period };
     let inbox = Arc::new(Inbox::default());
@@ -110,10 +137,23 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
         guard::Alarm::Unsure => alarms.request(|r| r.unsure = true),
     })
     .context("watching nftables notifications")?;
-    let _source = manifests::watch(path, cfg.node_name.clone(), MANIFEST_POLL, stop.clone(), inbox.clone())?;
+    let mut sources = Vec::new();
+    if let Some(path) = flags.manifests.clone() {
+        manifests::watch(path, cfg.node_name.clone(), MANIFEST_POLL, stop.clone(), inbox.clone())?;
+        sources.push(manifests::SOURCE);
+    }
+    let api = api_source(flags, &cfg.node_name, &inbox, &stop)?;
+    if let Some(api) = &api {
+        log::info!("following the API server at {}", api.client.server());
+        kube::start(api)?;
+        sources.extend(kube::REQUIRED);
+    }
     let limits = exec::Limits { timeout: flags.nft_timeout, stop: stop.clone() };
     let applier = Applier::new(&cfg.node_name, own).with_quiet(Arc::new(quiet)).with_limits(limits);
-    let syncer = Syncer::new(cfg, periods, applier, &[manifests::SOURCE]);
+    let mut syncer = Syncer::new(cfg, periods, applier, &sources);
+    if api.is_some() {
+        syncer = syncer.wait_for_node(flags.node_wait);
+    }
     std::thread::Builder::new().name("sync".into()).spawn(move || {
         syncer.run(&inbox);
         let _ = events.send(Event::SyncEnded);

@@ -116,7 +116,13 @@ pub struct Syncer<K: Kernel> {
     last: Option<(SyncKind, Duration, Instant)>,
     /// Retries of failed stale-chain deletions.
     cleanup_retry: Backoff,
+    /// While this node's Node object has not arrived: until when the first sync waits for
+    /// it, and when to say so again in the log.
+    node_wait: Option<(Instant, Instant)>,
 }
+
+/// How often the log says the proxy is still waiting for its Node.
+const NODE_WAIT_LOG: Duration = Duration::from_secs(10);
 
 impl<K: Kernel> Syncer<K> {
     /// A sync loop that applies through `kernel` once every source in `sources` has listed.
@@ -139,7 +145,35 @@ impl<K: Kernel> Syncer<K> {
             unsure_streak: 0,
             last: None,
             cleanup_retry: Backoff::new(MIN_RETRY, periods.sync),
+            node_wait: None,
         }
+    }
+
+    /// Makes the first sync wait up to `up_to` for this node's Node object, whose addresses
+    /// and labels the rules depend on (as kube-proxy does); after that it syncs without.
+    pub fn wait_for_node(mut self, up_to: Duration) -> Syncer<K> {
+        let now = Instant::now();
+        self.node_wait = Some((after(now, up_to), now));
+        self
+    }
+
+    /// Whether the first sync still waits for the Node; logs about it now and then.
+    fn waiting_for_node(&mut self, now: Instant) -> bool {
+        let Some((deadline, log_at)) = self.node_wait else { return false };
+        if self.model.node.is_some() {
+            self.node_wait = None;
+            return false;
+        }
+        if now >= deadline {
+            log::warn!("Node {:?} did not appear; syncing without its addresses and labels", self.cfg.node_name);
+            self.node_wait = None;
+            return false;
+        }
+        if now >= log_at && self.unlisted.is_empty() {
+            log::info!("waiting for Node {:?} before the first sync", self.cfg.node_name);
+            self.node_wait = Some((deadline, after(now, NODE_WAIT_LOG)));
+        }
+        true
     }
 
     /// Runs until a shutdown request arrives.
@@ -161,10 +195,17 @@ impl<K: Kernel> Syncer<K> {
     pub fn next_wake(&self) -> Instant {
         let now = Instant::now();
         let periodic = after(self.last_full, self.periods.full_sync);
+        let node_wait = self.node_wait.filter(|_| self.model.node.is_none());
         let mut wake = if self.unlisted.is_empty() {
             let due = self.dirty || self.force_full || self.refresh || now >= periodic;
             let allowed = self.retry.not_before(self.next_allowed);
-            if due { allowed } else { periodic }
+            match node_wait {
+                // Until the Node arrives (a delivery wakes the loop), only the log line and
+                // the end of the wait are due.
+                Some((deadline, log_at)) if due => log_at.min(deadline).max(allowed),
+                _ if due => allowed,
+                _ => periodic,
+            }
         } else {
             after(now, MAX_DURATION)
         };
@@ -215,7 +256,11 @@ impl<K: Kernel> Syncer<K> {
             self.refresh = true;
         }
         let due = self.dirty || self.force_full || self.refresh;
-        if self.unlisted.is_empty() && due && now >= self.retry.not_before(self.next_allowed) {
+        if self.unlisted.is_empty()
+            && due
+            && now >= self.retry.not_before(self.next_allowed)
+            && !self.waiting_for_node(now)
+        {
             self.sync_once();
         } else if self.cleanup_due().is_some_and(|at| now >= at) {
             self.cleanup();

@@ -334,3 +334,44 @@ fn requests_steer_the_next_sync() {
     inbox.request(|r| r.shutdown = true);
     assert!(!syncer.take(inbox.wait(Instant::now())));
 }
+
+#[test]
+fn the_first_sync_waits_for_the_node_without_spinning() {
+    let fake = Fake::default();
+    let inbox = Arc::new(Inbox::default());
+    let syncer = Syncer::new(config(), periods(Duration::ZERO), fake.clone(), &["services", "endpointslices"])
+        .wait_for_node(Duration::from_secs(60));
+    inbox.send_all((0..3).flat_map(|i| [service(i), slice(i, 0)]));
+    inbox.listed("services");
+    inbox.listed("endpointslices");
+    running(syncer, &inbox, || {
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(fake.calls().is_empty(), "nothing may be applied before this node's Node is known");
+        inbox.send(node());
+        let start = Instant::now();
+        while fake.calls().is_empty() && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    assert_eq!(fake.calls().len(), 1, "the Node's arrival starts the first sync");
+    // A loop that spun while waiting would have asked for stale chains thousands of times.
+    let turns = fake.with(|s| s.turns);
+    assert!(turns < 50, "the loop turned {turns} times while waiting");
+}
+
+#[test]
+fn without_the_node_the_first_sync_goes_ahead_after_the_wait() {
+    let fake = Fake::default();
+    let inbox = Arc::new(Inbox::default());
+    let syncer = Syncer::new(config(), periods(Duration::ZERO), fake.clone(), &["services", "endpointslices"])
+        .wait_for_node(Duration::from_millis(400));
+    inbox.send_all((0..3).flat_map(|i| [service(i), slice(i, 0)]));
+    inbox.listed("services");
+    inbox.listed("endpointslices");
+    running(syncer, &inbox, || {
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(fake.calls().is_empty(), "still waiting for the Node");
+        std::thread::sleep(Duration::from_millis(600));
+    });
+    assert_eq!(fake.calls().len(), 1, "after the wait the proxy syncs without its Node");
+}

@@ -1,6 +1,99 @@
-//! The Kubernetes API client side: where the API server is and how to authenticate to it
-//! (kubeconfig files and in-cluster configuration). The watch itself follows.
+//! The Kubernetes API as a source: where the API server is and how to authenticate to it
+//! (kubeconfig files and in-cluster configuration), the client, and one reflector thread per
+//! resource kube-proxy follows, each delivering per-object changes to the sync thread.
 
+mod client;
+mod decode;
 mod kubeconfig;
+mod reflector;
+mod retry;
 
+pub use client::{ApiError, Client, ClientError};
 pub use kubeconfig::{ClientConfig, KubeConfigError, Pem, SERVICE_ACCOUNT_DIR, Token, from_kubeconfig, in_cluster};
+pub use reflector::{Reflector, Resource, Settings, Shared};
+pub use retry::{Backoff, Quiet};
+
+use crate::model::ObjectKind;
+
+/// Source names (for the inbox's first-listing rule) of the resources the proxy must have
+/// listed before it applies anything.
+pub const REQUIRED: [&str; 2] = ["services", "endpointslices"];
+
+/// What kube-proxy watches, for node `node_name`: Services not claimed by another proxy and
+/// not headless, EndpointSlices not of headless Services, and this node's Node.
+pub fn resources(node_name: &str) -> Vec<Resource> {
+    vec![
+        Resource {
+            name: "services",
+            kind: ObjectKind::Service,
+            path: "/api/v1/services",
+            label_selector: Some("!service.kubernetes.io/service-proxy-name"),
+            field_selector: Some("spec.clusterIP!=None".into()),
+            field_selector_optional: true,
+            optional: false,
+        },
+        Resource {
+            name: "endpointslices",
+            kind: ObjectKind::EndpointSlice,
+            path: "/apis/discovery.k8s.io/v1/endpointslices",
+            label_selector: Some("!service.kubernetes.io/headless"),
+            field_selector: None,
+            field_selector_optional: false,
+            optional: false,
+        },
+        Resource {
+            name: "nodes",
+            kind: ObjectKind::Node,
+            path: "/api/v1/nodes",
+            label_selector: None,
+            field_selector: Some(format!("metadata.name={node_name}")),
+            field_selector_optional: false,
+            optional: false,
+        },
+    ]
+}
+
+/// Where the API server is, from the flags as kube-proxy reads them: `--kubeconfig` (with
+/// `--master` overriding its server), else `--master` alone (no credentials), else, when no
+/// other source is given, the in-cluster configuration; `None` when only manifests are used.
+pub fn client_config(
+    kubeconfig: Option<&std::path::Path>,
+    master: Option<&str>,
+    have_manifests: bool,
+) -> Result<Option<ClientConfig>, KubeConfigError> {
+    if let Some(path) = kubeconfig {
+        return from_kubeconfig(path, master).map(Some);
+    }
+    if let Some(server) = master {
+        return Ok(Some(ClientConfig {
+            server: server.to_string(),
+            ca: None,
+            insecure: false,
+            tls_server_name: None,
+            client_cert: None,
+            token: None,
+        }));
+    }
+    if have_manifests {
+        return Ok(None);
+    }
+    in_cluster(&|name| std::env::var(name).ok(), std::path::Path::new(SERVICE_ACCOUNT_DIR)).map(Some).map_err(|e| {
+        KubeConfigError::Invalid {
+            path: "in-cluster".into(),
+            what: format!("{e}; give --kubeconfig, --master or --manifests, or run in a pod"),
+        }
+    })
+}
+
+/// Starts one reflector thread per resource.
+pub fn start(shared: &std::sync::Arc<Shared>) -> std::io::Result<Vec<std::thread::JoinHandle<()>>> {
+    resources(&shared.node_name).into_iter().map(|r| Reflector::new(shared.clone(), r).spawn()).collect()
+}
+
+/// Lists every resource once into the shared inbox (for a dry run).
+pub fn list_once(shared: &std::sync::Arc<Shared>) -> Result<(), ApiError> {
+    for r in resources(&shared.node_name) {
+        Reflector::new(shared.clone(), r).list_once()?;
+    }
+    Ok(())
+}

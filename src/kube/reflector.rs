@@ -1,0 +1,411 @@
+//! One reflector thread per resource, as client-go's reflector does it: list (paged, from the
+//! watch cache with `resourceVersion=0`), then watch from the list's resourceVersion with
+//! bookmarks, resuming from the last resourceVersion seen whenever a watch ends. A 410 (too
+//! old, or an expired `continue`) relists and replaces what this resource delivered, so
+//! whatever was deleted meanwhile goes. Everything else backs off with jitter. Objects go to
+//! the [`Inbox`] one by one; a bad one is logged and skipped, keeping its last good state.
+
+use super::client::{ApiError, Client};
+use super::decode::{self, Decoded, Event, Meta, Page};
+use super::retry::{Backoff, Quiet};
+use crate::inbox::Inbox;
+use crate::model::{ObjectChange, ObjectKey, ObjectKind};
+use std::collections::HashSet;
+use std::io::BufRead;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a list page may stay silent.
+const LIST_IDLE: Duration = Duration::from_secs(60);
+
+/// How much longer than its `timeoutSeconds` a watch may stay silent before it is taken as
+/// stalled (the server closes it at the timeout, so silence past that means a dead stream).
+const WATCH_IDLE_MARGIN: Duration = Duration::from_secs(5);
+
+/// A watch that ends this soon without an event counts as a failure, so a server that
+/// closes every watch at once is not asked again in a loop.
+const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
+
+/// Changes sent to the inbox in one go while listing.
+const BATCH: usize = 500;
+
+/// What a reflector follows.
+#[derive(Debug, Clone)]
+pub struct Resource {
+    /// The resource's plural, also its source name for the inbox (`services`, …).
+    pub name: &'static str,
+    /// The kind of its objects.
+    pub kind: ObjectKind,
+    /// The collection's path (`/api/v1/services`).
+    pub path: &'static str,
+    /// `labelSelector`, if any.
+    pub label_selector: Option<&'static str>,
+    /// `fieldSelector`, if any.
+    pub field_selector: Option<String>,
+    /// Whether the field selector is only an optimisation, dropped when the server refuses
+    /// it (servers before 1.31 have no field selectors on Service specs).
+    pub field_selector_optional: bool,
+    /// Whether the server may not have this resource at all (404 ends the reflector).
+    pub optional: bool,
+}
+
+/// Timing of list and watch requests.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Objects per list page (`limit`).
+    pub page_size: usize,
+    /// The shortest watch `timeoutSeconds`; each watch asks for a random one up to twice it.
+    pub watch_timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        // client-go's page size and watch timeouts (5 to 10 minutes).
+        Settings { page_size: 500, watch_timeout: Duration::from_secs(300) }
+    }
+}
+
+/// What every reflector of one API server shares.
+pub struct Shared {
+    /// The client.
+    pub client: Client,
+    /// List and watch timing.
+    pub settings: Settings,
+    /// This node's name.
+    pub node_name: String,
+    /// Where objects go.
+    pub inbox: Arc<Inbox>,
+    /// Set when the daemon stops.
+    pub stop: Arc<AtomicBool>,
+    /// Failures logged lately, across reflectors: a wrong CA is one line, not one per resource.
+    quiet: Mutex<Quiet>,
+}
+
+impl Shared {
+    /// What the reflectors of `client` for node `node_name` share.
+    pub fn new(
+        client: Client,
+        settings: Settings,
+        node_name: &str,
+        inbox: Arc<Inbox>,
+        stop: Arc<AtomicBool>,
+    ) -> Shared {
+        Shared { client, settings, node_name: node_name.to_string(), inbox, stop, quiet: Mutex::default() }
+    }
+}
+
+/// Lists and watches one resource, delivering its objects to the inbox.
+pub struct Reflector {
+    shared: Arc<Shared>,
+    resource: Resource,
+    /// Objects delivered and not deleted since (bad ones included: they keep their last
+    /// good state), so a relist knows what went away.
+    known: HashSet<ObjectKey>,
+    /// The resourceVersion to watch from; empty until the first list.
+    rv: String,
+    listed: bool,
+    backoff: Backoff,
+}
+
+/// What to do after a step.
+enum Next {
+    Watch,
+    Relist,
+}
+
+/// What to do after a failure.
+pub(super) enum Recovery {
+    /// List again now, consistently (the server says what the reflector has is too old).
+    Relist,
+    /// List again now with changed parameters.
+    Retry,
+    /// The server does not have this resource; stop following it.
+    Absent,
+    /// Wait this long, then go on.
+    Wait(Duration),
+}
+
+impl Reflector {
+    /// A reflector of `resource`.
+    pub fn new(shared: Arc<Shared>, resource: Resource) -> Reflector {
+        Reflector {
+            shared,
+            resource,
+            known: HashSet::new(),
+            rv: String::new(),
+            listed: false,
+            backoff: Backoff::default(),
+        }
+    }
+
+    /// Starts the reflector on a thread named after its resource.
+    pub fn spawn(self) -> std::io::Result<std::thread::JoinHandle<()>> {
+        std::thread::Builder::new().name(format!("watch-{}", self.resource.name)).spawn(move || self.run())
+    }
+
+    /// Lists, then watches, until the stop flag is set or the server lacks an optional resource.
+    pub fn run(mut self) {
+        let mut next = Next::Relist;
+        // The first list may come from the watch cache; after a 410 it must not.
+        let mut consistent = false;
+        while !self.stopped() {
+            let result = match next {
+                Next::Relist => self.list(consistent).map(|()| Next::Watch),
+                Next::Watch => self.watch(),
+            };
+            match result.map_err(|e| self.recover(&e)) {
+                Ok(n) => next = n,
+                Err(Recovery::Relist) => (next, consistent) = (Next::Relist, true),
+                Err(Recovery::Retry) => next = Next::Relist,
+                Err(Recovery::Absent) => return,
+                Err(Recovery::Wait(d)) => self.sleep(d),
+            }
+        }
+    }
+
+    /// Lists once (for a dry run): `Ok` when listed or when the server lacks an optional
+    /// resource, the error when the server refuses.
+    pub fn list_once(&mut self) -> Result<(), ApiError> {
+        let mut consistent = false;
+        for _ in 0..3 {
+            let Err(e) = self.list(consistent) else { return Ok(()) };
+            match self.recover(&e) {
+                Recovery::Relist => consistent = true,
+                Recovery::Retry => {}
+                Recovery::Absent => return Ok(()),
+                Recovery::Wait(_) => return Err(e),
+            }
+        }
+        Err(ApiError::Transport(format!("listing {}: the server keeps asking for a new list", self.resource.name)))
+    }
+
+    /// Decides what follows failure `e`, logging it.
+    fn recover(&mut self, e: &ApiError) -> Recovery {
+        let name = self.resource.name;
+        if e.is_gone() || e.code() == Some(504) {
+            log::info!("{name}: {e}; listing again");
+            return Recovery::Relist;
+        }
+        if self.resource.optional && e.code() == Some(404) {
+            log::info!("the API server has no {name}; not following them");
+            self.mark_listed();
+            return Recovery::Absent;
+        }
+        if e.code() == Some(400) && self.resource.field_selector_optional && self.resource.field_selector.is_some() {
+            log::info!("{name}: the server refuses the field selector ({e}); filtering here instead");
+            self.resource.field_selector = None;
+            return Recovery::Retry;
+        }
+        let wait = self.backoff.failed(e);
+        self.shared.quiet.lock().unwrap_or_else(|p| p.into_inner()).report(name, e, wait);
+        Recovery::Wait(wait)
+    }
+
+    fn stopped(&self) -> bool {
+        self.shared.stop.load(Ordering::SeqCst)
+    }
+
+    /// Sleeps up to `d`, waking early on stop.
+    fn sleep(&self, d: Duration) {
+        let until = Instant::now() + d;
+        while !self.stopped() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(100)));
+        }
+    }
+
+    /// The selectors as query parameters.
+    fn selectors(&self) -> String {
+        let mut q = String::new();
+        if let Some(s) = self.resource.label_selector {
+            q.push_str(&format!("&labelSelector={}", escape(s)));
+        }
+        if let Some(s) = &self.resource.field_selector {
+            q.push_str(&format!("&fieldSelector={}", escape(s)));
+        }
+        q
+    }
+
+    /// Lists every object page by page and replaces what this resource delivered before.
+    fn list(&mut self, consistent: bool) -> Result<(), ApiError> {
+        let started = Instant::now();
+        let mut seen = HashSet::with_capacity(self.known.len());
+        let mut cont = String::new();
+        let mut batch = Vec::with_capacity(BATCH);
+        let rv = loop {
+            // With `continue` the token carries the snapshot; a resourceVersion is refused then.
+            let position = match (cont.is_empty(), consistent) {
+                (false, _) => format!("&continue={}", escape(&cont)),
+                (true, false) => "&resourceVersion=0".to_string(),
+                (true, true) => String::new(),
+            };
+            let query = format!("?limit={}{position}{}", self.shared.settings.page_size, self.selectors());
+            let body = self.shared.client.get(&format!("{}{query}", self.resource.path), LIST_IDLE)?;
+            let page: Page = serde_json::from_reader(std::io::BufReader::new(body.into_reader()))
+                .map_err(|e| ApiError::Decode(format!("listing {}: {e}", self.resource.name)))?;
+            for item in &page.items {
+                if let Some(change) = self.decode(item, &mut seen) {
+                    batch.push(change);
+                }
+                if batch.len() >= BATCH {
+                    self.shared.inbox.send_all(batch.drain(..));
+                }
+            }
+            if page.metadata.continue_.is_empty() {
+                break page.metadata.resource_version;
+            }
+            cont = page.metadata.continue_;
+        };
+        self.shared.inbox.send_all(batch);
+        let kind = self.resource.kind;
+        let gone: Vec<ObjectChange> =
+            self.known.iter().filter(|k| !seen.contains(*k)).map(|k| decode::deletion(kind, k)).collect();
+        self.shared.inbox.send_all(gone);
+        log::info!("listed {} {} in {:?} (resourceVersion {rv})", seen.len(), self.resource.name, started.elapsed());
+        self.known = seen;
+        self.rv = rv;
+        self.mark_listed();
+        Ok(())
+    }
+
+    fn mark_listed(&mut self) {
+        if !self.listed {
+            self.listed = true;
+            self.shared.inbox.listed(self.resource.name);
+        }
+    }
+
+    /// Decodes one object, noting it in `seen`; returns its change if it is one to deliver.
+    fn decode(&self, raw: &serde_json::value::RawValue, seen: &mut HashSet<ObjectKey>) -> Option<ObjectChange> {
+        match decode::object(self.resource.kind, raw, &self.shared.node_name) {
+            Decoded::Good(key, change) => {
+                seen.insert(key);
+                change
+            }
+            Decoded::Bad(key, why) => {
+                log::warn!(
+                    "skipping {} {}: {why} (it keeps its last good state)",
+                    self.resource.kind.as_str(),
+                    decode::describe(&key)
+                );
+                seen.insert(key);
+                None
+            }
+            Decoded::Nameless(why) => {
+                log::warn!("skipping a {} without a usable name: {why}", self.resource.kind.as_str());
+                None
+            }
+        }
+    }
+
+    /// Watches from the last resourceVersion until the stream ends; what ends it decides
+    /// whether the next step watches again or relists.
+    fn watch(&mut self) -> Result<Next, ApiError> {
+        let base = self.shared.settings.watch_timeout.as_secs().max(1);
+        let timeout = base + fastrand::u64(0..base);
+        let query = format!(
+            "?watch=true&allowWatchBookmarks=true&timeoutSeconds={timeout}&resourceVersion={}{}",
+            escape(&self.rv),
+            self.selectors()
+        );
+        let idle = Duration::from_secs(timeout) + WATCH_IDLE_MARGIN;
+        let started = Instant::now();
+        let body = self.shared.client.get(&format!("{}{query}", self.resource.path), idle)?;
+        let mut reader = std::io::BufReader::new(body.into_reader());
+        let mut line = Vec::new();
+        let mut events = 0usize;
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => {
+                    let e = ureq::Error::from(e);
+                    if matches!(e, ureq::Error::Timeout(_)) {
+                        log::warn!("{}: the watch stayed silent for {idle:?}; reopening it", self.resource.name);
+                        return Ok(Next::Watch);
+                    }
+                    return Err(ApiError::Transport(format!("watching {}: {e}", self.resource.name)));
+                }
+            }
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let event: Event = serde_json::from_slice(&line).map_err(|e| {
+                ApiError::Decode(format!(
+                    "watching {}: a line that is not an event ({e}); watching again",
+                    self.resource.name
+                ))
+            })?;
+            self.event(event)?;
+            events += 1;
+            if self.stopped() {
+                break;
+            }
+        }
+        if events == 0 && started.elapsed() < VERY_SHORT_WATCH && !self.stopped() {
+            return Err(ApiError::Transport(format!(
+                "watching {}: the server ended the watch at once",
+                self.resource.name
+            )));
+        }
+        Ok(Next::Watch)
+    }
+
+    /// Handles one watch event.
+    fn event(&mut self, event: Event) -> Result<(), ApiError> {
+        let rv = || serde_json::from_str::<Meta>(event.object.get()).map(|m| m.metadata).unwrap_or_default();
+        match event.kind.as_str() {
+            "ADDED" | "MODIFIED" => {
+                let mut seen = HashSet::new();
+                if let Some(change) = self.decode(&event.object, &mut seen) {
+                    self.shared.inbox.send(change);
+                }
+                self.known.extend(seen);
+                self.advance(rv().resource_version);
+            }
+            "DELETED" => {
+                let meta = rv();
+                let key = (meta.namespace, meta.name);
+                if self.known.remove(&key) {
+                    self.shared.inbox.send(decode::deletion(self.resource.kind, &key));
+                }
+                self.advance(meta.resource_version);
+            }
+            "BOOKMARK" => self.advance(rv().resource_version),
+            "ERROR" => {
+                let status: super::client::Status = serde_json::from_str(event.object.get()).unwrap_or_default();
+                return Err(ApiError::Status {
+                    code: status.code,
+                    reason: status.reason,
+                    message: status.message,
+                    retry_after: None,
+                });
+            }
+            other => log::warn!("{}: ignoring a watch event of type {other:?}", self.resource.name),
+        }
+        Ok(())
+    }
+
+    fn advance(&mut self, rv: String) {
+        if !rv.is_empty() {
+            self.rv = rv;
+        }
+    }
+}
+
+/// Percent-encodes a query value.
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => out.push(b as char),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}

@@ -1,0 +1,75 @@
+//! Waiting after a failed request, as client-go's reflector does: from 800 ms doubling up to
+//! 30 s, each wait stretched by a random part of itself so that many nodes do not retry in
+//! step, starting over after two quiet minutes; a server's `Retry-After` is honoured. And
+//! logging failures without flooding: a new kind of failure is logged, repeats only now and then.
+
+use super::client::ApiError;
+use std::time::{Duration, Instant};
+
+/// The first wait.
+const INITIAL: Duration = Duration::from_millis(800);
+
+/// The longest wait before jitter.
+const CAP: Duration = Duration::from_secs(30);
+
+/// A spell without failures after which waits start over from [`INITIAL`].
+const RESET_AFTER: Duration = Duration::from_secs(120);
+
+/// The longest `Retry-After` honoured (a server asking for more is asked again sooner).
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+
+/// How often a failure that keeps recurring is logged again.
+const REMIND_EVERY: Duration = Duration::from_secs(300);
+
+/// The wait schedule of one reflector.
+#[derive(Debug)]
+pub struct Backoff {
+    next: Duration,
+    last_failure: Option<Instant>,
+}
+
+impl Default for Backoff {
+    fn default() -> Backoff {
+        Backoff { next: INITIAL, last_failure: None }
+    }
+}
+
+impl Backoff {
+    /// Notes a failure; returns how long to wait before the next request.
+    pub fn failed(&mut self, e: &ApiError) -> Duration {
+        let now = Instant::now();
+        if self.last_failure.is_some_and(|t| now.duration_since(t) >= RESET_AFTER) {
+            self.next = INITIAL;
+        }
+        self.last_failure = Some(now);
+        let base = self.next;
+        self.next = (base * 2).min(CAP);
+        let jittered = base + base.mul_f64(fastrand::f64());
+        match e {
+            ApiError::Status { retry_after: Some(after), .. } => (*after).min(MAX_RETRY_AFTER).max(INITIAL),
+            _ => jittered,
+        }
+    }
+}
+
+/// Logs failures once per kind, reminding now and then while they recur.
+#[derive(Debug, Default)]
+pub struct Quiet {
+    last: Option<(String, Instant)>,
+}
+
+impl Quiet {
+    /// Logs failure `e` of `what`, about to be retried after `wait`, unless the same failure
+    /// was logged recently.
+    pub fn report(&mut self, what: &str, e: &ApiError, wait: Duration) {
+        let text = e.to_string();
+        let now = Instant::now();
+        let repeat = self.last.as_ref().is_some_and(|(t, at)| *t == text && now.duration_since(*at) < REMIND_EVERY);
+        if repeat {
+            log::debug!("{what}: {text}; retrying in {wait:.1?}");
+        } else {
+            log::error!("{what}: {text}; retrying in {wait:.1?}");
+            self.last = Some((text, now));
+        }
+    }
+}
