@@ -75,7 +75,7 @@ fn dry_run(flags: &Flags) -> anyhow::Result<()> {
         manifests::Watcher::new(path.clone(), cfg.node_name.clone(), inbox.clone()).load()?;
     }
     if let Some(api) = api_source(flags, &cfg.node_name, &inbox, &Arc::new(AtomicBool::new(false)))? {
-        kube::list_once(&api).with_context(|| format!("listing from {}", api.client.server()))?;
+        kube::list_once(&api).context("listing from the API server")?;
     }
     let mut model = Model::default();
     for change in inbox.wait(std::time::Instant::now()).changes {

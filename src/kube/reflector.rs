@@ -154,12 +154,21 @@ impl Reflector {
                 Next::Relist => self.list(consistent).map(|()| Next::Watch),
                 Next::Watch => self.watch(),
             };
-            match result.map_err(|e| self.recover(&e)) {
-                Ok(n) => next = n,
-                Err(Recovery::Relist) => (next, consistent) = (Next::Relist, true),
-                Err(Recovery::Retry) => next = Next::Relist,
-                Err(Recovery::Absent) => return,
-                Err(Recovery::Wait(d)) => self.sleep(d),
+            let e = match result {
+                Ok(n) => {
+                    next = n;
+                    continue;
+                }
+                Err(e) => e,
+            };
+            match self.recover(&e) {
+                Recovery::Relist => (next, consistent) = (Next::Relist, true),
+                Recovery::Retry => next = Next::Relist,
+                Recovery::Absent => return,
+                Recovery::Wait(wait) => {
+                    self.shared.quiet.lock().unwrap_or_else(|p| p.into_inner()).report(self.resource.name, &e, wait);
+                    self.sleep(wait);
+                }
             }
         }
     }
@@ -180,7 +189,7 @@ impl Reflector {
         Err(ApiError::Transport(format!("listing {}: the server keeps asking for a new list", self.resource.name)))
     }
 
-    /// Decides what follows failure `e`, logging it.
+    /// Decides what follows failure `e` (logging all but the failures to wait after).
     fn recover(&mut self, e: &ApiError) -> Recovery {
         let name = self.resource.name;
         if e.is_gone() || e.code() == Some(504) {
@@ -197,9 +206,7 @@ impl Reflector {
             self.resource.field_selector = None;
             return Recovery::Retry;
         }
-        let wait = self.backoff.failed(e);
-        self.shared.quiet.lock().unwrap_or_else(|p| p.into_inner()).report(name, e, wait);
-        Recovery::Wait(wait)
+        Recovery::Wait(self.backoff.failed(e))
     }
 
     fn stopped(&self) -> bool {

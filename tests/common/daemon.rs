@@ -30,15 +30,32 @@ impl Daemon {
     /// Starts the daemon for `node-a` in `ns` over `manifests` with `extra` flags and
     /// environment, logging to a file of its own next to the manifests.
     pub fn start(ns: &Netns, manifests: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let source = [std::ffi::OsStr::new("--manifests"), manifests.as_os_str()];
+        Daemon::start_with(ns, &source, manifests, extra, env)
+    }
+
+    /// Starts the daemon for `node-a` in `ns` following the API server of `kubeconfig`.
+    pub fn start_api(ns: &Netns, kubeconfig: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let source = [std::ffi::OsStr::new("--kubeconfig"), kubeconfig.as_os_str()];
+        Daemon::start_with(ns, &source, kubeconfig, extra, env)
+    }
+
+    /// Starts the daemon with `source` flags, logging next to `near`.
+    fn start_with(
+        ns: &Netns,
+        source: &[&std::ffi::OsStr],
+        near: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Daemon {
         static SEQ: AtomicUsize = AtomicUsize::new(0);
         let seq = SEQ.fetch_add(1, Ordering::SeqCst);
-        let log = manifests.with_extension(format!("{seq}.log"));
+        let log = near.with_extension(format!("{seq}.log"));
         let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("daemon log");
         let child = Command::new("ip")
             .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_kube-nftproxy"), "--hostname-override=node-a"])
             .arg("--cluster-cidr=10.0.0.0/8,fd00:10::/32")
-            .arg("--manifests")
-            .arg(manifests)
+            .args(source)
             .args(extra)
             .env("RUST_LOG", "info")
             .envs(env.iter().copied())

@@ -203,3 +203,4 @@ pub mod daemon;
 pub mod net;
 pub mod node;
 pub mod proxy;
+pub mod tables;
