@@ -71,6 +71,8 @@ fn example_cluster_renders_every_feature_without_warnings() {
         "198.51.100.10 . tcp . 80 . 203.0.113.0/25",
         "lb-cluster-sctp-1",
         "fd00:172:30::20 . tcp . 80",
+        "ip daddr @service-cidrs drop",
+        "add element ip6 kube-nftproxy service-cidrs {\n\tfd00:172:30::/108,\n}",
     ] {
         assert!(script.contains(feature), "example cluster lacks {feature:?}");
     }

@@ -7,7 +7,7 @@ mod common;
 use clap::Parser;
 use kube_nftproxy::config::{Config, Flags};
 use kube_nftproxy::model::{ApiObject, Model};
-use kube_nftproxy::render::{Rendered, Ruleset, Update, render_after};
+use kube_nftproxy::render::{MapName, Rendered, Ruleset, Update, render_after};
 
 /// A small deterministic generator, so a failure can be replayed.
 struct Rng(u64);
@@ -169,4 +169,38 @@ fn an_unchanged_model_updates_nothing() {
         Update::Patched(journals) => assert!(journals.iter().all(|j| j.elements.is_empty() && j.chains.is_empty())),
         other => panic!("expected an empty patch, got {other:?}"),
     }
+}
+
+#[test]
+fn a_service_cidr_change_patches_its_set_alone() {
+    let case = common::golden_cases().into_iter().find(|c| c.name == "service-cidrs").unwrap();
+    let cfg = config(&case);
+    let objects = kube_nftproxy::manifests::load(&case.dir.join("manifests.yaml")).unwrap().objects;
+    let mut model = Model::from_objects(&objects, "node-a").0;
+    model.take_changes();
+    let mut rendered = Rendered::build(&model, &cfg, None).unwrap();
+    let without: Vec<ApiObject> = objects
+        .iter()
+        .filter(|o| !matches!(o, ApiObject::ServiceCidr(s) if s.metadata.name.as_deref() == Some("kubernetes")))
+        .cloned()
+        .collect();
+    model.replace(Model::from_objects(&without, "node-a").0);
+    let changes = model.take_changes();
+    assert!(changes.service_cidrs && changes.services.is_empty() && !changes.global, "{changes:?}");
+    let before = rendered.ruleset().clone();
+    let Update::Patched(journals) = rendered.update(&model, &cfg, &changes).unwrap() else {
+        panic!("a ServiceCIDR change must patch in place");
+    };
+    for j in &journals {
+        assert!(j.chains.is_empty() && j.sets.is_empty(), "chains or sets touched: {j:?}");
+        assert!(j.elements.keys().all(|(map, _)| *map == MapName::ServiceCidrs), "{j:?}");
+    }
+    let touched: Vec<String> = journals.iter().flat_map(|j| j.elements.keys().map(|(_, k)| format!("{k:?}"))).collect();
+    // `kubernetes` held 172.30.0.0/16, which covered `inner`'s 172.30.128.0/17; the IPv6 range
+    // of `inner` (fd00:172:30::/112) now shows instead of `kubernetes`'s /108.
+    assert_eq!(touched.len(), 4, "{touched:?}");
+    assert_eq!(rendered.ruleset(), &render_after(&model, &cfg, Some(&before)).unwrap());
+    let v4 = &rendered.ruleset().tables[0];
+    let left: Vec<String> = v4.elements[&MapName::ServiceCidrs].keys().map(|k| format!("{k:?}")).collect();
+    assert_eq!(left, ["Cidr(172.30.128.0/17)", "Cidr(172.31.0.0/24)", "Cidr(172.31.1.0/24)"]);
 }

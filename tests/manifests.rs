@@ -22,7 +22,8 @@ fn yaml_documents_and_lists_are_read_in_order() {
     let text = "apiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: x}\n---\n\
                 apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\n\
                 apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Node, metadata: {name: n}}\n\
-                - {apiVersion: discovery.k8s.io/v1, kind: EndpointSlice, addressType: IPv4, endpoints: [], metadata: {name: s}}\n";
+                - {apiVersion: discovery.k8s.io/v1, kind: EndpointSlice, addressType: IPv4, endpoints: [], metadata: {name: s}}\n\
+                - {apiVersion: networking.k8s.io/v1, kind: ServiceCIDR, metadata: {name: k}, spec: {cidrs: [10.96.0.0/16]}}\n";
     let loaded = load_text("a.yaml", text).unwrap();
     let kinds: Vec<&str> = loaded
         .objects
@@ -31,9 +32,10 @@ fn yaml_documents_and_lists_are_read_in_order() {
             ApiObject::Service(_) => "Service",
             ApiObject::Node(_) => "Node",
             ApiObject::EndpointSlice(_) => "EndpointSlice",
+            ApiObject::ServiceCidr(_) => "ServiceCIDR",
         })
         .collect();
-    assert_eq!(kinds, ["Service", "Node", "EndpointSlice"]);
+    assert_eq!(kinds, ["Service", "Node", "EndpointSlice", "ServiceCIDR"]);
     assert!(loaded.bad.is_empty());
 }
 
@@ -156,6 +158,22 @@ fn duplicate_objects_are_reported_naming_both_files_and_the_first_kept() {
     assert!(
         warnings[0].contains("Service shop/web") && warnings[0].contains("b.yaml") && warnings[0].contains("a.yaml")
     );
+}
+
+#[test]
+fn service_cidrs_are_cluster_scoped_whatever_namespace_a_manifest_gives_them() {
+    let dir = Scratch::new("cidrs");
+    let cidr = |ns: &str, cidr: &str| {
+        format!(
+            "apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\nmetadata: {{name: kubernetes{ns}}}\nspec: {{cidrs: [{cidr}]}}\n"
+        )
+    };
+    std::fs::write(dir.0.join("a.yaml"), cidr("", "10.96.0.0/16")).unwrap();
+    std::fs::write(dir.0.join("b.yaml"), cidr(", namespace: x", "10.97.0.0/16")).unwrap();
+    let (model, warnings) = kube_nftproxy::manifests::load_model(&dir.0, "n").unwrap();
+    assert_eq!(model.service_cidr("kubernetes"), Some(&vec!["10.96.0.0/16".parse().unwrap()]));
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("ServiceCIDR /kubernetes is defined again"), "{warnings:?}");
 }
 
 #[test]

@@ -217,3 +217,111 @@ fn a_snapshot_on_a_node_with_addresses_changes_only_what_differs() {
     assert_eq!(changes.services.into_iter().collect::<Vec<_>>(), [("shop".to_string(), "web".to_string())]);
     assert_eq!(model.host_addresses().len(), 2);
 }
+
+fn service_cidr(name: &str, cidrs: Value) -> ApiObject {
+    let v = json!({"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR",
+        "metadata": {"name": name}, "spec": {"cidrs": cidrs}});
+    ApiObject::from_json(v).unwrap().expect("a kind the proxy uses")
+}
+
+fn nets(list: &[&str]) -> Vec<ipnet::IpNet> {
+    list.iter().map(|s| s.parse().unwrap()).collect()
+}
+
+#[test]
+fn service_cidrs_decode_cluster_scoped_in_canonical_order() {
+    let obj = service_cidr("kubernetes", json!(["fd00:172:30::/108", "10.96.0.0/16"]));
+    let change = ObjectChange::from_api(&obj, "node-a").unwrap().unwrap();
+    assert_eq!(
+        change,
+        ObjectChange::ServiceCidr("kubernetes".into(), Some(nets(&["10.96.0.0/16", "fd00:172:30::/108"])))
+    );
+    assert_eq!(change.id(), (ObjectKind::ServiceCidr, (String::new(), "kubernetes".to_string())));
+    assert_eq!(ObjectKind::ServiceCidr.as_str(), "ServiceCIDR");
+    assert_eq!(ObjectChange::deleted(&change.id()), ObjectChange::ServiceCidr("kubernetes".into(), None));
+    let mut model = Model::default();
+    model.apply(&obj, "node-a").unwrap();
+    assert_eq!(model.service_cidrs(Family::V4), nets(&["10.96.0.0/16"]));
+    assert_eq!(model.service_cidrs(Family::V6), nets(&["fd00:172:30::/108"]));
+    assert!(model.take_changes().service_cidrs);
+}
+
+#[test]
+fn malformed_service_cidrs_are_refused_and_the_last_good_state_stays() {
+    let mut model = Model::default();
+    model.apply(&service_cidr("kubernetes", json!(["10.96.0.0/16"])), "n1").unwrap();
+    model.take_changes();
+    for (cidrs, reason) in [
+        (json!(["10.96.0.1/16"]), "host bits"),
+        (json!(["10.96.0.0/33"]), "is not a CIDR"),
+        (json!(["bogus"]), "is not a CIDR"),
+        (json!(["10.96.0.0/16", "10.97.0.0/16"]), "same family"),
+        (json!(["10.96.0.0/16", "fd00::/108", "10.97.0.0/16"]), "one or two"),
+        (json!([]), "one or two"),
+    ] {
+        let err = model.apply(&service_cidr("kubernetes", cidrs.clone()), "n1").unwrap_err();
+        assert_eq!((err.kind, err.name.as_str()), ("ServiceCIDR", "kubernetes"));
+        assert!(err.reason.contains(reason), "{cidrs}: {}", err.reason);
+        assert!(err.to_string().contains("ServiceCIDR kubernetes"), "{err}");
+    }
+    assert_eq!(model.service_cidr("kubernetes"), Some(&nets(&["10.96.0.0/16"])), "the good version stays");
+    assert_eq!(model.take_changes(), Changes::default(), "refused objects mark nothing");
+}
+
+#[test]
+fn a_service_cidr_update_marks_a_change_only_when_its_cidrs_change() {
+    let mut model = Model::default();
+    let both = |a: &str, b: &str| ObjectChange::ServiceCidr("k".into(), Some(nets(&[a, b])));
+    assert!(model.file(both("10.96.0.0/16", "fd00::/108")));
+    model.take_changes();
+    let relisted = service_cidr("k", json!(["fd00::/108", "10.96.0.0/16"]));
+    model.apply(&relisted, "n1").unwrap();
+    assert_eq!(model.take_changes(), Changes::default(), "the same CIDRs in another order are no change");
+    assert!(!model.file(both("10.96.0.0/16", "fd00::/108")));
+    assert!(model.file(both("10.96.0.0/12", "fd00::/108")));
+    let changes = model.take_changes();
+    assert!(changes.service_cidrs && !changes.global && changes.services.is_empty(), "{changes:?}");
+}
+
+#[test]
+fn ranges_merge_over_objects_and_leave_with_theirs() {
+    let mut model = Model::default();
+    for (name, cidrs) in
+        [("outer", json!(["10.96.0.0/12"])), ("inner", json!(["10.96.0.0/16"])), ("other", json!(["10.200.0.0/24"]))]
+    {
+        model.apply(&service_cidr(name, cidrs), "n1").unwrap();
+    }
+    assert_eq!(model.service_cidrs(Family::V4), nets(&["10.96.0.0/12", "10.200.0.0/24"]), "inner lies within outer");
+    assert!(model.service_cidrs(Family::V6).is_empty());
+    model.take_changes();
+    assert!(model.file(ObjectChange::deleted(&(ObjectKind::ServiceCidr, (String::new(), "outer".into())))));
+    assert!(model.take_changes().service_cidrs);
+    assert_eq!(model.service_cidrs(Family::V4), nets(&["10.96.0.0/16", "10.200.0.0/24"]), "inner shows again");
+    assert!(!model.file(ObjectChange::ServiceCidr("never-seen".into(), None)), "deleting the unknown is no change");
+}
+
+#[test]
+fn a_service_cidr_being_deleted_still_counts_and_snapshots_carry_service_cidrs() {
+    let v = json!({"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR",
+        "metadata": {"name": "retiring", "deletionTimestamp": "2026-01-01T00:00:00Z",
+                     "finalizers": ["networking.k8s.io/service-cidr-finalizer"]},
+        "spec": {"cidrs": ["10.96.0.0/16"]}});
+    let objects = [ApiObject::from_json(v).unwrap().unwrap()];
+    let (snapshot, refused) = Model::from_objects(&objects, "n1");
+    assert!(refused.is_empty(), "{refused:?}");
+    assert_eq!(snapshot.service_cidrs(Family::V4), nets(&["10.96.0.0/16"]));
+    let mut model = Model::default();
+    model.replace(snapshot);
+    assert!(model.take_changes().service_cidrs);
+    assert_eq!(model.service_cidrs(Family::V4), nets(&["10.96.0.0/16"]));
+    model.replace(Model::default());
+    assert!(model.take_changes().service_cidrs, "gone from the snapshot: deleted");
+    assert!(model.service_cidrs(Family::V4).is_empty());
+}
+
+#[test]
+fn a_service_cidr_of_another_api_version_is_a_decoding_error() {
+    let v = json!({"apiVersion": "networking.k8s.io/v1beta1", "kind": "ServiceCIDR",
+        "metadata": {"name": "old"}, "spec": {"cidrs": ["10.96.0.0/16"]}});
+    assert!(ApiObject::from_json(v).is_err());
+}

@@ -21,6 +21,7 @@ fn listed(key: &Key, value: &Elem) -> String {
         Key::SamePair(a) => format!("{a} . {a}"),
         Key::IpSlot(ip, port, slot) => format!("{ip} . {port} . {slot}"),
         Key::PortSlot(port, slot) => format!("{port} . {slot}"),
+        Key::Cidr(net) => net.to_string(),
     };
     let v = match value {
         Elem::None => String::new(),
@@ -40,7 +41,8 @@ fn kernel_elements(ns: &Netns, map: &MapName) -> BTreeSet<String> {
         | MapName::NodeportIps
         | MapName::FirewallIps
         | MapName::FirewallAllow
-        | MapName::HairpinConnections => "set",
+        | MapName::HairpinConnections
+        | MapName::ServiceCidrs => "set",
         _ => "map",
     };
     let text = ns.nft(&["list", kind, "ip", "kube-nftproxy", &map.to_string()]);

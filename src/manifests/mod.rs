@@ -1,4 +1,4 @@
-//! The manifests source: reads Services, EndpointSlices and Nodes from YAML or JSON files, as `kubectl get -o yaml` prints them.
+//! The manifests source: reads Services, EndpointSlices, Nodes and ServiceCIDRs from YAML or JSON files, as `kubectl get -o yaml` prints them.
 
 mod files;
 mod watch;
@@ -146,12 +146,13 @@ fn object_id(doc: &Value) -> Option<ObjectId> {
         "Service" => ObjectKind::Service,
         "EndpointSlice" => ObjectKind::EndpointSlice,
         "Node" => ObjectKind::Node,
+        "ServiceCIDR" => ObjectKind::ServiceCidr,
         _ => return None,
     };
     let unnamed = Some((kind, (String::new(), String::new())));
     let meta = doc.get("metadata");
     let namespace = match (kind, meta.and_then(|m| m.get("namespace"))) {
-        (ObjectKind::Node, _) => String::new(),
+        (ObjectKind::Node | ObjectKind::ServiceCidr, _) => String::new(),
         (_, None | Some(Value::Null)) => "default".into(),
         (_, Some(Value::String(ns))) => ns.clone(),
         (_, Some(_)) => return unnamed,

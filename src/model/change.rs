@@ -1,7 +1,9 @@
 //! Per-object changes: what every source (manifests, the API server) delivers to the sync
 //! thread, already validated, and how the model files them, noting only real differences.
 
+use super::cidrs::service_cidrs_from_api;
 use super::{ApiObject, EndpointSliceInfo, Model, NodeInfo, ObjectError, ObjectKey, ServicePort, endpoints};
+use ipnet::IpNet;
 
 /// The kinds of object the proxy follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -12,6 +14,8 @@ pub enum ObjectKind {
     EndpointSlice,
     /// `v1.Node` (only this node's).
     Node,
+    /// `networking.k8s.io/v1.ServiceCIDR`.
+    ServiceCidr,
 }
 
 impl ObjectKind {
@@ -21,11 +25,12 @@ impl ObjectKind {
             ObjectKind::Service => "Service",
             ObjectKind::EndpointSlice => "EndpointSlice",
             ObjectKind::Node => "Node",
+            ObjectKind::ServiceCidr => "ServiceCIDR",
         }
     }
 }
 
-/// Identifies one object: its kind, namespace (empty for a Node) and name.
+/// Identifies one object: its kind, namespace (empty for a Node or a ServiceCIDR) and name.
 pub type ObjectId = (ObjectKind, ObjectKey);
 
 /// One object's current state, validated; `None` means deleted (or nothing to proxy, such as
@@ -38,6 +43,8 @@ pub enum ObjectChange {
     Slice(ObjectKey, Option<EndpointSliceInfo>),
     /// This node.
     Node(Option<NodeInfo>),
+    /// A ServiceCIDR's ranges, keyed by its name (it is cluster-scoped).
+    ServiceCidr(String, Option<Vec<IpNet>>),
 }
 
 impl ObjectChange {
@@ -56,6 +63,10 @@ impl ObjectChange {
                 ObjectChange::Node(Some(NodeInfo::from_api(node)?))
             }
             ApiObject::Node(_) => return Ok(None),
+            ApiObject::ServiceCidr(obj) => {
+                let (name, cidrs) = service_cidrs_from_api(obj)?;
+                ObjectChange::ServiceCidr(name, Some(cidrs))
+            }
         }))
     }
 
@@ -65,6 +76,7 @@ impl ObjectChange {
             ObjectKind::Service => ObjectChange::Service(id.1.clone(), None),
             ObjectKind::EndpointSlice => ObjectChange::Slice(id.1.clone(), None),
             ObjectKind::Node => ObjectChange::Node(None),
+            ObjectKind::ServiceCidr => ObjectChange::ServiceCidr(id.1.1.clone(), None),
         }
     }
 
@@ -75,6 +87,7 @@ impl ObjectChange {
             ObjectChange::Slice(key, _) => (ObjectKind::EndpointSlice, key.clone()),
             // Only this node's object is followed: its update and its deletion are one object.
             ObjectChange::Node(_) => (ObjectKind::Node, (String::new(), String::new())),
+            ObjectChange::ServiceCidr(name, _) => (ObjectKind::ServiceCidr, (String::new(), name.clone())),
         }
     }
 }
@@ -110,6 +123,7 @@ impl Model {
                 self.node = node;
                 self.changes.global = true;
             }
+            ObjectChange::ServiceCidr(name, cidrs) => return self.file_service_cidr(name, cidrs),
         }
         true
     }

@@ -164,7 +164,7 @@ pub fn object_key(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
 ) -> Result<ObjectKey, ObjectError> {
     let name = meta.name.clone().unwrap_or_default();
-    let cluster_scoped = kind == "Node";
+    let cluster_scoped = matches!(kind, "Node" | "ServiceCIDR");
     let namespace =
         if cluster_scoped { String::new() } else { meta.namespace.clone().unwrap_or_else(|| "default".into()) };
     if name.is_empty() {

@@ -1,11 +1,13 @@
-//! The proxy's view of the cluster: service ports, endpoints and this node, converted from API objects at the edge.
+//! The proxy's view of the cluster: service ports, endpoints, this node and the service ranges, converted from API objects at the edge.
 
 mod change;
+mod cidrs;
 mod endpoints;
 mod node;
 mod services;
 
 pub use change::{ObjectChange, ObjectId, ObjectKind};
+pub use cidrs::service_cidrs_from_api;
 pub use endpoints::{Endpoint, EndpointSliceInfo, SliceEndpoint, SlicePort};
 pub use node::NodeInfo;
 pub use services::{DEFAULT_AFFINITY_TIMEOUT, ObjectError, SERVICE_PROXY_NAME_LABEL, ServicePort, is_dns_label};
@@ -112,6 +114,8 @@ pub struct Changes {
     pub services: BTreeSet<ObjectKey>,
     /// Something all services depend on changed: this node or the host's addresses.
     pub global: bool,
+    /// A ServiceCIDR object changed (the ranges of either family may have).
+    pub service_cidrs: bool,
 }
 
 /// Everything the proxy knows about the cluster at one moment.
@@ -130,6 +134,8 @@ pub struct Model {
     slice_owner: BTreeMap<ObjectKey, String>,
     /// This node, once its Node object has been seen.
     pub node: Option<NodeInfo>,
+    /// ServiceCIDR objects' CIDRs by object name (they are cluster-scoped).
+    service_cidrs: BTreeMap<String, Vec<ipnet::IpNet>>,
     /// Addresses on the host's interfaces, matched against `--nodeport-addresses` CIDRs.
     host_addresses: Vec<IpAddr>,
     /// Changes since they were last taken.
@@ -167,6 +173,10 @@ impl Model {
         let slices: BTreeSet<&ObjectKey> = self.slice_owner.keys().chain(snapshot.slice_owner.keys()).collect();
         changes.extend(slices.into_iter().map(|k| ObjectChange::Slice(k.clone(), snapshot.slice(k).cloned())));
         changes.push(ObjectChange::Node(snapshot.node.clone()));
+        let cidrs: BTreeSet<&String> = self.service_cidrs.keys().chain(snapshot.service_cidrs.keys()).collect();
+        changes.extend(
+            cidrs.into_iter().map(|n| ObjectChange::ServiceCidr(n.clone(), snapshot.service_cidrs.get(n).cloned())),
+        );
         for change in changes {
             self.file(change);
         }
@@ -242,6 +252,8 @@ pub enum ApiObject {
     EndpointSlice(Box<k8s_openapi::api::discovery::v1::EndpointSlice>),
     /// `v1.Node`.
     Node(Box<k8s_openapi::api::core::v1::Node>),
+    /// `networking.k8s.io/v1.ServiceCIDR`.
+    ServiceCidr(Box<k8s_openapi::api::networking::v1::ServiceCIDR>),
 }
 
 impl ApiObject {
@@ -251,6 +263,7 @@ impl ApiObject {
             Some("Service") => ApiObject::Service(Box::new(serde_json::from_value(v)?)),
             Some("EndpointSlice") => ApiObject::EndpointSlice(Box::new(serde_json::from_value(v)?)),
             Some("Node") => ApiObject::Node(Box::new(serde_json::from_value(v)?)),
+            Some("ServiceCIDR") => ApiObject::ServiceCidr(Box::new(serde_json::from_value(v)?)),
             _ => return Ok(None),
         }))
     }

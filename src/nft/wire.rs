@@ -257,7 +257,7 @@ fn key_bytes(b: &mut Vec<u8>, _map: &MapName, key: &Key) {
             field(b, &slot.to_ne_bytes());
         }
         // Not encodable here (see `encodable`); never reached.
-        Key::Allow(..) => {}
+        Key::Allow(..) | Key::Cidr(..) => {}
     }
 }
 

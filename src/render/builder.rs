@@ -6,7 +6,7 @@
 use super::ruleset::{Inserted, Key, MapName, Scope, Table, Value};
 use super::{FamilyContext, RenderError, lb_chain};
 use crate::model::{ObjectKey, Protocol};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 /// One service port: its Service and its position among the Service's ports. Ordered as the
@@ -131,9 +131,7 @@ impl<'a> Builder<'a> {
 
     /// Adds an element held by the current port.
     pub(super) fn element(&mut self, map: MapName, key: Key, value: Value) {
-        if let Some(j) = &mut self.journal {
-            j.elements.entry((map, key.clone())).or_insert_with(|| self.table.value(map, &key).cloned());
-        }
+        self.journal_element(map, &key);
         let owner = self.record().owner.clone();
         match self.table.insert(map, key.clone(), value, &owner) {
             Inserted::New | Inserted::Shared => {
@@ -185,6 +183,27 @@ impl<'a> Builder<'a> {
             self.table.chains.insert(name, lb_chain(self.ctx.words, key)?);
         }
         Ok(())
+    }
+
+    /// Makes a set that no service port holds (its elements belong to the table as a whole)
+    /// hold exactly `keys`, journaling what changes; `owner` names them in conflict messages.
+    pub(super) fn fixed_set(&mut self, map: MapName, keys: BTreeSet<Key>, owner: &str) {
+        let held: BTreeSet<Key> = self.table.elements.get(&map).into_iter().flat_map(|m| m.keys().cloned()).collect();
+        for key in held.difference(&keys) {
+            self.journal_element(map, key);
+            self.table.release(map, key);
+        }
+        let owner: Arc<str> = Arc::from(owner);
+        for key in keys.difference(&held) {
+            self.journal_element(map, key);
+            self.table.insert(map, key.clone(), Value::None, &owner);
+        }
+    }
+
+    fn journal_element(&mut self, map: MapName, key: &Key) {
+        if let Some(j) = &mut self.journal {
+            j.elements.entry((map, key.clone())).or_insert_with(|| self.table.value(map, key).cloned());
+        }
     }
 
     fn journal_chain(&mut self, name: &str) {
@@ -258,9 +277,7 @@ impl Builder<'_> {
         for (map, first, run) in record.elements {
             // Only slot keys have runs longer than one.
             for key in (0..run).map(|i| first.slot_plus(i).unwrap_or_else(|| first.clone())) {
-                if let Some(j) = &mut self.journal {
-                    j.elements.entry((map, key.clone())).or_insert_with(|| self.table.value(map, &key).cloned());
-                }
+                self.journal_element(map, &key);
                 self.contested |= self.index.contested.contains(&(map, key.clone()));
                 self.table.release(map, &key);
             }

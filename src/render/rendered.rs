@@ -43,6 +43,7 @@ impl Rendered {
                     b.table.insert(MapName::NodeportIps, Key::Ip(*ip), Value::None, &Arc::from("node"));
                 }
             }
+            render_service_cidrs(&mut b, model);
             for (service, ports) in &model.services {
                 for (i, _) in ports.iter().enumerate() {
                     render_port(&mut b, model, (service.clone(), i as u32))?;
@@ -66,8 +67,8 @@ impl Rendered {
     }
 
     /// Brings the state up to `model` after `changes`: the touched Services' ports (and any
-    /// port whose frontend claims they affect) are rendered again in place, unless something
-    /// beyond Services changed, which renders everything again.
+    /// port whose frontend claims they affect) and the ServiceCIDRs' set are rendered again in
+    /// place, unless this node or the host's addresses changed, which renders everything again.
     pub fn update(&mut self, model: &Model, cfg: &Config, changes: &Changes) -> Result<Update, RenderError> {
         if changes.global {
             let old = std::mem::replace(self, Rendered::build(model, cfg, Some(&self.ruleset))?);
@@ -79,6 +80,9 @@ impl Rendered {
             let table = std::mem::replace(&mut self.ruleset.tables[i], super::Table::new(family, ctx.fixed()));
             let index = std::mem::take(&mut self.indexes[i]);
             let mut b = Builder::resume(&ctx, table, index);
+            if changes.service_cidrs {
+                render_service_cidrs(&mut b, model);
+            }
             let outcome = patch(&mut b, model, changes);
             let (table, index, journal) = b.finish();
             self.ruleset.tables[i] = table;
@@ -119,6 +123,15 @@ fn patch(b: &mut Builder, model: &Model, changes: &Changes) -> Result<bool, Rend
         }
     }
     Ok(true)
+}
+
+/// Makes `service-cidrs` hold the model's ranges of the builder's family. They are elements of
+/// an interval set, which the rule in `cluster-ips-check` matches, so a ServiceCIDR coming or
+/// going changes elements alone: a partial sync, through `nft` (interval elements are written
+/// as text, which `nft` splits into the interval ends the kernel stores), with no chain touched.
+fn render_service_cidrs(b: &mut Builder, model: &Model) {
+    let keys = model.service_cidrs(b.ctx.family).into_iter().map(Key::Cidr).collect();
+    b.fixed_set(MapName::ServiceCidrs, keys, "ServiceCIDR");
 }
 
 /// Renders one port of the model, if it exists.

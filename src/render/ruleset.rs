@@ -50,6 +50,8 @@ pub enum MapName {
     FirewallAllow,
     /// `hairpin-connections`: endpoint . endpoint, for pods reaching themselves.
     HairpinConnections,
+    /// `service-cidrs`: the ServiceCIDRs' ranges, where an address no Service holds is dropped.
+    ServiceCidrs,
     /// `{scope}-endpoints-{proto}`: frontend IP . port . slot → endpoint.
     Endpoints(Scope, Protocol),
     /// `{scope}-nodeport-endpoints-{proto}`: node port . slot → endpoint.
@@ -69,6 +71,7 @@ impl MapName {
             MapName::FirewallIps,
             MapName::FirewallAllow,
             MapName::HairpinConnections,
+            MapName::ServiceCidrs,
         ];
         for scope in [Scope::Cluster, Scope::Local] {
             all.extend(Protocol::ALL.map(|proto| MapName::Endpoints(scope, proto)));
@@ -80,7 +83,7 @@ impl MapName {
     /// Whether the set holds ranges (`flags interval`): its elements are written by `nft`,
     /// which splits ranges into the interval ends the kernel stores.
     pub fn is_interval(self) -> bool {
-        matches!(self, MapName::FirewallAllow)
+        matches!(self, MapName::FirewallAllow | MapName::ServiceCidrs)
     }
 }
 
@@ -96,6 +99,7 @@ impl fmt::Display for MapName {
             MapName::FirewallIps => f.write_str("firewall-ips"),
             MapName::FirewallAllow => f.write_str("firewall-allow"),
             MapName::HairpinConnections => f.write_str("hairpin-connections"),
+            MapName::ServiceCidrs => f.write_str("service-cidrs"),
             MapName::Endpoints(s, p) => write!(f, "{}-endpoints-{p}", s.as_str()),
             MapName::NodeportEndpoints(s, p) => write!(f, "{}-nodeport-endpoints-{p}", s.as_str()),
         }
@@ -120,6 +124,8 @@ pub enum Key {
     IpSlot(IpAddr, u16, u32),
     /// `port . slot` (a NodePort's endpoint slot).
     PortSlot(u16, u32),
+    /// A range (`10.96.0.0/16`), in an interval set.
+    Cidr(IpNet),
 }
 
 impl Key {

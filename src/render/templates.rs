@@ -140,6 +140,12 @@ impl TableView<'_> {
     pub fn text_elements(&self) -> impl Iterator<Item = (&MapName, &BTreeMap<Key, Entry>)> {
         self.table.elements.iter().filter(|(map, _)| !self.netlink_elements || map.is_interval())
     }
+
+    /// The interval sets, which a refresh empties and the script fills again (their elements
+    /// never go over netlink).
+    pub fn interval_sets(&self) -> Vec<String> {
+        MapName::all().into_iter().filter(|m| m.is_interval()).map(|m| m.to_string()).collect()
+    }
 }
 
 /// `full-sync.nft`: the script that creates or replaces both tables.
