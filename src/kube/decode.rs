@@ -68,6 +68,7 @@ pub(super) fn object(kind: ObjectKind, raw: &RawValue, node_name: &str) -> Decod
         ObjectKind::Service => serde_json::from_str(raw.get()).map(|s| ApiObject::Service(Box::new(s))),
         ObjectKind::EndpointSlice => serde_json::from_str(raw.get()).map(|s| ApiObject::EndpointSlice(Box::new(s))),
         ObjectKind::Node => serde_json::from_str(raw.get()).map(|n| ApiObject::Node(Box::new(n))),
+        ObjectKind::ServiceCidr => serde_json::from_str(raw.get()).map(|c| ApiObject::ServiceCidr(Box::new(c))),
     };
     let failed = |why: String| match serde_json::from_str::<Meta>(raw.get()) {
         Ok(m) if !m.metadata.name.is_empty() => Decoded::Bad((m.metadata.namespace, m.metadata.name), why),
@@ -81,6 +82,7 @@ pub(super) fn object(kind: ObjectKind, raw: &RawValue, node_name: &str) -> Decod
         ApiObject::Service(s) => key_of(&s.metadata),
         ApiObject::EndpointSlice(s) => key_of(&s.metadata),
         ApiObject::Node(n) => key_of(&n.metadata),
+        ApiObject::ServiceCidr(c) => key_of(&c.metadata),
     };
     if key.1.is_empty() {
         return Decoded::Nameless("it has no metadata.name".into());
@@ -97,10 +99,7 @@ fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> 
 
 /// The change that removes object `key` of `kind` from the model.
 pub(super) fn deletion(kind: ObjectKind, key: &ObjectKey) -> ObjectChange {
-    match kind {
-        ObjectKind::Node => ObjectChange::Node(None),
-        _ => ObjectChange::deleted(&(kind, key.clone())),
-    }
+    ObjectChange::deleted(&(kind, key.clone()))
 }
 
 /// `namespace/name`, or the name alone for a cluster-scoped object.

@@ -20,7 +20,8 @@ use crate::model::ObjectKind;
 pub const REQUIRED: [&str; 2] = ["services", "endpointslices"];
 
 /// What kube-proxy watches, for node `node_name`: Services not claimed by another proxy and
-/// not headless, EndpointSlices not of headless Services, and this node's Node.
+/// not headless, EndpointSlices not of headless Services, this node's Node, and the
+/// ServiceCIDRs (where the server has them).
 pub fn resources(node_name: &str) -> Vec<Resource> {
     vec![
         Resource {
@@ -49,6 +50,16 @@ pub fn resources(node_name: &str) -> Vec<Resource> {
             field_selector: Some(format!("metadata.name={node_name}")),
             field_selector_optional: false,
             optional: false,
+        },
+        // Servers without MultiCIDRServiceAllocator have none: the drop rule is left out then.
+        Resource {
+            name: "servicecidrs",
+            kind: ObjectKind::ServiceCidr,
+            path: "/apis/networking.k8s.io/v1/servicecidrs",
+            label_selector: None,
+            field_selector: None,
+            field_selector_optional: false,
+            optional: true,
         },
     ]
 }
