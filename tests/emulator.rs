@@ -264,3 +264,50 @@ fn kubectl_works_against_the_emulator() {
     run(&["delete", "service", "made"]);
     assert_eq!(emu.get("/api/v1/namespaces/default/services/made").0, 404);
 }
+
+#[test]
+fn write_verbs_and_their_errors() {
+    let emu = started();
+    let agent = plain_agent();
+    let base = format!("{}/api/v1/namespaces/v/services", emu.control);
+    let body = svc("v", "one", json!({}), "10.0.0.1");
+    let (status, created) = request(&agent, "POST", &base, Some(&body));
+    assert_eq!((status, created["kind"].as_str()), (201, Some("Service")));
+    assert!(created["metadata"]["uid"].is_string() && created["metadata"]["creationTimestamp"].is_string());
+    let (status, again) = request(&agent, "POST", &base, Some(&body));
+    assert_eq!((status, again["reason"].as_str()), (409, Some("AlreadyExists")));
+    let one = format!("{base}/one");
+    let mut stale = body.clone();
+    stale["metadata"]["resourceVersion"] = json!("1");
+    assert_eq!(request(&agent, "PUT", &one, Some(&stale)).1["reason"], "Conflict");
+    let mut fresh = body.clone();
+    fresh["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"].clone();
+    let (status, replaced) = request(&agent, "PUT", &one, Some(&fresh));
+    assert_eq!((status, &replaced["metadata"]["uid"]), (200, &created["metadata"]["uid"]));
+    assert_eq!(request(&agent, "PUT", &format!("{base}/two"), Some(&svc("v", "two", json!({}), ""))).0, 404);
+    let patch = json!({"metadata": {"labels": {"a": "b"}}});
+    let ((status, patched), _) =
+        request_with(&agent, "PATCH", &one, Some(&patch), &[("content-type", "application/merge-patch+json")]);
+    assert_eq!((status, patched["metadata"]["labels"]["a"].as_str()), (200, Some("b")));
+    let (status, deleted) = request(&agent, "DELETE", &one, None);
+    assert_eq!((status, deleted["metadata"]["name"].as_str()), (200, Some("one")));
+    assert_eq!(request(&agent, "GET", &one, None).1["reason"], "NotFound");
+    let (status, bad) = request_with(&agent, "GET", &format!("{base}?limit=x"), None, &[]).0;
+    assert_eq!((status, bad["reason"].as_str()), (400, Some("BadRequest")));
+}
+
+#[test]
+fn api_listener_inside_a_network_namespace() {
+    if !common::kernel_available() {
+        return;
+    }
+    let ns = common::Netns::new("emu");
+    assert!(ns.run(&["ip", "link", "set", "lo", "up"], "").status.success());
+    let emu = Emulator::start(Some(&ns.name), "127.0.0.1:0", None, &[]);
+    let addr = emu.api.trim_start_matches("https://").to_string();
+    assert!(std::net::TcpStream::connect(&addr).is_err(), "the API listener is not in the host namespace");
+    let port = addr.rsplit(':').next().unwrap();
+    let probe = ns.run(&["bash", "-c", &format!("exec 3<>/dev/tcp/127.0.0.1/{port}")], "");
+    assert!(probe.status.success(), "reachable inside {}", ns.name);
+    assert_eq!(emu.stats()["resourceVersion"], "1000", "control stays in the host namespace");
+}
