@@ -85,7 +85,17 @@ pub fn list(store: &Store, res: &Resource, q: &Query) -> Result<Page, TooOld> {
         (Some(_), Some(last)) => Some(Continue { rv, after: (last.facts.namespace.clone(), last.facts.name.clone()) }),
         _ => None,
     };
-    let remaining = (next.is_some() && q.selector.is_empty()).then(|| rest.count());
+    let remaining = match (&next, q.selector.is_empty()) {
+        // Without an overlay the map alone is the snapshot: counting its keys is much cheaper.
+        (Some(c), true) if overlay.is_empty() => Some(
+            current
+                .range((Bound::Excluded(c.after.clone()), Bound::Unbounded))
+                .take_while(|(k, _)| q.namespace.is_none_or(|ns| k.0 == ns))
+                .count(),
+        ),
+        (Some(_), true) => Some(rest.count()),
+        _ => None,
+    };
     Ok(Page { rv, items, next, remaining })
 }
 
