@@ -200,6 +200,7 @@ impl Drop for Netns {
 pub mod check;
 pub mod cluster;
 pub mod daemon;
+pub mod emulator;
 pub mod net;
 pub mod node;
 pub mod proxy;

@@ -1,0 +1,103 @@
+//! Fault injection: the `/emulator/faults` switches, and the armed "fail the next N requests" rules.
+
+use crate::http::{Response, reason_for, status_body};
+use crate::store::Store;
+use crate::watchers::{DropMode, WatchMsg};
+use serde_json::Value;
+use std::sync::Mutex;
+
+/// A fault request the emulator does not understand.
+#[derive(Debug, thiserror::Error)]
+pub enum FaultError {
+    /// A key or value that is not a known fault.
+    #[error("unknown fault {0}")]
+    Unknown(String),
+}
+
+/// Answer the next `count` matching requests with `status`.
+#[derive(Debug, Clone)]
+struct FailRule {
+    status: u16,
+    count: u64,
+    retry_after: Option<u64>,
+    resource: Option<String>,
+    verb: Option<String>,
+}
+
+/// The armed request failures.
+#[derive(Debug, Default)]
+pub struct Faults {
+    rules: Mutex<Vec<FailRule>>,
+}
+
+impl Faults {
+    /// If a rule matches this request, uses one of its count and returns the failure to answer.
+    pub fn take(&self, plural: &str, verb: &str) -> Option<Response> {
+        let mut rules = self.rules.lock().unwrap_or_else(|e| e.into_inner());
+        let i = rules.iter().position(|r| {
+            r.count > 0
+                && r.resource.as_deref().is_none_or(|p| p == plural)
+                && r.verb.as_deref().is_none_or(|v| v == verb)
+        })?;
+        let rule = &mut rules[i];
+        rule.count -= 1;
+        let message = format!("injected failure {} for {verb} {plural}", rule.status);
+        let mut resp =
+            Response::json(rule.status, status_body(rule.status, reason_for(rule.status), &message).into_bytes());
+        if let Some(s) = rule.retry_after {
+            resp.headers.push(("Retry-After".into(), s.to_string()));
+        }
+        let status = rule.status;
+        rules.retain(|r| r.count > 0);
+        log::info!("fault: answered {verb} {plural} with {status}");
+        Some(resp)
+    }
+
+    /// Applies every switch in a `/emulator/faults` body.
+    pub fn apply(&self, body: &Value, store: &Store) -> Result<(), FaultError> {
+        let fields = body.as_object().ok_or_else(|| FaultError::Unknown(body.to_string()))?;
+        let resource = body["resource"].as_str();
+        for (key, value) in fields {
+            match key.as_str() {
+                "resource" => {}
+                "drop" => store.signal(resource, &WatchMsg::Drop(drop_mode(value)?)),
+                "stall" => store.signal(resource, &WatchMsg::Stall(value.as_bool().unwrap_or(true))),
+                "expire" if value.as_bool() == Some(true) => store.signal(resource, &WatchMsg::Expire),
+                "compact" if value.as_bool() == Some(true) => store.compact(),
+                "malformed" => store.signal(Some(plural(value)?), &WatchMsg::Malformed),
+                "garbage" => store.signal(Some(plural(value)?), &WatchMsg::Garbage),
+                "fail" => self.arm(value)?,
+                _ => return Err(FaultError::Unknown(format!("{key}: {value}"))),
+            }
+        }
+        log::info!("fault applied: {body}");
+        Ok(())
+    }
+
+    fn arm(&self, v: &Value) -> Result<(), FaultError> {
+        let status = v["status"].as_u64().and_then(|s| u16::try_from(s).ok());
+        let status = status.filter(|s| (400..600).contains(s)).ok_or_else(|| FaultError::Unknown(v.to_string()))?;
+        let rule = FailRule {
+            status,
+            count: v["count"].as_u64().unwrap_or(1),
+            retry_after: v["retry_after"].as_u64(),
+            resource: v["resource"].as_str().map(str::to_string),
+            verb: v["verb"].as_str().map(str::to_string),
+        };
+        self.rules.lock().unwrap_or_else(|e| e.into_inner()).push(rule);
+        Ok(())
+    }
+}
+
+fn drop_mode(v: &Value) -> Result<DropMode, FaultError> {
+    match v.as_str() {
+        Some("clean") => Ok(DropMode::Clean),
+        Some("abrupt") => Ok(DropMode::Abrupt),
+        Some("reset") => Ok(DropMode::Reset),
+        _ => Err(FaultError::Unknown(format!("drop: {v}"))),
+    }
+}
+
+fn plural(v: &Value) -> Result<&str, FaultError> {
+    v.as_str().ok_or_else(|| FaultError::Unknown(v.to_string()))
+}

@@ -1,0 +1,313 @@
+//! The API-server emulator's protocol, against the running binary: paging at a snapshot,
+//! selectors, watch replay and transitions, bookmarks, timeouts, compaction, every fault switch,
+//! authentication, stats, and (when installed) real kubectl.
+
+mod common;
+
+use common::emulator::{Emulator, Item, RawWatch, plain_agent, request, request_with, tls_agent};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn svc(ns: &str, name: &str, labels: Value, cluster_ip: &str) -> Value {
+    json!({"apiVersion":"v1","kind":"Service","metadata":{"name":name,"namespace":ns,"labels":labels},
+           "spec":{"clusterIP":cluster_ip,"ports":[{"port":80}]}})
+}
+
+fn names(list: &Value) -> Vec<String> {
+    list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn started() -> Emulator {
+    Emulator::start(None, "127.0.0.1:0", None, &[])
+}
+
+#[test]
+fn paging_is_consistent_at_the_snapshot_and_expires_with_compaction() {
+    let emu = started();
+    let all: Vec<Value> = (0..10).map(|i| svc("p", &format!("s{i}"), json!({"v":"old"}), "10.0.0.1")).collect();
+    emu.apply(&Value::Array(all));
+    let page1 = emu.list("/api/v1/namespaces/p/services?limit=4");
+    assert_eq!(names(&page1), ["s0", "s1", "s2", "s3"]);
+    assert_eq!(page1["metadata"]["remainingItemCount"], 6);
+    assert!(page1["items"][0].get("kind").is_none(), "list items carry no kind");
+    let token = page1["metadata"]["continue"].as_str().expect("continue").to_string();
+    // Writes after the snapshot: a change, a deletion and a creation inside page 2's range.
+    emu.apply(&svc("p", "s4", json!({"v":"new"}), "10.0.0.1"));
+    emu.delete(&svc("p", "s5", json!({}), ""));
+    emu.apply(&svc("p", "s45", json!({}), "10.0.0.1"));
+    let page2 = emu.list(&format!("/api/v1/namespaces/p/services?limit=4&continue={token}"));
+    assert_eq!(names(&page2), ["s4", "s5", "s6", "s7"], "page 2 shows the snapshot");
+    assert_eq!(page2["items"][0]["metadata"]["labels"]["v"], "old");
+    assert_eq!(page2["metadata"]["resourceVersion"], page1["metadata"]["resourceVersion"]);
+    let token2 = page2["metadata"]["continue"].as_str().expect("continue").to_string();
+    let fresh = emu.list("/api/v1/namespaces/p/services");
+    assert!(names(&fresh).contains(&"s45".to_string()) && !names(&fresh).contains(&"s5".to_string()));
+    emu.fault(&json!({"compact": true}));
+    let (status, body) = emu.get(&format!("/api/v1/namespaces/p/services?limit=4&continue={token2}"));
+    assert_eq!((status, body["reason"].as_str()), (410, Some("Expired")), "{body}");
+    assert!(body["message"].as_str().unwrap().contains("continue parameter is too old"));
+}
+
+#[test]
+fn label_and_field_selectors() {
+    let emu = started();
+    emu.apply(&json!([
+        svc("a", "plain", json!({}), "10.0.0.1"),
+        svc("a", "other-proxy", json!({"service.kubernetes.io/service-proxy-name": "x"}), "10.0.0.2"),
+        svc("a", "headless", json!({"tier": "db"}), "None"),
+        svc("b", "web", json!({"tier": "web"}), "10.0.0.3"),
+    ]));
+    let q = |s: &str| names(&emu.list(&format!("/api/v1/services?{s}")));
+    assert_eq!(
+        q("labelSelector=%21service.kubernetes.io%2Fservice-proxy-name&fieldSelector=spec.clusterIP%21%3DNone"),
+        ["plain", "web"]
+    );
+    assert_eq!(q("labelSelector=tier+in+(db,web),tier!=web"), ["headless"]);
+    assert_eq!(q("labelSelector=tier+notin+(web)"), ["headless", "other-proxy", "plain"]);
+    assert_eq!(q("fieldSelector=metadata.namespace=b"), ["web"]);
+    assert_eq!(q("fieldSelector=metadata.name==plain"), ["plain"]);
+    let (status, body) = emu.get("/api/v1/services?labelSelector=tier+in+db");
+    assert_eq!((status, body["reason"].as_str()), (400, Some("BadRequest")));
+    let (status, body) = emu.get("/api/v1/services?fieldSelector=spec.foo%3Dx");
+    assert_eq!(status, 400);
+    assert_eq!(body["message"], "field label not supported: spec.foo");
+    let old = Emulator::start(None, "127.0.0.1:0", None, &["--no-service-field-selectors", "--no-servicecidrs"]);
+    let (status, body) = old.get("/api/v1/services?fieldSelector=spec.clusterIP%21%3DNone");
+    assert_eq!((status, body["message"].as_str()), (400, Some("field label not supported: spec.clusterIP")));
+    assert_eq!(old.get("/apis/networking.k8s.io/v1/servicecidrs").0, 404);
+    assert_eq!(emu.get("/apis/networking.k8s.io/v1/servicecidrs").0, 200);
+    assert!(!old.list("/apis").to_string().contains("networking.k8s.io"));
+}
+
+#[test]
+fn watch_replays_then_streams_and_resumes_from_a_version() {
+    let emu = started();
+    emu.apply(&json!([svc("w", "a", json!({}), "10.0.0.1"), svc("w", "b", json!({}), "10.0.0.2")]));
+    let mut w = RawWatch::open(&emu.control_addr(), "/api/v1/services?watch=true&resourceVersion=0");
+    assert!(w.head.contains("Transfer-Encoding: chunked"), "{}", w.head);
+    let first: Vec<Value> = (0..2).map(|_| w.event()).collect();
+    assert!(first.iter().all(|e| e["type"] == "ADDED" && e["object"]["kind"] == "Service"), "{first:?}");
+    let rv = emu.apply(&svc("w", "c", json!({}), "10.0.0.3"))["resourceVersion"].as_str().unwrap().to_string();
+    let live = w.event();
+    assert_eq!((live["type"].as_str(), live["object"]["metadata"]["name"].as_str()), (Some("ADDED"), Some("c")));
+    assert_eq!(live["object"]["metadata"]["resourceVersion"], rv);
+    emu.apply(&svc("w", "c", json!({"x":"y"}), "10.0.0.3"));
+    assert_eq!(w.event()["type"], "MODIFIED");
+    emu.delete(&svc("w", "a", json!({}), ""));
+    let mut from = RawWatch::open(&emu.control_addr(), &format!("/api/v1/services?watch=1&resourceVersion={rv}"));
+    let replay: Vec<String> = (0..2).map(|_| from.event()["type"].as_str().unwrap().to_string()).collect();
+    assert_eq!(replay, ["MODIFIED", "DELETED"], "only events after {rv}");
+    assert!(matches!(from.next(Duration::from_millis(300)), Item::Timeout));
+}
+
+#[test]
+fn selector_transitions_become_added_and_deleted() {
+    let emu = started();
+    emu.apply(&svc("t", "x", json!({"app": "web"}), "10.0.0.1"));
+    let mut w = RawWatch::open(&emu.control_addr(), "/api/v1/namespaces/t/services?watch=true&labelSelector=app%3Dweb");
+    assert_eq!(w.event()["type"], "ADDED");
+    let rv = emu.apply(&svc("t", "x", json!({"app": "db"}), "10.0.0.1"))["resourceVersion"].clone();
+    let gone = w.event();
+    assert_eq!(gone["type"], "DELETED");
+    assert_eq!(gone["object"]["metadata"]["labels"]["app"], "web", "the previous object");
+    assert_eq!(gone["object"]["metadata"]["resourceVersion"], rv);
+    emu.apply(&svc("t", "x", json!({"app": "web"}), "10.0.0.1"));
+    assert_eq!(w.event()["type"], "ADDED");
+}
+
+#[test]
+fn bookmarks_timeout_and_compaction() {
+    let emu = Emulator::start(None, "127.0.0.1:0", None, &["--bookmark-interval=300ms", "--history=3"]);
+    let start = emu.rv();
+    let t0 = Instant::now();
+    let path = "/api/v1/services?watch=true&allowWatchBookmarks=true&timeoutSeconds=1&resourceVersion=0";
+    let mut w = RawWatch::open(&emu.control_addr(), path);
+    let mut bookmarks = 0;
+    loop {
+        match w.next(Duration::from_secs(5)) {
+            Item::Event(e) => {
+                assert_eq!((e["type"].as_str(), e["object"]["kind"].as_str()), (Some("BOOKMARK"), Some("Service")));
+                assert!(e["object"]["metadata"]["resourceVersion"].is_string());
+                bookmarks += 1;
+            }
+            Item::End => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(bookmarks >= 3, "{bookmarks} bookmarks in 1 s at 300 ms, plus the last one");
+    assert!(t0.elapsed() < Duration::from_secs(3));
+    for i in 0..5 {
+        emu.apply(&svc("c", &format!("s{i}"), json!({}), "10.0.0.1"));
+    }
+    let mut old = RawWatch::open(&emu.control_addr(), &format!("/api/v1/services?watch=true&resourceVersion={start}"));
+    let err = old.event();
+    assert_eq!((err["type"].as_str(), err["object"]["code"].as_u64()), (Some("ERROR"), Some(410)), "{err}");
+    assert!(err["object"]["message"].as_str().unwrap().starts_with(&format!("too old resource version: {start} (")));
+    assert!(matches!(old.next(Duration::from_secs(2)), Item::End));
+    let now = emu.rv();
+    emu.fault(&json!({"compact": true}));
+    assert_eq!(emu.stats()["compacted"], now.to_string());
+}
+
+fn watch(emu: &Emulator, plural_path: &str) -> RawWatch {
+    let mut w = RawWatch::open(&emu.control_addr(), &format!("{plural_path}?watch=true"));
+    assert!(matches!(w.next(Duration::from_millis(100)), Item::Timeout));
+    w
+}
+
+#[test]
+fn stream_faults() {
+    let emu = started();
+    let svcs = "/api/v1/services";
+    let mut clean = watch(&emu, svcs);
+    let mut other = watch(&emu, "/api/v1/nodes");
+    emu.fault(&json!({"drop": "clean", "resource": "services"}));
+    assert!(matches!(clean.next(Duration::from_secs(5)), Item::End));
+    assert!(matches!(other.next(Duration::from_millis(200)), Item::Timeout), "nodes untouched");
+    let mut abrupt = watch(&emu, svcs);
+    emu.fault(&json!({"drop": "abrupt"}));
+    assert!(matches!(abrupt.next(Duration::from_secs(5)), Item::Eof));
+    assert!(matches!(other.next(Duration::from_secs(5)), Item::Eof), "no resource: every watch");
+    let mut reset = watch(&emu, svcs);
+    emu.fault(&json!({"drop": "reset"}));
+    assert!(matches!(reset.next(Duration::from_secs(5)), Item::Reset | Item::Eof));
+    let mut stalled = watch(&emu, svcs);
+    emu.fault(&json!({"stall": true}));
+    emu.apply(&svc("f", "a", json!({}), "10.0.0.1"));
+    assert!(matches!(stalled.next(Duration::from_millis(600)), Item::Timeout), "stalled");
+    emu.fault(&json!({"stall": false}));
+    assert_eq!(stalled.event()["type"], "ADDED");
+    emu.fault(&json!({"malformed": "services"}));
+    let bad = stalled.event();
+    assert_eq!((bad["type"].as_str(), bad["object"]["spec"]["ports"].as_str()), (Some("MODIFIED"), Some("not-a-list")));
+    assert!(bad["object"]["metadata"]["resourceVersion"].is_string());
+    emu.fault(&json!({"garbage": "services"}));
+    assert!(matches!(stalled.next(Duration::from_secs(5)), Item::Garbage(_)));
+    emu.fault(&json!({"expire": true, "resource": "services"}));
+    assert_eq!(stalled.event()["object"]["reason"], "Expired");
+    assert!(matches!(stalled.next(Duration::from_secs(5)), Item::End));
+    let _nodes = watch(&emu, "/api/v1/nodes");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while emu.stats()["openWatches"] != json!({"nodes": 1}) {
+        assert!(Instant::now() < deadline, "open watches: {}", emu.stats());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn authentication_fail_faults_and_stats() {
+    let emu = Emulator::start(None, "127.0.0.1:0", Some(&common::root().join("examples/cluster")), &[]);
+    assert!(emu.ready.starts_with("ready api=https://127.0.0.1:") && emu.control.starts_with("http://127.0.0.1:"));
+    let url = format!("{}/api/v1/services", emu.api);
+    let anonymous = tls_agent(&emu.tls_dir, false);
+    let (status, body) = request(&anonymous, "GET", &url, None);
+    assert_eq!((status, body["reason"].as_str()), (401, Some("Unauthorized")));
+    let certified = tls_agent(&emu.tls_dir, true);
+    let (status, list) = request(&certified, "GET", &url, None);
+    assert_eq!(status, 200);
+    assert!(names(&list).contains(&"kubernetes".to_string()), "manifests loaded");
+    let token = std::fs::read_to_string(emu.tls_dir.join("token")).unwrap().trim().to_string();
+    let bearer =
+        |t: &str| request_with(&anonymous, "GET", &url, None, &[("authorization", &format!("Bearer {t}"))]).0.0;
+    assert_eq!(bearer(&token), 200);
+    std::fs::write(emu.tls_dir.join("token"), "rotated\n").unwrap();
+    assert_eq!((bearer(&token), bearer("rotated")), (401, 200), "the token file is re-read");
+    emu.fault(&json!({"fail": {"status": 429, "count": 1, "retry_after": 3, "resource": "services", "verb": "list"}}));
+    let ((status, body), retry) = request_with(&certified, "GET", &url, None, &[]);
+    assert_eq!((status, body["reason"].as_str(), retry.as_deref()), (429, Some("TooManyRequests"), Some("3")));
+    assert_eq!(request(&certified, "GET", &url, None).0, 200, "only the next one fails");
+    let stats = emu.stats();
+    assert_eq!(stats["requests"]["list"]["services"], 5, "{stats}");
+    assert_eq!((stats["status"]["401"].as_u64(), stats["status"]["429"].as_u64()), (Some(2), Some(1)), "{stats}");
+    let (status, _) = request(&plain_agent(), "GET", &format!("{}/api/v1/services", emu.control), None);
+    assert_eq!(status, 200, "control needs no credentials");
+    assert_eq!(emu.stats()["requests"]["list"]["services"], 5, "control traffic is not counted");
+}
+
+#[test]
+fn kubectl_works_against_the_emulator() {
+    let kubectl = Path::new("/usr/bin/kubectl");
+    if !kubectl.exists() {
+        println!("kubectl not installed; skipping");
+        return;
+    }
+    let emu = Emulator::start(None, "127.0.0.1:0", Some(&common::root().join("examples/cluster")), &[]);
+    let scratch = common::Scratch::new("kubectl");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(kubectl)
+            .arg("--kubeconfig")
+            .arg(emu.kubeconfig())
+            .args(args)
+            .env("HOME", &scratch.0)
+            .output()
+            .expect("run kubectl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        text
+    };
+    let list: Value = serde_json::from_str(&run(&["get", "services", "-A", "-o", "json"])).expect("json");
+    assert!(names(&list).contains(&"kubernetes".to_string()));
+    assert!(run(&["get", "endpointslices", "-A"]).contains("kube-dns"));
+    scratch.write(
+        "svc.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: made, namespace: default}\nspec: {ports: [{port: 80}]}\n",
+    );
+    run(&["create", "-f", &scratch.0.join("svc.yaml").to_string_lossy()]);
+    run(&["label", "service", "made", "app=x"]);
+    assert_eq!(emu.list("/api/v1/namespaces/default/services/made")["metadata"]["labels"]["app"], "x");
+    run(&["delete", "service", "made"]);
+    assert_eq!(emu.get("/api/v1/namespaces/default/services/made").0, 404);
+}
+
+#[test]
+fn write_verbs_and_their_errors() {
+    let emu = started();
+    let agent = plain_agent();
+    let base = format!("{}/api/v1/namespaces/v/services", emu.control);
+    let body = svc("v", "one", json!({}), "10.0.0.1");
+    let (status, created) = request(&agent, "POST", &base, Some(&body));
+    assert_eq!((status, created["kind"].as_str()), (201, Some("Service")));
+    assert!(created["metadata"]["uid"].is_string() && created["metadata"]["creationTimestamp"].is_string());
+    let (status, again) = request(&agent, "POST", &base, Some(&body));
+    assert_eq!((status, again["reason"].as_str()), (409, Some("AlreadyExists")));
+    let one = format!("{base}/one");
+    let mut stale = body.clone();
+    stale["metadata"]["resourceVersion"] = json!("1");
+    assert_eq!(request(&agent, "PUT", &one, Some(&stale)).1["reason"], "Conflict");
+    let mut fresh = body.clone();
+    fresh["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"].clone();
+    let (status, replaced) = request(&agent, "PUT", &one, Some(&fresh));
+    assert_eq!((status, &replaced["metadata"]["uid"]), (200, &created["metadata"]["uid"]));
+    assert_eq!(request(&agent, "PUT", &format!("{base}/two"), Some(&svc("v", "two", json!({}), ""))).0, 404);
+    let patch = json!({"metadata": {"labels": {"a": "b"}}});
+    let ((status, patched), _) =
+        request_with(&agent, "PATCH", &one, Some(&patch), &[("content-type", "application/merge-patch+json")]);
+    assert_eq!((status, patched["metadata"]["labels"]["a"].as_str()), (200, Some("b")));
+    let (status, deleted) = request(&agent, "DELETE", &one, None);
+    assert_eq!((status, deleted["metadata"]["name"].as_str()), (200, Some("one")));
+    assert_eq!(request(&agent, "GET", &one, None).1["reason"], "NotFound");
+    let (status, bad) = request_with(&agent, "GET", &format!("{base}?limit=x"), None, &[]).0;
+    assert_eq!((status, bad["reason"].as_str()), (400, Some("BadRequest")));
+}
+
+#[test]
+fn api_listener_inside_a_network_namespace() {
+    if !common::kernel_available() {
+        return;
+    }
+    let ns = common::Netns::new("emu");
+    assert!(ns.run(&["ip", "link", "set", "lo", "up"], "").status.success());
+    let emu = Emulator::start(Some(&ns.name), "127.0.0.1:0", None, &[]);
+    let addr = emu.api.trim_start_matches("https://").to_string();
+    assert!(std::net::TcpStream::connect(&addr).is_err(), "the API listener is not in the host namespace");
+    let port = addr.rsplit(':').next().unwrap();
+    let probe = ns.run(&["bash", "-c", &format!("exec 3<>/dev/tcp/127.0.0.1/{port}")], "");
+    assert!(probe.status.success(), "reachable inside {}", ns.name);
+    assert_eq!(emu.stats()["resourceVersion"], "1000", "control stays in the host namespace");
+}
