@@ -89,6 +89,47 @@ impl Backoff {
     }
 }
 
+/// Syncs a moment apart allowed before the pace applies.
+const BURST: f64 = 2.0;
+
+/// At most one sync per `min_sync_period` on average, with a burst of two (as upstream's
+/// runner had): a Service and its EndpointSlice created a moment apart are both applied at
+/// once, while a steady stream of changes still syncs once per period. Counted from the end
+/// of each sync.
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    min: Duration,
+    /// Syncs allowed at `at`.
+    tokens: f64,
+    at: Instant,
+}
+
+impl Pace {
+    fn new(min: Duration, now: Instant) -> Pace {
+        Pace { min, tokens: BURST, at: now }
+    }
+
+    /// When the next sync may start.
+    fn next_allowed(&self) -> Instant {
+        if self.tokens >= 1.0 || self.min.is_zero() {
+            self.at
+        } else {
+            after(self.at, self.min.mul_f64(1.0 - self.tokens))
+        }
+    }
+
+    /// Notes a sync that ended at `end`.
+    fn take(&mut self, end: Instant) {
+        let earned = if self.min.is_zero() {
+            BURST
+        } else {
+            end.saturating_duration_since(self.at).as_secs_f64() / self.min.as_secs_f64()
+        };
+        self.tokens = ((self.tokens + earned).min(BURST) - 1.0).max(0.0);
+        self.at = end;
+    }
+}
+
 /// The sync thread's state: the model, what was rendered from it, and when to sync next.
 pub struct Syncer<K: Kernel> {
     model: Model,
@@ -104,7 +145,7 @@ pub struct Syncer<K: Kernel> {
     force_full: bool,
     /// A full sync that rewrites everything in place is due.
     refresh: bool,
-    next_allowed: Instant,
+    pace: Pace,
     last_full: Instant,
     /// Retries of failed syncs.
     retry: Backoff,
@@ -138,7 +179,7 @@ impl<K: Kernel> Syncer<K> {
             dirty: true,
             force_full: true,
             refresh: false,
-            next_allowed: now,
+            pace: Pace::new(periods.min_sync, now),
             last_full: now,
             retry: Backoff::new(periods.min_sync, periods.sync),
             reported: BTreeSet::new(),
@@ -198,7 +239,7 @@ impl<K: Kernel> Syncer<K> {
         let node_wait = self.node_wait.filter(|_| self.model.node.is_none());
         let mut wake = if self.unlisted.is_empty() {
             let due = self.dirty || self.force_full || self.refresh || now >= periodic;
-            let allowed = self.retry.not_before(self.next_allowed);
+            let allowed = self.retry.not_before(self.pace.next_allowed());
             match node_wait {
                 // Until the Node arrives (a delivery wakes the loop), only the log line and
                 // the end of the wait are due.
@@ -258,7 +299,7 @@ impl<K: Kernel> Syncer<K> {
         let due = self.dirty || self.force_full || self.refresh;
         if self.unlisted.is_empty()
             && due
-            && now >= self.retry.not_before(self.next_allowed)
+            && now >= self.retry.not_before(self.pace.next_allowed())
             && !self.waiting_for_node(now)
         {
             self.sync_once();
@@ -319,7 +360,7 @@ impl<K: Kernel> Syncer<K> {
             self.kernel.sync(rendered.ruleset(), &update, resync)
         });
         let end = Instant::now();
-        self.next_allowed = after(end, self.periods.min_sync);
+        self.pace.take(end);
         match result {
             Ok(report) => self.succeeded(&report, (rendered_at - started, end - rendered_at), end),
             Err(e) => {

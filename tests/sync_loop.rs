@@ -306,15 +306,44 @@ fn the_loop_sleeps_when_nothing_can_be_done() {
     let syncer = Syncer::new(config(), short, fake.clone(), &["manifests"]);
     running(syncer, &inbox, || {
         std::thread::sleep(Duration::from_millis(300));
-        // Listed, with a sync allowed only a second after the first: the overdue full sync
-        // must wait for it rather than spin.
+        // Listed; after the first sync and the overdue full sync (a burst of two), the next
+        // is allowed only a second later: the ever-overdue full sync must wait, not spin.
         inbox.send_all(cluster(1));
         inbox.listed("manifests");
         std::thread::sleep(Duration::from_millis(300));
     });
     let turns = fake.with(|s| s.turns);
     assert!(turns < 20, "the loop turned {turns} times in 0.6 s");
-    assert_eq!(fake.calls().len(), 1);
+    assert_eq!(fake.calls().len(), 2);
+}
+
+#[test]
+fn two_changes_a_moment_apart_are_both_applied_at_once_then_the_pace_holds() {
+    let fake = Fake::default();
+    let (syncer, inbox) = listed(&fake, periods(Duration::from_secs(1)), 3);
+    let synced = |n: usize| {
+        let start = Instant::now();
+        while fake.calls().len() < n && start.elapsed() < Duration::from_secs(3) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        start.elapsed()
+    };
+    running(syncer, &inbox, || {
+        synced(1);
+        std::thread::sleep(Duration::from_millis(1100));
+        // A Service, then its EndpointSlice 20 ms later: the second must not wait a second.
+        inbox.send(service(7));
+        synced(2);
+        std::thread::sleep(Duration::from_millis(20));
+        inbox.send(slice(7, 0));
+        let took = synced(3);
+        assert!(took < Duration::from_millis(300), "the EndpointSlice waited {took:?}");
+        // The burst is spent: a third change waits for the pace.
+        inbox.send(slice(7, 1));
+        let took = synced(4);
+        assert!(took > Duration::from_millis(500), "a third sync after only {took:?}");
+    });
+    assert_eq!(fake.calls().len(), 4);
 }
 
 #[test]

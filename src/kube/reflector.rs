@@ -336,6 +336,13 @@ impl Reflector {
                         log::warn!("{}: the watch stayed silent for {idle:?}; reopening it", self.resource.name);
                         return Ok(Next::Watch);
                     }
+                    // A stream that served a while and then broke (reset, cut) is a watch that
+                    // ended, as client-go takes it: watch again at once. One that breaks at
+                    // once is a failure, so a server that always does it is not asked in a loop.
+                    if events > 0 || started.elapsed() >= VERY_SHORT_WATCH {
+                        log::info!("{}: the watch broke ({e}); watching again", self.resource.name);
+                        return Ok(Next::Watch);
+                    }
                     return Err(ApiError::Transport(format!("watching {}: {e}", self.resource.name)));
                 }
             }

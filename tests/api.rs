@@ -1,0 +1,279 @@
+//! The daemon following an API server (the emulator, on the "remote node" of a test cluster)
+//! through a real kernel: changes carry traffic within a second, every fault the emulator can
+//! make is recovered from, ending with the kernel equal to a fresh dry run of the emulator's
+//! final state, and authentication works or fails clearly.
+
+mod common;
+
+use common::check::{web_on as web, who};
+use common::cluster::{Cluster, ECHO_PORT, endpoint, service, slice};
+use common::daemon::{Daemon, wait_for};
+use common::emulator::Emulator;
+use common::{Netns, kernel_available, tables};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// Where the emulator listens: the remote node's address, as a control plane off the node.
+const API_ADDR: &str = "192.168.1.2:6443";
+
+/// Service `name` at `ip`:80 with endpoints on `pods`.
+fn svc(c: &Cluster, name: &str, ip: &str, pods: &[&str]) -> Vec<Value> {
+    let spec = json!({"clusterIP": ip, "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
+    let eps = pods.iter().map(|p| endpoint(c.pod_named(p), false, json!({}))).collect();
+    vec![service(name, spec, json!({})), slice(name, false, "TCP", eps)]
+}
+
+/// A cluster, its emulator serving `web` on pod-1 and this Node, and a daemon following it.
+fn running(extra: &[&str]) -> (Cluster, Emulator, Daemon) {
+    let c = Cluster::new(2, 1);
+    let emu = Emulator::start(Some(&c.remote.name), API_ADDR, None, &["--bookmark-interval", "1s"]);
+    emu.apply(&Value::Array([vec![Cluster::node_object()], web(&c, &["pod-1"])].concat()));
+    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), extra, &[]);
+    assert!(
+        wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some(),
+        "the daemon never served what the API server holds:\n{}",
+        d.logged()
+    );
+    (c, emu, d)
+}
+
+/// `kube-nftproxy --dry-run` against the API server, inside `ns` (to see its addresses).
+fn dry_run(ns: &Netns, kubeconfig: &Path) -> Output {
+    Command::new("ip")
+        .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_kube-nftproxy"), "--dry-run"])
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8,fd00:10::/32"])
+        .env("RUST_LOG", "warn")
+        .env_remove("NODE_NAME")
+        .output()
+        .expect("run the dry run")
+}
+
+/// Whether the node's tables equal a fresh dry run of what the emulator holds now, loaded
+/// into `twin`; the difference when not.
+fn converged(c: &Cluster, emu: &Emulator, twin: &Netns) -> Result<(), String> {
+    let out = dry_run(&c.node, &emu.kubeconfig());
+    if !out.status.success() {
+        return Err(format!("the dry run failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let _ = twin.run(&["nft", "flush", "ruleset"], "");
+    twin.nft_apply(&String::from_utf8_lossy(&out.stdout))?;
+    let (want, have) = (tables::state(twin), tables::state(&c.node));
+    if want == have { Ok(()) } else { Err(tables::difference(&want, &have)) }
+}
+
+/// Waits up to `limit` for the node to converge; panics with the difference and the log.
+fn assert_converges(c: &Cluster, emu: &Emulator, twin: &Netns, d: &Daemon, what: &str, limit: Duration) {
+    let start = Instant::now();
+    let mut last = Err(String::new());
+    while start.elapsed() < limit {
+        last = converged(c, emu, twin);
+        if last.is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("{what}: not converged after {limit:?}: {}\n{}", last.unwrap_err(), d.logged());
+}
+
+#[test]
+fn the_daemon_follows_the_api_server_through_a_real_kernel() {
+    if !kernel_available() {
+        return;
+    }
+    let (c, emu, d) = running(&[]);
+    // Past the minimum sync period, a new Service is served within a second of its creation.
+    std::thread::sleep(Duration::from_millis(1200));
+    let created = Instant::now();
+    emu.apply(&Value::Array(svc(&c, "api", "172.30.0.41", &["pod-2"])));
+    // In the kernel (its endpoint map dispatches the new ClusterIP) within a second; a probe
+    // sent before that would only be retransmitted a second later, so the kernel is polled.
+    let endpoints = || c.node.nft(&["list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp"]);
+    let took = wait_for(Duration::from_secs(5), || endpoints().contains("172.30.0.41 . 80"));
+    assert!(took.is_some(), "the new Service never reached the kernel:\n{}", d.logged());
+    assert!(
+        created.elapsed() < Duration::from_secs(1),
+        "in the kernel only after {:?}:\n{}",
+        created.elapsed(),
+        d.logged()
+    );
+    assert_eq!(who(&c.client, "172.30.0.41:80"), "pod-2", "the new Service does not carry traffic");
+    // An endpoint removed receives no new connections.
+    emu.apply(&Value::Array(web(&c, &["pod-2"])));
+    assert!(wait_for(Duration::from_secs(3), || who(&c.client, "172.30.0.40:80") == "pod-2").is_some());
+    for _ in 0..20 {
+        assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-2", "a removed endpoint still got a connection");
+    }
+    // A deleted Service is gone from the kernel.
+    emu.delete(&Value::Array(svc(&c, "api", "172.30.0.41", &[])));
+    let gone = wait_for(Duration::from_secs(3), || {
+        !c.node.nft(&["list", "table", "ip", "kube-nftproxy"]).contains("172.30.0.41")
+    });
+    assert!(gone.is_some(), "the deleted Service is still in the kernel:\n{}", d.logged());
+    // One list per resource, then watches only (before the dry runs below list too).
+    let stats = emu.stats();
+    for resource in ["services", "endpointslices", "nodes"] {
+        assert_eq!(stats["requests"]["list"][resource], 1, "{resource} listed more than once: {stats}");
+    }
+    let twin = Netns::new("twin");
+    assert_converges(&c, &emu, &twin, &d, "after the changes", Duration::from_secs(5));
+    let log = d.stop();
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+/// One fault and a change made after it (web's endpoints, and a new Service `gen-N`).
+fn fault_then_change(c: &Cluster, emu: &Emulator, fault: Value, generation: usize) {
+    emu.fault(&fault);
+    let pods: &[&str] = if generation % 2 == 0 { &["pod-1", "rpod-1"] } else { &["pod-2"] };
+    emu.apply(&Value::Array(web(c, pods)));
+    emu.apply(&Value::Array(svc(c, &format!("gen-{generation}"), &format!("172.30.1.{generation}"), &["pod-1"])));
+}
+
+/// Runs `faults` one by one against a fresh daemon (retries back off across faults, up to a
+/// minute, so each group starts anew), a change after each; the node must converge each time.
+fn recovers(c: &Cluster, emu: &Emulator, twin: &Netns, faults: &[Value], generation: &mut usize) -> String {
+    // Short watches, so a stalled stream is noticed within seconds.
+    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &["--watch-timeout=2s"], &[]);
+    assert_converges(c, emu, twin, &d, "at start", Duration::from_secs(10));
+    for fault in faults {
+        fault_then_change(c, emu, fault.clone(), *generation);
+        *generation += 1;
+        assert_converges(c, emu, twin, &d, &format!("after {fault}"), Duration::from_secs(20));
+        emu.fault(&json!({"stall": false}));
+    }
+    let log = d.stop();
+    assert!(!log.contains("panicked"), "{log}");
+    log
+}
+
+#[test]
+fn every_fault_is_recovered_from_and_nothing_stale_remains() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(2, 1);
+    let emu = Emulator::start(Some(&c.remote.name), API_ADDR, None, &["--bookmark-interval", "1s"]);
+    emu.apply(&Value::Array([vec![Cluster::node_object()], web(&c, &["pod-1"])].concat()));
+    let twin = Netns::new("twin");
+    let mut generation = 0;
+    let streams =
+        [json!({"drop": "clean"}), json!({"drop": "abrupt"}), json!({"drop": "reset"}), json!({"stall": true})];
+    recovers(&c, &emu, &twin, &streams, &mut generation);
+    let gone = [json!({"compact": true, "drop": "clean"}), json!({"expire": true})];
+    let log = recovers(&c, &emu, &twin, &gone, &mut generation);
+    assert!(log.contains("listing again"), "no relist after 410:\n{log}");
+    let statuses = [
+        json!({"fail": {"status": 500, "count": 3}, "drop": "clean"}),
+        json!({"fail": {"status": 429, "count": 2, "retry_after": 1}, "drop": "reset"}),
+        json!({"fail": {"status": 503, "count": 2}, "drop": "abrupt"}),
+    ];
+    recovers(&c, &emu, &twin, &statuses, &mut generation);
+    let bad = [json!({"malformed": "services"}), json!({"garbage": "endpointslices"})];
+    let log = recovers(&c, &emu, &twin, &bad, &mut generation);
+    assert!(log.contains("skipping Service"), "the malformed object was not reported:\n{log}");
+    let mixed = [json!({"garbage": "services", "drop": "reset", "fail": {"status": 500, "count": 1}, "compact": true})];
+    recovers(&c, &emu, &twin, &mixed, &mut generation);
+    // Deleted while the daemon could not see it, with the history compacted: only a relist
+    // finds out, and the Service must go.
+    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &["--watch-timeout=2s"], &[]);
+    assert_converges(&c, &emu, &twin, &d, "at start", Duration::from_secs(10));
+    emu.fault(&json!({"stall": true}));
+    emu.delete(&Value::Array(svc(&c, "gen-1", "172.30.1.1", &[])));
+    emu.fault(&json!({"compact": true}));
+    assert_converges(&c, &emu, &twin, &d, "after a deletion lost to compaction", Duration::from_secs(20));
+    assert!(!c.node.nft(&["list", "table", "ip", "kube-nftproxy"]).contains("172.30.1.1 "));
+    let log = d.stop();
+    assert!(log.contains("listing again"), "{log}");
+}
+
+/// A kubeconfig in `dir` for the emulator with `user` as its user entry.
+fn kubeconfig(dir: &Path, emu: &Emulator, ca: &Path, user: Value) -> std::path::PathBuf {
+    let kc = json!({
+        "apiVersion": "v1", "kind": "Config", "current-context": "test",
+        "clusters": [{"name": "emu", "cluster": {"server": emu.api, "certificate-authority": ca}}],
+        "users": [{"name": "proxy", "user": user}],
+        "contexts": [{"name": "test", "context": {"cluster": "emu", "user": "proxy"}}]
+    });
+    let path = dir.join(format!("kubeconfig-{}", fastrand::u32(..)));
+    std::fs::write(&path, serde_json::to_vec(&kc).unwrap()).unwrap();
+    path
+}
+
+/// Runs the dry run with `kc`; returns (exit code, stderr).
+fn dry_run_status(c: &Cluster, kc: &Path) -> (i32, String) {
+    let out = dry_run(&c.node, kc);
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn credentials_work_or_fail_with_one_clear_line() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    let emu = Emulator::start(Some(&c.remote.name), API_ADDR, None, &[]);
+    emu.apply(&Value::Array([vec![Cluster::node_object()], web(&c, &["pod-1"])].concat()));
+    let dir = &emu.tls_dir;
+    let ca = dir.join("ca.crt");
+    // Another emulator: another CA, another client key.
+    let foreign = Emulator::start(None, "127.0.0.1:0", None, &[]);
+    let foreign_ca = foreign.tls_dir.join("ca.crt");
+    let cases: Vec<(&str, Value, &Path, Option<&str>)> = vec![
+        (
+            "client certificate",
+            json!({"client-certificate": dir.join("client.crt"), "client-key": dir.join("client.key")}),
+            &ca,
+            None,
+        ),
+        ("token file", json!({"tokenFile": dir.join("token")}), &ca, None),
+        ("wrong CA", json!({"tokenFile": dir.join("token")}), &foreign_ca, Some("certificate")),
+        ("missing token file", json!({"tokenFile": dir.join("no-such-token")}), &ca, Some("no-such-token")),
+        ("wrong token", json!({"token": "not-the-token"}), &ca, Some("Unauthorized")),
+        ("no credentials", json!({}), &ca, Some("401")),
+        (
+            "certificate and key that do not match",
+            json!({"client-certificate": dir.join("client.crt"), "client-key": foreign.tls_dir.join("client.key")}),
+            &ca,
+            Some("do not make a pair"),
+        ),
+    ];
+    for (what, user, ca, error) in cases {
+        let kc = kubeconfig(dir, &emu, ca, user);
+        let (code, stderr) = dry_run_status(&c, &kc);
+        match error {
+            None => assert_eq!(code, 0, "{what}: {stderr}"),
+            Some(needle) => {
+                assert_eq!(code, 1, "{what}: exit status {code}: {stderr}");
+                let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+                assert_eq!(lines.len(), 1, "{what}: one line expected: {stderr}");
+                assert!(stderr.contains(needle), "{what}: {needle:?} not in {stderr}");
+            }
+        }
+    }
+    drop(foreign);
+}
+
+#[test]
+fn a_token_rotated_on_disk_is_picked_up() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(2, 0);
+    let emu = Emulator::start(Some(&c.remote.name), API_ADDR, None, &["--bookmark-interval", "1s"]);
+    emu.apply(&Value::Array([vec![Cluster::node_object()], web(&c, &["pod-1"])].concat()));
+    let kc = emu.tls_dir.join("kubeconfig-token");
+    let d = Daemon::start_api(&c.node, &kc, &[], &[]);
+    assert!(wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some());
+    // The token rotates: the server accepts only the new one, the file holds it, and the
+    // open watches end; the daemon's next requests must use the new token.
+    std::fs::write(emu.tls_dir.join("token"), "rotated-token-0123456789\n").unwrap();
+    emu.fault(&json!({"drop": "reset"}));
+    emu.apply(&Value::Array(web(&c, &["pod-2"])));
+    let moved = wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-2");
+    assert!(moved.is_some(), "the rotated token was not picked up:\n{}", d.logged());
+    let log = d.stop();
+    assert!(!log.contains("panicked"), "{log}");
+}
