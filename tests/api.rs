@@ -127,7 +127,7 @@ fn the_daemon_follows_the_api_server_through_a_real_kernel() {
 /// One fault and a change made after it (web's endpoints, and a new Service `gen-N`).
 fn fault_then_change(c: &Cluster, emu: &Emulator, fault: Value, generation: usize) {
     emu.fault(&fault);
-    let pods: &[&str] = if generation % 2 == 0 { &["pod-1", "rpod-1"] } else { &["pod-2"] };
+    let pods: &[&str] = if generation.is_multiple_of(2) { &["pod-1", "rpod-1"] } else { &["pod-2"] };
     emu.apply(&Value::Array(web(c, pods)));
     emu.apply(&Value::Array(svc(c, &format!("gen-{generation}"), &format!("172.30.1.{generation}"), &["pod-1"])));
 }
