@@ -113,6 +113,14 @@ fn the_daemon_follows_the_api_server_through_a_real_kernel() {
         !c.node.nft(&["list", "table", "ip", "kube-nftproxy"]).contains("172.30.0.41")
     });
     assert!(gone.is_some(), "the deleted Service is still in the kernel:\n{}", d.logged());
+    // An update the rules do not depend on (an annotation) and bookmarks sync nothing.
+    let syncs = |log: &str| log.matches(" sync").count();
+    let before = syncs(&d.logged());
+    let mut annotated = web(&c, &["pod-2"]);
+    annotated[0]["metadata"]["annotations"] = json!({"example.com/owner": "team-a"});
+    emu.apply(&Value::Array(annotated));
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(syncs(&d.logged()), before, "an annotation caused a sync:\n{}", d.logged());
     // One list per resource, then watches only (before the dry runs below list too).
     let stats = emu.stats();
     for resource in ["services", "endpointslices", "nodes"] {
@@ -221,6 +229,17 @@ fn credentials_work_or_fail_with_one_clear_line() {
     // Another emulator: another CA, another client key.
     let foreign = Emulator::start(None, "127.0.0.1:0", None, &[]);
     let foreign_ca = foreign.tls_dir.join("ca.crt");
+    // An X.509 version 1 certificate (what `openssl x509 -req` makes without extensions):
+    // rustls refuses it, and ureq would panic on it if it were not checked first.
+    let (v1_cert, v1_key) = (dir.join("v1.crt"), dir.join("v1.key"));
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).output().expect("openssl");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let csr = dir.join("v1.csr");
+    let (csr_s, key_s, cert_s) = (csr.to_str().unwrap(), v1_key.to_str().unwrap(), v1_cert.to_str().unwrap());
+    openssl(&["req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", key_s, "-subj", "/CN=v1", "-out", csr_s]);
+    openssl(&["x509", "-req", "-in", csr_s, "-signkey", key_s, "-out", cert_s, "-days", "2"]);
     let cases: Vec<(&str, Value, &Path, Option<&str>)> = vec![
         (
             "client certificate",
@@ -238,6 +257,18 @@ fn credentials_work_or_fail_with_one_clear_line() {
             json!({"client-certificate": dir.join("client.crt"), "client-key": foreign.tls_dir.join("client.key")}),
             &ca,
             Some("do not make a pair"),
+        ),
+        (
+            "an X.509 v1 client certificate",
+            json!({"client-certificate": v1_cert, "client-key": v1_key}),
+            &ca,
+            Some("client-certificate is not usable"),
+        ),
+        (
+            "an unreadable client key",
+            json!({"client-certificate": dir.join("client.crt"), "client-key": dir.join("nope.key")}),
+            &ca,
+            Some("nope.key"),
         ),
     ];
     for (what, user, ca, error) in cases {
@@ -276,4 +307,59 @@ fn a_token_rotated_on_disk_is_picked_up() {
     assert!(moved.is_some(), "the rotated token was not picked up:\n{}", d.logged());
     let log = d.stop();
     assert!(!log.contains("panicked"), "{log}");
+}
+
+#[test]
+fn the_dry_run_from_the_api_server_equals_the_dry_run_over_the_same_manifests() {
+    let examples = common::root().join("examples/cluster");
+    let emu = Emulator::start(None, "127.0.0.1:0", Some(&examples), &[]);
+    let (from_api, _) = dry_run_local(&emu, &[]);
+    let from_files = common::dry_run_ok(&examples, &["--cluster-cidr=10.0.0.0/8,fd00:10::/48".to_string()]);
+    assert!(from_api.contains("service-ips"), "{from_api}");
+    assert_eq!(from_api, from_files, "the API server and the files hold the same cluster");
+}
+
+/// The dry run of node-a against `emu` with `extra` flags; its stdout and stderr.
+fn dry_run_local(emu: &Emulator, extra: &[&str]) -> (String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kube-nftproxy"))
+        .arg("--dry-run")
+        .arg("--kubeconfig")
+        .arg(emu.kubeconfig())
+        .args(["--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8,fd00:10::/48"])
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .env_remove("NODE_NAME")
+        .output()
+        .expect("dry run");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    (String::from_utf8(out.stdout).expect("utf-8"), stderr)
+}
+
+#[test]
+fn small_pages_old_servers_and_servers_without_servicecidrs_give_the_same_rules() {
+    let examples = common::root().join("examples/cluster");
+    let modern = Emulator::start(None, "127.0.0.1:0", Some(&examples), &[]);
+    let (expected, _) = dry_run_local(&modern, &[]);
+    // Pages of two objects: every list is many pages, joined at one snapshot.
+    let (paged, log) = dry_run_local(&modern, &["--list-page-size=2"]);
+    assert_eq!(paged, expected, "a paged list differs");
+    assert!(log.contains("listed 12 services"), "{log}");
+    // A server before 1.31 refuses the field selector on Service specs: the proxy lists
+    // without it; a headless Service it then sees renders nothing.
+    let headless = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "headless", "namespace": "shop"},
+        "spec": {"clusterIP": "None", "ports": [{"port": 80}]}});
+    let old = Emulator::start(None, "127.0.0.1:0", Some(&examples), &["--no-service-field-selectors"]);
+    old.apply(&headless);
+    let (script, log) = dry_run_local(&old, &[]);
+    assert_eq!(script, expected, "the old server's rules differ");
+    assert!(log.contains("filtering here instead"), "{log}");
+    // The example holds a headless Service too: 12 served, 2 headless.
+    assert!(log.contains("listed 14 services"), "the headless Services were not listed: {log}");
+    // Without ServiceCIDRs (404), the drop set is simply empty.
+    let bare = Emulator::start(None, "127.0.0.1:0", Some(&examples), &["--no-servicecidrs"]);
+    let (script, log) = dry_run_local(&bare, &[]);
+    assert!(log.contains("has no servicecidrs"), "{log}");
+    assert!(expected.contains("172.30.0.0/16"), "the example's ServiceCIDR is in the modern rules");
+    assert!(!script.contains("172.30.0.0/16"), "no ServiceCIDR without the resource");
 }

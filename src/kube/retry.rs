@@ -37,7 +37,11 @@ impl Default for Backoff {
 impl Backoff {
     /// Notes a failure; returns how long to wait before the next request.
     pub fn failed(&mut self, e: &ApiError) -> Duration {
-        let now = Instant::now();
+        self.failed_at(e, Instant::now())
+    }
+
+    /// Notes a failure at `now`.
+    fn failed_at(&mut self, e: &ApiError, now: Instant) -> Duration {
         if self.last_failure.is_some_and(|t| now.duration_since(t) >= RESET_AFTER) {
             self.next = INITIAL;
         }
@@ -71,5 +75,43 @@ impl Quiet {
             log::error!("{what}: {text}; retrying in {wait:.1?}");
             self.last = Some((text, now));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused() -> ApiError {
+        ApiError::Transport("connection refused".into())
+    }
+
+    #[test]
+    fn waits_double_with_jitter_up_to_the_cap_and_start_over_after_quiet() {
+        let mut b = Backoff::default();
+        let t0 = Instant::now();
+        let mut base = INITIAL;
+        for i in 0..10 {
+            let wait = b.failed_at(&refused(), t0 + Duration::from_secs(i));
+            assert!(wait >= base && wait <= base * 2, "failure {i}: {wait:?} not in [{base:?}, {:?}]", base * 2);
+            base = (base * 2).min(CAP);
+        }
+        assert!(base == CAP);
+        let wait = b.failed_at(&refused(), t0 + Duration::from_secs(9) + RESET_AFTER);
+        assert!(wait <= INITIAL * 2, "after a quiet spell the wait starts over, not {wait:?}");
+    }
+
+    #[test]
+    fn retry_after_is_honoured_within_bounds() {
+        let mut b = Backoff::default();
+        let busy = |secs| ApiError::Status {
+            code: 429,
+            reason: "TooManyRequests".into(),
+            message: String::new(),
+            retry_after: Some(Duration::from_secs(secs)),
+        };
+        assert_eq!(b.failed(&busy(7)), Duration::from_secs(7));
+        assert_eq!(b.failed(&busy(0)), INITIAL, "a server asking for no wait still gets the floor");
+        assert_eq!(b.failed(&busy(86_400)), MAX_RETRY_AFTER);
     }
 }
