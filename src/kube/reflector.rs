@@ -161,14 +161,20 @@ impl Reflector {
                 }
                 Err(e) => e,
             };
+            let failed_list = matches!(next, Next::Relist);
             match self.recover(&e) {
-                Recovery::Relist => (next, consistent) = (Next::Relist, true),
+                Recovery::Relist => {
+                    (next, consistent) = (Next::Relist, true);
+                    // A list refused as too old (an expired `continue`) is listed again after
+                    // a wait, so a server that keeps refusing is not asked in a loop.
+                    if failed_list {
+                        let wait = self.backoff.failed(&e);
+                        self.wait_after(&e, wait);
+                    }
+                }
                 Recovery::Retry => next = Next::Relist,
                 Recovery::Absent => return,
-                Recovery::Wait(wait) => {
-                    self.shared.quiet.lock().unwrap_or_else(|p| p.into_inner()).report(self.resource.name, &e, wait);
-                    self.sleep(wait);
-                }
+                Recovery::Wait(wait) => self.wait_after(&e, wait),
             }
         }
     }
@@ -211,6 +217,12 @@ impl Reflector {
 
     fn stopped(&self) -> bool {
         self.shared.stop.load(Ordering::SeqCst)
+    }
+
+    /// Logs failure `e` (quietly when it repeats) and waits `wait` before the next request.
+    fn wait_after(&self, e: &ApiError, wait: Duration) {
+        self.shared.quiet.lock().unwrap_or_else(|p| p.into_inner()).report(self.resource.name, e, wait);
+        self.sleep(wait);
     }
 
     /// Sleeps up to `d`, waking early on stop.
