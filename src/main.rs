@@ -70,16 +70,20 @@ fn api_source(
 
 fn dry_run(flags: &Flags) -> anyhow::Result<()> {
     let cfg = Config::from_flags(flags)?;
-    let inbox = Arc::new(Inbox::default());
+    let mut model = Model::default();
     if let Some(path) = &flags.manifests {
-        manifests::Watcher::new(path.clone(), cfg.node_name.clone(), inbox.clone()).load()?;
+        let (loaded, warnings) = manifests::load_model(path, &cfg.node_name)?;
+        for w in warnings {
+            log::warn!("{w}");
+        }
+        model = loaded;
     }
+    let inbox = Arc::new(Inbox::default());
     if let Some(api) = api_source(flags, &cfg.node_name, &inbox, &Arc::new(AtomicBool::new(false)))? {
         kube::list_once(&api).context("listing from the API server")?;
-    }
-    let mut model = Model::default();
-    for change in inbox.wait(std::time::Instant::now()).changes {
-        model.file(change);
+        for change in inbox.wait(std::time::Instant::now()).changes {
+            model.file(change);
+        }
     }
     model.set_host_addresses(kube_nftproxy::host::interface_addresses().context("reading interface addresses")?);
     let ruleset = render::render(&model, &cfg)?;
