@@ -7,10 +7,10 @@ use clap::Parser;
 use common::check::{web_on as web, who};
 use common::cluster::{Cluster, ECHO_PORT, service, slice};
 use common::net::in_netns;
-use common::proxy::Proxy;
+use common::proxy::{Proxy, model_of};
 use common::{Netns, kernel_available};
 use kube_nftproxy::config::{Config, Flags};
-use kube_nftproxy::model::{ApiObject, Model};
+use kube_nftproxy::model::Model;
 use kube_nftproxy::nft::{Applier, OwnPids, Resync, SyncKind, SyncReport};
 use kube_nftproxy::render::Update;
 use serde_json::{Value, json};
@@ -21,17 +21,6 @@ fn config() -> Config {
     let flags =
         Flags::parse_from(["kube-nftproxy", "--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8,fd00:10::/32"]);
     Config::from_flags(&flags).unwrap()
-}
-
-/// The model of `objects` plus this node's Node object.
-fn model_of(objects: &[Value]) -> Model {
-    let all: Vec<ApiObject> = std::iter::once(Cluster::node_object())
-        .chain(objects.iter().cloned())
-        .map(|v| ApiObject::from_json(v).unwrap().expect("a kind the proxy uses"))
-        .collect();
-    let (model, refused) = Model::from_objects(&all, "node-a");
-    assert!(refused.is_empty(), "{refused:?}");
-    model
 }
 
 /// Syncs the node to `objects` as the sync loop does after a snapshot: only what changed is

@@ -13,10 +13,9 @@ use clap::Parser;
 use common::check::{LONG, SHORT, reached, send};
 use common::cluster::{Cluster, ECHO_PORT, endpoint, service, slice};
 use common::net::{Probe, Proto};
-use common::proxy::Proxy;
+use common::proxy::{Proxy, model_of};
 use common::{Netns, kernel_available};
 use kube_nftproxy::config::{Config, Flags};
-use kube_nftproxy::model::{ApiObject, Model};
 use kube_nftproxy::nft::{Resync, SyncKind};
 use serde_json::{Value, json};
 
@@ -94,17 +93,6 @@ fn config() -> Config {
         &format!("--cluster-cidr={}", common::cluster::CLUSTER_CIDRS),
     ]);
     Config::from_flags(&flags).unwrap()
-}
-
-/// The model of `objects` plus this node's Node object.
-fn model_of(objects: &[Value]) -> Model {
-    let all: Vec<ApiObject> = std::iter::once(Cluster::node_object())
-        .chain(objects.iter().cloned())
-        .map(|v| ApiObject::from_json(v).unwrap().expect("a kind the proxy uses"))
-        .collect();
-    let (model, refused) = Model::from_objects(&all, "node-a");
-    assert!(refused.is_empty(), "{refused:?}");
-    model
 }
 
 /// The script's lines without comments and blanks.

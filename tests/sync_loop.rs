@@ -364,15 +364,22 @@ fn requests_steer_the_next_sync() {
     assert!(!syncer.take(inbox.wait(Instant::now())));
 }
 
-#[test]
-fn the_first_sync_waits_for_the_node_without_spinning() {
-    let fake = Fake::default();
+/// A loop waiting up to `wait` for its Node, handed three services by the API's two
+/// required sources, but no Node.
+fn listed_without_node(fake: &Fake, wait: Duration) -> (Syncer<Fake>, Arc<Inbox>) {
     let inbox = Arc::new(Inbox::default());
     let syncer = Syncer::new(config(), periods(Duration::ZERO), fake.clone(), &["services", "endpointslices"])
-        .wait_for_node(Duration::from_secs(60));
+        .wait_for_node(wait);
     inbox.send_all((0..3).flat_map(|i| [service(i), slice(i, 0)]));
     inbox.listed("services");
     inbox.listed("endpointslices");
+    (syncer, inbox)
+}
+
+#[test]
+fn the_first_sync_waits_for_the_node_without_spinning() {
+    let fake = Fake::default();
+    let (syncer, inbox) = listed_without_node(&fake, Duration::from_secs(60));
     running(syncer, &inbox, || {
         std::thread::sleep(Duration::from_millis(300));
         assert!(fake.calls().is_empty(), "nothing may be applied before this node's Node is known");
@@ -391,12 +398,7 @@ fn the_first_sync_waits_for_the_node_without_spinning() {
 #[test]
 fn without_the_node_the_first_sync_goes_ahead_after_the_wait() {
     let fake = Fake::default();
-    let inbox = Arc::new(Inbox::default());
-    let syncer = Syncer::new(config(), periods(Duration::ZERO), fake.clone(), &["services", "endpointslices"])
-        .wait_for_node(Duration::from_millis(400));
-    inbox.send_all((0..3).flat_map(|i| [service(i), slice(i, 0)]));
-    inbox.listed("services");
-    inbox.listed("endpointslices");
+    let (syncer, inbox) = listed_without_node(&fake, Duration::from_millis(400));
     running(syncer, &inbox, || {
         std::thread::sleep(Duration::from_millis(200));
         assert!(fake.calls().is_empty(), "still waiting for the Node");

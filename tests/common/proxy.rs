@@ -1,8 +1,9 @@
 //! The proxy's side of a test node: its model, what was rendered from it and the applier,
 //! synced the way the sync loop does it (only what changed is rendered again).
 
+use super::cluster::Cluster;
 use kube_nftproxy::config::Config;
-use kube_nftproxy::model::Model;
+use kube_nftproxy::model::{ApiObject, Model};
 use kube_nftproxy::nft::{Applier, OwnPids, Resync, SyncReport};
 use kube_nftproxy::render::{Rendered, Ruleset, Update};
 use kube_nftproxy::sync::Kernel;
@@ -84,4 +85,15 @@ impl Proxy {
         let update = self.render();
         self.apply(ns, &update, resync)
     }
+}
+
+/// The model of `objects` plus this node's Node object, every object accepted.
+pub fn model_of(objects: &[serde_json::Value]) -> Model {
+    let all: Vec<ApiObject> = std::iter::once(Cluster::node_object())
+        .chain(objects.iter().cloned())
+        .map(|v| ApiObject::from_json(v).unwrap().expect("a kind the proxy uses"))
+        .collect();
+    let (model, refused) = Model::from_objects(&all, "node-a");
+    assert!(refused.is_empty(), "{refused:?}");
+    model
 }
