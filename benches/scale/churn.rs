@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 /// Writes generation `generation` of `case` as one JSON list, atomically (a rename).
-fn write_manifest(case: &Case, generation: u32, path: &Path) {
+pub fn write_manifest(case: &Case, generation: u32, path: &Path) {
     let tmp = path.with_extension("tmp");
     let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp).expect("manifest"));
     write!(out, "{{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [{}", synth::node_json()).expect("write");

@@ -4,8 +4,12 @@
 //! `cargo bench --bench scale` runs every case (many minutes: upstream's shapes are slow);
 //! `-- --smoke` runs a small one in seconds (CI does). Each case runs in its own process so
 //! peak RSS is its own. Results are printed as a table and written to
-//! `target/bench/scale.{csv,json}`.
+//! `target/bench/scale.{csv,json}`. Every run also has the daemon follow an API server (the
+//! emulator) at 30k services (`api.rs`); `-- --api-only` runs that part alone (results in
+//! `target/bench/api.{csv,json}`), `-- --api-idle SECONDS` runs the daemon idle that long
+//! against it and reports the requests it made.
 
+mod api;
 mod churn;
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -191,10 +195,11 @@ fn main() {
     // `cargo bench` passes --bench; anything else (e.g. `cargo test --all-targets`) runs
     // this target as a test, which must not start a many-minute benchmark.
     if all.iter().any(|a| a == "--report") {
-        report::reprint();
+        report::reprint(all.iter().any(|a| a == "--api-only"));
         return;
     }
-    if !all.iter().any(|a| a == "--bench" || a == "--case" || a == "--latency" || a == "--churn") {
+    let modes = ["--bench", "--case", "--latency", "--churn", "--api", "--api-idle"];
+    if !all.iter().any(|a| modes.contains(&a.as_str())) {
         println!("scale benchmark: run it with `cargo bench --bench scale [-- --smoke]`");
         return;
     }
@@ -226,9 +231,21 @@ fn main() {
         println!("{}", run_latency(size(1), size(2)));
         return;
     }
+    // The daemon's own cases: 30k x 5, or 1k x 5 for --smoke.
+    let daemon_case = if smoke { cases(true)[0].clone() } else { cases(false)[2].clone() };
     if args.iter().any(|a| a == "--churn") {
-        let case = if smoke { &cases(true)[0] } else { &cases(false)[2] };
-        println!("{}", churn::run(case, if smoke { 3 } else { 25 }));
+        println!("{}", churn::run(&daemon_case, if smoke { 3 } else { 25 }));
+        return;
+    }
+    if args.iter().any(|a| a == "--api") {
+        println!("{}", api::run(&daemon_case, api::Sizes::new(smoke)));
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--api-idle") {
+        let secs = args.get(i + 1).and_then(|s| s.parse().ok()).expect("--api-idle SECONDS");
+        let r = api::idle(&daemon_case, secs);
+        eprintln!("{}", serde_json::to_string_pretty(&r).expect("json"));
+        println!("{r}");
         return;
     }
     if !common::kernel_available() {
@@ -240,10 +257,20 @@ fn main() {
         mode.push("--only-ours".into());
     }
     let machine = runs::machine();
+    if args.iter().any(|a| a == "--api-only") {
+        let mut apis = Vec::new();
+        for run in 1..=runs {
+            apis.push(in_child(&[mode.clone(), vec!["--api".into()]].concat()));
+            eprintln!("run {run}: the daemon following the API server");
+        }
+        report::finish_api(&runs::combine(&apis), &machine);
+        return;
+    }
     let n = cases(smoke).len();
     let mut per_case: Vec<Vec<Value>> = vec![Vec::new(); n];
     let mut latencies = Vec::new();
     let mut churns = Vec::new();
+    let mut apis = Vec::new();
     let large = if smoke { "1000" } else { "30000" };
     // Runs interleave the cases, so a slow spell on the machine does not land on one case.
     for run in 1..=runs {
@@ -256,7 +283,10 @@ fn main() {
         }
         latencies.push(in_child(&[mode.clone(), vec!["--latency".into(), "100".into(), large.into()]].concat()));
         churns.push(in_child(&[mode.clone(), vec!["--churn".into()]].concat()));
+        apis.push(in_child(&[mode.clone(), vec!["--api".into()]].concat()));
+        eprintln!("run {run}: the daemon following the API server");
     }
     let results: Vec<Value> = per_case.iter().map(|r| runs::combine(r)).collect();
-    report::finish(&results, &runs::combine_lists(&latencies), &runs::combine_lists(&churns), &machine);
+    let api = runs::combine(&apis);
+    report::finish(&results, &runs::combine_lists(&latencies), &runs::combine_lists(&churns), &api, &machine);
 }

@@ -64,26 +64,28 @@ fn row(r: &Value) -> Vec<String> {
     ]
 }
 
-/// Prints the table again from the JSON a full run wrote (`-- --report`).
-pub fn reprint() {
+/// Prints the table again from the JSON a full run wrote (`-- --report`), or that of the API
+/// part alone (`-- --report --api-only`).
+pub fn reprint(api_only: bool) {
+    if api_only {
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench/api.json");
+        let text = std::fs::read_to_string(&file).expect("target/bench/api.json: run `-- --api-only` first");
+        let all: Value = serde_json::from_str(&text).expect("api.json");
+        finish_api(&all["api"], &all["machine"]);
+        return;
+    }
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench/scale.json");
     let text = std::fs::read_to_string(&file).expect("target/bench/scale.json: run the benchmark first");
     let all: Value = serde_json::from_str(&text).expect("scale.json");
     let cases = all["cases"].as_array().cloned().unwrap_or_default();
     let list = |key: &str| all[key].as_array().cloned().unwrap_or_default();
-    finish(&cases, &list("latency"), &list("churn"), &all["machine"]);
+    finish(&cases, &list("latency"), &list("churn"), &all["api"], &all["machine"]);
 }
 
 /// Prints the table, and writes CSV and JSON under `target/bench/`.
-pub fn finish(results: &[Value], latency: &[Value], churn: &[Value], machine: &Value) {
+pub fn finish(results: &[Value], latency: &[Value], churn: &[Value], api: &Value, machine: &Value) {
     let runs = results.first().map(|r| r["runs"].clone()).unwrap_or_default();
-    println!(
-        "machine: {} cores, kernel {}, {}, load average before the first run {}; {runs} runs, median (lowest–highest)\n",
-        machine["cores"],
-        machine["kernel"].as_str().unwrap_or("?"),
-        machine["nft"].as_str().unwrap_or("?"),
-        machine["load_before"].as_str().unwrap_or("?")
-    );
+    print_machine(machine, &runs);
     println!("| {} | GA / ours | newest / ours |", HEADER.replace(',', " | "));
     println!("|{}", "---|".repeat(HEADER.split(',').count() + 2));
     for r in results {
@@ -113,12 +115,185 @@ pub fn finish(results: &[Value], latency: &[Value], churn: &[Value], machine: &V
             count(&m["syncs"])
         );
     }
+    print_api(api, "api");
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     std::fs::create_dir_all(&dir).expect("target/bench");
     let csv: Vec<String> =
         std::iter::once(HEADER.to_string()).chain(results.iter().map(|r| row(r).join(","))).collect();
     std::fs::write(dir.join("scale.csv"), csv.join("\n") + "\n").expect("csv");
-    let all = json!({"machine": machine, "cases": results, "latency": latency, "churn": churn});
+    let all = json!({"machine": machine, "cases": results, "latency": latency, "churn": churn, "api": api});
     std::fs::write(dir.join("scale.json"), serde_json::to_string_pretty(&all).expect("json")).expect("json");
-    println!("\nwritten: target/bench/scale.csv, target/bench/scale.json");
+    let api_csv = if api.is_null() { "" } else { ", target/bench/api.csv" };
+    println!("\nwritten: target/bench/scale.csv, target/bench/scale.json{api_csv}");
+}
+
+/// What a figure of the API part should be.
+enum Target {
+    /// No target; measured for context.
+    None,
+    /// At most this.
+    Max(f64),
+    /// Exactly this.
+    Equal(f64),
+}
+
+/// One row of the API part: label, where in a run's result, target.
+struct ApiRow {
+    label: String,
+    path: Vec<&'static str>,
+    target: Target,
+}
+
+/// The API part's rows, some labelled from the median run (sync kinds, sizes).
+fn api_rows(m: &Value) -> Vec<ApiRow> {
+    let row = |label: &str, path: &[&'static str], target| ApiRow { label: label.into(), path: path.to_vec(), target };
+    let kind = |p: &str| m[p]["sync"]["kind"].as_str().unwrap_or("?").to_string();
+    let churn_s = m["churn"]["seconds"].as_f64().unwrap_or(0.0);
+    let mut rows = vec![
+        row("start: spawn → first sync done, ms", &["start", "ms"], Target::Max(2000.0)),
+        row("start: following the API server, ms after spawn", &["start", "following_ms"], Target::None),
+    ];
+    for r in ["services", "endpointslices", "nodes", "servicecidrs"] {
+        let label = format!("start: list {r}, ms (logged)");
+        rows.push(ApiRow { label, path: vec!["start", "listed", r, "took_ms"], target: Target::None });
+    }
+    rows.extend([
+        row("start: every source listed, ms after spawn", &["start", "all_listed_ms"], Target::None),
+        row(
+            &format!("start: first sync ({}), ms (logged)", kind("start")),
+            &["start", "sync", "took_ms"],
+            Target::None,
+        ),
+        row("start: first sync: render, ms", &["start", "sync", "render_ms"], Target::None),
+        row("start: first sync: apply, ms", &["start", "sync", "apply_ms"], Target::None),
+        row(
+            &format!("restart over its rules: spawn → sync ({}) done, ms", kind("restart")),
+            &["restart", "ms"],
+            Target::None,
+        ),
+        row(
+            &format!(
+                "one change, isolated: event → kernel p50, ms ({} changes, min-sync-period 0, {} ms apart)",
+                count(&m["isolated"]["changes"]),
+                count(&m["isolated"]["gap_ms"])
+            ),
+            &["isolated", "p50_ms"],
+            Target::Max(20.0),
+        ),
+        row("one change, isolated: event → kernel p99, ms", &["isolated", "p99_ms"], Target::Max(100.0)),
+        row("one change, isolated: event → kernel max, ms", &["isolated", "max_ms"], Target::None),
+        row("one change, isolated: never in the kernel", &["isolated", "missing"], Target::Equal(0.0)),
+        row(
+            &format!(
+                "churn: changes ({:.0}/s for {churn_s:.0} s)",
+                m["churn"]["changes"].as_f64().unwrap_or(0.0) / churn_s.max(1.0)
+            ),
+            &["churn", "changes"],
+            Target::None,
+        ),
+        row("churn: syncs (min-sync-period 1 s)", &["churn", "syncs"], Target::Max(churn_s.round() + 2.0)),
+        row("churn: sync time median, ms (logged)", &["churn", "sync_ms_median"], Target::None),
+        row("churn: sync time max, ms (logged)", &["churn", "sync_ms_max"], Target::None),
+        row("churn: event → kernel p50, ms", &["churn", "p50_ms"], Target::None),
+        row("churn: event → kernel p99, ms", &["churn", "p99_ms"], Target::Max(1100.0)),
+        row("churn: event → kernel max, ms", &["churn", "max_ms"], Target::None),
+        row("churn: never in the kernel", &["churn", "missing"], Target::Equal(0.0)),
+        row("churn: daemon CPU, % of one core", &["churn", "daemon_cpu_pct"], Target::Max(25.0)),
+        row("churn: daemon's children (nft) CPU, % of one core", &["churn", "daemon_children_cpu_pct"], Target::None),
+        row("churn: emulator CPU, % of one core", &["churn", "emulator_cpu_pct"], Target::None),
+        row("RSS after start, MB", &["rss_start_mb"], Target::Max(200.0)),
+        row("RSS after churn (3 s after), MB", &["rss_after_churn_mb"], Target::Max(200.0)),
+    ]);
+    for r in ["services", "endpointslices", "nodes", "servicecidrs"] {
+        let label = format!("requests: lists of {r} (list requests / pages of 500 per list)");
+        rows.push(ApiRow { label, path: vec!["requests", "lists", r], target: Target::Equal(1.0) });
+    }
+    for r in ["services", "endpointslices"] {
+        let label = format!("requests: list requests (pages) of {r}");
+        rows.push(ApiRow { label, path: vec!["requests", "list_requests", r], target: Target::None });
+    }
+    for r in ["services", "endpointslices", "nodes", "servicecidrs"] {
+        rows.push(ApiRow {
+            label: format!("requests: watches of {r}"),
+            path: vec!["requests", "watch", r],
+            target: Target::None,
+        });
+    }
+    rows.extend([
+        row("requests: answered with an error", &["requests", "errors"], Target::Equal(0.0)),
+        row("daemon warnings and errors logged", &["warnings"], Target::Equal(0.0)),
+        row("duration the requests cover, s", &["covered_s"], Target::None),
+    ]);
+    rows
+}
+
+/// A target as text, and whether the median and the worst run meet it.
+fn judge(r: &Value, row: &ApiRow) -> (String, String) {
+    let at = |which: &str| row.path.iter().fold(&r[which], |v, k| &v[*k]).as_f64();
+    let meets = |v: Option<f64>, t: &Target| match (v, t) {
+        (Some(v), Target::Max(m)) => Some(v <= *m),
+        (Some(v), Target::Equal(e)) => Some((v - e).abs() < 1e-9),
+        (None, Target::Max(_) | Target::Equal(_)) => Some(false),
+        (_, Target::None) => None,
+    };
+    let text = match row.target {
+        Target::None => String::new(),
+        Target::Max(m) => format!("≤ {m}"),
+        Target::Equal(e) => format!("= {e}"),
+    };
+    let worst = [at("min"), at("max")];
+    let verdict = match meets(at("median"), &row.target) {
+        None => String::new(),
+        Some(false) => "missed".into(),
+        Some(true) if worst.iter().all(|w| meets(*w, &row.target) == Some(true)) => "met".into(),
+        Some(true) => "met (median; not every run)".into(),
+    };
+    (text, verdict)
+}
+
+/// Prints the API part's table (one combined result) and writes it as `target/bench/{name}.csv`.
+pub fn print_api(api: &Value, name: &str) {
+    if api.is_null() {
+        return;
+    }
+    let m = &api["median"];
+    println!(
+        "\nthe daemon following the API server (emulator, {} services x {} endpoints; {} runs, median (lowest–highest)):\n",
+        count(&m["services"]),
+        count(&m["endpoints"]),
+        api["runs"]
+    );
+    println!("| figure | value | target | |\n|---|---|---|---|");
+    let mut csv = vec!["figure,median,lowest,highest,target,verdict".to_string()];
+    for row in api_rows(m) {
+        let (target, verdict) = judge(api, &row);
+        println!("| {} | {} | {target} | {verdict} |", row.label, cell(api, &row.path));
+        let num = |which: &str| {
+            row.path.iter().fold(&api[which], |v, k| &v[*k]).as_f64().map_or(String::new(), |x| x.to_string())
+        };
+        csv.push(format!("\"{}\",{},{},{},{target},{verdict}", row.label, num("median"), num("min"), num("max")));
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    std::fs::create_dir_all(&dir).expect("target/bench");
+    std::fs::write(dir.join(format!("{name}.csv")), csv.join("\n") + "\n").expect("csv");
+}
+
+/// `--api-only`: the API part's table, and its results in `target/bench/api.{csv,json}`.
+pub fn finish_api(api: &Value, machine: &Value) {
+    print_machine(machine, &api["runs"]);
+    print_api(api, "api");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    let all = json!({"machine": machine, "api": api});
+    std::fs::write(dir.join("api.json"), serde_json::to_string_pretty(&all).expect("json")).expect("json");
+    println!("\nwritten: target/bench/api.csv, target/bench/api.json");
+}
+
+fn print_machine(machine: &Value, runs: &Value) {
+    println!(
+        "machine: {} cores, kernel {}, {}, load average before the first run {}; {runs} runs, median (lowest–highest)\n",
+        machine["cores"],
+        machine["kernel"].as_str().unwrap_or("?"),
+        machine["nft"].as_str().unwrap_or("?"),
+        machine["load_before"].as_str().unwrap_or("?")
+    );
 }
