@@ -5,6 +5,7 @@
 
 use super::common::Netns;
 use super::common::daemon::{Daemon, wait_for};
+use super::observe::rss_mb;
 use super::synth::{self, Case};
 use serde_json::{Value, json};
 use std::io::Write;
@@ -27,13 +28,6 @@ pub fn write_manifest(case: &Case, generation: u32, path: &Path) {
 /// How many syncs the daemon logged.
 fn syncs(log: &str) -> usize {
     log.lines().filter(|l| l.contains(" sync: ") || l.contains(" sync (netlink): ")).count()
-}
-
-fn rss_mb(pid: i32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb =
-        status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().split(' ').next()?.parse().ok());
-    kb.map_or(f64::NAN, |kb: f64| (kb / 1024.0 * 10.0).round() / 10.0)
 }
 
 /// One scenario: `rewrites` new generations, one every `every`; the sync thread stuck in a

@@ -14,6 +14,7 @@ mod churn;
 #[path = "../../tests/common/mod.rs"]
 mod common;
 mod measure;
+mod observe;
 mod report;
 mod runs;
 mod synth;

@@ -56,6 +56,13 @@ impl Netns {
     }
 }
 
+impl Netns {
+    /// A node-like namespace's gateway (the far end of its uplink).
+    pub fn gateway(&self) -> &Netns {
+        self.attached.first().expect("a node-like namespace has a gateway")
+    }
+}
+
 /// Runs `ip -n NS -batch -` over `lines`, asserting success.
 fn ip_batch(ns: &Netns, lines: &[String]) {
     let mut child = Command::new("ip")
