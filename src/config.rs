@@ -85,6 +85,9 @@ pub struct Flags {
     /// Longest one `nft` run may take before it is killed and the sync counts as failed.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_period)]
     pub nft_timeout: Duration,
+    /// Where `/healthz` and `/livez` are served (`IP:port`); empty turns them off.
+    #[arg(long, value_name = "IP:PORT", default_value = "0.0.0.0:10256", value_parser = parse_bind_address)]
+    pub healthz_bind_address: BindAddress,
     /// Remove everything kube-nftproxy created, report upstream kube-proxy leftovers, and exit.
     #[arg(long)]
     pub cleanup: bool,
@@ -95,6 +98,18 @@ pub struct Flags {
 
 /// The longest period a flag takes: a year; longer ones would overflow timers.
 pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// An address to serve on, or none (the flag given empty).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BindAddress(pub Option<std::net::SocketAddr>);
+
+/// Parses a bind address `IP:port`; empty means none.
+pub fn parse_bind_address(s: &str) -> Result<BindAddress, String> {
+    if s.trim().is_empty() {
+        return Ok(BindAddress(None));
+    }
+    s.trim().parse().map(|a| BindAddress(Some(a))).map_err(|_| format!("{s:?} is not IP:port"))
+}
 
 /// Parses `500ms`, `30s`, `15m`, `1h` (or a bare number of seconds), at most `MAX_DURATION`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {

@@ -4,6 +4,7 @@
 use anyhow::Context;
 use clap::Parser;
 use kube_nftproxy::config::{Config, Flags};
+use kube_nftproxy::health::{self, Health};
 use kube_nftproxy::inbox::Inbox;
 use kube_nftproxy::model::Model;
 use kube_nftproxy::nft::{Applier, OwnPids, cleanup, exec, guard};
@@ -155,6 +156,12 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     let limits = exec::Limits { timeout: flags.nft_timeout, stop: stop.clone() };
     let applier = Applier::new(&cfg.node_name, own).with_quiet(Arc::new(quiet)).with_limits(limits);
     let mut syncer = Syncer::new(cfg, periods, applier, &sources);
+    if let Some(addr) = flags.healthz_bind_address.0 {
+        // As kube-proxy: a change may wait up to twice the sync period before it is unhealthy.
+        let health = Arc::new(Health::new(flags.sync_period.saturating_mul(2)));
+        health::serve(addr, health.clone(), stop.clone())?;
+        syncer = syncer.with_health(health);
+    }
     if api.is_some() {
         syncer = syncer.wait_for_node(flags.node_wait);
     }

@@ -7,13 +7,15 @@
 //! comes. What applies is behind the [`Kernel`] trait, so all of this is tested without root.
 
 use crate::config::{Config, MAX_DURATION};
+use crate::health::Health;
 use crate::inbox::{Delivery, Inbox};
 use crate::model::Model;
 use crate::nft::{NftError, Resync, SyncKind, SyncReport};
 use crate::render::{Rendered, Ruleset, Update};
 use std::collections::BTreeSet;
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 /// The shortest wait before a failed sync is retried, whatever `min_sync_period` says: a
 /// sync that fails at once must not spin.
@@ -160,6 +162,8 @@ pub struct Syncer<K: Kernel> {
     /// While this node's Node object has not arrived: until when the first sync waits for
     /// it, and when to say so again in the log.
     node_wait: Option<(Instant, Instant)>,
+    /// What `/healthz` and `/livez` report, if served.
+    health: Option<Arc<Health>>,
 }
 
 /// How often the log says the proxy is still waiting for its Node.
@@ -187,7 +191,14 @@ impl<K: Kernel> Syncer<K> {
             last: None,
             cleanup_retry: Backoff::new(MIN_RETRY, periods.sync),
             node_wait: None,
+            health: None,
         }
+    }
+
+    /// Reports changes queued and applied, and this node's eligibility, to `health`.
+    pub fn with_health(mut self, health: Arc<Health>) -> Syncer<K> {
+        self.health = Some(health);
+        self
     }
 
     /// Makes the first sync wait up to `up_to` for this node's Node object, whose addresses
@@ -269,8 +280,16 @@ impl<K: Kernel> Syncer<K> {
                 log::info!("every source has listed; syncing");
             }
         }
+        let mut changed = false;
         for change in d.changes {
-            self.dirty |= self.model.file(change);
+            changed |= self.model.file(change);
+        }
+        self.dirty |= changed;
+        if let Some(health) = &self.health {
+            if changed {
+                health.queued(SystemTime::now());
+            }
+            health.set_node_eligible(self.model.node.as_ref().map(|n| n.eligible));
         }
         let r = d.requests;
         if let Some(why) = r.tampered {
@@ -385,6 +404,9 @@ impl<K: Kernel> Syncer<K> {
             self.last_full = end;
         }
         self.retry.succeeded();
+        if let Some(health) = &self.health {
+            health.updated(SystemTime::now());
+        }
         // Another process committed while notifications were paused: what it changed is
         // unknown, so sync fully again; after a few such collisions in a row (a busy
         // neighbour), settle for the cheap check instead of syncing fully forever.

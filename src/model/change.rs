@@ -117,10 +117,16 @@ impl Model {
                 }
             }
             ObjectChange::Node(node) => {
-                if self.node == node {
+                // Only whether the node is eligible for load balancers changed: `/healthz`
+                // reads that from the model; the rules stay as they are.
+                let same = match (&self.node, &node) {
+                    (Some(a), Some(b)) => a.same_for_rules(b),
+                    (a, b) => a.is_none() && b.is_none(),
+                };
+                self.node = node;
+                if same {
                     return false;
                 }
-                self.node = node;
                 self.changes.global = true;
             }
             ObjectChange::ServiceCidr(name, cidrs) => return self.file_service_cidr(name, cidrs),

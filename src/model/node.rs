@@ -18,7 +18,13 @@ pub struct NodeInfo {
     pub zone: Option<String>,
     /// InternalIP addresses in listed order, then ExternalIP addresses.
     pub addresses: Vec<IpAddr>,
+    /// Whether load balancers may send traffic here: not being deleted, and not tainted
+    /// for deletion by the cluster autoscaler (`/healthz` says so; the rules do not care).
+    pub eligible: bool,
 }
+
+/// The taint the cluster autoscaler puts on a node it is about to delete.
+pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 
 impl NodeInfo {
     /// Converts a Node object.
@@ -41,7 +47,15 @@ impl NodeInfo {
             bucket.push(ip);
         }
         internal.extend(external);
-        Ok(NodeInfo { name, zone, addresses: internal })
+        let tainted = node.spec.iter().flat_map(|s| s.taints.iter().flatten()).any(|t| t.key == TO_BE_DELETED_TAINT);
+        let eligible = node.metadata.deletion_timestamp.is_none() && !tainted;
+        Ok(NodeInfo { name, zone, addresses: internal, eligible })
+    }
+
+    /// Whether `other` differs from this node only in its eligibility, which the rules do
+    /// not depend on.
+    pub fn same_for_rules(&self, other: &NodeInfo) -> bool {
+        self.name == other.name && self.zone == other.zone && self.addresses == other.addresses
     }
 
     /// The node's primary IP of a family: its first InternalIP of that family, else its first

@@ -1,0 +1,220 @@
+//! The proxy's health, as kube-proxy reports it on `/healthz` and `/livez`: the sync thread
+//! notes when a change is queued and when a sync applied it; the proxy is unhealthy once a
+//! change has waited longer than the health timeout (twice `--sync-period`). `/healthz` is
+//! also 503 when this node should not take load-balanced traffic (its Node unknown, being
+//! deleted, or tainted by the cluster autoscaler for deletion), so load balancers drain it
+//! first. Served by one thread with a bounded wait per request.
+
+use serde::Serialize;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// How long the server waits for a request before it looks at the stop flag again.
+const POLL: Duration = Duration::from_millis(500);
+
+/// How long to wait before trying again to bind an address in use.
+const REBIND: Duration = Duration::from_secs(5);
+
+/// The health state the sync thread keeps and the server reads.
+#[derive(Debug)]
+pub struct Health {
+    timeout: Duration,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct State {
+    /// When the last sync succeeded.
+    last_updated: Option<SystemTime>,
+    /// When the oldest change not yet applied was queued.
+    oldest_queued: Option<SystemTime>,
+    /// Whether this node may take load-balanced traffic (`None`: its Node is unknown).
+    node_eligible: Option<bool>,
+}
+
+/// One answer of `/healthz` or `/livez`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// Whether every change was applied within the timeout.
+    pub healthy: bool,
+    /// Whether this node may take load-balanced traffic.
+    pub node_eligible: bool,
+    /// When the last sync succeeded.
+    pub last_updated: Option<SystemTime>,
+}
+
+impl Health {
+    /// Health with changes allowed to wait `timeout` (kube-proxy: twice its sync period).
+    pub fn new(timeout: Duration) -> Health {
+        Health { timeout, state: Mutex::default() }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Notes a change waiting to be applied (the oldest one counts).
+    pub fn queued(&self, now: SystemTime) {
+        self.with(|s| s.oldest_queued = s.oldest_queued.or(Some(now)));
+    }
+
+    /// Notes a sync that applied every change queued before it.
+    pub fn updated(&self, now: SystemTime) {
+        self.with(|s| {
+            s.last_updated = Some(now);
+            s.oldest_queued = None;
+        });
+    }
+
+    /// Notes whether this node may take load-balanced traffic (`None`: its Node is unknown).
+    pub fn set_node_eligible(&self, eligible: Option<bool>) {
+        self.with(|s| s.node_eligible = eligible);
+    }
+
+    /// The health at `now`.
+    pub fn report(&self, now: SystemTime) -> Report {
+        let s = self.with(|s| *s);
+        let waited = s.oldest_queued.and_then(|q| now.duration_since(q).ok()).unwrap_or_default();
+        Report {
+            healthy: s.oldest_queued.is_none() || waited < self.timeout,
+            node_eligible: s.node_eligible == Some(true),
+            last_updated: s.last_updated,
+        }
+    }
+}
+
+/// A body as upstream writes it (Go's RFC 3339 times with nanoseconds).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Body {
+    last_updated: String,
+    current_time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node_eligible: Option<bool>,
+    healthy: bool,
+    status: std::collections::BTreeMap<&'static str, FamilyBody>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct FamilyBody {
+    last_updated: String,
+    healthy: bool,
+}
+
+fn rfc3339(t: Option<SystemTime>) -> String {
+    // Go's zero time, as upstream prints a time never set.
+    t.map_or_else(|| "0001-01-01T00:00:00Z".into(), |t| humantime::format_rfc3339_nanos(t).to_string())
+}
+
+/// The status code and JSON body for `path` (`/healthz` or `/livez`); `None` for other paths.
+pub fn answer(health: &Health, path: &str, now: SystemTime) -> Option<(u16, String)> {
+    let r = health.report(now);
+    let (ok, node_eligible) = match path {
+        "/healthz" => (r.healthy && r.node_eligible, Some(r.node_eligible)),
+        "/livez" => (r.healthy, None),
+        _ => return None,
+    };
+    // Both families are programmed by every sync, so they share one state.
+    let family = || FamilyBody { last_updated: rfc3339(r.last_updated), healthy: r.healthy };
+    let status = [("IPv4", family()), ("IPv6", family())].into_iter().collect();
+    // As upstream: a healthy answer says "last updated now", for clients that compare it.
+    let last_updated = if ok { rfc3339(Some(now)) } else { rfc3339(r.last_updated) };
+    let body = Body { last_updated, current_time: rfc3339(Some(now)), node_eligible, healthy: r.healthy, status };
+    let text = serde_json::to_string(&body).unwrap_or_default();
+    Some((if ok { 200 } else { 503 }, text))
+}
+
+/// Serves `/healthz` and `/livez` on `addr` on a thread named `healthz` until `stop` is set. An
+/// address that cannot be bound yet (in use) is tried again every few seconds.
+pub fn serve(addr: SocketAddr, health: Arc<Health>, stop: Arc<AtomicBool>) -> std::io::Result<()> {
+    std::thread::Builder::new().name("healthz".into()).spawn(move || {
+        let mut logged = false;
+        while !stop.load(Ordering::SeqCst) {
+            match tiny_http::Server::http(addr) {
+                Ok(server) => {
+                    log::info!("serving /healthz and /livez on {addr}");
+                    answer_until_stopped(&server, &health, &stop);
+                    return;
+                }
+                Err(e) if !logged => {
+                    log::error!("cannot serve health checks on {addr}: {e}; trying again every {REBIND:?}");
+                    logged = true;
+                }
+                Err(_) => {}
+            }
+            std::thread::sleep(REBIND);
+        }
+    })?;
+    Ok(())
+}
+
+fn answer_until_stopped(server: &tiny_http::Server, health: &Health, stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        let request = match server.recv_timeout(POLL) {
+            Ok(Some(r)) => r,
+            Ok(None) => continue,
+            Err(e) => {
+                log::warn!("health check server: {e}");
+                continue;
+            }
+        };
+        let path = request.url().split('?').next().unwrap_or_default().to_string();
+        let (code, body) = answer(health, &path, SystemTime::now()).unwrap_or((404, "404 page not found\n".into()));
+        let mut response = tiny_http::Response::from_string(body).with_status_code(code);
+        let kind = if code == 404 { "text/plain; charset=utf-8" } else { "application/json" };
+        for (name, value) in [("Content-Type", kind), ("X-Content-Type-Options", "nosniff")] {
+            if let Ok(h) = tiny_http::Header::from_bytes(name, value) {
+                response.add_header(h);
+            }
+        }
+        if let Err(e) = request.respond(response) {
+            log::debug!("answering a health check: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
+    }
+
+    fn body(h: &Health, path: &str, now: SystemTime) -> (u16, serde_json::Value) {
+        let (code, text) = answer(h, path, now).expect("a health path");
+        (code, serde_json::from_str(&text).expect("json"))
+    }
+
+    #[test]
+    fn a_change_waiting_past_the_timeout_is_unhealthy_until_applied() {
+        let h = Health::new(Duration::from_secs(60));
+        h.set_node_eligible(Some(true));
+        h.queued(at(0));
+        h.queued(at(30));
+        assert_eq!(body(&h, "/livez", at(59)).0, 200, "the oldest change counts, within the timeout");
+        let (code, b) = body(&h, "/livez", at(61));
+        assert_eq!((code, b["healthy"].clone()), (503, serde_json::json!(false)));
+        assert_eq!(b["lastUpdated"], "0001-01-01T00:00:00Z");
+        h.updated(at(62));
+        let (code, b) = body(&h, "/healthz", at(63));
+        assert_eq!(code, 200);
+        assert_eq!(b["lastUpdated"], b["currentTime"], "a healthy answer says updated now, as upstream");
+        assert_eq!(b["status"]["IPv4"]["lastUpdated"], humantime::format_rfc3339_nanos(at(62)).to_string());
+    }
+
+    #[test]
+    fn healthz_also_needs_an_eligible_node_and_livez_does_not() {
+        let h = Health::new(Duration::from_secs(60));
+        for node in [None, Some(false)] {
+            h.set_node_eligible(node);
+            let (code, b) = body(&h, "/healthz", at(0));
+            assert_eq!((code, b["nodeEligible"].clone(), b["healthy"].clone()), (503, false.into(), true.into()));
+            assert_eq!(body(&h, "/livez", at(0)).0, 200);
+        }
+        assert!(answer(&h, "/other", at(0)).is_none());
+    }
+}

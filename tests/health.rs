@@ -1,0 +1,128 @@
+//! `/healthz` and `/livez` as a load balancer's checker and a kubelet probe query them: real
+//! HTTP to the daemon inside a network namespace, answers per upstream's rules.
+
+mod common;
+
+use common::cluster::Cluster;
+use common::daemon::{Daemon, wait_for};
+use common::net::in_netns;
+use common::{Netns, Scratch, kernel_available};
+use serde_json::{Value, json};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Where the daemon serves health in the test's namespace.
+const HEALTHZ: &str = "127.0.0.1:10256";
+
+/// One HTTP GET from inside `ns`: status, headers (lower-cased names), body as JSON.
+fn get(ns: &Netns, path: &str) -> Option<(u16, String, Value)> {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: node\r\nUser-Agent: checker\r\nConnection: close\r\n\r\n");
+    let text = in_netns(&ns.name, move || {
+        let mut s = std::net::TcpStream::connect_timeout(&HEALTHZ.parse().unwrap(), Duration::from_secs(1)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        s.write_all(request.as_bytes()).ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        Some(text)
+    })?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, head.to_lowercase(), serde_json::from_str(body).unwrap_or(Value::Null)))
+}
+
+/// This node (optionally with extra Node fields) and one service, as a JSON list in `dir`.
+fn manifests(dir: &Path, node_extra: Value) -> PathBuf {
+    let mut node = Cluster::node_object();
+    if let (Some(n), Some(extra)) = (node.as_object_mut(), node_extra.as_object()) {
+        for (k, v) in extra {
+            n.insert(k.clone(), v.clone());
+        }
+    }
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"clusterIP": "172.30.0.40", "ports": [{"port": 80}]}});
+    let path = dir.join("cluster.json");
+    let tmp = dir.join("cluster.tmp");
+    std::fs::write(&tmp, json!({"kind": "List", "items": [node, svc]}).to_string()).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    path
+}
+
+fn namespace(tag: &str) -> Netns {
+    let ns = Netns::new(tag);
+    assert!(ns.run(&["ip", "link", "set", "lo", "up"], "").status.success());
+    ns
+}
+
+#[test]
+fn healthz_and_livez_answer_as_upstream_and_drain_a_node_going_away() {
+    if !kernel_available() {
+        return;
+    }
+    let ns = namespace("healthz");
+    let dir = Scratch::new("healthz");
+    let path = manifests(&dir.0, json!({}));
+    let d = Daemon::start(&ns, &path, &[&format!("--healthz-bind-address={HEALTHZ}")], &[]);
+    let ok = |p: &str| get(&ns, p).is_some_and(|(code, _, _)| code == 200);
+    assert!(wait_for(Duration::from_secs(10), || ok("/healthz")).is_some(), "never healthy:\n{}", d.logged());
+    let (_, head, body) = get(&ns, "/healthz").unwrap();
+    assert!(head.contains("content-type: application/json"), "{head}");
+    assert!(head.contains("x-content-type-options: nosniff"), "{head}");
+    assert_eq!(body["healthy"], true, "{body}");
+    assert_eq!(body["nodeEligible"], true, "{body}");
+    for field in ["lastUpdated", "currentTime"] {
+        let t = body[field].as_str().unwrap_or_default();
+        assert!(t.ends_with('Z') && t.contains('T') && t.len() >= 20, "{field}: {t:?}");
+    }
+    assert_eq!(body["status"]["IPv4"]["healthy"], true, "{body}");
+    assert_eq!(body["status"]["IPv6"]["healthy"], true, "{body}");
+    let (code, _, live) = get(&ns, "/livez").unwrap();
+    assert_eq!(code, 200);
+    assert!(live.get("nodeEligible").is_none(), "/livez does not judge the node: {live}");
+    assert_eq!(get(&ns, "/metrics-not-here").map(|r| r.0), Some(404));
+    // The cluster autoscaler taints the node for deletion: load balancers must drain it,
+    // while the proxy stays live, and the rules need no sync for it.
+    let syncs = d.logged().matches(" sync").count();
+    let taint = json!({"spec": {"taints": [{"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}]}});
+    manifests(&dir.0, taint);
+    let drained = wait_for(Duration::from_secs(5), || get(&ns, "/healthz").is_some_and(|(c, _, _)| c == 503));
+    assert!(drained.is_some(), "a node tainted for deletion still takes traffic:\n{}", d.logged());
+    let (_, _, body) = get(&ns, "/healthz").unwrap();
+    assert_eq!((body["healthy"].clone(), body["nodeEligible"].clone()), (json!(true), json!(false)), "{body}");
+    assert!(ok("/livez"), "the proxy itself is still live");
+    assert_eq!(d.logged().matches(" sync").count(), syncs, "a taint changes no rule");
+    // Being deleted counts alike; the Node gone entirely too.
+    manifests(&dir.0, json!({"metadata": {"name": "node-a", "deletionTimestamp": "2026-01-01T00:00:00Z"}}));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(get(&ns, "/healthz").map(|r| r.0), Some(503));
+    manifests(&dir.0, json!({}));
+    assert!(wait_for(Duration::from_secs(5), || ok("/healthz")).is_some(), "the node came back");
+    d.stop();
+}
+
+#[test]
+fn a_change_that_cannot_be_applied_makes_the_proxy_unhealthy_after_twice_the_sync_period() {
+    if !kernel_available() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let ns = namespace("unhealthy");
+    let dir = Scratch::new("unhealthy");
+    let hung = dir.0.join("nft");
+    std::fs::write(&hung, "#!/bin/sh\nexec sleep 1000\n").unwrap();
+    std::fs::set_permissions(&hung, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = manifests(&dir.0, json!({}));
+    let flags = [&format!("--healthz-bind-address={HEALTHZ}")[..], "--sync-period=1s", "--nft-timeout=30s"];
+    let d = Daemon::start(&ns, &path, &flags, &[("NFT", hung.to_str().unwrap())]);
+    let code = |p: &str| get(&ns, p).map(|r| r.0);
+    assert!(wait_for(Duration::from_secs(5), || code("/livez").is_some()).is_some(), "no health server");
+    assert_eq!(code("/livez"), Some(200), "within the timeout the proxy is healthy");
+    // The first listing waits in a sync that never ends: past 2 s (twice --sync-period) the
+    // proxy is unhealthy on both endpoints.
+    let sick = wait_for(Duration::from_secs(5), || code("/livez") == Some(503));
+    assert!(sick.is_some(), "a stuck proxy still says it is live:\n{}", d.logged());
+    let (_, _, body) = get(&ns, "/healthz").unwrap();
+    assert_eq!(body["healthy"], false, "{body}");
+    assert_eq!(body["lastUpdated"], "0001-01-01T00:00:00Z", "never updated: {body}");
+    d.stop();
+}
