@@ -406,3 +406,22 @@ fn without_the_node_the_first_sync_goes_ahead_after_the_wait() {
     });
     assert_eq!(fake.calls().len(), 1, "after the wait the proxy syncs without its Node");
 }
+
+#[test]
+fn a_node_tainted_for_deletion_syncs_nothing() {
+    let fake = Fake::default();
+    let (mut syncer, inbox) = listed(&fake, periods(Duration::ZERO), 3);
+    turn(&mut syncer, &inbox);
+    inbox.send(change(json!({"kind": "Node", "metadata": {"name": "node-a"},
+        "spec": {"taints": [{"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}]},
+        "status": {"addresses": [{"type": "InternalIP", "address": "192.168.1.1"}]}})));
+    turn(&mut syncer, &inbox);
+    assert_eq!(fake.calls().len(), 1, "only /healthz cares whether the node is eligible");
+    // A real change to the Node (its zone) does sync.
+    inbox.send(change(
+        json!({"kind": "Node", "metadata": {"name": "node-a", "labels": {"topology.kubernetes.io/zone": "b"}},
+        "status": {"addresses": [{"type": "InternalIP", "address": "192.168.1.1"}]}}),
+    ));
+    turn(&mut syncer, &inbox);
+    assert_eq!(fake.calls().len(), 2);
+}
