@@ -25,11 +25,18 @@ fn svc(c: &Cluster, name: &str, ip: &str, pods: &[&str]) -> Vec<Value> {
     vec![service(name, spec, json!({})), slice(name, false, "TCP", eps)]
 }
 
-/// A cluster, its emulator serving `web` on pod-1 and this Node, and a daemon following it.
-fn running(extra: &[&str]) -> (Cluster, Emulator, Daemon) {
-    let c = Cluster::new(2, 1);
+/// A cluster with `local` and `remote` pods, and its emulator (on the remote node, bookmarks
+/// every second) holding this Node and `web` on pod-1.
+fn serving_web(local: u8, remote: u8) -> (Cluster, Emulator) {
+    let c = Cluster::new(local, remote);
     let emu = Emulator::start(Some(&c.remote.name), API_ADDR, None, &["--bookmark-interval", "1s"]);
     emu.apply(&Value::Array([vec![Cluster::node_object()], web(&c, &["pod-1"])].concat()));
+    (c, emu)
+}
+
+/// A cluster, its emulator serving `web` on pod-1 and this Node, and a daemon following it.
+fn running(extra: &[&str]) -> (Cluster, Emulator, Daemon) {
+    let (c, emu) = serving_web(2, 1);
     let d = Daemon::start_api(&c.node, &emu.kubeconfig(), extra, &[]);
     assert!(
         wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some(),
@@ -39,17 +46,29 @@ fn running(extra: &[&str]) -> (Cluster, Emulator, Daemon) {
     (c, emu, d)
 }
 
-/// `kube-nftproxy --dry-run` against the API server, inside `ns` (to see its addresses).
-fn dry_run(ns: &Netns, kubeconfig: &Path) -> Output {
-    Command::new("ip")
-        .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_kube-nftproxy"), "--dry-run"])
+/// `kube-nftproxy --dry-run` for node-a against the API server of `kubeconfig`, run by `cmd`.
+fn dry_run_command(mut cmd: Command, kubeconfig: &Path, log: &str) -> Output {
+    cmd.arg("--dry-run")
         .arg("--kubeconfig")
         .arg(kubeconfig)
-        .args(["--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8,fd00:10::/32"])
-        .env("RUST_LOG", "warn")
+        .arg("--hostname-override=node-a")
+        .env("RUST_LOG", log)
         .env_remove("NODE_NAME")
         .output()
         .expect("run the dry run")
+}
+
+/// The dry run inside `ns` (to see its addresses).
+fn dry_run(ns: &Netns, kubeconfig: &Path) -> Output {
+    let mut cmd = Command::new("ip");
+    cmd.args([
+        "netns",
+        "exec",
+        &ns.name,
+        env!("CARGO_BIN_EXE_kube-nftproxy"),
+        "--cluster-cidr=10.0.0.0/8,fd00:10::/32",
+    ]);
+    dry_run_command(cmd, kubeconfig, "warn")
 }
 
 /// Whether the node's tables equal a fresh dry run of what the emulator holds now, loaded
@@ -162,9 +181,7 @@ fn every_fault_is_recovered_from_and_nothing_stale_remains() {
     if !kernel_available() {
         return;
     }
-    let c = Cluster::new(2, 1);
-    let emu = Emulator::start(Some(&c.remote.name), API_ADDR, None, &["--bookmark-interval", "1s"]);
-    emu.apply(&Value::Array([vec![Cluster::node_object()], web(&c, &["pod-1"])].concat()));
+    let (c, emu) = serving_web(2, 1);
     let twin = Netns::new("twin");
     let mut generation = 0;
     let streams =
@@ -221,9 +238,7 @@ fn credentials_work_or_fail_with_one_clear_line() {
     if !kernel_available() {
         return;
     }
-    let c = Cluster::new(1, 0);
-    let emu = Emulator::start(Some(&c.remote.name), API_ADDR, None, &[]);
-    emu.apply(&Value::Array([vec![Cluster::node_object()], web(&c, &["pod-1"])].concat()));
+    let (c, emu) = serving_web(1, 0);
     let dir = &emu.tls_dir;
     let ca = dir.join("ca.crt");
     // Another emulator: another CA, another client key.
@@ -292,9 +307,7 @@ fn a_token_rotated_on_disk_is_picked_up() {
     if !kernel_available() {
         return;
     }
-    let c = Cluster::new(2, 0);
-    let emu = Emulator::start(Some(&c.remote.name), API_ADDR, None, &["--bookmark-interval", "1s"]);
-    emu.apply(&Value::Array([vec![Cluster::node_object()], web(&c, &["pod-1"])].concat()));
+    let (c, emu) = serving_web(2, 0);
     let kc = emu.tls_dir.join("kubeconfig-token");
     let d = Daemon::start_api(&c.node, &kc, &[], &[]);
     assert!(wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some());
@@ -319,18 +332,11 @@ fn the_dry_run_from_the_api_server_equals_the_dry_run_over_the_same_manifests() 
     assert_eq!(from_api, from_files, "the API server and the files hold the same cluster");
 }
 
-/// The dry run of node-a against `emu` with `extra` flags; its stdout and stderr.
+/// The dry run of node-a against `emu` with `extra` flags, here; its stdout and its log.
 fn dry_run_local(emu: &Emulator, extra: &[&str]) -> (String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kube-nftproxy"))
-        .arg("--dry-run")
-        .arg("--kubeconfig")
-        .arg(emu.kubeconfig())
-        .args(["--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8,fd00:10::/48"])
-        .args(extra)
-        .env("RUST_LOG", "info")
-        .env_remove("NODE_NAME")
-        .output()
-        .expect("dry run");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-nftproxy"));
+    cmd.arg("--cluster-cidr=10.0.0.0/8,fd00:10::/48").args(extra);
+    let out = dry_run_command(cmd, &emu.kubeconfig(), "info");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{stderr}");
     (String::from_utf8(out.stdout).expect("utf-8"), stderr)

@@ -6,20 +6,11 @@ mod common;
 
 use common::check::{probe_during, web_on as web, who};
 use common::cluster::Cluster;
-use common::daemon::{Daemon, wait_for, write_manifests};
+use common::daemon::{Daemon, fake_nft, wait_for, write_manifests};
 use common::{Netns, Scratch, kernel_available};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// Writes an executable shell script standing in for `nft` into `dir`.
-fn fake_nft(dir: &Scratch, body: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.0.join("nft");
-    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
-}
 
 /// This node and (if `nodeport`) one NodePort service with an endpoint elsewhere, which gets
 /// chains of its own, as a JSON list in `dir`.
@@ -49,7 +40,7 @@ fn a_hung_nft_is_killed_at_its_time_limit() {
     }
     let ns = Netns::new("hung");
     let dir = Scratch::new("hung");
-    let nft = fake_nft(&dir, "exec sleep 1000");
+    let nft = fake_nft(&dir.0, "exec sleep 1000");
     let manifests = nodeport_manifests(&dir.0, true);
     let d = Daemon::start(&ns, &manifests, &["--nft-timeout=1s"], &[("NFT", nft.to_str().unwrap())]);
     assert!(log_has(&d, "did not finish within 1s and was killed", Duration::from_secs(5)), "{}", d.logged());
@@ -67,7 +58,7 @@ fn a_stop_while_nft_hangs_ends_both_within_seconds() {
     // The stand-in records its pid, then becomes `sleep`, hanging without reading its input.
     // Its signal mask is read once it is `sleep`: a shell may block every signal for a moment
     // around its own forks, so a shell reading its own status could catch that instead.
-    let nft = fake_nft(&dir, &format!("echo $$ > {0}.tmp; mv {0}.tmp {0}; exec sleep 1000", status.display()));
+    let nft = fake_nft(&dir.0, &format!("echo $$ > {0}.tmp; mv {0}.tmp {0}; exec sleep 1000", status.display()));
     let manifests = nodeport_manifests(&dir.0, true);
     let mut d = Daemon::start(&ns, &manifests, &[], &[("NFT", nft.to_str().unwrap())]);
     assert!(wait_for(Duration::from_secs(5), || status.exists()).is_some(), "nft never ran: {}", d.logged());
@@ -127,7 +118,7 @@ fn a_failing_nft_is_retried_with_backoff_not_in_a_loop() {
     let ns = Netns::new("failing");
     let dir = Scratch::new("failing");
     let runs = dir.0.join("runs");
-    let nft = fake_nft(&dir, &format!("echo run >> {}; echo 'Error: refused' >&2; exit 1", runs.display()));
+    let nft = fake_nft(&dir.0, &format!("echo run >> {}; echo 'Error: refused' >&2; exit 1", runs.display()));
     let manifests = nodeport_manifests(&dir.0, true);
     let d = Daemon::start(&ns, &manifests, &["--min-sync-period=0"], &[("NFT", nft.to_str().unwrap())]);
     std::thread::sleep(Duration::from_millis(3500));

@@ -4,7 +4,7 @@
 mod common;
 
 use common::cluster::Cluster;
-use common::daemon::{Daemon, wait_for};
+use common::daemon::{Daemon, fake_nft, wait_for};
 use common::net::in_netns;
 use common::{Netns, Scratch, kernel_available};
 use serde_json::{Value, json};
@@ -103,12 +103,9 @@ fn a_change_that_cannot_be_applied_makes_the_proxy_unhealthy_after_twice_the_syn
     if !kernel_available() {
         return;
     }
-    use std::os::unix::fs::PermissionsExt;
     let ns = namespace("unhealthy");
     let dir = Scratch::new("unhealthy");
-    let hung = dir.0.join("nft");
-    std::fs::write(&hung, "#!/bin/sh\nexec sleep 1000\n").unwrap();
-    std::fs::set_permissions(&hung, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let hung = fake_nft(&dir.0, "exec sleep 1000");
     let path = manifests(&dir.0, json!({}));
     let flags = [&format!("--healthz-bind-address={HEALTHZ}")[..], "--sync-period=1s", "--nft-timeout=30s"];
     let d = Daemon::start(&ns, &path, &flags, &[("NFT", hung.to_str().unwrap())]);

@@ -78,7 +78,6 @@ impl<'c> Changes<'c> {
 struct Rig {
     ns: Netns,
     emu: Emulator,
-    emu_pid: i32,
     dir: std::path::PathBuf,
 }
 
@@ -93,8 +92,7 @@ impl Rig {
         let emu =
             Emulator::start(Some(&ns.gateway().name), API_LISTEN, Some(&manifest), &["--bookmark-interval", BOOKMARKS]);
         eprintln!("api: emulator ready with {} services in {:?}", case.services, t.elapsed());
-        let emu_pid = emulator_pid(&emu);
-        Rig { ns, emu, emu_pid, dir }
+        Rig { ns, emu, dir }
     }
 
     /// Starts a daemon with `extra` flags and waits for its first sync: the daemon, its log,
@@ -134,7 +132,7 @@ fn churn(rig: &Rig, d: &Daemon, log: &LogTail, changes: &mut Changes, secs: u32)
     std::thread::sleep(Duration::from_secs(2));
     let mut posted: Vec<(String, Instant)> = Vec::new();
     let from_line = log.lines().len();
-    let (cpu0, emu0) = (cpu_s(d.pid()), cpu_s(rig.emu_pid).0);
+    let (cpu0, emu0) = (cpu_s(d.pid()), cpu_s(rig.emu.pid()).0);
     let start = Instant::now();
     let ticks = secs * (Duration::from_secs(1).as_millis() / CHURN_TICK.as_millis()) as u32;
     for tick in 0..ticks {
@@ -146,7 +144,7 @@ fn churn(rig: &Rig, d: &Daemon, log: &LogTail, changes: &mut Changes, secs: u32)
         posted.extend(ips.into_iter().map(|ip| (ip, at)));
     }
     let wall = start.elapsed();
-    let (cpu1, emu1) = (cpu_s(d.pid()), cpu_s(rig.emu_pid).0);
+    let (cpu1, emu1) = (cpu_s(d.pid()), cpu_s(rig.emu.pid()).0);
     // Every change's arrival in the kernel (the last ones within a sync period or so).
     let mut latencies = Vec::new();
     let mut missing = 0;

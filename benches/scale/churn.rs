@@ -5,7 +5,7 @@
 
 use super::common::Netns;
 use super::common::daemon::{Daemon, wait_for};
-use super::observe::rss_mb;
+use super::observe::{is_sync, rss_mb};
 use super::synth::{self, Case};
 use serde_json::{Value, json};
 use std::io::Write;
@@ -23,11 +23,6 @@ pub fn write_manifest(case: &Case, generation: u32, path: &Path) {
     write!(out, "]}}").expect("write");
     out.into_inner().expect("flush").sync_all().expect("sync");
     std::fs::rename(&tmp, path).expect("rename");
-}
-
-/// How many syncs the daemon logged.
-fn syncs(log: &str) -> usize {
-    log.lines().filter(|l| l.contains(" sync: ") || l.contains(" sync (netlink): ")).count()
 }
 
 /// One scenario: `rewrites` new generations, one every `every`; the sync thread stuck in a
@@ -58,7 +53,7 @@ fn scenario(case: &Case, rewrites: u32, every: Duration, stuck: bool) -> Value {
     }
     std::thread::sleep(Duration::from_secs(3));
     let after = rss_mb(d.pid());
-    let syncs = syncs(&d.logged());
+    let syncs = d.logged().lines().filter(|l| is_sync(l)).count();
     d.stop();
     let _ = std::fs::remove_dir_all(&dir);
     json!({"scenario": if stuck { "sync stuck" } else { "syncing" }, "rewrites": rewrites,

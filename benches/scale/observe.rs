@@ -3,7 +3,6 @@
 //! resident memory from `/proc`.
 
 use super::common::Netns;
-use super::common::emulator::Emulator;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -235,19 +234,6 @@ pub fn rss_mb(pid: i32) -> f64 {
     let kb =
         status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().split(' ').next()?.parse().ok());
     kb.map_or(f64::NAN, |kb: f64| (kb / 1024.0 * 10.0).round() / 10.0)
-}
-
-/// The emulator's process id: the process whose command line names its TLS directory.
-pub fn emulator_pid(emu: &Emulator) -> i32 {
-    let needle = emu.tls_dir.to_string_lossy().into_owned();
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .find(|pid| {
-            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            String::from_utf8_lossy(&cmd).split('\0').any(|a| a == needle)
-        })
-        .expect("the emulator's process")
 }
 
 /// Nearest-rank percentile of `v` (sorted here), in ms; `None` when empty.

@@ -106,6 +106,13 @@ pub(super) struct Status {
     pub(super) message: String,
 }
 
+impl Status {
+    /// The error this Status reports.
+    pub(super) fn into_error(self, retry_after: Option<Duration>) -> ApiError {
+        ApiError::Status { code: self.code, reason: self.reason, message: self.message, retry_after }
+    }
+}
+
 /// A client of one API server; cheap to share between threads.
 #[derive(Clone)]
 pub struct Client {
@@ -181,7 +188,7 @@ impl Client {
             token.expire();
         }
         let message = if status.message.is_empty() { text.trim().chars().take(200).collect() } else { status.message };
-        Err(ApiError::Status { code, reason: status.reason, message, retry_after })
+        Err(Status { code, message, ..status }.into_error(retry_after))
     }
 }
 

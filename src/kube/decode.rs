@@ -97,11 +97,6 @@ fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> 
     (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
 }
 
-/// The change that removes object `key` of `kind` from the model.
-pub(super) fn deletion(kind: ObjectKind, key: &ObjectKey) -> ObjectChange {
-    ObjectChange::deleted(&(kind, key.clone()))
-}
-
 /// `namespace/name`, or the name alone for a cluster-scoped object.
 pub(super) fn describe(key: &ObjectKey) -> String {
     if key.0.is_empty() { key.1.clone() } else { format!("{}/{}", key.0, key.1) }

@@ -5,7 +5,7 @@
 //! whatever was deleted meanwhile goes. Everything else backs off with jitter. Objects go to
 //! the [`Inbox`] one by one; a bad one is logged and skipped, keeping its last good state.
 
-use super::client::{ApiError, Client};
+use super::client::{ApiError, Client, Status};
 use super::decode::{self, Decoded, Event, Meta, Page};
 use super::retry::{Backoff, Quiet};
 use crate::inbox::Inbox;
@@ -267,9 +267,9 @@ impl Reflector {
             let page: Page = serde_json::from_reader(std::io::BufReader::new(body.into_reader()))
                 .map_err(|e| ApiError::Decode(format!("listing {}: {e}", self.resource.name)))?;
             for item in &page.items {
-                if let Some(change) = self.decode(item, &mut seen) {
-                    batch.push(change);
-                }
+                let (key, change) = self.decode(item);
+                seen.extend(key);
+                batch.extend(change);
                 if batch.len() >= BATCH {
                     self.shared.inbox.send_all(batch.drain(..));
                 }
@@ -281,8 +281,12 @@ impl Reflector {
         };
         self.shared.inbox.send_all(batch);
         let kind = self.resource.kind;
-        let gone: Vec<ObjectChange> =
-            self.known.iter().filter(|k| !seen.contains(*k)).map(|k| decode::deletion(kind, k)).collect();
+        let gone: Vec<ObjectChange> = self
+            .known
+            .iter()
+            .filter(|k| !seen.contains(*k))
+            .map(|k| ObjectChange::deleted(&(kind, k.clone())))
+            .collect();
         self.shared.inbox.send_all(gone);
         log::info!("listed {} {} in {:?} (resourceVersion {rv})", seen.len(), self.resource.name, started.elapsed());
         self.known = seen;
@@ -298,25 +302,19 @@ impl Reflector {
         }
     }
 
-    /// Decodes one object, noting it in `seen`; returns its change if it is one to deliver.
-    fn decode(&self, raw: &serde_json::value::RawValue, seen: &mut HashSet<ObjectKey>) -> Option<ObjectChange> {
+    /// Decodes one object: its key (`None` when it has no usable name) and its change, if it
+    /// is one to deliver. A bad object is logged and keeps its key, so its last good state stays.
+    fn decode(&self, raw: &serde_json::value::RawValue) -> (Option<ObjectKey>, Option<ObjectChange>) {
+        let kind = self.resource.kind.as_str();
         match decode::object(self.resource.kind, raw, &self.shared.node_name) {
-            Decoded::Good(key, change) => {
-                seen.insert(key);
-                change
-            }
+            Decoded::Good(key, change) => (Some(key), change),
             Decoded::Bad(key, why) => {
-                log::warn!(
-                    "skipping {} {}: {why} (it keeps its last good state)",
-                    self.resource.kind.as_str(),
-                    decode::describe(&key)
-                );
-                seen.insert(key);
-                None
+                log::warn!("skipping {kind} {}: {why} (it keeps its last good state)", decode::describe(&key));
+                (Some(key), None)
             }
             Decoded::Nameless(why) => {
-                log::warn!("skipping a {} without a usable name: {why}", self.resource.kind.as_str());
-                None
+                log::warn!("skipping a {kind} without a usable name: {why}");
+                (None, None)
             }
         }
     }
@@ -387,30 +385,25 @@ impl Reflector {
         let rv = || serde_json::from_str::<Meta>(event.object.get()).map(|m| m.metadata).unwrap_or_default();
         match event.kind.as_str() {
             "ADDED" | "MODIFIED" => {
-                let mut seen = HashSet::new();
-                if let Some(change) = self.decode(&event.object, &mut seen) {
+                let (key, change) = self.decode(&event.object);
+                self.known.extend(key);
+                if let Some(change) = change {
                     self.shared.inbox.send(change);
                 }
-                self.known.extend(seen);
                 self.advance(rv().resource_version);
             }
             "DELETED" => {
                 let meta = rv();
                 let key = (meta.namespace, meta.name);
                 if self.known.remove(&key) {
-                    self.shared.inbox.send(decode::deletion(self.resource.kind, &key));
+                    self.shared.inbox.send(ObjectChange::deleted(&(self.resource.kind, key)));
                 }
                 self.advance(meta.resource_version);
             }
             "BOOKMARK" => self.advance(rv().resource_version),
             "ERROR" => {
-                let status: super::client::Status = serde_json::from_str(event.object.get()).unwrap_or_default();
-                return Err(ApiError::Status {
-                    code: status.code,
-                    reason: status.reason,
-                    message: status.message,
-                    retry_after: None,
-                });
+                let status: Status = serde_json::from_str(event.object.get()).unwrap_or_default();
+                return Err(status.into_error(None));
             }
             other => log::warn!("{}: ignoring a watch event of type {other:?}", self.resource.name),
         }

@@ -135,3 +135,12 @@ pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> Option<Durat
     }
     None
 }
+
+/// A stand-in for `nft` in `dir`: a shell script with `body` (set `NFT` to its path).
+pub fn fake_nft(dir: &Path, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("nft");
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write the stand-in");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod the stand-in");
+    path
+}

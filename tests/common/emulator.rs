@@ -63,6 +63,11 @@ impl Emulator {
         Emulator { child, api, control, tls_dir, ready, _scratch: scratch }
     }
 
+    /// The emulator's process id.
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
     /// The client-certificate kubeconfig.
     pub fn kubeconfig(&self) -> PathBuf {
         self.tls_dir.join("kubeconfig")
