@@ -88,6 +88,9 @@ pub struct Flags {
     /// Where `/healthz` and `/livez` are served (`IP:port`); empty turns them off.
     #[arg(long, value_name = "IP:PORT", default_value = "0.0.0.0:10256", value_parser = parse_bind_address)]
     pub healthz_bind_address: BindAddress,
+    /// Where `/metrics`, `/healthz` and `/proxyMode` are served (`IP:port`); empty turns them off.
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:10249", value_parser = parse_bind_address)]
+    pub metrics_bind_address: BindAddress,
     /// Remove everything kube-nftproxy created, report upstream kube-proxy leftovers, and exit.
     #[arg(long)]
     pub cleanup: bool,

@@ -4,12 +4,15 @@
 pub mod config;
 pub mod health;
 pub mod host;
+pub mod http;
 pub mod inbox;
 pub mod kube;
 pub mod lock;
 pub mod manifests;
+pub mod metrics;
 pub mod model;
 pub mod nft;
+pub mod observe;
 pub mod render;
 pub mod sync;
 pub mod topology;

@@ -4,10 +4,13 @@
 use anyhow::Context;
 use clap::Parser;
 use kube_nftproxy::config::{Config, Flags};
+use kube_nftproxy::health::services::Servers;
 use kube_nftproxy::health::{self, Health};
 use kube_nftproxy::inbox::Inbox;
+use kube_nftproxy::metrics::{self, Metrics};
 use kube_nftproxy::model::Model;
 use kube_nftproxy::nft::{Applier, OwnPids, cleanup, exec, guard};
+use kube_nftproxy::observe::Observers;
 use kube_nftproxy::sync::{Periods, Syncer};
 use kube_nftproxy::{kube, lock, manifests, render};
 use std::io::Write;
@@ -155,13 +158,8 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     }
     let limits = exec::Limits { timeout: flags.nft_timeout, stop: stop.clone() };
     let applier = Applier::new(&cfg.node_name, own).with_quiet(Arc::new(quiet)).with_limits(limits);
-    let mut syncer = Syncer::new(cfg, periods, applier, &sources);
-    if let Some(addr) = flags.healthz_bind_address.0 {
-        // As kube-proxy: a change may wait up to twice the sync period before it is unhealthy.
-        let health = Arc::new(Health::new(flags.sync_period.saturating_mul(2)));
-        health::serve(addr, health.clone(), stop.clone())?;
-        syncer = syncer.with_health(health);
-    }
+    let observe = observers(flags, api.as_deref(), &stop)?;
+    let mut syncer = Syncer::new(cfg, periods, applier, &sources).with_observers(observe);
     if api.is_some() {
         syncer = syncer.wait_for_node(flags.node_wait);
     }
@@ -177,6 +175,32 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
         log::error!("the sync thread did not stop within {SHUTDOWN_GRACE:?}; exiting anyway, the rules stay in place");
     }
     Ok(())
+}
+
+/// The servers of health, metrics and health-check node ports, and what feeds them.
+fn observers(flags: &Flags, api: Option<&kube::Shared>, stop: &Arc<AtomicBool>) -> anyhow::Result<Observers> {
+    let metrics = match flags.metrics_bind_address.0 {
+        Some(addr) => {
+            let m = Arc::new(Metrics::new()?);
+            metrics::serve(addr, m.clone(), stop.clone())?;
+            Some(m)
+        }
+        None => None,
+    };
+    if let (Some(api), Some(m)) = (api, &metrics) {
+        api.set_metrics(m.clone());
+    }
+    // As kube-proxy: a change may wait up to twice the sync period before it is unhealthy.
+    let health = Arc::new(Health::new(flags.sync_period.saturating_mul(2)));
+    if let Some(addr) = flags.healthz_bind_address.0 {
+        health::serve(addr, health.clone(), metrics.clone(), stop.clone())?;
+    }
+    let servers = Servers::start(health.clone(), metrics.clone())?;
+    let observe = Observers::default().with_health(health).with_service_health(servers);
+    Ok(match metrics {
+        Some(m) => observe.with_metrics(m),
+        None => observe,
+    })
 }
 
 /// What the main thread waits for.

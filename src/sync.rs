@@ -7,14 +7,13 @@
 //! comes. What applies is behind the [`Kernel`] trait, so all of this is tested without root.
 
 use crate::config::{Config, MAX_DURATION};
-use crate::health::Health;
 use crate::inbox::{Delivery, Inbox};
-use crate::model::Model;
+use crate::model::{Changes, Model};
 use crate::nft::{NftError, Resync, SyncKind, SyncReport};
+use crate::observe::{Observers, Synced};
 use crate::render::{Rendered, Ruleset, Update};
 use std::collections::BTreeSet;
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 /// The shortest wait before a failed sync is retried, whatever `min_sync_period` says: a
@@ -162,8 +161,10 @@ pub struct Syncer<K: Kernel> {
     /// While this node's Node object has not arrived: until when the first sync waits for
     /// it, and when to say so again in the log.
     node_wait: Option<(Instant, Instant)>,
-    /// What `/healthz` and `/livez` report, if served.
-    health: Option<Arc<Health>>,
+    /// Health, metrics and health-check node ports, as far as they are served.
+    observe: Observers,
+    /// Changes a failed sync took from the model, reported with the next success.
+    unapplied: Option<Changes>,
 }
 
 /// How often the log says the proxy is still waiting for its Node.
@@ -191,13 +192,14 @@ impl<K: Kernel> Syncer<K> {
             last: None,
             cleanup_retry: Backoff::new(MIN_RETRY, periods.sync),
             node_wait: None,
-            health: None,
+            observe: Observers::default(),
+            unapplied: None,
         }
     }
 
-    /// Reports changes queued and applied, and this node's eligibility, to `health`.
-    pub fn with_health(mut self, health: Arc<Health>) -> Syncer<K> {
-        self.health = Some(health);
+    /// Reports changes queued and applied, syncs and this node's eligibility to `observe`.
+    pub fn with_observers(mut self, observe: Observers) -> Syncer<K> {
+        self.observe = observe;
         self
     }
 
@@ -281,23 +283,24 @@ impl<K: Kernel> Syncer<K> {
             }
         }
         let mut changed = false;
+        let now = SystemTime::now();
         for change in d.changes {
-            changed |= self.model.file(change);
+            let id = change.id();
+            let this = self.model.file(change);
+            self.observe.delivered(&id, this, now);
+            changed |= this;
         }
         self.dirty |= changed;
-        if let Some(health) = &self.health {
-            if changed {
-                health.queued(SystemTime::now());
-            }
-            health.set_node_eligible(self.model.node.as_ref().map(|n| n.eligible));
-        }
+        self.observe.queued(changed, self.model.node.as_ref().map(|n| n.eligible), now);
         let r = d.requests;
         if let Some(why) = r.tampered {
             log::warn!("{why}; restoring the tables with a full sync");
+            self.observe.repair("tampered");
             self.force_full = true;
         }
         if r.unsure && !self.kernel.tables_look_intact() {
             log::warn!("the tables are not intact; restoring them with a full sync");
+            self.observe.repair("not-intact");
             self.force_full = true;
         }
         if r.refresh {
@@ -336,6 +339,7 @@ impl<K: Kernel> Syncer<K> {
                 self.cleanup_retry.succeeded();
             }
             Err(e) => {
+                self.observe.cleanup_failed();
                 let wait = self.cleanup_retry.failed(Instant::now());
                 log::warn!("deleting stale chains failed, retrying in {wait:?}: {e}");
             }
@@ -369,20 +373,37 @@ impl<K: Kernel> Syncer<K> {
             (false, false) => Resync::Changes,
         };
         let mut rendered_at = started;
-        let result = render_changes(&mut self.model, &mut self.rendered, &self.cfg).and_then(|(rendered, update)| {
-            rendered_at = Instant::now();
-            let now: BTreeSet<String> = rendered.ruleset().warnings().cloned().collect();
-            for w in now.difference(&self.reported) {
-                log::warn!("{w}");
-            }
-            self.reported = now;
-            self.kernel.sync(rendered.ruleset(), &update, resync)
-        });
+        let mut applied = None;
+        let result =
+            render_changes(&mut self.model, &mut self.rendered, &self.cfg).and_then(|(rendered, update, changes)| {
+                rendered_at = Instant::now();
+                let now: BTreeSet<String> = rendered.ruleset().warnings().cloned().collect();
+                for w in now.difference(&self.reported) {
+                    log::warn!("{w}");
+                }
+                self.reported = now;
+                let elements = update.elements(rendered.ruleset());
+                applied = Some((changes, matches!(update, Update::Replaced | Update::Rebuilt(_)), elements));
+                self.kernel.sync(rendered.ruleset(), &update, resync)
+            });
         let end = Instant::now();
         self.pace.take(end);
+        // What a failed sync took from the model is reported with the next one that succeeds.
+        let (mut changes, all, elements) = applied.unwrap_or_default();
+        if let Some(earlier) = self.unapplied.take() {
+            changes.absorb(earlier);
+        }
         match result {
-            Ok(report) => self.succeeded(&report, (rendered_at - started, end - rendered_at), end),
+            Ok(report) => {
+                let took = (rendered_at - started, end - rendered_at);
+                self.succeeded(&report, took, end);
+                let s = Synced { kind: report.kind, took: end - started, bytes: report.script.len(), elements };
+                self.observe.synced(&s, &changes, SystemTime::now());
+                self.observe.local(&self.model, &self.cfg, &changes, all);
+            }
             Err(e) => {
+                self.unapplied = Some(changes);
+                self.observe.failed();
                 let wait = self.retry.failed(end);
                 log::error!("sync failed, old rules stay in place; retrying in {wait:?} with a full sync: {e}");
                 self.force_full = true;
@@ -404,9 +425,6 @@ impl<K: Kernel> Syncer<K> {
             self.last_full = end;
         }
         self.retry.succeeded();
-        if let Some(health) = &self.health {
-            health.updated(SystemTime::now());
-        }
         // Another process committed while notifications were paused: what it changed is
         // unknown, so sync fully again; after a few such collisions in a row (a busy
         // neighbour), settle for the cheap check instead of syncing fully forever.
@@ -428,16 +446,17 @@ impl<K: Kernel> Syncer<K> {
 }
 
 /// Brings the rendered state up to the model: the Services changed since the last sync are
-/// rendered again, or everything when nothing was rendered yet (or rendering failed).
+/// rendered again, or everything when nothing was rendered yet (or rendering failed). Also
+/// returns the changes it took from the model.
 fn render_changes<'s>(
     model: &mut Model,
     slot: &'s mut Option<Rendered>,
     cfg: &Config,
-) -> Result<(&'s Rendered, Update), NftError> {
+) -> Result<(&'s Rendered, Update, Changes), NftError> {
     let changes = model.take_changes();
     let (rendered, update) = match slot.take() {
         Some(mut r) => r.update(model, cfg, &changes).map(|u| (r, u))?,
         None => (Rendered::build(model, cfg, None)?, Update::Replaced),
     };
-    Ok((slot.insert(rendered), update))
+    Ok((slot.insert(rendered), update, changes))
 }

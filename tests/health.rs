@@ -5,30 +5,19 @@ mod common;
 
 use common::cluster::Cluster;
 use common::daemon::{Daemon, fake_nft, wait_for};
-use common::net::in_netns;
+use common::net::http_get;
 use common::{Netns, Scratch, kernel_available};
 use serde_json::{Value, json};
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Where the daemon serves health in the test's namespace.
 const HEALTHZ: &str = "127.0.0.1:10256";
 
-/// One HTTP GET from inside `ns`: status, headers (lower-cased names), body as JSON.
+/// One HTTP GET from inside `ns` to the health address: status, head, body as JSON.
 fn get(ns: &Netns, path: &str) -> Option<(u16, String, Value)> {
-    let request = format!("GET {path} HTTP/1.1\r\nHost: node\r\nUser-Agent: checker\r\nConnection: close\r\n\r\n");
-    let text = in_netns(&ns.name, move || {
-        let mut s = std::net::TcpStream::connect_timeout(&HEALTHZ.parse().unwrap(), Duration::from_secs(1)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        s.write_all(request.as_bytes()).ok()?;
-        let mut text = String::new();
-        s.read_to_string(&mut text).ok()?;
-        Some(text)
-    })?;
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let code = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((code, head.to_lowercase(), serde_json::from_str(body).unwrap_or(Value::Null)))
+    let (code, head, body) = http_get(&ns.name, HEALTHZ, path)?;
+    Some((code, head, serde_json::from_str(&body).unwrap_or(Value::Null)))
 }
 
 /// This node (optionally with extra Node fields) and one service, as a JSON list in `dir`.

@@ -9,11 +9,13 @@ use super::client::{ApiError, Client, Status};
 use super::decode::{self, Decoded, Event, Meta, Page};
 use super::retry::{Backoff, Quiet};
 use crate::inbox::Inbox;
+use crate::metrics::Metrics;
 use crate::model::{ObjectChange, ObjectKey, ObjectKind};
+use prometheus::IntCounterVec;
 use std::collections::HashSet;
 use std::io::BufRead;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How long a list page may stay silent.
@@ -80,6 +82,8 @@ pub struct Shared {
     pub stop: Arc<AtomicBool>,
     /// Failures logged lately, across reflectors: a wrong CA is one line, not one per resource.
     quiet: Mutex<Quiet>,
+    /// Where watch restarts and relists are counted, once the metrics are up.
+    metrics: OnceLock<Arc<Metrics>>,
 }
 
 impl Shared {
@@ -91,7 +95,13 @@ impl Shared {
         inbox: Arc<Inbox>,
         stop: Arc<AtomicBool>,
     ) -> Shared {
-        Shared { client, settings, node_name: node_name.to_string(), inbox, stop, quiet: Mutex::default() }
+        let node_name = node_name.to_string();
+        Shared { client, settings, node_name, inbox, stop, quiet: Mutex::default(), metrics: OnceLock::new() }
+    }
+
+    /// Counts watch restarts and relists in `metrics` from now on.
+    pub fn set_metrics(&self, metrics: Arc<Metrics>) {
+        let _ = self.metrics.set(metrics);
     }
 }
 
@@ -105,6 +115,8 @@ pub struct Reflector {
     /// The resourceVersion to watch from; empty until the first list.
     rv: String,
     listed: bool,
+    /// Whether a watch was opened before (the next is a restart).
+    watched: bool,
     backoff: Backoff,
 }
 
@@ -135,6 +147,7 @@ impl Reflector {
             known: HashSet::new(),
             rv: String::new(),
             listed: false,
+            watched: false,
             backoff: Backoff::default(),
         }
     }
@@ -251,6 +264,9 @@ impl Reflector {
 
     /// Lists every object page by page and replaces what this resource delivered before.
     fn list(&mut self, consistent: bool) -> Result<(), ApiError> {
+        if self.listed {
+            self.count(|m| &m.relists);
+        }
         let started = Instant::now();
         let mut seen = HashSet::with_capacity(self.known.len());
         let mut cont = String::new();
@@ -295,6 +311,13 @@ impl Reflector {
         Ok(())
     }
 
+    /// Adds one to this resource's series of a counter, if metrics are kept.
+    fn count(&self, which: fn(&Metrics) -> &IntCounterVec) {
+        if let Some(m) = self.shared.metrics.get() {
+            which(m).with_label_values(&[self.resource.name]).inc();
+        }
+    }
+
     fn mark_listed(&mut self) {
         if !self.listed {
             self.listed = true;
@@ -322,6 +345,9 @@ impl Reflector {
     /// Watches from the last resourceVersion until the stream ends; what ends it decides
     /// whether the next step watches again or relists.
     fn watch(&mut self) -> Result<Next, ApiError> {
+        if std::mem::replace(&mut self.watched, true) {
+            self.count(|m| &m.watch_restarts);
+        }
         let base = self.shared.settings.watch_timeout.as_secs().max(1);
         let timeout = base + fastrand::u64(0..base);
         let query = format!(

@@ -107,10 +107,14 @@ impl Model {
                     None => self.services.remove(&key),
                 };
             }
-            ObjectChange::Slice(key, info) => {
+            ObjectChange::Slice(key, mut info) => {
+                // The trigger time is a fact about this change, not about the slice: it is
+                // noted for the sync that applies the change and never stored.
+                let trigger = info.as_mut().and_then(|i| i.trigger_time.take().map(|t| (i.family, t)));
                 if self.slice(&key) == info.as_ref() {
                     return false;
                 }
+                self.changes.trigger_times.extend(trigger);
                 match info {
                     Some(info) => self.upsert_slice(info),
                     None => self.delete_slice(&key),

@@ -5,9 +5,14 @@ use crate::model::services::ObjectError;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 /// The label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// The annotation the EndpointSlice controller sets to when the change it wrote was
+/// triggered (a Pod or Service change): where network programming latency starts.
+pub const TRIGGER_TIME_ANNOTATION: &str = "endpoints.kubernetes.io/last-change-trigger-time";
 
 /// One endpoint of one service port, with the conditions endpoint selection needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +80,9 @@ pub struct EndpointSliceInfo {
     pub ports: Vec<SlicePort>,
     /// Endpoints.
     pub endpoints: Vec<SliceEndpoint>,
+    /// When the change this object carries was triggered ([`TRIGGER_TIME_ANNOTATION`]); set
+    /// on arrival only, taken out when the change is filed.
+    pub trigger_time: Option<SystemTime>,
 }
 
 impl EndpointSliceInfo {
@@ -129,7 +137,13 @@ impl EndpointSliceInfo {
             .iter()
             .map(|e| slice_endpoint(e, family).map_err(&err))
             .collect::<Result<Vec<_>, ObjectError>>()?;
-        Ok(Some(EndpointSliceInfo { namespace, name, service, family, ports, endpoints }))
+        let trigger_time = slice
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(TRIGGER_TIME_ANNOTATION))
+            .and_then(|t| humantime::parse_rfc3339_weak(t).ok());
+        Ok(Some(EndpointSliceInfo { namespace, name, service, family, ports, endpoints, trigger_time }))
     }
 }
 

@@ -8,7 +8,7 @@ mod services;
 
 pub use change::{ObjectChange, ObjectId, ObjectKind};
 pub use cidrs::service_cidrs_from_api;
-pub use endpoints::{Endpoint, EndpointSliceInfo, SliceEndpoint, SlicePort};
+pub use endpoints::{Endpoint, EndpointSliceInfo, SliceEndpoint, SlicePort, TRIGGER_TIME_ANNOTATION};
 pub use node::NodeInfo;
 pub use services::{DEFAULT_AFFINITY_TIMEOUT, ObjectError, SERVICE_PROXY_NAME_LABEL, ServicePort, is_dns_label};
 
@@ -116,6 +116,20 @@ pub struct Changes {
     pub global: bool,
     /// A ServiceCIDR object changed (the ranges of either family may have).
     pub service_cidrs: bool,
+    /// When the changed EndpointSlices' changes were triggered (their
+    /// `endpoints.kubernetes.io/last-change-trigger-time`), by family: the start of the
+    /// network programming latency a sync ends.
+    pub trigger_times: Vec<(Family, std::time::SystemTime)>,
+}
+
+impl Changes {
+    /// Adds `earlier` changes to these.
+    pub fn absorb(&mut self, earlier: Changes) {
+        self.services.extend(earlier.services);
+        self.global |= earlier.global;
+        self.service_cidrs |= earlier.service_cidrs;
+        self.trigger_times.extend(earlier.trigger_times);
+    }
 }
 
 /// Everything the proxy knows about the cluster at one moment.

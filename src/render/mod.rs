@@ -127,6 +127,15 @@ impl NodePorts {
     }
 }
 
+/// Where NodePorts are served in `family`: `None` for every local address, else these
+/// addresses (the health-check node ports listen where NodePorts are served, as upstream's).
+pub fn nodeport_ips(cfg: &Config, model: &Model, family: Family) -> Option<Vec<IpAddr>> {
+    match NodePorts::resolve(&cfg.nodeport_addresses, model, family).0 {
+        NodePorts::All => None,
+        NodePorts::Ips(ips) => Some(ips),
+    }
+}
+
 /// What one family's rendering needs besides the model.
 struct FamilyContext<'a> {
     family: Family,

@@ -22,6 +22,19 @@ pub enum Update {
     Patched(Vec<Journal>),
 }
 
+impl Update {
+    /// How many set and map elements a sync of this update writes or deletes: those touched
+    /// when patched, else every element of `desired`.
+    pub fn elements(&self, desired: &Ruleset) -> usize {
+        match self {
+            Update::Patched(journals) => journals.iter().map(|j| j.elements.len()).sum(),
+            Update::Replaced | Update::Rebuilt(_) => {
+                desired.tables.iter().flat_map(|t| t.elements.values()).map(|m| m.len()).sum()
+            }
+        }
+    }
+}
+
 /// Both tables' desired state, with the record of which service port put what where.
 #[derive(Debug, Clone)]
 pub struct Rendered {

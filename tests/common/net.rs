@@ -297,3 +297,22 @@ pub fn sctp_supported(ns: &str) -> Result<(), String> {
             .map_err(|e| e.to_string())
     })
 }
+
+/// One HTTP GET from inside namespace `ns` to `addr`, as a load balancer's checker or a
+/// kubelet probe sends it: status, head (names lower-cased) and body; `None` when nothing
+/// answers (refused, or silent for 2 s).
+pub fn http_get(ns: &str, addr: &str, path: &str) -> Option<(u16, String, String)> {
+    let addr: SocketAddr = addr.parse().unwrap_or_else(|_| panic!("bad address {addr}"));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: checker\r\nConnection: close\r\n\r\n");
+    let text = in_netns(ns, move || {
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        s.write_all(request.as_bytes()).ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        Some(text)
+    })?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, head.to_lowercase(), body.to_string()))
+}

@@ -3,19 +3,19 @@
 //! change has waited longer than the health timeout (twice `--sync-period`). `/healthz` is
 //! also 503 when this node should not take load-balanced traffic (its Node unknown, being
 //! deleted, or tainted by the cluster autoscaler for deletion), so load balancers drain it
-//! first. Served by one thread with a bounded wait per request.
+//! first. Served by one thread with a bounded wait per request; `services` serves the
+//! health-check node ports of `externalTrafficPolicy: Local` services.
 
+pub mod local;
+pub mod services;
+
+use crate::http::{self, Reply};
+use crate::metrics::Metrics;
 use serde::Serialize;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
-
-/// How long the server waits for a request before it looks at the stop flag again.
-const POLL: Duration = Duration::from_millis(500);
-
-/// How long to wait before trying again to bind an address in use.
-const REBIND: Duration = Duration::from_secs(5);
 
 /// The health state the sync thread keeps and the server reads.
 #[derive(Debug)]
@@ -127,53 +127,29 @@ pub fn answer(health: &Health, path: &str, now: SystemTime) -> Option<(u16, Stri
     Some((if ok { 200 } else { 503 }, text))
 }
 
-/// Serves `/healthz` and `/livez` on `addr` on a thread named `healthz` until `stop` is set. An
-/// address that cannot be bound yet (in use) is tried again every few seconds.
-pub fn serve(addr: SocketAddr, health: Arc<Health>, stop: Arc<AtomicBool>) -> std::io::Result<()> {
-    std::thread::Builder::new().name("healthz".into()).spawn(move || {
-        let mut logged = false;
-        while !stop.load(Ordering::SeqCst) {
-            match tiny_http::Server::http(addr) {
-                Ok(server) => {
-                    log::info!("serving /healthz and /livez on {addr}");
-                    answer_until_stopped(&server, &health, &stop);
-                    return;
-                }
-                Err(e) if !logged => {
-                    log::error!("cannot serve health checks on {addr}: {e}; trying again every {REBIND:?}");
-                    logged = true;
-                }
-                Err(_) => {}
-            }
-            std::thread::sleep(REBIND);
-        }
-    })?;
-    Ok(())
+/// The reply for `path` (`/healthz`, `/livez`, else 404) at `now`.
+pub fn reply(health: &Health, path: &str, now: SystemTime) -> Reply {
+    match answer(health, path, now) {
+        Some((code, body)) => Reply::new(code, http::JSON, body),
+        None => Reply::not_found(),
+    }
 }
 
-fn answer_until_stopped(server: &tiny_http::Server, health: &Health, stop: &AtomicBool) {
-    while !stop.load(Ordering::SeqCst) {
-        let request = match server.recv_timeout(POLL) {
-            Ok(Some(r)) => r,
-            Ok(None) => continue,
-            Err(e) => {
-                log::warn!("health check server: {e}");
-                continue;
-            }
-        };
-        let path = request.url().split('?').next().unwrap_or_default().to_string();
-        let (code, body) = answer(health, &path, SystemTime::now()).unwrap_or((404, "404 page not found\n".into()));
-        let mut response = tiny_http::Response::from_string(body).with_status_code(code);
-        let kind = if code == 404 { "text/plain; charset=utf-8" } else { "application/json" };
-        for (name, value) in [("Content-Type", kind), ("X-Content-Type-Options", "nosniff")] {
-            if let Ok(h) = tiny_http::Header::from_bytes(name, value) {
-                response.add_header(h);
-            }
+/// Serves `/healthz` and `/livez` on `addr` on a thread named `healthz` until `stop` is set,
+/// counting answers in `metrics` when given.
+pub fn serve(
+    addr: SocketAddr,
+    health: Arc<Health>,
+    metrics: Option<Arc<Metrics>>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<()> {
+    http::serve("healthz", addr, stop, move |path| {
+        let reply = reply(&health, path, SystemTime::now());
+        if let Some(m) = &metrics {
+            m.count_health(path, reply.code);
         }
-        if let Err(e) = request.respond(response) {
-            log::debug!("answering a health check: {e}");
-        }
-    }
+        reply
+    })
 }
 
 #[cfg(test)]

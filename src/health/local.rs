@@ -1,0 +1,107 @@
+//! What this node holds of each Service that has a Local traffic policy: the health-check node
+//! port with its count of ready local endpoints, and which ports have no local endpoint (the
+//! `no_local_endpoints` metric). Kept per Service and updated only for the Services a sync
+//! touched, so a partial sync at any cluster size costs what its changes cost.
+
+use super::services::ServiceHealth;
+use crate::model::{Family, Model, ObjectKey};
+use crate::topology::categorize_endpoints;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Per family, how many ports of one Service have no local endpoint: `[internal, external]`.
+type NoLocal = [[u32; 2]; 2];
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Local {
+    /// The health-check node port and its answer.
+    health_check: Option<(u16, ServiceHealth)>,
+    no_local: NoLocal,
+}
+
+/// The node-local facts of every Service with a Local policy.
+#[derive(Debug, Default)]
+pub struct LocalView {
+    services: BTreeMap<ObjectKey, Local>,
+}
+
+impl LocalView {
+    /// Brings the Services in `touched` up to `model` as seen from node `node` (every Service
+    /// when `all`); returns whether the health-check ports or their answers changed.
+    pub fn update<'k>(
+        &mut self,
+        model: &Model,
+        node: &str,
+        all: bool,
+        touched: impl Iterator<Item = &'k ObjectKey>,
+    ) -> bool {
+        let keys: BTreeSet<ObjectKey> = if all {
+            self.services.keys().chain(model.services.keys()).cloned().collect()
+        } else {
+            touched.cloned().collect()
+        };
+        let mut changed = false;
+        for key in keys {
+            let now = local_of(model, &key, node);
+            let health_check = now.health_check.clone();
+            let before =
+                if now == Local::default() { self.services.remove(&key) } else { self.services.insert(key, now) };
+            changed |= before.and_then(|b| b.health_check) != health_check;
+        }
+        changed
+    }
+
+    /// The health-check node ports to serve; of two Services claiming one port, the first.
+    pub fn health_check_ports(&self) -> BTreeMap<u16, ServiceHealth> {
+        let mut out = BTreeMap::new();
+        for (port, s) in self.services.values().filter_map(|l| l.health_check.as_ref()) {
+            out.entry(*port).or_insert_with(|| s.clone());
+        }
+        out
+    }
+
+    /// Ports without a local endpoint, per family and policy (`internal`, `external`).
+    pub fn no_local_endpoints(&self) -> [(Family, &'static str, u32); 4] {
+        let mut sum: NoLocal = [[0; 2]; 2];
+        for l in self.services.values() {
+            for (f, row) in l.no_local.iter().enumerate() {
+                for (p, n) in row.iter().enumerate() {
+                    sum[f][p] += n;
+                }
+            }
+        }
+        [
+            (Family::V4, "internal", sum[0][0]),
+            (Family::V4, "external", sum[0][1]),
+            (Family::V6, "internal", sum[1][0]),
+            (Family::V6, "external", sum[1][1]),
+        ]
+    }
+}
+
+/// One Service's node-local facts (nothing for a Service without a Local policy, or gone).
+fn local_of(model: &Model, key: &ObjectKey, node: &str) -> Local {
+    let mut l = Local::default();
+    let Some(ports) = model.services.get(key) else { return l };
+    let zone = model.node.as_ref().and_then(|n| n.zone.as_deref());
+    let health_check = ports.iter().find_map(|p| p.health_check_node_port.filter(|_| p.external_policy_local));
+    let mut ready_here = BTreeSet::new();
+    for sp in ports.iter().filter(|p| p.uses_local_endpoints()) {
+        for (i, family) in Family::ALL.into_iter().enumerate() {
+            if !sp.cluster_ips.iter().any(|ip| Family::of(ip) == family) {
+                continue;
+            }
+            let endpoints = model.endpoints(&sp.name, family);
+            if categorize_endpoints(&endpoints, sp, node, zone).local.is_empty() {
+                l.no_local[i][0] += u32::from(sp.internal_policy_local);
+                l.no_local[i][1] += u32::from(sp.externally_accessible() && sp.external_policy_local);
+            }
+            let here = endpoints.iter().filter(|e| e.ready && e.node_name.as_deref() == Some(node));
+            ready_here.extend(here.map(|e| e.ip));
+        }
+    }
+    l.health_check = health_check.map(|port| {
+        let s = ServiceHealth { namespace: key.0.clone(), name: key.1.clone(), local_endpoints: ready_here.len() };
+        (port, s)
+    });
+    l
+}

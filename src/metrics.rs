@@ -1,0 +1,369 @@
+//! Prometheus metrics on `--metrics-bind-address`: upstream kube-proxy's nftables-mode names,
+//! types, labels and buckets (so its dashboards and alerts work unchanged), plus the proxy's
+//! own (`kube_nftproxy_*`) for what upstream's cannot answer: what each sync sent, repairs
+//! after tampering, watch restarts and relists. Also `/healthz` ("ok") and `/proxyMode`.
+//!
+//! Both families are programmed by every sync, so a per-family metric is observed once for
+//! each: a dual-stack dashboard sees what upstream's two proxiers would report.
+
+use crate::http::{self, Reply};
+use crate::model::Family;
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder, exponential_buckets,
+};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, SystemTime};
+
+/// Failures to set the metrics up (a name or label mistake, found at start).
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// The registry refused a metric.
+    #[error("registering metrics: {0}")]
+    Register(#[from] prometheus::Error),
+}
+
+/// What `/proxyMode` answers, as upstream in nftables mode.
+pub const PROXY_MODE: &str = "nftables";
+
+/// Upstream's label value for a family.
+pub fn family_label(f: Family) -> &'static str {
+    match f {
+        Family::V4 => "IPv4",
+        Family::V6 => "IPv6",
+    }
+}
+
+/// Every metric the proxy exports.
+pub struct Metrics {
+    registry: Registry,
+    /// `kubeproxy_sync_proxy_rules_duration_seconds{ip_family}`: every sync.
+    pub sync_duration: HistogramVec,
+    /// `kubeproxy_sync_full_proxy_rules_duration_seconds{ip_family}`.
+    pub sync_full_duration: HistogramVec,
+    /// `kubeproxy_sync_partial_proxy_rules_duration_seconds{ip_family}`.
+    pub sync_partial_duration: HistogramVec,
+    /// `kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family}`: the last successful sync.
+    pub last_sync: prometheus::GaugeVec,
+    /// `kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family}`.
+    pub last_queued: prometheus::GaugeVec,
+    /// `kubeproxy_sync_proxy_rules_endpoint_changes_pending`.
+    pub endpoint_changes_pending: IntGauge,
+    /// `kubeproxy_sync_proxy_rules_endpoint_changes_total`.
+    pub endpoint_changes: IntCounter,
+    /// `kubeproxy_sync_proxy_rules_service_changes_pending`.
+    pub service_changes_pending: IntGauge,
+    /// `kubeproxy_sync_proxy_rules_service_changes_total`.
+    pub service_changes: IntCounter,
+    /// `kubeproxy_proxy_healthz_total{code}`.
+    pub healthz: IntCounterVec,
+    /// `kubeproxy_proxy_livez_total{code}`.
+    pub livez: IntCounterVec,
+    /// `kubeproxy_network_programming_duration_seconds{ip_family}`.
+    pub network_programming: HistogramVec,
+    /// `kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family,traffic_policy}` (a gauge).
+    pub no_local_endpoints: IntGaugeVec,
+    /// `kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family}`.
+    pub sync_failures: IntCounterVec,
+    /// `kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total{ip_family}`.
+    pub cleanup_failures: IntCounterVec,
+    /// `kubeproxy_conntrack_reconciler_sync_duration_seconds{ip_family}`.
+    pub conntrack_duration: HistogramVec,
+    /// `kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family}`.
+    pub conntrack_deleted: IntCounterVec,
+    /// `kube_nftproxy_syncs_total{kind}`: syncs by kind (full, staged, refresh, partial, unchanged).
+    pub syncs: IntCounterVec,
+    /// `kube_nftproxy_sync_bytes_total{kind}`: bytes of `nft` script sent.
+    pub sync_bytes: IntCounterVec,
+    /// `kube_nftproxy_sync_elements_total{kind}`: set and map elements written or deleted.
+    pub sync_elements: IntCounterVec,
+    /// `kube_nftproxy_repairs_total{reason}`: full syncs forced by tampering or a failed check.
+    pub repairs: IntCounterVec,
+    /// `kube_nftproxy_watch_restarts_total{resource}`: watches opened again after they ended.
+    pub watch_restarts: IntCounterVec,
+    /// `kube_nftproxy_relists_total{resource}`: full lists after the first (410 Gone and the like).
+    pub relists: IntCounterVec,
+    /// `kube_nftproxy_health_check_node_ports`: health-check node ports served now.
+    pub health_check_node_ports: IntGauge,
+}
+
+/// Upstream's sync buckets: 1 ms doubling to about 16 s.
+fn sync_buckets() -> Vec<f64> {
+    exponential_buckets(0.001, 2.0, 15).unwrap_or_default()
+}
+
+/// Upstream's network programming buckets: 0, ¼ s, ½ s, each second to a minute, then every
+/// 5 s to 2 minutes, then every 30 s to 5 minutes.
+fn programming_buckets() -> Vec<f64> {
+    let mut b = vec![0.0, 0.25, 0.5];
+    b.extend((1..60).map(f64::from));
+    b.extend((0..12).map(|i| 60.0 + 5.0 * f64::from(i)));
+    b.extend((0..7).map(|i| 120.0 + 30.0 * f64::from(i)));
+    b
+}
+
+/// Registers metrics in one registry, keeping the help text next to each name.
+struct Add<'r>(&'r Registry);
+
+impl Add<'_> {
+    fn histogram(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+        buckets: Vec<f64>,
+    ) -> Result<HistogramVec, MetricsError> {
+        let m = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)?;
+        self.0.register(Box::new(m.clone()))?;
+        Ok(m)
+    }
+    fn counters(&self, name: &str, help: &str, labels: &[&str]) -> Result<IntCounterVec, MetricsError> {
+        let m = IntCounterVec::new(Opts::new(name, help), labels)?;
+        self.0.register(Box::new(m.clone()))?;
+        Ok(m)
+    }
+    fn counter(&self, name: &str, help: &str) -> Result<IntCounter, MetricsError> {
+        let m = IntCounter::new(name, help)?;
+        self.0.register(Box::new(m.clone()))?;
+        Ok(m)
+    }
+    fn gauge(&self, name: &str, help: &str) -> Result<IntGauge, MetricsError> {
+        let m = IntGauge::new(name, help)?;
+        self.0.register(Box::new(m.clone()))?;
+        Ok(m)
+    }
+    fn gauges(&self, name: &str, help: &str, labels: &[&str]) -> Result<IntGaugeVec, MetricsError> {
+        let m = IntGaugeVec::new(Opts::new(name, help), labels)?;
+        self.0.register(Box::new(m.clone()))?;
+        Ok(m)
+    }
+    fn times(&self, name: &str, help: &str) -> Result<prometheus::GaugeVec, MetricsError> {
+        let m = prometheus::GaugeVec::new(Opts::new(name, help), &["ip_family"])?;
+        self.0.register(Box::new(m.clone()))?;
+        Ok(m)
+    }
+}
+
+const FAMILY: &[&str] = &["ip_family"];
+
+impl Metrics {
+    /// Every metric, registered, at zero; with the process's own (memory, CPU, descriptors).
+    pub fn new() -> Result<Metrics, MetricsError> {
+        let registry = Registry::new();
+        #[cfg(target_os = "linux")]
+        registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
+        let a = Add(&registry);
+        let info = a.gauges("kube_nftproxy_build_info", "The proxy's version, always 1.", &["version"])?;
+        info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        let m = Metrics {
+            sync_duration: a.histogram(
+                "kubeproxy_sync_proxy_rules_duration_seconds",
+                "SyncProxyRules latency in seconds",
+                FAMILY,
+                sync_buckets(),
+            )?,
+            sync_full_duration: a.histogram(
+                "kubeproxy_sync_full_proxy_rules_duration_seconds",
+                "SyncProxyRules latency in seconds for full resyncs",
+                FAMILY,
+                sync_buckets(),
+            )?,
+            sync_partial_duration: a.histogram(
+                "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+                "SyncProxyRules latency in seconds for partial resyncs",
+                FAMILY,
+                sync_buckets(),
+            )?,
+            last_sync: a.times(
+                "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+                "The last time proxy rules were successfully synced",
+            )?,
+            last_queued: a.times(
+                "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+                "The last time a sync of proxy rules was queued",
+            )?,
+            endpoint_changes_pending: a
+                .gauge("kubeproxy_sync_proxy_rules_endpoint_changes_pending", "Pending proxy rules Endpoint changes")?,
+            endpoint_changes: a.counter(
+                "kubeproxy_sync_proxy_rules_endpoint_changes_total",
+                "Cumulative proxy rules Endpoint changes",
+            )?,
+            service_changes_pending: a
+                .gauge("kubeproxy_sync_proxy_rules_service_changes_pending", "Pending proxy rules Service changes")?,
+            service_changes: a.counter(
+                "kubeproxy_sync_proxy_rules_service_changes_total",
+                "Cumulative proxy rules Service changes",
+            )?,
+            healthz: a.counters("kubeproxy_proxy_healthz_total", "Cumulative proxy healthz HTTP status", &["code"])?,
+            livez: a.counters("kubeproxy_proxy_livez_total", "Cumulative proxy livez HTTP status", &["code"])?,
+            network_programming: a.histogram(
+                "kubeproxy_network_programming_duration_seconds",
+                "In Cluster Network Programming Latency in seconds",
+                FAMILY,
+                programming_buckets(),
+            )?,
+            no_local_endpoints: a.gauges(
+                "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+                "Number of services with a Local traffic policy and no endpoints",
+                &["ip_family", "traffic_policy"],
+            )?,
+            sync_failures: a.counters(
+                "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+                "Cumulative proxy nftables sync failures",
+                FAMILY,
+            )?,
+            cleanup_failures: a.counters(
+                "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total",
+                "Cumulative proxy nftables cleanup failures",
+                FAMILY,
+            )?,
+            conntrack_duration: a.histogram(
+                "kubeproxy_conntrack_reconciler_sync_duration_seconds",
+                "ReconcileConntrackFlowsLatency latency in seconds",
+                FAMILY,
+                sync_buckets(),
+            )?,
+            conntrack_deleted: a.counters(
+                "kubeproxy_conntrack_reconciler_deleted_entries_total",
+                "Cumulative conntrack flows deleted by conntrack reconciler",
+                FAMILY,
+            )?,
+            syncs: a.counters(
+                "kube_nftproxy_syncs_total",
+                "Syncs by kind: full, staged, refresh, partial, unchanged",
+                &["kind"],
+            )?,
+            sync_bytes: a.counters(
+                "kube_nftproxy_sync_bytes_total",
+                "Bytes of nftables script sent, by sync kind",
+                &["kind"],
+            )?,
+            sync_elements: a.counters(
+                "kube_nftproxy_sync_elements_total",
+                "Set and map elements sent, by sync kind",
+                &["kind"],
+            )?,
+            repairs: a.counters(
+                "kube_nftproxy_repairs_total",
+                "Full syncs forced to restore the tables, by reason",
+                &["reason"],
+            )?,
+            watch_restarts: a.counters(
+                "kube_nftproxy_watch_restarts_total",
+                "API watches opened again after they ended, by resource",
+                &["resource"],
+            )?,
+            relists: a.counters(
+                "kube_nftproxy_relists_total",
+                "Full lists after the first, by resource",
+                &["resource"],
+            )?,
+            health_check_node_ports: a
+                .gauge("kube_nftproxy_health_check_node_ports", "Service health-check node ports served")?,
+            registry,
+        };
+        m.zero_families();
+        Ok(m)
+    }
+
+    /// Shows every per-family series from the start, as upstream's do once a proxier runs.
+    fn zero_families(&self) {
+        for f in Family::ALL.map(family_label) {
+            for h in [&self.sync_duration, &self.network_programming, &self.conntrack_duration] {
+                let _ = h.with_label_values(&[f]);
+            }
+            for c in [&self.sync_failures, &self.cleanup_failures, &self.conntrack_deleted] {
+                let _ = c.with_label_values(&[f]);
+            }
+            for policy in ["internal", "external"] {
+                self.no_local_endpoints.with_label_values(&[f, policy]).set(0);
+            }
+        }
+    }
+
+    /// Observes `took` in `h` once per family.
+    pub fn observe_families(h: &HistogramVec, took: Duration) {
+        for f in Family::ALL.map(family_label) {
+            h.with_label_values(&[f]).observe(took.as_secs_f64());
+        }
+    }
+
+    /// Adds one to `c` for every family.
+    pub fn count_families(c: &IntCounterVec) {
+        for f in Family::ALL.map(family_label) {
+            c.with_label_values(&[f]).inc();
+        }
+    }
+
+    /// Sets a timestamp gauge of every family to `t`.
+    pub fn stamp_families(g: &prometheus::GaugeVec, t: SystemTime) {
+        let secs = t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or_default();
+        for f in Family::ALL.map(family_label) {
+            g.with_label_values(&[f]).set(secs);
+        }
+    }
+
+    /// Notes an answer of `/healthz` or `/livez`.
+    pub fn count_health(&self, path: &str, code: u16) {
+        let counter = match path {
+            "/healthz" => &self.healthz,
+            "/livez" => &self.livez,
+            _ => return,
+        };
+        counter.with_label_values(&[&code.to_string()]).inc();
+    }
+
+    /// The metrics in Prometheus' text format (0.0.4), as upstream serves them by default.
+    pub fn text(&self) -> String {
+        let mut out = Vec::new();
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            log::warn!("encoding metrics: {e}");
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// The answer of the metrics server for `path`.
+pub fn answer(metrics: &Metrics, path: &str) -> Reply {
+    match path {
+        "/metrics" => Reply::new(200, prometheus::TEXT_FORMAT, metrics.text()),
+        "/healthz" => Reply::new(200, http::TEXT, "ok"),
+        "/proxyMode" => Reply::new(200, http::TEXT, PROXY_MODE),
+        _ => Reply::not_found(),
+    }
+}
+
+/// Serves [`answer`] on `addr` on a thread named `metrics` until `stop` is set.
+pub fn serve(addr: SocketAddr, metrics: Arc<Metrics>, stop: Arc<AtomicBool>) -> std::io::Result<()> {
+    http::serve("metrics", addr, stop, move |path| answer(&metrics, path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_names_types_and_buckets_are_exported() {
+        let m = Metrics::new().expect("metrics");
+        Metrics::observe_families(&m.sync_duration, Duration::from_millis(3));
+        m.count_health("/healthz", 503);
+        let text = m.text();
+        for line in [
+            "# TYPE kubeproxy_sync_proxy_rules_duration_seconds histogram",
+            "kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family=\"IPv4\",le=\"0.004\"} 1",
+            "kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family=\"IPv6\",le=\"16.384\"} 1",
+            "# TYPE kubeproxy_sync_proxy_rules_no_local_endpoints_total gauge",
+            "# TYPE kubeproxy_sync_proxy_rules_endpoint_changes_total counter",
+            "kubeproxy_proxy_healthz_total{code=\"503\"} 1",
+            "kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv4\",le=\"0\"} 0",
+            "kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv4\",le=\"300\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in:\n{text}");
+        }
+        assert_eq!(programming_buckets().len(), 3 + 59 + 12 + 7);
+        assert_eq!(answer(&m, "/proxyMode").body, "nftables");
+        assert_eq!(answer(&m, "/nothing").code, 404);
+    }
+}

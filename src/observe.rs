@@ -1,0 +1,173 @@
+//! What the sync loop reports outward: the state `/healthz` and `/livez` answer from, the
+//! metrics, and the health-check node ports to serve. Each part is optional (the loop's
+//! tests run without them); all of it is kept current only for what a sync touched.
+
+use crate::config::Config;
+use crate::health::Health;
+use crate::health::local::LocalView;
+use crate::health::services::{Listen, Servers, Wanted};
+use crate::metrics::{Metrics, family_label};
+use crate::model::{Changes, Family, Model, ObjectId, ObjectKey, ObjectKind};
+use crate::nft::SyncKind;
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// One successful sync, as reported.
+#[derive(Debug, Clone, Copy)]
+pub struct Synced {
+    /// What kind of transaction it was.
+    pub kind: SyncKind,
+    /// Render and apply together.
+    pub took: Duration,
+    /// Bytes of `nft` script sent.
+    pub bytes: usize,
+    /// Set and map elements written or deleted.
+    pub elements: usize,
+}
+
+/// The sync loop's outward reports.
+#[derive(Default)]
+pub struct Observers {
+    health: Option<Arc<Health>>,
+    metrics: Option<Arc<Metrics>>,
+    servers: Option<Servers>,
+    local: LocalView,
+    /// What the health-check servers were last asked for.
+    wanted: Option<Wanted>,
+    /// Services and Services' endpoints with changes not yet applied (the pending gauges).
+    pending_services: BTreeSet<ObjectKey>,
+    pending_slices: BTreeSet<ObjectKey>,
+}
+
+impl Observers {
+    /// Reports to `/healthz` and `/livez` through `health`.
+    pub fn with_health(mut self, health: Arc<Health>) -> Observers {
+        self.health = Some(health);
+        self
+    }
+
+    /// Records metrics in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Observers {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Keeps `servers` serving the health-check node ports.
+    pub fn with_service_health(mut self, servers: Servers) -> Observers {
+        self.servers = Some(servers);
+        self
+    }
+
+    /// Notes one object delivered to the loop; `changed` says whether the rules depend on
+    /// what changed.
+    pub fn delivered(&mut self, id: &ObjectId, changed: bool, now: SystemTime) {
+        let Some(m) = &self.metrics else { return };
+        let (total, pending, gauge) = match id.0 {
+            ObjectKind::Service => (&m.service_changes, &mut self.pending_services, &m.service_changes_pending),
+            ObjectKind::EndpointSlice => (&m.endpoint_changes, &mut self.pending_slices, &m.endpoint_changes_pending),
+            _ => return,
+        };
+        total.inc();
+        if changed {
+            pending.insert(id.1.clone());
+            gauge.set(i64::try_from(pending.len()).unwrap_or(i64::MAX));
+            Metrics::stamp_families(&m.last_queued, now);
+        }
+    }
+
+    /// Notes a change to the rules waiting to be applied, and this node's eligibility.
+    pub fn queued(&self, changed: bool, node_eligible: Option<bool>, now: SystemTime) {
+        if let Some(h) = &self.health {
+            if changed {
+                h.queued(now);
+            }
+            h.set_node_eligible(node_eligible);
+        }
+    }
+
+    /// Notes a full sync forced to restore the tables, and why (`tampered`, `not-intact`).
+    pub fn repair(&self, reason: &str) {
+        if let Some(m) = &self.metrics {
+            m.repairs.with_label_values(&[reason]).inc();
+        }
+    }
+
+    /// Notes a failed sync.
+    pub fn failed(&self) {
+        if let Some(m) = &self.metrics {
+            Metrics::count_families(&m.sync_failures);
+        }
+    }
+
+    /// Notes a failed deletion of stale chains.
+    pub fn cleanup_failed(&self) {
+        if let Some(m) = &self.metrics {
+            Metrics::count_families(&m.cleanup_failures);
+        }
+    }
+
+    /// Notes a successful sync that applied `changes` (taken from the model when it rendered).
+    pub fn synced(&mut self, s: &Synced, changes: &Changes, now: SystemTime) {
+        if let Some(h) = &self.health {
+            h.updated(now);
+        }
+        let Some(m) = &self.metrics else { return };
+        let kind = format!("{:?}", s.kind).to_lowercase();
+        m.syncs.with_label_values(&[&kind]).inc();
+        m.sync_bytes.with_label_values(&[&kind]).inc_by(s.bytes as u64);
+        m.sync_elements.with_label_values(&[&kind]).inc_by(s.elements as u64);
+        Metrics::observe_families(&m.sync_duration, s.took);
+        match s.kind {
+            SyncKind::Full | SyncKind::Staged | SyncKind::Refresh => {
+                Metrics::observe_families(&m.sync_full_duration, s.took);
+            }
+            SyncKind::Partial | SyncKind::Unchanged => Metrics::observe_families(&m.sync_partial_duration, s.took),
+        }
+        Metrics::stamp_families(&m.last_sync, now);
+        for (family, triggered) in &changes.trigger_times {
+            if let Ok(waited) = now.duration_since(*triggered) {
+                m.network_programming.with_label_values(&[family_label(*family)]).observe(waited.as_secs_f64());
+            }
+        }
+        self.pending_services.clear();
+        self.pending_slices.clear();
+        m.service_changes_pending.set(0);
+        m.endpoint_changes_pending.set(0);
+    }
+
+    /// Brings the node-local view up to `model` for what `changes` touched (everything after
+    /// a rebuild, `all`), and hands the health-check node ports to their servers.
+    pub fn local(&mut self, model: &Model, cfg: &Config, changes: &Changes, all: bool) {
+        if self.metrics.is_none() && self.servers.is_none() {
+            return;
+        }
+        let all = all || changes.global;
+        let changed = self.local.update(model, &cfg.node_name, all, changes.services.iter());
+        if let Some(m) = &self.metrics {
+            for (family, policy, n) in self.local.no_local_endpoints() {
+                m.no_local_endpoints.with_label_values(&[family_label(family), policy]).set(i64::from(n));
+            }
+        }
+        let Some(servers) = &self.servers else { return };
+        let listen = listen_on(model, cfg);
+        if changed || self.wanted.as_ref().is_none_or(|w| w.listen != listen) {
+            let wanted = Wanted { ports: self.local.health_check_ports(), listen };
+            servers.want(wanted.clone());
+            self.wanted = Some(wanted);
+        }
+    }
+}
+
+/// Where the health-check node ports listen: where NodePorts are served.
+fn listen_on(model: &Model, cfg: &Config) -> Listen {
+    let mut ips: Vec<IpAddr> = Vec::new();
+    for family in Family::ALL {
+        match crate::render::nodeport_ips(cfg, model, family) {
+            None => return Listen::All,
+            Some(of_family) => ips.extend(of_family),
+        }
+    }
+    Listen::Ips(ips)
+}

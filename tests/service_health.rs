@@ -1,0 +1,188 @@
+//! Health-check node ports and metrics as a cloud load balancer and Prometheus see them: the
+//! daemon runs in a node namespace; the checker asks from outside the node over real HTTP.
+
+mod common;
+
+use common::cluster::{Cluster, ECHO_PORT, endpoint, service, slice};
+use common::daemon::{Daemon, wait_for, write_manifests};
+use common::kernel_available;
+use common::net::http_get;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The node's primary address, where NodePorts (and so health-check ports) are served.
+const NODE_IP: &str = "192.168.1.1";
+
+/// Where the test asks for metrics, inside the node.
+const METRICS: &str = "127.0.0.1:10249";
+
+/// A LoadBalancer Service with `externalTrafficPolicy: Local` and endpoints on `pods`.
+fn local_lb(c: &Cluster, name: &str, n: u8, pods: &[&str]) -> Vec<Value> {
+    let spec = json!({"type": "LoadBalancer", "clusterIP": format!("172.30.0.{n}"),
+        "externalTrafficPolicy": "Local", "healthCheckNodePort": 32000 + u16::from(n),
+        "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT, "nodePort": 30000 + u16::from(n)}]});
+    let status = json!({"loadBalancer": {"ingress": [{"ip": format!("203.0.113.{n}")}]}});
+    let eps = pods.iter().map(|p| endpoint(c.pod_named(p), false, json!({}))).collect();
+    let mut s = slice(name, false, "TCP", eps);
+    s["metadata"]["name"] = json!(format!("{name}-abc"));
+    vec![service(name, spec, status), s]
+}
+
+/// What the load balancer's checker sees on health-check port `port`: status, the weight
+/// header and the body; `None` when nothing listens.
+fn check(c: &Cluster, port: u16) -> Option<(u16, Option<String>, String)> {
+    let (code, head, body) = http_get(&c.client.name, &format!("{NODE_IP}:{port}"), "/anything")?;
+    let weight = head.lines().find_map(|l| l.strip_prefix("x-load-balancing-endpoint-weight: ")).map(String::from);
+    Some((code, weight, body))
+}
+
+fn expect(c: &Cluster, d: &Daemon, port: u16, want: Option<(u16, &str)>, why: &str) {
+    let got = |c: &Cluster| check(c, port).map(|(code, w, _)| (code, w.unwrap_or_default()));
+    let want = want.map(|(code, w)| (code, w.to_string()));
+    let ok = wait_for(Duration::from_secs(5), || got(c) == want);
+    assert!(ok.is_some(), "{why}: port {port} answers {:?}, wanted {want:?}\n{}", got(c), d.logged());
+}
+
+#[test]
+fn health_check_node_ports_follow_local_endpoints_and_services() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(2, 1);
+    let mut objects = local_lb(&c, "web", 10, &["pod-1", "pod-2", "rpod-1"]);
+    objects.extend(local_lb(&c, "api", 11, &["rpod-1"]));
+    let path = write_manifests(&c, objects);
+    let d = Daemon::start(&c.node, &path, &["--healthz-bind-address="], &[]);
+    expect(&c, &d, 32010, Some((200, "2")), "two ready endpoints here");
+    let (_, _, body) = check(&c, 32010).unwrap();
+    assert_eq!(
+        body,
+        "{\n\t\"service\": {\n\t\t\"namespace\": \"test\",\n\t\t\"name\": \"web\"\n\t},\n\t\"localEndpoints\": 2,\n\t\"serviceProxyHealthy\": true\n}"
+    );
+    expect(&c, &d, 32011, Some((503, "0")), "no endpoint here");
+
+    // A pod on this node becomes not ready, and one of api's is scheduled here.
+    let mut web = local_lb(&c, "web", 10, &["pod-2", "rpod-1"]);
+    web[1]["endpoints"].as_array_mut().unwrap().push(endpoint(
+        c.pod_named("pod-1"),
+        false,
+        json!({"conditions": {"ready": false, "serving": true, "terminating": true}}),
+    ));
+    let mut objects = web;
+    objects.extend(local_lb(&c, "api", 11, &["pod-1", "rpod-1"]));
+    write_manifests(&c, objects);
+    expect(&c, &d, 32010, Some((200, "1")), "a terminating endpoint does not count");
+    expect(&c, &d, 32011, Some((200, "1")), "api now has an endpoint here");
+
+    // web goes: its port closes; api's stays.
+    write_manifests(&c, local_lb(&c, "api", 11, &["pod-1"]));
+    expect(&c, &d, 32010, None, "a deleted service's port closes");
+    expect(&c, &d, 32011, Some((200, "1")), "the other port stays");
+    d.stop();
+}
+
+#[test]
+fn a_health_check_port_already_taken_is_retried_not_fatal() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    // Another process holds the port on the node's address.
+    let squatter = common::net::in_netns(&c.node.name, || std::net::TcpListener::bind((NODE_IP, 32012)).unwrap());
+    let path = write_manifests(&c, local_lb(&c, "web", 12, &["pod-1"]));
+    let d = Daemon::start(&c.node, &path, &["--healthz-bind-address="], &[]);
+    let logged = wait_for(Duration::from_secs(5), || d.logged().contains("cannot serve the health-check node port"));
+    assert!(logged.is_some(), "the taken port is not reported:\n{}", d.logged());
+    // Rules are applied regardless: the NodePort works.
+    let probe = common::check::who(&c.client, &format!("{NODE_IP}:30012"));
+    assert_eq!(probe, "pod-1", "{}", d.logged());
+    drop(squatter);
+    let served = wait_for(Duration::from_secs(10), || check(&c, 32012).is_some_and(|r| r.0 == 200));
+    assert!(served.is_some(), "the port is not taken once free:\n{}", d.logged());
+    d.stop();
+}
+
+/// Samples of one metric family, by their labels rendered `k=v,...`.
+fn samples(text: &str, name: &str) -> BTreeMap<String, f64> {
+    let lines = text.lines().map(|l| Ok(l.to_string()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("a Prometheus text parser accepts /metrics");
+    let mut out = BTreeMap::new();
+    for s in scrape.samples.into_iter().filter(|s| s.metric == name) {
+        let labels: Vec<String> = s.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let mut labels = labels;
+        labels.sort();
+        let value = match s.value {
+            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) => v,
+            prometheus_parse::Value::Untyped(v) => v,
+            prometheus_parse::Value::Histogram(h) => h.last().map_or(0.0, |b| b.count),
+            prometheus_parse::Value::Summary(_) => f64::NAN,
+        };
+        out.insert(labels.join(","), value);
+    }
+    out
+}
+
+#[test]
+fn metrics_carry_upstreams_names_and_what_the_proxy_did() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 1);
+    let mut objects = local_lb(&c, "web", 13, &["pod-1"]);
+    objects.extend(local_lb(&c, "api", 14, &["rpod-1"]));
+    // The EndpointSlice controller's stamp of when the change began.
+    let triggered = humantime::format_rfc3339(std::time::SystemTime::now() - Duration::from_secs(2)).to_string();
+    objects[1]["metadata"]["annotations"] = json!({"endpoints.kubernetes.io/last-change-trigger-time": triggered});
+    let path = write_manifests(&c, objects);
+    let d = Daemon::start(&c.node, &path, &[&format!("--healthz-bind-address={NODE_IP}:10256")], &[]);
+    expect(&c, &d, 32013, Some((200, "1")), "served");
+    let scrape = || http_get(&c.node.name, METRICS, "/metrics").map(|(_, _, body)| body).unwrap_or_default();
+    let synced = wait_for(Duration::from_secs(5), || {
+        samples(&scrape(), "kubeproxy_sync_proxy_rules_duration_seconds_count").values().all(|n| *n >= 1.0)
+    });
+    assert!(synced.is_some(), "no sync counted:\n{}", scrape());
+    let text = scrape();
+    for (name, labels, want) in [
+        ("kubeproxy_sync_proxy_rules_duration_seconds_count", "ip_family=IPv4", 1.0),
+        ("kubeproxy_network_programming_duration_seconds_count", "ip_family=IPv4", 1.0),
+        ("kubeproxy_sync_proxy_rules_no_local_endpoints_total", "ip_family=IPv4,traffic_policy=external", 1.0),
+        ("kube_nftproxy_health_check_node_ports", "", 2.0),
+        ("kubeproxy_sync_proxy_rules_service_changes_total", "", 2.0),
+        ("kubeproxy_sync_proxy_rules_endpoint_changes_total", "", 2.0),
+        ("kubeproxy_sync_proxy_rules_service_changes_pending", "", 0.0),
+    ] {
+        let got = samples(&text, name).get(labels).copied();
+        assert!(got.is_some_and(|v| v >= want), "{name}{{{labels}}} = {got:?}, want at least {want}:\n{text}");
+    }
+    // The programming latency started 2 s before the sync: it lands in a bucket past 2 s.
+    let scrape_of = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+    let buckets = scrape_of.samples.iter().find_map(|s| match &s.value {
+        prometheus_parse::Value::Histogram(h)
+            if s.metric == "kubeproxy_network_programming_duration_seconds"
+                && s.labels.get("ip_family") == Some("IPv4") =>
+        {
+            Some(h.iter().map(|b| (b.less_than, b.count)).collect::<Vec<_>>())
+        }
+        _ => None,
+    });
+    let buckets = buckets.expect("the network programming histogram");
+    assert_eq!(buckets.iter().find(|b| b.0 == 2.0).map(|b| b.1), Some(0.0), "{text}");
+    assert_eq!(buckets.iter().find(|b| b.0 == 300.0).map(|b| b.1), Some(1.0), "{text}");
+    for name in [
+        "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+        "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+        "process_resident_memory_bytes",
+    ] {
+        assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing:\n{text}");
+    }
+    let health = http_get(&c.client.name, &format!("{NODE_IP}:10256"), "/healthz").map(|r| r.0);
+    assert_eq!(health, Some(200));
+    let text = scrape();
+    assert_eq!(samples(&text, "kubeproxy_proxy_healthz_total").get("code=200"), Some(&1.0), "{text}");
+    let mode = http_get(&c.node.name, METRICS, "/proxyMode").map(|r| (r.0, r.2));
+    assert_eq!(mode, Some((200, "nftables".to_string())));
+    assert_eq!(http_get(&c.node.name, METRICS, "/healthz").map(|r| r.2), Some("ok".to_string()));
+    assert!(http_get(&c.client.name, &format!("{NODE_IP}:10249"), "/metrics").is_none(), "metrics are local only");
+    d.stop();
+}
