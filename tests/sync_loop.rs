@@ -425,3 +425,36 @@ fn a_node_tainted_for_deletion_syncs_nothing() {
     turn(&mut syncer, &inbox);
     assert_eq!(fake.calls().len(), 2);
 }
+
+#[test]
+fn metrics_count_syncs_and_a_failed_syncs_changes_are_reported_with_the_next_success() {
+    use kube_nftproxy::metrics::Metrics;
+    use kube_nftproxy::observe::Observers;
+    let fake = Fake::default();
+    let m = Arc::new(Metrics::new().unwrap());
+    let (syncer, inbox) = listed(&fake, periods(Duration::ZERO), 3);
+    let mut syncer = syncer.with_observers(Observers::default().with_metrics(m.clone()));
+    turn(&mut syncer, &inbox);
+    assert_eq!((m.service_changes.get(), m.endpoint_changes.get()), (3, 3));
+    assert_eq!(m.syncs.with_label_values(&["partial"]).get() + m.syncs.with_label_values(&["full"]).get(), 1);
+    // A slice the EndpointSlice controller changed a second ago; the sync applying it fails.
+    let triggered = humantime::format_rfc3339(std::time::SystemTime::now() - Duration::from_secs(1)).to_string();
+    fake.with(|s| s.failing = 1);
+    inbox.send(change(json!({"kind": "EndpointSlice", "addressType": "IPv4",
+        "metadata": {"name": "svc-1-a", "namespace": "ns", "labels": {"kubernetes.io/service-name": "svc-1"},
+                     "annotations": {"endpoints.kubernetes.io/last-change-trigger-time": triggered}},
+        "ports": [{"port": 8080, "protocol": "TCP"}],
+        "endpoints": [{"addresses": ["10.1.9.2"], "nodeName": "node-b"}]})));
+    turn(&mut syncer, &inbox);
+    assert_eq!(m.sync_failures.with_label_values(&["IPv4"]).get(), 1);
+    assert_eq!(m.endpoint_changes_pending.get(), 1, "the change is still pending");
+    let programmed = |f: &str| m.network_programming.with_label_values(&[f]).get_sample_count();
+    assert_eq!(programmed("IPv4"), 0, "nothing was programmed yet");
+    std::thread::sleep(MIN_RETRY);
+    turn(&mut syncer, &inbox);
+    assert_eq!(fake.calls().len(), 3);
+    assert_eq!((programmed("IPv4"), programmed("IPv6")), (1, 0), "the retry applied the IPv4 slice's change");
+    let took = m.network_programming.with_label_values(&["IPv4"]).get_sample_sum();
+    assert!((1.0..10.0).contains(&took), "from the trigger to the sync that applied it: {took}");
+    assert_eq!(m.endpoint_changes_pending.get(), 0);
+}
