@@ -186,3 +186,42 @@ fn metrics_carry_upstreams_names_and_what_the_proxy_did() {
     assert!(http_get(&c.client.name, &format!("{NODE_IP}:10249"), "/metrics").is_none(), "metrics are local only");
     d.stop();
 }
+
+#[test]
+fn one_loop_serves_every_port_and_a_silent_client_holds_up_no_check() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    let objects: Vec<Value> = (20..30).flat_map(|n| local_lb(&c, &format!("svc-{n}"), n, &["pod-1"])).collect();
+    let path = write_manifests(&c, objects);
+    // NodePorts (and so the checks) on every address: one `[::]` listener per port.
+    let d = Daemon::start(&c.node, &path, &["--healthz-bind-address=", "--nodeport-addresses=all"], &[]);
+    expect(&c, &d, 32029, Some((200, "1")), "served on every address");
+    let v6 = http_get(&c.client.name, "[fd00:172:16::1]:32020", "/").map(|r| r.0);
+    assert_eq!(v6, Some(200), "and over IPv6");
+    // Clients that connect and say nothing, or send garbage, are dealt with apart.
+    let silent: Vec<std::net::TcpStream> = common::net::in_netns(&c.client.name, || {
+        (0..50).map(|_| std::net::TcpStream::connect((NODE_IP, 32021)).unwrap()).collect()
+    });
+    let garbage = common::net::in_netns(&c.client.name, || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect((NODE_IP, 32022)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        s.write_all(b"\x01\x02 not http\r\n\r\n").unwrap();
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        text
+    });
+    assert!(garbage.starts_with("HTTP/1.1 400"), "{garbage:?}");
+    let started = std::time::Instant::now();
+    for port in 32020..32030 {
+        assert_eq!(check(&c, port).map(|r| r.0), Some(200), "port {port}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(1), "checks waited: {:?}", started.elapsed());
+    let threads = std::fs::read_to_string(format!("/proc/{}/status", d.pid())).unwrap();
+    let threads: usize = threads.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap().trim().parse().unwrap();
+    assert!(threads < 20, "ten ports must not cost a thread each: {threads} threads");
+    drop(silent);
+    d.stop();
+}

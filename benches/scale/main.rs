@@ -7,12 +7,14 @@
 //! `target/bench/scale.{csv,json}`. Every run also has the daemon follow an API server (the
 //! emulator) at 30k services (`api.rs`); `-- --api-only` runs that part alone (results in
 //! `target/bench/api.{csv,json}`), `-- --api-idle SECONDS` runs the daemon idle that long
-//! against it and reports the requests it made.
+//! against it and reports the requests it made. `-- --health-only` measures health-check node
+//! ports alone (`health.rs`).
 
 mod api;
 mod churn;
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod health;
 mod measure;
 mod observe;
 mod report;
@@ -199,7 +201,7 @@ fn main() {
         report::reprint(all.iter().any(|a| a == "--api-only"));
         return;
     }
-    let modes = ["--bench", "--case", "--latency", "--churn", "--api", "--api-idle"];
+    let modes = ["--bench", "--case", "--latency", "--churn", "--api", "--api-idle", "--health"];
     if !all.iter().any(|a| modes.contains(&a.as_str())) {
         println!("scale benchmark: run it with `cargo bench --bench scale [-- --smoke]`");
         return;
@@ -242,6 +244,11 @@ fn main() {
         println!("{}", api::run(&daemon_case, api::Sizes::new(smoke)));
         return;
     }
+    let health_services = if smoke { 50 } else { health::SERVICES };
+    if args.iter().any(|a| a == "--health") {
+        println!("{}", health::run(health_services));
+        return;
+    }
     if let Some(i) = args.iter().position(|a| a == "--api-idle") {
         let secs = args.get(i + 1).and_then(|s| s.parse().ok()).expect("--api-idle SECONDS");
         let r = api::idle(&daemon_case, secs);
@@ -267,11 +274,17 @@ fn main() {
         report::finish_api(&runs::combine(&apis), &machine);
         return;
     }
+    if args.iter().any(|a| a == "--health-only") {
+        let runs: Vec<Value> = (0..runs).map(|_| in_child(&[mode.clone(), vec!["--health".into()]].concat())).collect();
+        health::print(&runs::combine(&runs));
+        return;
+    }
     let n = cases(smoke).len();
     let mut per_case: Vec<Vec<Value>> = vec![Vec::new(); n];
     let mut latencies = Vec::new();
     let mut churns = Vec::new();
     let mut apis = Vec::new();
+    let mut healths = Vec::new();
     let large = if smoke { "1000" } else { "30000" };
     // Runs interleave the cases, so a slow spell on the machine does not land on one case.
     for run in 1..=runs {
@@ -286,8 +299,10 @@ fn main() {
         churns.push(in_child(&[mode.clone(), vec!["--churn".into()]].concat()));
         apis.push(in_child(&[mode.clone(), vec!["--api".into()]].concat()));
         eprintln!("run {run}: the daemon following the API server");
+        healths.push(in_child(&[mode.clone(), vec!["--health".into()]].concat()));
     }
     let results: Vec<Value> = per_case.iter().map(|r| runs::combine(r)).collect();
     let api = runs::combine(&apis);
     report::finish(&results, &runs::combine_lists(&latencies), &runs::combine_lists(&churns), &api, &machine);
+    health::print(&runs::combine(&healths));
 }

@@ -7,6 +7,7 @@
 //! health-check node ports of `externalTrafficPolicy: Local` services.
 
 pub mod local;
+mod ports;
 pub mod services;
 
 use crate::http::{self, Reply};

@@ -1,22 +1,19 @@
 //! Health-check node ports: for each `externalTrafficPolicy: Local` service with a
 //! `healthCheckNodePort`, an HTTP server on that port, on the NodePort addresses, that tells a
 //! cloud load balancer whether this node has ready endpoints of the service (upstream's body
-//! and `X-Load-Balancing-Endpoint-Weight`). The sync thread sends the wanted ports; a thread
-//! named `svc-health` opens and closes servers to match, and retries a port already taken
-//! every few seconds without ever failing the proxy.
+//! and `X-Load-Balancing-Endpoint-Weight`). The sync thread sends the wanted ports; one
+//! thread, `svc-health`, serves them all (`ports.rs`), opens and closes listeners to match,
+//! and retries a port already taken every few seconds without ever failing the proxy.
 
 use super::Health;
+use super::ports::{Loop, WAKER};
 use crate::http::{self, Reply};
 use crate::metrics::Metrics;
+use mio::{Poll, Waker};
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
-use std::sync::{Arc, RwLock};
-use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime};
-
-/// How long the manager waits for news when every server is up (it wakes on news anyway).
-const IDLE: Duration = Duration::from_secs(3600);
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::mpsc::{Sender, channel};
 
 /// What one health-check node port answers for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,8 +46,8 @@ pub struct Wanted {
 
 impl Wanted {
     /// The sockets to listen on: each port on each address. For every address, `[::]`, which
-    /// also takes IPv4 connections; a host without IPv6 gets `0.0.0.0` instead (see [`bind`]).
-    fn sockets(&self) -> BTreeSet<SocketAddr> {
+    /// also takes IPv4 connections (a host without IPv6 gets `0.0.0.0` instead).
+    pub(super) fn sockets(&self) -> BTreeSet<SocketAddr> {
         let ips = match &self.listen {
             Listen::All => vec![IpAddr::V6(Ipv6Addr::UNSPECIFIED)],
             Listen::Ips(ips) => ips.clone(),
@@ -83,112 +80,34 @@ pub fn answer(s: Option<&ServiceHealth>, healthy: bool) -> Reply {
 /// The sync thread's handle on the servers.
 pub struct Servers {
     wanted: Sender<Wanted>,
+    waker: Arc<Waker>,
 }
 
 impl Servers {
-    /// Starts the `svc-health` thread; it ends, closing every server, when this is dropped.
+    /// Starts the `svc-health` thread; it ends, closing every port, when this is dropped.
     pub fn start(health: Arc<Health>, metrics: Option<Arc<Metrics>>) -> std::io::Result<Servers> {
         let (tx, rx) = channel();
-        std::thread::Builder::new().name("svc-health".into()).spawn(move || manage(&rx, &health, metrics))?;
-        Ok(Servers { wanted: tx })
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let mut l = Loop::new(poll, health, metrics);
+        std::thread::Builder::new().name("svc-health".into()).spawn(move || l.run(&rx))?;
+        Ok(Servers { wanted: tx, waker })
     }
 
     /// Asks for exactly `wanted` to be served.
     pub fn want(&self, wanted: Wanted) {
         let _ = self.wanted.send(wanted);
+        let _ = self.waker.wake();
     }
 }
 
-/// One open server and the thread answering on it.
-struct Running {
-    server: Arc<tiny_http::Server>,
-    thread: JoinHandle<()>,
-}
-
-impl Running {
-    fn close(self) {
-        self.server.unblock();
-        let _ = self.thread.join();
+impl Drop for Servers {
+    fn drop(&mut self) {
+        // The channel closes after this; the loop notices once woken.
+        let (closed, _) = channel();
+        self.wanted = closed;
+        let _ = self.waker.wake();
     }
-}
-
-type Table = Arc<RwLock<BTreeMap<u16, ServiceHealth>>>;
-
-fn manage(rx: &Receiver<Wanted>, health: &Arc<Health>, metrics: Option<Arc<Metrics>>) {
-    let table: Table = Arc::default();
-    let mut running: BTreeMap<SocketAddr, Running> = BTreeMap::new();
-    let mut sockets = BTreeSet::new();
-    let mut failing: BTreeSet<SocketAddr> = BTreeSet::new();
-    loop {
-        let wait = if failing.is_empty() { IDLE } else { http::REBIND };
-        match rx.recv_timeout(wait) {
-            Ok(mut wanted) => {
-                // Only the newest state matters.
-                while let Ok(newer) = rx.try_recv() {
-                    wanted = newer;
-                }
-                sockets = wanted.sockets();
-                *table.write().unwrap_or_else(|p| p.into_inner()) = wanted.ports;
-            }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
-        }
-        for addr in running.keys().filter(|a| !sockets.contains(a)).copied().collect::<Vec<_>>() {
-            if let Some(r) = running.remove(&addr) {
-                r.close();
-                log::info!("closed the health-check node port {addr}");
-            }
-        }
-        failing.retain(|a| sockets.contains(a));
-        let missing: Vec<SocketAddr> = sockets.iter().filter(|a| !running.contains_key(a)).copied().collect();
-        for addr in &missing {
-            match open(*addr, &table, health) {
-                Ok(r) => {
-                    running.insert(*addr, r);
-                    failing.remove(addr);
-                    log::info!("serving the health-check node port {addr}");
-                }
-                Err(e) if failing.insert(*addr) => {
-                    log::error!(
-                        "cannot serve the health-check node port {addr}: {e}; trying again every {:?}",
-                        http::REBIND
-                    );
-                }
-                Err(_) => {}
-            }
-        }
-        if let Some(m) = &metrics {
-            let ports: BTreeSet<u16> = running.keys().map(SocketAddr::port).collect();
-            m.health_check_node_ports.set(i64::try_from(ports.len()).unwrap_or(i64::MAX));
-        }
-    }
-    running.into_values().for_each(Running::close);
-}
-
-/// Binds `addr`; `[::]` on a host without IPv6 falls back to `0.0.0.0`.
-fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    match TcpListener::bind(addr) {
-        Err(e) if addr.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED) && e.kind() != std::io::ErrorKind::AddrInUse => {
-            TcpListener::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), addr.port()))
-        }
-        other => other,
-    }
-}
-
-fn open(addr: SocketAddr, table: &Table, health: &Arc<Health>) -> std::io::Result<Running> {
-    let server = tiny_http::Server::from_listener(bind(addr)?, None).map_err(std::io::Error::other)?;
-    let server = Arc::new(server);
-    let (serving, table, health) = (server.clone(), table.clone(), health.clone());
-    let port = addr.port();
-    let thread = std::thread::Builder::new().name(format!("hc-{port}")).spawn(move || {
-        // Ends when the manager unblocks it (an accept error is logged and waited out).
-        while let Ok(request) = serving.recv() {
-            let healthy = health.report(SystemTime::now()).healthy;
-            let reply = answer(table.read().unwrap_or_else(|p| p.into_inner()).get(&port), healthy);
-            http::respond(request, reply);
-        }
-    })?;
-    Ok(Running { server, thread })
 }
 
 #[cfg(test)]
