@@ -11,5 +11,7 @@ pub mod manifests;
 pub mod model;
 pub mod nft;
 pub mod render;
+pub mod requirements;
 pub mod sync;
+pub mod takeover;
 pub mod topology;

@@ -164,6 +164,8 @@ pub struct Syncer<K: Kernel> {
     node_wait: Option<(Instant, Instant)>,
     /// What `/healthz` and `/livez` report, if served.
     health: Option<Arc<Health>>,
+    /// Runs once, after the first sync that went through (the takeover from kube-proxy).
+    after_first_sync: Option<Box<dyn FnOnce() + Send>>,
 }
 
 /// How often the log says the proxy is still waiting for its Node.
@@ -192,7 +194,15 @@ impl<K: Kernel> Syncer<K> {
             cleanup_retry: Backoff::new(MIN_RETRY, periods.sync),
             node_wait: None,
             health: None,
+            after_first_sync: None,
         }
+    }
+
+    /// Runs `then` once, right after the first sync that went through: the proxy's own rules
+    /// are in the kernel by then, so what it does cannot leave traffic without a path.
+    pub fn after_first_sync(mut self, then: Box<dyn FnOnce() + Send>) -> Syncer<K> {
+        self.after_first_sync = Some(then);
+        self
     }
 
     /// Reports changes queued and applied, and this node's eligibility, to `health`.
@@ -406,6 +416,9 @@ impl<K: Kernel> Syncer<K> {
         self.retry.succeeded();
         if let Some(health) = &self.health {
             health.updated(SystemTime::now());
+        }
+        if let Some(then) = self.after_first_sync.take() {
+            then();
         }
         // Another process committed while notifications were paused: what it changed is
         // unknown, so sync fully again; after a few such collisions in a row (a busy
