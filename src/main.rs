@@ -44,11 +44,11 @@ fn main() -> ExitCode {
         Err(e) => {
             log::error!("{e:#}");
             // The API server or its credentials are at fault, or the node, not the input.
-            let api = e.downcast_ref::<kube::ClientError>().is_some()
+            let not_input = e.downcast_ref::<kube::ClientError>().is_some()
                 || e.downcast_ref::<kube::ApiError>().is_some()
                 || e.downcast_ref::<kube::KubeConfigError>().is_some()
                 || e.downcast_ref::<requirements::RequirementError>().is_some();
-            if api { ExitCode::FAILURE } else { ExitCode::from(EXIT_BAD_INPUT) }
+            if not_input { ExitCode::FAILURE } else { ExitCode::from(EXIT_BAD_INPUT) }
         }
     }
 }
@@ -163,8 +163,8 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     if api.is_some() {
         syncer = syncer.wait_for_node(flags.node_wait);
     }
-    // Once this proxy's rules are in, kube-proxy's go; the interface kube-proxy's IPVS mode
-    // held service IPs on changes the host's addresses, which a refresh reads again.
+    // Once this proxy's rules are in, kube-proxy's go. Removing kube-ipvs0 takes the service
+    // IPs off the host's addresses, which a refresh reads again.
     let requests = inbox.clone();
     syncer =
         syncer.after_first_sync(takeover::at_start(flags.cleanup_kube_proxy_at_start, stop.clone(), move |gone| {

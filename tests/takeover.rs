@@ -11,7 +11,7 @@ mod common;
 
 use common::check::{probe_during, web_on, who};
 use common::cluster::Cluster;
-use common::daemon::{Daemon, wait_for, write_manifests};
+use common::daemon::{Daemon, fake_nft, wait_for, write_manifests};
 use common::layouts::{iptables_available, load, state};
 use common::net::in_netns;
 use common::{Netns, Scratch};
@@ -151,6 +151,34 @@ fn nftables_mode_table_is_taken_over_without_a_failed_connection() {
     let tables = c.node.nft(&["list", "tables"]);
     assert!(!tables.contains("kube-proxy\n"), "kube-proxy's table stayed:\n{tables}");
     assert_eq!(who(&c.client, WEB), "pod-1");
+}
+
+#[test]
+fn a_failed_takeover_is_retried_while_the_proxy_serves() {
+    if !common::kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    load(&c.node, &["nftables-web.nft"], true);
+    // The real nft, except that the first listing in JSON (the takeover's first step) fails.
+    let dir = Scratch::new("retry");
+    let once = dir.0.join("failed-once");
+    let body = format!(
+        "case \"$*\" in *-j*) if [ ! -e {0} ]; then touch {0}; echo 'Error: stand-in failure' >&2; exit 1; fi;; esac\nexec nft \"$@\"",
+        once.display()
+    );
+    let nft = fake_nft(&dir.0, &body);
+    let manifests = write_manifests(&c, web_on(&c, &["pod-1"]));
+    let d = Daemon::start(&c.node, &manifests, &[], &[("NFT", nft.to_str().expect("utf-8 path"))]);
+    let retrying = "retrying the takeover from upstream kube-proxy in 2s";
+    assert!(wait_for(Duration::from_secs(10), || d.logged().contains(retrying)).is_some(), "{}", d.logged());
+    assert!(d.logged().contains("stand-in failure"), "the failure's cause is not logged:\n{}", d.logged());
+    assert_eq!(who(&c.client, WEB), "pod-1", "the proxy must serve while the takeover waits");
+    let done = wait_for(Duration::from_secs(5), || d.logged().contains("removed nftables table `ip kube-proxy`"));
+    assert!(done.is_some(), "the takeover was not retried:\n{}", d.logged());
+    assert!(!c.node.nft(&["list", "tables"]).contains("kube-proxy\n"));
+    d.stop();
+    std::fs::remove_file(manifests).expect("remove manifests");
 }
 
 /// Creates `kube-ipvs0` in `ns` holding two service IPs: a dummy as kube-proxy makes it

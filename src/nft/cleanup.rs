@@ -99,8 +99,15 @@ pub struct Takeover {
     pub kept: Vec<Kept>,
 }
 
+/// nft's own words when it failed, not only the crate's summary of the failure.
 fn nft_err(e: nftables::helper::NftablesError) -> NftError {
-    NftError::Rejected { message: e.to_string(), line: None }
+    let message = match &e {
+        nftables::helper::NftablesError::NftFailed { stderr, .. } if !stderr.trim().is_empty() => {
+            format!("{e}: {}", stderr.trim())
+        }
+        _ => e.to_string(),
+    };
+    NftError::Rejected { message, line: None }
 }
 
 fn list(args: &[&str]) -> Result<Vec<NfObject<'static>>, NftError> {
