@@ -141,7 +141,7 @@ fn with_the_flag_off_kube_proxys_rules_stay_and_are_reported() {
 
 #[test]
 fn nftables_mode_table_is_taken_over_without_a_failed_connection() {
-    if !iptables_available() {
+    if !common::kernel_available() {
         return;
     }
     let c = Cluster::new(1, 0);
