@@ -97,6 +97,12 @@ pub struct Flags {
     /// With --cleanup: also remove upstream kube-proxy's tables and iptables KUBE-* chains.
     #[arg(long)]
     pub cleanup_kube_proxy: bool,
+    /// After the first sync, remove what upstream kube-proxy left (as --cleanup-kube-proxy
+    /// does); =false leaves it and only reports it. Upstream has no such flag: its modes clean
+    /// up each other at start, which this does once its own rules are in.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub cleanup_kube_proxy_at_start: bool,
 }
 
 /// The longest period a flag takes: a year; longer ones would overflow timers.

@@ -14,5 +14,7 @@ pub mod model;
 pub mod nft;
 pub mod observe;
 pub mod render;
+pub mod requirements;
 pub mod sync;
+pub mod takeover;
 pub mod topology;

@@ -12,7 +12,7 @@ use kube_nftproxy::model::Model;
 use kube_nftproxy::nft::{Applier, OwnPids, cleanup, exec, guard};
 use kube_nftproxy::observe::Observers;
 use kube_nftproxy::sync::{Periods, Syncer};
-use kube_nftproxy::{kube, lock, manifests, render};
+use kube_nftproxy::{kube, lock, manifests, render, requirements, takeover};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -46,11 +46,12 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             log::error!("{e:#}");
-            // The API server or its credentials are at fault, not the input.
-            let api = e.downcast_ref::<kube::ClientError>().is_some()
+            // The API server or its credentials are at fault, or the node, not the input.
+            let not_input = e.downcast_ref::<kube::ClientError>().is_some()
                 || e.downcast_ref::<kube::ApiError>().is_some()
-                || e.downcast_ref::<kube::KubeConfigError>().is_some();
-            if api { ExitCode::FAILURE } else { ExitCode::from(EXIT_BAD_INPUT) }
+                || e.downcast_ref::<kube::KubeConfigError>().is_some()
+                || e.downcast_ref::<requirements::RequirementError>().is_some();
+            if not_input { ExitCode::FAILURE } else { ExitCode::from(EXIT_BAD_INPUT) }
         }
     }
 }
@@ -100,34 +101,31 @@ fn dry_run(flags: &Flags) -> anyhow::Result<()> {
 }
 
 fn run_cleanup(flags: &Flags) -> anyhow::Result<()> {
+    requirements::check()?;
     // A running daemon would put back at once what this removes.
     let _owner = lock::try_own()
         .context("taking the node lock")?
         .context("a kube-nftproxy daemon owns this node's tables; stop it before --cleanup")?;
     cleanup::remove_own_tables().context("removing kube-nftproxy's tables")?;
     log::info!("removed kube-nftproxy's tables (ip and ip6 {})", render::TABLE_NAME);
-    let kept = if flags.cleanup_kube_proxy {
-        let done = cleanup::take_over_kube_proxy().context("removing kube-proxy's rules")?;
-        let (tables, chains) = (&done.removed.tables, &done.removed.chains);
-        for what in cleanup::describe(tables, chains).into_iter().chain(cleanup::describe_rules(&done.removed.rules)) {
-            log::info!("removed {what}");
-        }
-        done.kept
+    if flags.cleanup_kube_proxy {
+        let outcome = takeover::take_over();
+        takeover::log_outcome(&outcome);
+        outcome.rules.context("removing kube-proxy's rules")?;
+        outcome.interface.with_context(|| format!("removing interface {}", takeover::IPVS_INTERFACE))?;
     } else {
-        let found = cleanup::find_kube_proxy().context("looking for kube-proxy's rules")?;
-        for what in cleanup::describe(&found.tables, &found.chains) {
-            log::warn!("upstream kube-proxy left {what}; --cleanup --cleanup-kube-proxy removes it");
+        let found =
+            takeover::report("--cleanup --cleanup-kube-proxy removes it").context("looking for kube-proxy's rules")?;
+        for what in cleanup::describe_kept(&found.kept) {
+            log::info!("left {what}");
         }
-        found.kept
-    };
-    for what in cleanup::describe_kept(&kept) {
-        log::info!("left {what}");
     }
     Ok(())
 }
 
 fn daemon(flags: &Flags) -> anyhow::Result<()> {
     let cfg = Config::from_flags(flags)?;
+    requirements::check()?;
     let periods =
         Periods { min_sync: flags.min_sync_period, sync: flags.sync_period, full_sync: flags.full_sync_period };
     let inbox = Arc::new(Inbox::default());
@@ -163,6 +161,15 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     if api.is_some() {
         syncer = syncer.wait_for_node(flags.node_wait);
     }
+    // Once this proxy's rules are in, kube-proxy's go. Removing kube-ipvs0 takes the service
+    // IPs off the host's addresses, which a refresh reads again.
+    let requests = inbox.clone();
+    syncer =
+        syncer.after_first_sync(takeover::at_start(flags.cleanup_kube_proxy_at_start, stop.clone(), move |gone| {
+            if gone {
+                requests.request(|r| r.refresh = true);
+            }
+        }));
     std::thread::Builder::new().name("sync".into()).spawn(move || {
         syncer.run(&inbox);
         let _ = events.send(Event::SyncEnded);

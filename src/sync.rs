@@ -165,6 +165,8 @@ pub struct Syncer<K: Kernel> {
     observe: Observers,
     /// Changes a failed sync took from the model, reported with the next success.
     unapplied: Option<Changes>,
+    /// Runs once, after the first sync that went through (the takeover from kube-proxy).
+    after_first_sync: Option<Box<dyn FnOnce() + Send>>,
 }
 
 /// How often the log says the proxy is still waiting for its Node.
@@ -194,7 +196,15 @@ impl<K: Kernel> Syncer<K> {
             node_wait: None,
             observe: Observers::default(),
             unapplied: None,
+            after_first_sync: None,
         }
+    }
+
+    /// Runs `then` once, right after the first sync that went through: the proxy's own rules
+    /// are in the kernel by then, so what it does cannot leave traffic without a path.
+    pub fn after_first_sync(mut self, then: Box<dyn FnOnce() + Send>) -> Syncer<K> {
+        self.after_first_sync = Some(then);
+        self
     }
 
     /// Reports changes queued and applied, syncs and this node's eligibility to `observe`.
@@ -425,6 +435,9 @@ impl<K: Kernel> Syncer<K> {
             self.last_full = end;
         }
         self.retry.succeeded();
+        if let Some(then) = self.after_first_sync.take() {
+            then();
+        }
         // Another process committed while notifications were paused: what it changed is
         // unknown, so sync fully again; after a few such collisions in a row (a busy
         // neighbour), settle for the cheap check instead of syncing fully forever.

@@ -12,68 +12,9 @@
 
 mod common;
 
-use common::{Netns, kernel_available, root};
-use std::process::{Command, Stdio};
-
-/// Whether `iptables-nft` is here too (`tests/run` installs it).
-fn iptables_available() -> bool {
-    if !kernel_available() {
-        return false;
-    }
-    let ok = Command::new("iptables-nft-restore").arg("--version").stdout(Stdio::null()).status();
-    if matches!(ok, Ok(s) if s.success()) {
-        return true;
-    }
-    assert!(std::env::var_os("CI").is_none(), "cleanup tests cannot run in CI: iptables-nft is missing");
-    eprintln!("SKIPPING cleanup test: iptables-nft is missing (apt-get install iptables)");
-    false
-}
-
-/// A layout file's text: kube-proxy's lines (prefix `P `) with the prefix cut, or left out.
-fn layout(file: &str, with_kube_proxy: bool) -> String {
-    let path = root().join("tests/kube-proxy-layouts").join(file);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut out = String::new();
-    for line in text.lines() {
-        match line.strip_prefix("P ") {
-            Some(rest) if with_kube_proxy => out.push_str(rest),
-            Some(_) => continue,
-            None => out.push_str(line),
-        }
-        out.push('\n');
-    }
-    out
-}
-
-/// Loads the layout files into `ns`: `.rules` with `iptables-nft-restore` (the `ip6` one for
-/// names with a `6`), `.nft` with `nft -f`.
-fn load(ns: &Netns, files: &[&str], with_kube_proxy: bool) {
-    for file in files {
-        let text = layout(file, with_kube_proxy);
-        let tool = match file {
-            f if f.ends_with(".nft") => "nft",
-            f if f.contains('6') => "ip6tables-nft-restore",
-            _ => "iptables-nft-restore",
-        };
-        let out = if tool == "nft" { ns.run(&["nft", "-f", "-"], &text) } else { ns.run(&[tool, "--noflush"], &text) };
-        assert!(out.status.success(), "{tool} < {file} in {}: {}", ns.name, String::from_utf8_lossy(&out.stderr));
-    }
-}
-
-/// Everything in the namespace: both iptables-nft saves (exact, with comments and matches
-/// nft cannot print) and nft's listing (every table, of every family).
-fn state(ns: &Netns) -> String {
-    let mut all = String::new();
-    for tool in ["iptables-nft-save", "ip6tables-nft-save"] {
-        let out = ns.run(&[tool], "");
-        assert!(out.status.success(), "{tool}: {}", String::from_utf8_lossy(&out.stderr));
-        for line in String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.starts_with('#')) {
-            all.push_str(line);
-            all.push('\n');
-        }
-    }
-    all + &ns.nft(&["list", "ruleset"])
-}
+use common::Netns;
+use common::layouts::{iptables_available, load, state};
+use std::process::Command;
 
 /// Runs `kube-nftproxy --cleanup` (with `extra` flags) in `ns`; returns its log.
 fn cleanup(ns: &Netns, extra: &[&str]) -> String {

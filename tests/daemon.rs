@@ -6,8 +6,8 @@ mod common;
 
 use common::check::{probe_during, web_on as web, who};
 use common::cluster::{Cluster, ECHO_PORT, service};
-use common::daemon::{Daemon, wait_for, write_manifests};
-use common::{Netns, kernel_available};
+use common::daemon::{Daemon, fake_nft_reporting, wait_for, write_manifests};
+use common::{Netns, Scratch, kernel_available};
 use serde_json::json;
 use std::process::Command;
 use std::time::Duration;
@@ -151,4 +151,44 @@ fn cleanup_reports_and_removes_kube_proxy_leftovers() {
     assert!(left.contains("chain OTHER") && left.contains("tcp dport 2222"), "unrelated rules were removed:\n{left}");
     let again = cleanup(&ns, &["--cleanup-kube-proxy"]);
     assert!(!again.contains("kube-proxy left"), "{again}");
+}
+
+#[test]
+fn an_old_nft_stops_the_daemon_and_cleanup_naming_what_is_missing() {
+    if !kernel_available() {
+        return;
+    }
+    let ns = Netns::new("oldnft");
+    let dir = Scratch::new("oldnft");
+    let nft = fake_nft_reporting(&dir.0, "nftables v0.9.8 (E.D.S.)", "exit 1");
+    let nft = nft.to_str().expect("utf-8 path");
+    let manifests = dir.0.join("manifests.yaml");
+    std::fs::write(&manifests, "").expect("write manifests");
+    let want = format!(
+        "`{nft}` is nft 0.9.8, too old: kube-nftproxy needs nft 1.0.1 or later for upstream kube-proxy's nftables minimum"
+    );
+    // Upstream's switch skips the kernel check (this kernel passes it anyway), never nft's.
+    let skip = (kube_nftproxy::requirements::SKIP_KERNEL_CHECK, "1");
+    let mut daemon = Daemon::start(&ns, &manifests, &[], &[("NFT", nft), skip]);
+    let status = daemon.wait_exit(Duration::from_secs(5)).expect("the daemon did not stop on an old nft");
+    assert_eq!(status.code(), Some(1), "{}", daemon.logged());
+    assert!(daemon.logged().contains(&want), "{}", daemon.logged());
+    assert!(daemon.logged().contains("is set: not checking the kernel version"), "{}", daemon.logged());
+
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_kube-nftproxy"), "--cleanup"])
+        .env("NFT", nft)
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{log}");
+    assert!(log.contains(&want), "{log}");
+    // The dry run touches nothing and runs no nft: it does not check.
+    let out = Command::new(env!("CARGO_BIN_EXE_kube-nftproxy"))
+        .args(["--dry-run", "--hostname-override=node-a", "--manifests"])
+        .arg(&manifests)
+        .env("NFT", nft)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }

@@ -458,3 +458,21 @@ fn metrics_count_syncs_and_a_failed_syncs_changes_are_reported_with_the_next_suc
     assert!((1.0..10.0).contains(&took), "from the trigger to the sync that applied it: {took}");
     assert_eq!(m.endpoint_changes_pending.get(), 0);
 }
+
+#[test]
+fn the_first_sync_that_goes_through_runs_the_takeover_once() {
+    let fake = Fake::default();
+    fake.with(|s| s.failing = 1);
+    let (syncer, inbox) = listed(&fake, periods(Duration::ZERO), 3);
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let (seen, kernel) = (ran.clone(), fake.clone());
+    let mut syncer = syncer.after_first_sync(Box::new(move || seen.lock().unwrap().push(kernel.calls().len())));
+    turn(&mut syncer, &inbox);
+    assert!(ran.lock().unwrap().is_empty(), "ran after a failed sync: kube-proxy's rules would go before ours are in");
+    std::thread::sleep(MIN_RETRY);
+    turn(&mut syncer, &inbox);
+    inbox.send(slice(1, 1));
+    turn(&mut syncer, &inbox);
+    assert_eq!(fake.calls().len(), 3);
+    assert_eq!(*ran.lock().unwrap(), vec![2], "once, right after the second (first good) sync");
+}

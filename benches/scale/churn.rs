@@ -4,7 +4,7 @@
 //! stuck while changes keep coming. Its resident memory must stay flat in both.
 
 use super::common::Netns;
-use super::common::daemon::{Daemon, wait_for};
+use super::common::daemon::{Daemon, fake_nft, wait_for};
 use super::observe::{is_sync, rss_mb};
 use super::synth::{self, Case};
 use serde_json::{Value, json};
@@ -33,10 +33,8 @@ fn scenario(case: &Case, rewrites: u32, every: Duration, stuck: bool) -> Value {
     let manifest = dir.join("cluster.json");
     write_manifest(case, 0, &manifest);
     let ns = Netns::node_like("churn");
-    let hung = dir.join("hung-nft");
-    std::fs::write(&hung, format!("#!/bin/sh\ntouch {}/ran\nexec sleep 600\n", dir.display())).expect("script");
-    let exec = std::os::unix::fs::PermissionsExt::from_mode(0o755);
-    std::fs::set_permissions(&hung, exec).expect("chmod");
+    // The shared stand-in answers `--version`, which the daemon asks at start, and hangs otherwise.
+    let hung = fake_nft(&dir, &format!("touch {}/ran\nexec sleep 600", dir.display()));
     let env: Vec<(&str, &str)> = if stuck { vec![("NFT", hung.to_str().expect("path"))] } else { vec![] };
     let d = Daemon::start(&ns, &manifest, &[], &env);
     let started = if stuck { dir.join("ran") } else { dir.join("never") };

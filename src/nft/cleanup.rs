@@ -30,6 +30,12 @@ pub struct ChainRef {
     pub name: String,
 }
 
+impl std::fmt::Display for ChainRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} {}", family_word(self.family), self.table, self.name)
+    }
+}
+
 /// A `KUBE-*` chain, or a `kube-proxy` table, left in place.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Kept {
@@ -93,8 +99,15 @@ pub struct Takeover {
     pub kept: Vec<Kept>,
 }
 
+/// nft's own words when it failed, not only the crate's summary of the failure.
 fn nft_err(e: nftables::helper::NftablesError) -> NftError {
-    NftError::Rejected { message: e.to_string(), line: None }
+    let message = match &e {
+        nftables::helper::NftablesError::NftFailed { stderr, .. } if !stderr.trim().is_empty() => {
+            format!("{e}: {}", stderr.trim())
+        }
+        _ => e.to_string(),
+    };
+    NftError::Rejected { message, line: None }
 }
 
 fn list(args: &[&str]) -> Result<Vec<NfObject<'static>>, NftError> {
@@ -104,7 +117,8 @@ fn list(args: &[&str]) -> Result<Vec<NfObject<'static>>, NftError> {
     Ok(doc.objects.into_owned())
 }
 
-fn family_word(f: NfFamily) -> &'static str {
+/// The family as nft writes it (`ip`, `ip6`…).
+pub fn family_word(f: NfFamily) -> &'static str {
     match f {
         NfFamily::IP => "ip",
         NfFamily::IP6 => "ip6",

@@ -99,6 +99,19 @@ impl Daemon {
         None
     }
 
+    /// Waits up to `limit` for it to exit on its own; its status, or `None` if it still runs.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
     /// Stops it with SIGTERM, asserting a clean exit; returns what it logged.
     pub fn stop(mut self) -> String {
         let (status, _) = self.stop_within(Duration::from_secs(10)).expect("the daemon did not stop within 10 s");
@@ -136,11 +149,18 @@ pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> Option<Durat
     None
 }
 
-/// A stand-in for `nft` in `dir`: a shell script with `body` (set `NFT` to its path).
+/// A stand-in for `nft` in `dir`: a shell script with `body` (set `NFT` to its path), which
+/// answers `--version` as nft 1.0.6 does (the daemon checks it at start).
 pub fn fake_nft(dir: &Path, body: &str) -> PathBuf {
+    fake_nft_reporting(dir, "nftables v1.0.6 (Lester Gooch #5)", body)
+}
+
+/// A stand-in for `nft` that answers `--version` with `version` and runs `body` otherwise.
+pub fn fake_nft_reporting(dir: &Path, version: &str, body: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let path = dir.join("nft");
-    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write the stand-in");
+    let script = format!("#!/bin/sh\nif [ \"$1\" = --version ]; then echo '{version}'; exit 0; fi\n{body}\n");
+    std::fs::write(&path, script).expect("write the stand-in");
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod the stand-in");
     path
 }

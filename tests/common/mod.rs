@@ -201,6 +201,7 @@ pub mod check;
 pub mod cluster;
 pub mod daemon;
 pub mod emulator;
+pub mod layouts;
 pub mod net;
 pub mod node;
 pub mod proxy;

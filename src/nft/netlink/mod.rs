@@ -1,13 +1,14 @@
 //! A minimal nfnetlink client for the cheap questions the proxy asks the kernel without `nft`:
 //! the ruleset generation, whether a table or chain holds what it should, what a table holds
 //! (`dump`), and the stream of nftables change events (with the process that committed each
-//! generation).
+//! generation); and, over rtnetlink, finding and deleting a network interface (`link`).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
 mod dump;
+pub mod link;
 
 pub use dump::Listed;
 pub(super) use dump::{NFTA_OBJ_HANDLE, NFTA_OBJ_TABLE, NFTA_OBJ_TYPE};

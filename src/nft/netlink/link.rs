@@ -1,0 +1,168 @@
+//! Network interfaces over rtnetlink: one found by name with its kind, and deleted by index.
+//! The takeover uses it to remove the `kube-ipvs0` dummy interface that upstream
+//! kube-proxy's IPVS mode leaves holding every service IP, without running `ip`.
+
+use super::{NLM_F_ACK, NLM_F_REQUEST, NLMSG_ERROR, RECV_TIMEOUT, messages, set_receive_timeout};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+const NETLINK_ROUTE: i32 = 0;
+const RTM_DELLINK: u16 = 17;
+const RTM_GETLINK: u16 = 18;
+const IFLA_IFNAME: u16 = 3;
+const IFLA_LINKINFO: u16 = 18;
+const IFLA_INFO_KIND: u16 = 1;
+/// `struct ifinfomsg`: family, padding, type, index, flags, change.
+const IFINFOMSG_LEN: usize = 16;
+
+/// An interface as the kernel reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    /// Its index.
+    pub index: i32,
+    /// Its kind (`dummy`, `veth`, `bridge`…); `None` for a device without one (`lo`, a
+    /// physical NIC).
+    pub kind: Option<String>,
+}
+
+/// The interface called `name` in this network namespace, if there is one.
+pub fn find(name: &str) -> io::Result<Option<Link>> {
+    let mut attrs = Vec::new();
+    put_attr(&mut attrs, IFLA_IFNAME, &[name.as_bytes(), &[0]].concat());
+    match request(RTM_GETLINK, 0, 0, &attrs) {
+        Ok(Some(reply)) => Ok(Some(parse_link(&reply)?)),
+        Ok(None) => Err(io::Error::other("the kernel answered RTM_GETLINK without the link")),
+        Err(e) if e.raw_os_error() == Some(libc::ENODEV) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes the interface with index `index`; with it go its addresses and routes.
+pub fn delete(index: i32) -> io::Result<()> {
+    request(RTM_DELLINK, index, NLM_F_ACK, &[]).map(|_| ())
+}
+
+/// Sends one request about interface `index` and waits for its answer: the reply's payload
+/// (after the netlink header), or `None` for a plain acknowledgement.
+fn request(kind: u16, index: i32, flags: u16, attrs: &[u8]) -> io::Result<Option<Vec<u8>>> {
+    // SAFETY: socket(2); the result is checked before being owned.
+    let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, NETLINK_ROUTE) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor owned by nothing else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    set_receive_timeout(&fd, RECV_TIMEOUT)?;
+    const SEQ: u32 = 1;
+    let mut msg = Vec::with_capacity(64);
+    msg.extend_from_slice(&0u32.to_ne_bytes());
+    msg.extend_from_slice(&kind.to_ne_bytes());
+    msg.extend_from_slice(&(NLM_F_REQUEST | flags).to_ne_bytes());
+    msg.extend_from_slice(&SEQ.to_ne_bytes());
+    msg.extend_from_slice(&0u32.to_ne_bytes());
+    let mut ifinfo = [0u8; IFINFOMSG_LEN];
+    ifinfo[4..8].copy_from_slice(&index.to_ne_bytes());
+    msg.extend_from_slice(&ifinfo);
+    msg.extend_from_slice(attrs);
+    let len = msg.len() as u32;
+    msg[..4].copy_from_slice(&len.to_ne_bytes());
+    // SAFETY: an all-zero sockaddr_nl addresses the kernel.
+    let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+    let alen = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
+    // SAFETY: sending our buffer to the kernel's netlink address.
+    let sent = unsafe {
+        libc::sendto(
+            fd.as_raw_fd(),
+            msg.as_ptr().cast(),
+            msg.len(),
+            0,
+            (&addr as *const libc::sockaddr_nl).cast(),
+            alen,
+        )
+    };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        // SAFETY: receiving into our own buffer.
+        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        for (kind, _, body, seq) in messages(&buf[..n as usize]) {
+            if seq != SEQ {
+                continue;
+            }
+            if kind != NLMSG_ERROR {
+                return Ok(Some(body.to_vec()));
+            }
+            let code = body.get(..4).map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0);
+            return if code == 0 { Ok(None) } else { Err(io::Error::from_raw_os_error(-code)) };
+        }
+    }
+}
+
+fn put_attr(buf: &mut Vec<u8>, kind: u16, payload: &[u8]) {
+    buf.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
+    buf.extend_from_slice(&kind.to_ne_bytes());
+    buf.extend_from_slice(payload);
+    buf.resize(buf.len().next_multiple_of(4), 0);
+}
+
+/// Netlink attributes in `data`: (type without the nested/byte-order flags, payload).
+fn attributes(mut data: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    std::iter::from_fn(move || {
+        if data.len() < 4 {
+            return None;
+        }
+        let len = u16::from_ne_bytes([data[0], data[1]]) as usize;
+        let kind = u16::from_ne_bytes([data[2], data[3]]) & 0x3fff;
+        if len < 4 || len > data.len() {
+            return None;
+        }
+        let payload = &data[4..len];
+        data = &data[len.next_multiple_of(4).min(data.len())..];
+        Some((kind, payload))
+    })
+}
+
+/// A `RTM_NEWLINK` message's index and kind.
+fn parse_link(body: &[u8]) -> io::Result<Link> {
+    let (head, attrs) = match body.split_at_checked(IFINFOMSG_LEN) {
+        Some(parts) => parts,
+        None => return Err(io::Error::other("a link message shorter than its header")),
+    };
+    let index = i32::from_ne_bytes([head[4], head[5], head[6], head[7]]);
+    let kind = attributes(attrs)
+        .find(|(t, _)| *t == IFLA_LINKINFO)
+        .and_then(|(_, info)| attributes(info).find(|(t, _)| *t == IFLA_INFO_KIND))
+        .map(|(_, k)| String::from_utf8_lossy(k.strip_suffix(&[0]).unwrap_or(k)).into_owned());
+    Ok(Link { index, kind })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_links_index_and_kind() {
+        let mut body = vec![0u8; IFINFOMSG_LEN];
+        body[4..8].copy_from_slice(&7i32.to_ne_bytes());
+        put_attr(&mut body, IFLA_IFNAME, b"kube-ipvs0\0");
+        let mut info = Vec::new();
+        put_attr(&mut info, IFLA_INFO_KIND, b"dummy\0");
+        put_attr(&mut body, IFLA_LINKINFO | 0x8000, &info);
+        assert_eq!(parse_link(&body).unwrap(), Link { index: 7, kind: Some("dummy".into()) });
+        body.truncate(IFINFOMSG_LEN);
+        assert_eq!(parse_link(&body).unwrap(), Link { index: 7, kind: None });
+    }
+
+    #[test]
+    fn loopback_is_found_without_a_kind_and_a_missing_link_is_none() {
+        let lo = find("lo").expect("RTM_GETLINK lo").expect("every namespace has lo");
+        assert!(lo.index > 0 && lo.kind.is_none(), "{lo:?}");
+        assert_eq!(find("no-such-link0").expect("RTM_GETLINK"), None);
+    }
+}

@@ -1,0 +1,247 @@
+//! The daemon taking a node over from upstream kube-proxy at start: a node whose traffic to
+//! a real service flows through kube-proxy's rules (iptables mode next to kubelet's,
+//! kube-router's and a user's rules, or nftables mode) keeps every connection while the
+//! daemon starts; afterwards exactly kube-proxy's objects are gone, removed only after the
+//! daemon's own rules were in. With `--cleanup-kube-proxy-at-start=false` nothing of
+//! kube-proxy's changes. IPVS mode's `kube-ipvs0` goes when it is the dummy kube-proxy makes.
+//!
+//! Needs root, `ip netns`, `nft` and `iptables-nft` (see `tests/cleanup.rs`).
+
+mod common;
+
+use common::check::{probe_during, web_on, who};
+use common::cluster::Cluster;
+use common::daemon::{Daemon, fake_nft, wait_for, write_manifests};
+use common::layouts::{iptables_available, load, state};
+use common::net::in_netns;
+use common::{Netns, Scratch};
+use kube_nftproxy::nft::netlink::link;
+use kube_nftproxy::takeover::{Interface, remove_ipvs_interface};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The service every test sends to: `test/web`, served by `pod-1`.
+const WEB: &str = "172.30.0.40:80";
+
+/// A node of kube-proxy's iptables mode serving `test/web`, with kubelet's, kube-router's
+/// and a user's rules, and tables kube-proxy's nftables mode left.
+const IPTABLES_NODE: &[&str] = &["iptables.rules", "iptables6.rules", "iptables.nft", "iptables-web.rules"];
+
+/// `nft monitor` in a namespace, writing to a file; ended when dropped.
+struct Monitor {
+    child: Child,
+    out: Scratch,
+}
+
+impl Monitor {
+    /// Starts it in `ns` and waits until it reports a change, so nothing after is missed.
+    fn start(ns: &Netns) -> Monitor {
+        let out = Scratch::new("monitor");
+        let file = std::fs::File::create(out.0.join("events")).expect("monitor file");
+        let child = Command::new("ip")
+            .args(["netns", "exec", &ns.name, "nft", "monitor"])
+            .stdout(file)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nft monitor");
+        let monitor = Monitor { child, out };
+        let ready = wait_for(Duration::from_secs(5), || {
+            ns.nft(&["add", "table", "ip", "monitor-ready"]);
+            ns.nft(&["delete", "table", "ip", "monitor-ready"]);
+            monitor.events().contains("monitor-ready")
+        });
+        assert!(ready.is_some(), "nft monitor reported nothing in {}", ns.name);
+        monitor
+    }
+
+    fn events(&self) -> String {
+        std::fs::read_to_string(self.out.0.join("events")).unwrap_or_default()
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The line number of the first event starting with `prefix`.
+fn first(events: &str, prefix: &str) -> Option<usize> {
+    events.lines().position(|l| l.starts_with(prefix))
+}
+
+/// Starts the daemon (with `extra` flags) on `c`'s node, serving `test/web` on pod-1, while a
+/// client connects to it every 10 ms; waits until the log holds `done`, then until the
+/// prober's window ends. Returns the daemon's log and the prober's failures.
+fn start_under_traffic(c: &Cluster, extra: &[&str], done: &str) -> (String, Vec<String>) {
+    assert_eq!(who(&c.client, WEB), "pod-1", "kube-proxy's rules do not serve the service before the daemon starts");
+    let manifests = write_manifests(c, web_on(c, &["pod-1"]));
+    let window = Duration::from_secs(6);
+    let started = Instant::now();
+    let prober = probe_during(&c.client, WEB, window);
+    std::thread::sleep(Duration::from_millis(300));
+    let daemon = Daemon::start(&c.node, &manifests, extra, &[]);
+    let seen = wait_for(Duration::from_secs(15), || daemon.logged().contains(done));
+    assert!(seen.is_some(), "the daemon never logged {done:?}:\n{}", daemon.logged());
+    assert!(started.elapsed() < window, "the takeover ended after the probes did; nothing was proven");
+    let failures = prober.join().expect("prober");
+    let log = daemon.stop();
+    std::fs::remove_file(manifests).expect("remove manifests");
+    (log, failures)
+}
+
+#[test]
+fn iptables_mode_is_taken_over_without_a_failed_connection() {
+    if !iptables_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    load(&c.node, IPTABLES_NODE, true);
+    let expected = Netns::new("tko-exp");
+    load(&expected, IPTABLES_NODE, false);
+    let monitor = Monitor::start(&c.node);
+
+    let (log, failures) = start_under_traffic(&c, &[], "left `inet user KUBE-SERVICES`");
+    assert!(failures.is_empty(), "connections failed while the daemon took over: {failures:?}\n{log}");
+    let events = monitor.events();
+    let ours = first(&events, "add chain ip kube-nftproxy nat-prerouting").expect("our hooked chain was never added");
+    let theirs = first(&events, "delete chain ip nat KUBE-SERVICES").expect("kube-proxy's chain was never deleted");
+    assert!(ours < theirs, "kube-proxy's rules went before ours were in (events {theirs} < {ours})");
+
+    assert_eq!(state(&c.node), state(&expected), "after the takeover the node is not as without kube-proxy\n{log}");
+    assert_eq!(who(&c.client, WEB), "pod-1", "the service is not served after the takeover");
+    for line in [
+        "removed nftables table `ip kube-proxy`",
+        "removed `ip nat` KUBE-MARK-MASQ, KUBE-NODEPORTS, KUBE-POSTROUTING, KUBE-PROXY-CANARY, KUBE-SERVICES and 11 per-service chains",
+        "left `ip filter` KUBE-FIREWALL, KUBE-KUBELET-CANARY: kubelet's",
+        "left `ip filter` KUBE-NWPLCY-DEFAULT, KUBE-NWPLCY-4RZBQJ7WSU2CDVEC, KUBE-POD-FW-QXNUWJC7XMBNJTXB, KUBE-ROUTER-FORWARD, KUBE-ROUTER-INPUT, KUBE-ROUTER-OUTPUT: kube-router's",
+    ] {
+        assert!(log.contains(line), "the log lacks {line:?}:\n{log}");
+    }
+    let ours_first = log.find("Full sync").expect("no full sync logged");
+    assert!(ours_first < log.find("removed ").expect("nothing removed"), "{log}");
+}
+
+#[test]
+fn with_the_flag_off_kube_proxys_rules_stay_and_are_reported() {
+    if !iptables_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    load(&c.node, IPTABLES_NODE, true);
+    let before = state(&c.node);
+    let flag = ["--cleanup-kube-proxy-at-start=false"];
+    let (log, failures) = start_under_traffic(&c, &flag, "upstream kube-proxy left `ip nat`");
+    assert!(failures.is_empty(), "connections failed while the daemon started: {failures:?}\n{log}");
+    assert_eq!(state(&c.node), before, "--cleanup-kube-proxy-at-start=false changed kube-proxy's rules\n{log}");
+    assert!(log.contains("--cleanup-kube-proxy-at-start=false leaves it"), "{log}");
+    assert!(!log.contains("removed "), "{log}");
+}
+
+#[test]
+fn nftables_mode_table_is_taken_over_without_a_failed_connection() {
+    if !common::kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    load(&c.node, &["nftables-web.nft"], true);
+    let (log, failures) = start_under_traffic(&c, &[], "removed nftables table `ip kube-proxy`");
+    assert!(failures.is_empty(), "connections failed while the daemon took over: {failures:?}\n{log}");
+    let tables = c.node.nft(&["list", "tables"]);
+    assert!(!tables.contains("kube-proxy\n"), "kube-proxy's table stayed:\n{tables}");
+    assert_eq!(who(&c.client, WEB), "pod-1");
+}
+
+#[test]
+fn a_failed_takeover_is_retried_while_the_proxy_serves() {
+    if !common::kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    load(&c.node, &["nftables-web.nft"], true);
+    // The real nft, except that the first listing in JSON (the takeover's first step) fails.
+    let dir = Scratch::new("retry");
+    let once = dir.0.join("failed-once");
+    let body = format!(
+        "case \"$*\" in *-j*) if [ ! -e {0} ]; then touch {0}; echo 'Error: stand-in failure' >&2; exit 1; fi;; esac\nexec nft \"$@\"",
+        once.display()
+    );
+    let nft = fake_nft(&dir.0, &body);
+    let manifests = write_manifests(&c, web_on(&c, &["pod-1"]));
+    let d = Daemon::start(&c.node, &manifests, &[], &[("NFT", nft.to_str().expect("utf-8 path"))]);
+    let retrying = "retrying the takeover from upstream kube-proxy in 2s";
+    assert!(wait_for(Duration::from_secs(10), || d.logged().contains(retrying)).is_some(), "{}", d.logged());
+    assert!(d.logged().contains("stand-in failure"), "the failure's cause is not logged:\n{}", d.logged());
+    assert_eq!(who(&c.client, WEB), "pod-1", "the proxy must serve while the takeover waits");
+    let done = wait_for(Duration::from_secs(5), || d.logged().contains("removed nftables table `ip kube-proxy`"));
+    assert!(done.is_some(), "the takeover was not retried:\n{}", d.logged());
+    assert!(!c.node.nft(&["list", "tables"]).contains("kube-proxy\n"));
+    d.stop();
+    std::fs::remove_file(manifests).expect("remove manifests");
+}
+
+/// Creates `kube-ipvs0` in `ns` holding two service IPs: a dummy as kube-proxy makes it
+/// where the kernel has dummy interfaces, else a veth (which must then stay). Returns
+/// whether it is a dummy.
+fn ipvs_interface(ns: &Netns) -> bool {
+    let dummy = ns.run(&["ip", "link", "add", "kube-ipvs0", "type", "dummy"], "").status.success();
+    if !dummy {
+        eprintln!("SKIPPING the removal of a dummy kube-ipvs0: this kernel has no dummy interfaces; a veth stands in");
+        let out = ns.run(&["ip", "link", "add", "kube-ipvs0", "type", "veth", "peer", "name", "ipvs-peer"], "");
+        assert!(out.status.success(), "ip link add veth: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    for ip in ["10.96.0.1/32", "10.96.0.10/32"] {
+        let out = ns.run(&["ip", "addr", "add", ip, "dev", "kube-ipvs0"], "");
+        assert!(out.status.success(), "ip addr add: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    dummy
+}
+
+#[test]
+fn kube_ipvs0_goes_only_when_it_is_a_dummy_and_link_deletion_works() {
+    if !common::kernel_available() {
+        return;
+    }
+    let ns = Netns::new("ipvs0");
+    let dummy = ipvs_interface(&ns);
+    let name = ns.name.clone();
+    in_netns(&name, move || {
+        let got = remove_ipvs_interface().expect("remove kube-ipvs0");
+        if dummy {
+            assert_eq!(got, Interface::Removed { addresses: 2 });
+        } else {
+            assert_eq!(got, Interface::Kept { kind: Some("veth".into()) });
+            // The deletion itself, on the veth standing in.
+            let l = link::find("kube-ipvs0").expect("RTM_GETLINK").expect("the veth stays");
+            link::delete(l.index).expect("RTM_DELLINK");
+        }
+        assert_eq!(link::find("kube-ipvs0").expect("RTM_GETLINK"), None, "kube-ipvs0 is still there");
+        assert_eq!(remove_ipvs_interface().expect("again"), Interface::Absent);
+    });
+}
+
+#[test]
+fn ipvs_mode_is_taken_over() {
+    if !iptables_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    load(&c.node, &["ipvs.rules"], true);
+    let dummy = ipvs_interface(&c.node);
+    let expected = Netns::new("ipvs-exp");
+    load(&expected, &["ipvs.rules"], false);
+    let manifests = write_manifests(&c, web_on(&c, &["pod-1"]));
+    let daemon = Daemon::start(&c.node, &manifests, &[], &[]);
+    let done = if dummy { "removed interface kube-ipvs0" } else { "left interface kube-ipvs0: a veth" };
+    assert!(wait_for(Duration::from_secs(15), || daemon.logged().contains(done)).is_some(), "{}", daemon.logged());
+    assert_eq!(who(&c.client, WEB), "pod-1");
+    let log = daemon.stop();
+    assert_eq!(state(&c.node), state(&expected), "kube-proxy's IPVS-mode chains stayed\n{log}");
+    let links = String::from_utf8_lossy(&c.node.run(&["ip", "link"], "").stdout).into_owned();
+    assert_eq!(links.contains("kube-ipvs0"), !dummy, "{links}\n{log}");
+    if dummy {
+        assert!(log.contains("and the 2 service addresses it held"), "{log}");
+    }
+    std::fs::remove_file(manifests).expect("remove manifests");
+}
