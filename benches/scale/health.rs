@@ -154,10 +154,8 @@ pub fn print(r: &Value) {
         let pick = |which: &str| path.iter().fold(&r[which], |v, k| &v[*k]).clone();
         println!("| {name} | {} ({}–{}) |", f(&pick("median")), f(&pick("min")), f(&pick("max")));
     };
-    println!(
-        "\nhealth-check node ports: {} Local services, {} runs, median (lowest–highest)\n",
-        r["median"]["services"], r["runs"]
-    );
+    let services = r["median"]["services"].as_f64().unwrap_or_default();
+    println!("\nhealth-check node ports: {services:.0} Local services, {} runs, median (lowest–highest)\n", r["runs"]);
     println!("| measure | value |\n|---|---|");
     row("RSS, Cluster policy (no ports), MB", &["baseline", "rss_mb"]);
     row("RSS with a port per service, MB", &["ports", "rss_mb"]);
