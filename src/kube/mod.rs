@@ -7,6 +7,7 @@ mod decode;
 mod kubeconfig;
 mod reflector;
 mod retry;
+mod watch;
 
 pub use client::{ApiError, Client, ClientError};
 pub use kubeconfig::{ClientConfig, KubeConfigError, Pem, SERVICE_ACCOUNT_DIR, Token, from_kubeconfig, in_cluster};

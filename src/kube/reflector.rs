@@ -5,29 +5,20 @@
 //! whatever was deleted meanwhile goes. Everything else backs off with jitter. Objects go to
 //! the [`Inbox`] one by one; a bad one is logged and skipped, keeping its last good state.
 
-use super::client::{ApiError, Client, Status};
-use super::decode::{self, Decoded, Event, Meta, Page};
+use super::client::{ApiError, Client};
+use super::decode::{self, Decoded, Page};
 use super::retry::{Backoff, Quiet};
 use crate::inbox::Inbox;
 use crate::metrics::Metrics;
 use crate::model::{ObjectChange, ObjectKey, ObjectKind};
 use prometheus::IntCounterVec;
 use std::collections::HashSet;
-use std::io::BufRead;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How long a list page may stay silent.
 const LIST_IDLE: Duration = Duration::from_secs(60);
-
-/// How much longer than its `timeoutSeconds` a watch may stay silent before it is taken as
-/// stalled (the server closes it at the timeout, so silence past that means a dead stream).
-const WATCH_IDLE_MARGIN: Duration = Duration::from_secs(5);
-
-/// A watch that ends this soon without an event counts as a failure, so a server that
-/// closes every watch at once is not asked again in a loop.
-const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
 
 /// Changes sent to the inbox in one go while listing.
 const BATCH: usize = 500;
@@ -107,21 +98,21 @@ impl Shared {
 
 /// Lists and watches one resource, delivering its objects to the inbox.
 pub struct Reflector {
-    shared: Arc<Shared>,
-    resource: Resource,
+    pub(super) shared: Arc<Shared>,
+    pub(super) resource: Resource,
     /// Objects delivered and not deleted since (bad ones included: they keep their last
     /// good state), so a relist knows what went away.
-    known: HashSet<ObjectKey>,
+    pub(super) known: HashSet<ObjectKey>,
     /// The resourceVersion to watch from; empty until the first list.
-    rv: String,
+    pub(super) rv: String,
     listed: bool,
     /// Whether a watch was opened before (the next is a restart).
-    watched: bool,
+    pub(super) watched: bool,
     backoff: Backoff,
 }
 
 /// What to do after a step.
-enum Next {
+pub(super) enum Next {
     Watch,
     Relist,
 }
@@ -228,7 +219,7 @@ impl Reflector {
         Recovery::Wait(self.backoff.failed(e))
     }
 
-    fn stopped(&self) -> bool {
+    pub(super) fn stopped(&self) -> bool {
         self.shared.stop.load(Ordering::SeqCst)
     }
 
@@ -251,7 +242,7 @@ impl Reflector {
     }
 
     /// The selectors as query parameters.
-    fn selectors(&self) -> String {
+    pub(super) fn selectors(&self) -> String {
         let mut q = String::new();
         if let Some(s) = self.resource.label_selector {
             q.push_str(&format!("&labelSelector={}", escape(s)));
@@ -312,7 +303,7 @@ impl Reflector {
     }
 
     /// Adds one to this resource's series of a counter, if metrics are kept.
-    fn count(&self, which: fn(&Metrics) -> &IntCounterVec) {
+    pub(super) fn count(&self, which: fn(&Metrics) -> &IntCounterVec) {
         if let Some(m) = self.shared.metrics.get() {
             which(m).with_label_values(&[self.resource.name]).inc();
         }
@@ -327,7 +318,7 @@ impl Reflector {
 
     /// Decodes one object: its key (`None` when it has no usable name) and its change, if it
     /// is one to deliver. A bad object is logged and keeps its key, so its last good state stays.
-    fn decode(&self, raw: &serde_json::value::RawValue) -> (Option<ObjectKey>, Option<ObjectChange>) {
+    pub(super) fn decode(&self, raw: &serde_json::value::RawValue) -> (Option<ObjectKey>, Option<ObjectChange>) {
         let kind = self.resource.kind.as_str();
         match decode::object(self.resource.kind, raw, &self.shared.node_name) {
             Decoded::Good(key, change) => (Some(key), change),
@@ -341,110 +332,10 @@ impl Reflector {
             }
         }
     }
-
-    /// Watches from the last resourceVersion until the stream ends; what ends it decides
-    /// whether the next step watches again or relists.
-    fn watch(&mut self) -> Result<Next, ApiError> {
-        if std::mem::replace(&mut self.watched, true) {
-            self.count(|m| &m.watch_restarts);
-        }
-        let base = self.shared.settings.watch_timeout.as_secs().max(1);
-        let timeout = base + fastrand::u64(0..base);
-        let query = format!(
-            "?watch=true&allowWatchBookmarks=true&timeoutSeconds={timeout}&resourceVersion={}{}",
-            escape(&self.rv),
-            self.selectors()
-        );
-        let idle = Duration::from_secs(timeout) + WATCH_IDLE_MARGIN;
-        let started = Instant::now();
-        let body = self.shared.client.get(&format!("{}{query}", self.resource.path), idle)?;
-        let mut reader = std::io::BufReader::new(body.into_reader());
-        let mut line = Vec::new();
-        let mut events = 0usize;
-        loop {
-            line.clear();
-            match reader.read_until(b'\n', &mut line) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e) => {
-                    let e = ureq::Error::from(e);
-                    if matches!(e, ureq::Error::Timeout(_)) {
-                        log::warn!("{}: the watch stayed silent for {idle:?}; reopening it", self.resource.name);
-                        return Ok(Next::Watch);
-                    }
-                    // A stream that served a while and then broke (reset, cut) is a watch that
-                    // ended, as client-go takes it: watch again at once. One that breaks at
-                    // once is a failure, so a server that always does it is not asked in a loop.
-                    if events > 0 || started.elapsed() >= VERY_SHORT_WATCH {
-                        log::info!("{}: the watch broke ({e}); watching again", self.resource.name);
-                        return Ok(Next::Watch);
-                    }
-                    return Err(ApiError::Transport(format!("watching {}: {e}", self.resource.name)));
-                }
-            }
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            let event: Event = serde_json::from_slice(&line).map_err(|e| {
-                ApiError::Decode(format!(
-                    "watching {}: a line that is not an event ({e}); watching again",
-                    self.resource.name
-                ))
-            })?;
-            self.event(event)?;
-            events += 1;
-            if self.stopped() {
-                break;
-            }
-        }
-        if events == 0 && started.elapsed() < VERY_SHORT_WATCH && !self.stopped() {
-            return Err(ApiError::Transport(format!(
-                "watching {}: the server ended the watch at once",
-                self.resource.name
-            )));
-        }
-        Ok(Next::Watch)
-    }
-
-    /// Handles one watch event.
-    fn event(&mut self, event: Event) -> Result<(), ApiError> {
-        let rv = || serde_json::from_str::<Meta>(event.object.get()).map(|m| m.metadata).unwrap_or_default();
-        match event.kind.as_str() {
-            "ADDED" | "MODIFIED" => {
-                let (key, change) = self.decode(&event.object);
-                self.known.extend(key);
-                if let Some(change) = change {
-                    self.shared.inbox.send(change);
-                }
-                self.advance(rv().resource_version);
-            }
-            "DELETED" => {
-                let meta = rv();
-                let key = (meta.namespace, meta.name);
-                if self.known.remove(&key) {
-                    self.shared.inbox.send(ObjectChange::deleted(&(self.resource.kind, key)));
-                }
-                self.advance(meta.resource_version);
-            }
-            "BOOKMARK" => self.advance(rv().resource_version),
-            "ERROR" => {
-                let status: Status = serde_json::from_str(event.object.get()).unwrap_or_default();
-                return Err(status.into_error(None));
-            }
-            other => log::warn!("{}: ignoring a watch event of type {other:?}", self.resource.name),
-        }
-        Ok(())
-    }
-
-    fn advance(&mut self, rv: String) {
-        if !rv.is_empty() {
-            self.rv = rv;
-        }
-    }
 }
 
 /// Percent-encodes a query value.
-fn escape(s: &str) -> String {
+pub(super) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         match b {
