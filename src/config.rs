@@ -91,6 +91,28 @@ pub struct Flags {
     /// Where `/metrics`, `/healthz` and `/proxyMode` are served (`IP:port`); empty turns them off.
     #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:10249", value_parser = parse_bind_address)]
     pub metrics_bind_address: BindAddress,
+    /// Conntrack table entries per CPU; the table is raised to this times the CPUs (at
+    /// least --conntrack-min), never lowered. 0 leaves it alone.
+    #[arg(long, value_name = "N", default_value_t = 32768)]
+    pub conntrack_max_per_core: u32,
+    /// The smallest conntrack table --conntrack-max-per-core may ask for.
+    #[arg(long, value_name = "N", default_value_t = 131072)]
+    pub conntrack_min: u32,
+    /// Idle timeout of established TCP connections (nf_conntrack_tcp_timeout_established); 0 leaves it alone.
+    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = parse_duration)]
+    pub conntrack_tcp_timeout_established: Duration,
+    /// Timeout of TCP connections in CLOSE_WAIT (nf_conntrack_tcp_timeout_close_wait); 0 leaves it alone.
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration)]
+    pub conntrack_tcp_timeout_close_wait: Duration,
+    /// Accept TCP packets outside the window instead of marking them INVALID (nf_conntrack_tcp_be_liberal).
+    #[arg(long)]
+    pub conntrack_tcp_be_liberal: bool,
+    /// Timeout of unreplied UDP flows (nf_conntrack_udp_timeout); 0 leaves it alone.
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = parse_duration)]
+    pub conntrack_udp_timeout: Duration,
+    /// Timeout of UDP flows that have seen replies (nf_conntrack_udp_timeout_stream); 0 leaves it alone.
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = parse_duration)]
+    pub conntrack_udp_timeout_stream: Duration,
     /// Remove everything kube-nftproxy created, report upstream kube-proxy leftovers, and exit.
     #[arg(long)]
     pub cleanup: bool,

@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod conntrack;
 pub mod health;
 pub mod host;
 pub mod http;

@@ -12,7 +12,7 @@ use kube_nftproxy::model::Model;
 use kube_nftproxy::nft::{Applier, OwnPids, cleanup, exec, guard};
 use kube_nftproxy::observe::Observers;
 use kube_nftproxy::sync::{Periods, Syncer};
-use kube_nftproxy::{kube, lock, manifests, render, requirements, takeover};
+use kube_nftproxy::{conntrack, kube, lock, manifests, render, requirements, takeover};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -136,6 +136,7 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
         log::info!("stopped while waiting for the other instance");
         return Ok(());
     };
+    conntrack::sysctl::apply_to_node(&conntrack::sysctl::Settings::from_flags(flags));
     let own = Arc::new(OwnPids::default());
     let alarms = inbox.clone();
     let (_guard, quiet) = guard::spawn(own.clone(), stop.clone(), move |alarm| match alarm {

@@ -7,6 +7,7 @@
 //! comes. What applies is behind the [`Kernel`] trait, so all of this is tested without root.
 
 use crate::config::{Config, MAX_DURATION};
+use crate::conntrack::{self, Reconciler};
 use crate::inbox::{Delivery, Inbox};
 use crate::model::{Changes, Model};
 use crate::nft::{NftError, Resync, SyncKind, SyncReport};
@@ -37,6 +38,8 @@ pub trait Kernel {
     fn tables_look_intact(&mut self) -> bool;
     /// The addresses on the host's interfaces.
     fn host_addresses(&mut self) -> std::io::Result<Vec<IpAddr>>;
+    /// Deletes the UDP conntrack entries `plan` names (see `conntrack::clear`).
+    fn clear_udp_flows(&mut self, plan: &conntrack::Plan) -> Result<conntrack::Report, conntrack::ConntrackError>;
 }
 
 /// Timing of the loop.
@@ -167,6 +170,8 @@ pub struct Syncer<K: Kernel> {
     unapplied: Option<Changes>,
     /// Runs once, after the first sync that went through (the takeover from kube-proxy).
     after_first_sync: Option<Box<dyn FnOnce() + Send>>,
+    /// UDP Services between conntrack cleanups.
+    conntrack: Reconciler,
 }
 
 /// How often the log says the proxy is still waiting for its Node.
@@ -197,6 +202,7 @@ impl<K: Kernel> Syncer<K> {
             observe: Observers::default(),
             unapplied: None,
             after_first_sync: None,
+            conntrack: Reconciler::default(),
         }
     }
 
@@ -356,6 +362,16 @@ impl<K: Kernel> Syncer<K> {
         }
     }
 
+    /// After a sync: deletes UDP flows that still lead to endpoints the changed Services no
+    /// longer serve from. A failure is logged and counted (`Reconciler::totals`), and the
+    /// cleanup is tried again after the next sync; the sync itself stands.
+    fn clear_stale_flows(&mut self) {
+        if let Some(plan) = self.conntrack.plan(&self.model) {
+            let result = self.kernel.clear_udp_flows(&plan);
+            self.conntrack.finish(result);
+        }
+    }
+
     /// A line for the log: what the proxy holds and did last.
     pub fn summary(&self) -> String {
         let ports: usize = self.model.services.values().map(Vec::len).sum();
@@ -410,6 +426,8 @@ impl<K: Kernel> Syncer<K> {
                 let s = Synced { kind: report.kind, took: end - started, bytes: report.script.len(), elements };
                 self.observe.synced(&s, &changes, SystemTime::now());
                 self.observe.local(&self.model, &self.cfg, &changes, all);
+                self.conntrack.touch(&changes.services);
+                self.clear_stale_flows();
             }
             Err(e) => {
                 self.unapplied = Some(changes);

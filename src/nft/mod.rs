@@ -320,4 +320,11 @@ impl crate::sync::Kernel for Applier {
     fn host_addresses(&mut self) -> std::io::Result<Vec<std::net::IpAddr>> {
         crate::host::interface_addresses()
     }
+
+    fn clear_udp_flows(
+        &mut self,
+        plan: &crate::conntrack::Plan,
+    ) -> Result<crate::conntrack::Report, crate::conntrack::ConntrackError> {
+        crate::conntrack::clear(plan)
+    }
 }

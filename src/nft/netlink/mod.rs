@@ -1,12 +1,14 @@
 //! A minimal nfnetlink client for the cheap questions the proxy asks the kernel without `nft`:
 //! the ruleset generation, whether a table or chain holds what it should, what a table holds
 //! (`dump`), and the stream of nftables change events (with the process that committed each
-//! generation); and, over rtnetlink, finding and deleting a network interface (`link`).
+//! generation); over rtnetlink, finding and deleting a network interface (`link`); and
+//! ctnetlink, the conntrack table (`conntrack`).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
+pub mod conntrack;
 mod dump;
 pub mod link;
 
@@ -19,6 +21,8 @@ const NFNLGRP_NFTABLES: u32 = 7;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 const NLM_F_REQUEST: u16 = 1;
+/// A reply that is one part of several (a dump's), ended by `NLMSG_DONE`.
+const NLM_F_MULTI: u16 = 2;
 const NLM_F_ACK: u16 = 4;
 const NLM_F_DUMP: u16 = 0x300;
 const NFT_MSG_GETTABLE: u16 = 1;
@@ -208,7 +212,7 @@ impl Socket {
         loop {
             let n = self.recv(&mut buf)?;
             // Replies to an earlier request (a late ACK after a dump) carry another sequence number.
-            for (kind, flags_done, body) in messages(&buf[..n]).filter(|m| m.3 == seq).map(|m| (m.0, m.1, m.2)) {
+            for (kind, flags, body) in messages(&buf[..n]).filter(|m| m.3 == seq).map(|m| (m.0, m.1, m.2)) {
                 match kind {
                     NLMSG_DONE => return Ok(out),
                     NLMSG_ERROR => {
@@ -216,7 +220,7 @@ impl Socket {
                         if code != 0 {
                             return Err(io::Error::from_raw_os_error(-code));
                         }
-                        if !flags_done {
+                        if flags & NLM_F_MULTI == 0 {
                             return Ok(out);
                         }
                     }
@@ -263,8 +267,8 @@ pub fn set_notifications(fd: std::os::fd::RawFd, on: bool) -> io::Result<()> {
     Ok(())
 }
 
-/// Splits a netlink datagram into (type, is-multipart, payload after the nlmsghdr, sequence).
-fn messages(mut data: &[u8]) -> impl Iterator<Item = (u16, bool, &[u8], u32)> {
+/// Splits a netlink datagram into (type, flags, payload after the nlmsghdr, sequence).
+fn messages(mut data: &[u8]) -> impl Iterator<Item = (u16, u16, &[u8], u32)> {
     std::iter::from_fn(move || {
         if data.len() < 16 {
             return None;
@@ -278,7 +282,7 @@ fn messages(mut data: &[u8]) -> impl Iterator<Item = (u16, bool, &[u8], u32)> {
         }
         let body = &data[16..len];
         data = &data[len.next_multiple_of(4).min(data.len())..];
-        Some((kind, flags & 2 != 0, body, seq))
+        Some((kind, flags, body, seq))
     })
 }
 
