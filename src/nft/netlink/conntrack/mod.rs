@@ -26,9 +26,12 @@ const CTA_STATS_GLOBAL_ENTRIES: u16 = 1;
 const NLM_F_DUMP_INTR: u16 = 0x10;
 const NLM_F_EXCL: u16 = 0x200;
 const NLM_F_CREATE: u16 = 0x400;
-/// Entry status bits a created entry gets: it has seen replies and is assured.
+/// Entry status bits a created entry gets: it has seen replies and is assured; and it is
+/// confirmed, which the kernel sets on entries it creates for ctnetlink (a status that
+/// differs in that bit is refused with EBUSY).
 const IPS_SEEN_REPLY: u32 = 1 << 1;
 const IPS_ASSURED: u32 = 1 << 2;
+const IPS_CONFIRMED: u32 = 1 << 3;
 
 /// The IP protocol number of UDP.
 pub const IPPROTO_UDP: u8 = 17;
@@ -185,7 +188,7 @@ pub fn create(flows: impl IntoIterator<Item = NewFlow>) -> io::Result<u64> {
             let start = begin(buf, IPCTNL_MSG_CT_NEW, NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL, seq, family);
             put(buf, CTA_TUPLE_ORIG | NLA_F_NESTED, &encode_tuple(f.proto, f.orig_src, f.orig_dst));
             put(buf, CTA_TUPLE_REPLY | NLA_F_NESTED, &encode_tuple(f.proto, f.reply_src, f.reply_dst));
-            put(buf, CTA_STATUS, &(IPS_SEEN_REPLY | IPS_ASSURED).to_be_bytes());
+            put(buf, CTA_STATUS, &(IPS_SEEN_REPLY | IPS_ASSURED | IPS_CONFIRMED).to_be_bytes());
             put(buf, CTA_TIMEOUT, &f.timeout.to_be_bytes());
             finish(buf, start);
         })?;
