@@ -8,12 +8,14 @@
 //! emulator) at 30k services (`api.rs`); `-- --api-only` runs that part alone (results in
 //! `target/bench/api.{csv,json}`), `-- --api-idle SECONDS` runs the daemon idle that long
 //! against it and reports the requests it made. `-- --health-only` measures health-check node
-//! ports alone (`health.rs`).
+//! ports alone (`health.rs`). `-- --conntrack` times the conntrack cleanup over tables of 10k
+//! and 100k UDP flows (`conntrack.rs`; results in `target/bench/conntrack.json`).
 
 mod api;
 mod churn;
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod conntrack;
 mod health;
 mod measure;
 mod observe;
@@ -201,7 +203,17 @@ fn main() {
         report::reprint(all.iter().any(|a| a == "--api-only"));
         return;
     }
-    let modes = ["--bench", "--case", "--latency", "--churn", "--api", "--api-idle", "--health"];
+    let modes = [
+        "--bench",
+        "--case",
+        "--latency",
+        "--churn",
+        "--api",
+        "--api-idle",
+        "--health",
+        "--conntrack",
+        "--conntrack-child",
+    ];
     if !all.iter().any(|a| modes.contains(&a.as_str())) {
         println!("scale benchmark: run it with `cargo bench --bench scale [-- --smoke]`");
         return;
@@ -227,6 +239,20 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--case") {
         let idx: usize = args[i + 1].parse().expect("case index");
         println!("{}", run_case(&cases(smoke)[idx], limit));
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--conntrack-child") {
+        println!("{}", conntrack::child(&args[i + 1], &args[i + 2]));
+        return;
+    }
+    if args.iter().any(|a| a == "--conntrack") {
+        if !common::kernel_available() {
+            std::process::exit(1);
+        }
+        let results = conntrack::run(smoke, runs);
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+        std::fs::create_dir_all(&dir).expect("target/bench");
+        std::fs::write(dir.join("conntrack.json"), results.to_string()).expect("write conntrack.json");
         return;
     }
     if let Some(i) = args.iter().position(|a| a == "--latency") {

@@ -141,14 +141,15 @@ impl Reconciler {
     }
 }
 
-/// `IPv4: deleted 1 of 57 flows in 1.2ms` per family.
+/// `IPv4: deleted 1 of 57 flows in 1.2ms`, per family.
 fn describe(report: &Report) -> String {
     let parts: Vec<String> = report
         .families
         .iter()
         .map(|f| {
             let partial = if f.partial { " (dump interrupted: some flows may remain)" } else { "" };
-            format!("{:?}: deleted {} of {} flows in {:?}{partial}", f.family, f.deleted, f.scanned, f.took)
+            let family = if f.family == Family::V4 { "IPv4" } else { "IPv6" };
+            format!("{family}: deleted {} of {} flows in {:?}{partial}", f.deleted, f.scanned, f.took)
         })
         .collect();
     parts.join("; ")
