@@ -44,7 +44,7 @@ fn entries(ns: &Netns) -> Vec<(u8, SocketAddr, SocketAddr)> {
         let mut sock = Socket::open().expect("netlink socket");
         let mut all = Vec::new();
         for family in [NfFamily::Ip, NfFamily::Ip6] {
-            sock.scan(family, |e| {
+            sock.dump_conntrack(family, |e| {
                 all.push((e.proto, e.orig_dst, e.reply_src));
                 Ok(())
             })

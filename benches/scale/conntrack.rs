@@ -85,7 +85,7 @@ pub fn child(what: &str, ns: &str) -> Value {
             _ => {
                 let mut n = 0u64;
                 let mut sock = Socket::open().expect("netlink socket");
-                sock.scan(NfFamily::Ip, |e| {
+                sock.dump_conntrack(NfFamily::Ip, |e| {
                     n += u64::from(e.proto == IPPROTO_UDP);
                     Ok(())
                 })

@@ -133,7 +133,7 @@ impl Batch {
         let mut answered = 0;
         let mut failure = None;
         while answered < queued {
-            let n = self.sock.recv(&mut self.rx)?;
+            let n = receive(&self.sock, &mut self.rx)?;
             for (kind, _, body, seq) in messages(&self.rx[..n]) {
                 if kind != NLMSG_ERROR || seq.wrapping_sub(first) >= queued {
                     continue;
@@ -150,6 +150,21 @@ impl Batch {
     }
 }
 
+/// One receive, repeated when a signal interrupted it (a receive with a timeout is not
+/// restarted by the kernel); the timeout is reported as one.
+fn receive(sock: &Socket, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        match sock.recv(buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let why = format!("ctnetlink did not answer within {CONNTRACK_RECV_TIMEOUT:?}");
+                return Err(io::Error::new(io::ErrorKind::TimedOut, why));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Deletes, from the calling thread's network namespace's conntrack table of `family`, every
 /// entry `stale` picks. The table is dumped on one socket and each received buffer is
 /// filtered as it arrives; deletions go over a second socket in batches meanwhile, so memory
@@ -159,7 +174,7 @@ pub fn sweep(family: NfFamily, mut stale: impl FnMut(&Entry<'_>) -> bool) -> io:
     super::set_receive_timeout(&dump.fd, CONNTRACK_RECV_TIMEOUT)?;
     let mut deletes = Batch::new()?;
     let mut swept = Swept::default();
-    let (scanned, malformed, partial) = dump.scan(family, |e| {
+    let (scanned, malformed, partial) = dump.dump_conntrack(family, |e| {
         if !stale(e) {
             return Ok(());
         }
@@ -201,7 +216,7 @@ impl Socket {
     /// Dumps the conntrack table of `family`, handing each entry to `each` as its buffer
     /// arrives; returns the entries seen, those that did not decode, and whether the dump was
     /// interrupted (partial: what came is still used). An error from `each` ends the dump.
-    pub fn scan(
+    pub fn dump_conntrack(
         &mut self,
         family: NfFamily,
         mut each: impl FnMut(&Entry<'_>) -> io::Result<()>,
@@ -215,10 +230,7 @@ impl Socket {
         let mut buf = vec![0u8; RECV_BUFFER];
         let (mut scanned, mut malformed, mut partial) = (0, 0, false);
         loop {
-            let n = match self.recv(&mut buf) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                other => other?,
-            };
+            let n = receive(self, &mut buf)?;
             for (kind, flags, body, s) in messages(&buf[..n]) {
                 if s != seq {
                     continue;
