@@ -137,6 +137,16 @@ impl Observers {
         m.endpoint_changes_pending.set(0);
     }
 
+    /// Notes a conntrack cleanup: per family, how long its sweep took and what it deleted.
+    pub fn conntrack(&self, report: &crate::conntrack::Report) {
+        let Some(m) = &self.metrics else { return };
+        for f in &report.families {
+            let family = family_label(f.family);
+            m.conntrack_duration.with_label_values(&[family]).observe(f.took.as_secs_f64());
+            m.conntrack_deleted.with_label_values(&[family]).inc_by(f.deleted);
+        }
+    }
+
     /// Brings the node-local view up to `model` for what `changes` touched (everything after
     /// a rebuild, `all`), and hands the health-check node ports to their servers.
     pub fn local(&mut self, model: &Model, cfg: &Config, changes: &Changes, all: bool) {

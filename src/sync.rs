@@ -368,6 +368,9 @@ impl<K: Kernel> Syncer<K> {
     fn clear_stale_flows(&mut self) {
         if let Some(plan) = self.conntrack.plan(&self.model) {
             let result = self.kernel.clear_udp_flows(&plan);
+            if let Ok(report) = &result {
+                self.observe.conntrack(report);
+            }
             self.conntrack.finish(result);
         }
     }
@@ -400,25 +403,29 @@ impl<K: Kernel> Syncer<K> {
         };
         let mut rendered_at = started;
         let mut applied = None;
+        // Taken before rendering, so a sync that fails (in rendering or in the kernel) hands
+        // them on to the next one that succeeds.
+        let mut changes = self.model.take_changes();
+        if let Some(earlier) = self.unapplied.take() {
+            changes.absorb(earlier);
+        }
         let result =
-            render_changes(&mut self.model, &mut self.rendered, &self.cfg).and_then(|(rendered, update, changes)| {
+            render_changes(&self.model, &mut self.rendered, &self.cfg, &changes).and_then(|(rendered, update)| {
                 rendered_at = Instant::now();
                 let now: BTreeSet<String> = rendered.ruleset().warnings().cloned().collect();
                 for w in now.difference(&self.reported) {
                     log::warn!("{w}");
                 }
                 self.reported = now;
-                let elements = update.elements(rendered.ruleset());
-                applied = Some((changes, matches!(update, Update::Replaced | Update::Rebuilt(_)), elements));
+                applied = Some((
+                    matches!(update, Update::Replaced | Update::Rebuilt(_)),
+                    update.elements(rendered.ruleset()),
+                ));
                 self.kernel.sync(rendered.ruleset(), &update, resync)
             });
         let end = Instant::now();
         self.pace.take(end);
-        // What a failed sync took from the model is reported with the next one that succeeds.
-        let (mut changes, all, elements) = applied.unwrap_or_default();
-        if let Some(earlier) = self.unapplied.take() {
-            changes.absorb(earlier);
-        }
+        let (all, elements) = applied.unwrap_or_default();
         match result {
             Ok(report) => {
                 let took = (rendered_at - started, end - rendered_at);
@@ -476,18 +483,17 @@ impl<K: Kernel> Syncer<K> {
     }
 }
 
-/// Brings the rendered state up to the model: the Services changed since the last sync are
-/// rendered again, or everything when nothing was rendered yet (or rendering failed). Also
-/// returns the changes it took from the model.
+/// Brings the rendered state up to the model: the Services in `changes` are rendered again,
+/// or everything when nothing was rendered yet (or rendering failed).
 fn render_changes<'s>(
-    model: &mut Model,
+    model: &Model,
     slot: &'s mut Option<Rendered>,
     cfg: &Config,
-) -> Result<(&'s Rendered, Update, Changes), NftError> {
-    let changes = model.take_changes();
+    changes: &Changes,
+) -> Result<(&'s Rendered, Update), NftError> {
     let (rendered, update) = match slot.take() {
-        Some(mut r) => r.update(model, cfg, &changes).map(|u| (r, u))?,
+        Some(mut r) => r.update(model, cfg, changes).map(|u| (r, u))?,
         None => (Rendered::build(model, cfg, None)?, Update::Replaced),
     };
-    Ok((slot.insert(rendered), update, changes))
+    Ok((slot.insert(rendered), update))
 }
