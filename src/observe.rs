@@ -94,10 +94,12 @@ impl Observers {
         }
     }
 
-    /// Notes a failed sync.
-    pub fn failed(&self) {
+    /// Notes a failed sync that took `took`: upstream times every attempt, so failures ÷
+    /// attempts is a failure ratio.
+    pub fn failed(&self, took: Duration) {
         if let Some(m) = &self.metrics {
             Metrics::count_families(&m.sync_failures);
+            Metrics::observe_families(&m.sync_duration, took);
         }
     }
 

@@ -438,7 +438,7 @@ impl<K: Kernel> Syncer<K> {
             }
             Err(e) => {
                 self.unapplied = Some(changes);
-                self.observe.failed();
+                self.observe.failed(end - started);
                 let wait = self.retry.failed(end);
                 log::error!("sync failed, old rules stay in place; retrying in {wait:?} with a full sync: {e}");
                 self.force_full = true;

@@ -7,6 +7,7 @@ use super::services::ServiceHealth;
 use crate::model::{Family, Model, ObjectKey};
 use crate::topology::categorize_endpoints;
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 
 /// Per family, how many ports of one Service have no local endpoint: `[internal, external]`.
 type NoLocal = [[u32; 2]; 2];
@@ -83,25 +84,33 @@ fn local_of(model: &Model, key: &ObjectKey, node: &str) -> Local {
     let mut l = Local::default();
     let Some(ports) = model.services.get(key) else { return l };
     let zone = model.node.as_ref().and_then(|n| n.zone.as_deref());
-    let health_check = ports.iter().find_map(|p| p.health_check_node_port.filter(|_| p.external_policy_local));
-    let mut ready_here = BTreeSet::new();
-    for sp in ports.iter().filter(|p| p.uses_local_endpoints()) {
+    let health_check = ports.iter().find_map(|p| p.health_check_node_port);
+    // Per family, as upstream's proxier of each family counts only its own endpoints.
+    let mut ready_here: [BTreeSet<IpAddr>; 2] = Default::default();
+    for sp in ports {
         for (i, family) in Family::ALL.into_iter().enumerate() {
             if !sp.cluster_ips.iter().any(|ip| Family::of(ip) == family) {
                 continue;
             }
             let endpoints = model.endpoints(&sp.name, family);
-            if categorize_endpoints(&endpoints, sp, node, zone).local.is_empty() {
+            if health_check.is_some() {
+                let here = endpoints.iter().filter(|e| e.ready && e.node_name.as_deref() == Some(node));
+                ready_here[i].extend(here.map(|e| e.ip));
+            }
+            if !sp.uses_local_endpoints() {
+                continue;
+            }
+            // As upstream: a port without any usable endpoint is rejected, not counted.
+            let cat = categorize_endpoints(&endpoints, sp, node, zone);
+            if cat.has_any && cat.local.is_empty() {
                 l.no_local[i][0] += u32::from(sp.internal_policy_local);
                 l.no_local[i][1] += u32::from(sp.externally_accessible() && sp.external_policy_local);
             }
-            let here = endpoints.iter().filter(|e| e.ready && e.node_name.as_deref() == Some(node));
-            ready_here.extend(here.map(|e| e.ip));
         }
     }
     l.health_check = health_check.map(|port| {
-        let s = ServiceHealth { namespace: key.0.clone(), name: key.1.clone(), local_endpoints: ready_here.len() };
-        (port, s)
+        let local_endpoints = ready_here.map(|ips| ips.len());
+        (port, ServiceHealth { namespace: key.0.clone(), name: key.1.clone(), local_endpoints })
     });
     l
 }

@@ -2,13 +2,14 @@
 //! listeners and their connections. A thread (or a tiny_http server, six threads) per port
 //! would cost thousands of threads on a node with many Local Services; the answers are a few
 //! hundred bytes decided from a table, so one loop serves them all. Each connection gets one
-//! answer and is closed; one that has not sent a whole request head within
+//! answer (any method and path; only the request line is read) and is closed; one that has not sent a whole request head within
 //! [`REQUEST_TIMEOUT`], or sends more than [`MAX_REQUEST`] bytes of it, is dropped.
 
 use super::Health;
 use super::services::{ServiceHealth, Wanted, answer};
 use crate::http::{self, Reply};
 use crate::metrics::Metrics;
+use crate::model::Family;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -27,6 +28,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest request head read.
 const MAX_REQUEST: usize = 8192;
 
+/// Connections waiting to be accepted, per listener.
+const BACKLOG: i32 = 128;
+
 /// Connections open at once; more are closed as they are accepted.
 const MAX_CONNECTIONS: usize = 1024;
 
@@ -34,6 +38,8 @@ const MAX_CONNECTIONS: usize = 1024;
 struct Conn {
     stream: TcpStream,
     port: u16,
+    /// The family the checker connected over (an IPv4 client of a `[::]` listener: IPv4).
+    family: Family,
     since: Instant,
     read: Vec<u8>,
     /// The answer, once the request is in, and how much of it is written.
@@ -57,8 +63,9 @@ pub struct Loop {
     slots: HashMap<Token, Slot>,
     conns: usize,
     next: usize,
-    /// Sockets that could not be bound, retried every [`http::REBIND`].
+    /// Sockets that could not be bound, retried every [`http::REBIND`], and when next.
     failing: BTreeSet<SocketAddr>,
+    retry_at: Option<Instant>,
 }
 
 impl Loop {
@@ -75,6 +82,7 @@ impl Loop {
             conns: 0,
             next: 1,
             failing: BTreeSet::new(),
+            retry_at: None,
         }
     }
 
@@ -123,7 +131,7 @@ impl Loop {
 
     /// When the loop must wake without events: a retry, or the oldest request timing out.
     fn next_deadline(&self) -> Option<Instant> {
-        let retry = (!self.failing.is_empty()).then(|| Instant::now() + http::REBIND);
+        let retry = self.retry_at.filter(|_| !self.failing.is_empty());
         let oldest = self.slots.values().filter_map(|s| if let Slot::Conn(c) = s { Some(c.since) } else { None }).min();
         [retry, oldest.map(|t| t + REQUEST_TIMEOUT)].into_iter().flatten().min()
     }
@@ -144,8 +152,14 @@ impl Loop {
             }
         }
         self.failing.retain(|a| self.wanted.contains(a));
-        let missing: Vec<SocketAddr> =
-            self.wanted.iter().filter(|a| !self.listeners.contains_key(a)).copied().collect();
+        // New sockets are tried at once; those that failed, when their retry is due.
+        let due = self.retry_at.is_none_or(|at| Instant::now() >= at);
+        let missing: Vec<SocketAddr> = self
+            .wanted
+            .iter()
+            .filter(|a| !self.listeners.contains_key(a) && (due || !self.failing.contains(a)))
+            .copied()
+            .collect();
         for addr in missing {
             match self.listen(addr) {
                 Ok(()) => {
@@ -160,6 +174,9 @@ impl Loop {
                 }
                 Err(_) => {}
             }
+        }
+        if due || self.retry_at.is_none() {
+            self.retry_at = (!self.failing.is_empty()).then(|| Instant::now() + http::REBIND);
         }
         if let Some(m) = &self.metrics {
             let ports: BTreeSet<u16> = self.listeners.keys().map(SocketAddr::port).collect();
@@ -195,9 +212,11 @@ impl Loop {
                     if self.conns >= MAX_CONNECTIONS {
                         continue;
                     }
+                    let local = stream.local_addr().map_or(addr.ip(), |a| a.ip().to_canonical());
+                    let (port, family, since) = (addr.port(), Family::of(&local), Instant::now());
                     let token = self.token();
                     if self.poll.registry().register(&mut stream, token, Interest::READABLE).is_ok() {
-                        let c = Conn { stream, port: addr.port(), since: Instant::now(), read: Vec::new(), out: None };
+                        let c = Conn { stream, port, family, since, read: Vec::new(), out: None };
                         self.slots.insert(token, Slot::Conn(c));
                         self.conns += 1;
                     }
@@ -277,9 +296,14 @@ fn step(c: &mut Conn, table: &BTreeMap<u16, ServiceHealth>, healthy: bool) -> st
         return Ok(Step::Done);
     }
     let mut buf = [0u8; 2048];
+    let mut ended = false;
     loop {
         match c.stream.read(&mut buf) {
-            Ok(0) => return Ok(Step::Done),
+            // The client may close its side right after its request: answer what came.
+            Ok(0) => {
+                ended = true;
+                break;
+            }
             Ok(n) => c.read.extend_from_slice(&buf[..n]),
             Err(e) if e.kind() == ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -289,22 +313,53 @@ fn step(c: &mut Conn, table: &BTreeMap<u16, ServiceHealth>, healthy: bool) -> st
             return Ok(Step::Done);
         }
     }
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    match httparse::Request::new(&mut headers).parse(&c.read) {
-        Ok(httparse::Status::Complete(_)) => {
-            c.out = Some((encode(&answer(table.get(&c.port), healthy)), 0));
-            Ok(Step::Answered)
+    let reply = match request(&c.read) {
+        Head::Partial if ended => return Ok(Step::Done),
+        Head::Partial => return Ok(Step::Wait),
+        Head::Bad => encode(&Reply::new(400, http::TEXT, "400 Bad Request"), true),
+        Head::Request { head } => encode(&answer(table.get(&c.port), c.family, healthy), !head),
+    };
+    c.out = Some((reply, 0));
+    Ok(Step::Answered)
+}
+
+/// What the bytes read so far hold.
+enum Head {
+    /// Not a whole request head yet.
+    Partial,
+    /// A request head that is not HTTP.
+    Bad,
+    /// A request; `head` for the HEAD method, whose answer has no body.
+    Request { head: bool },
+}
+
+/// Finds a request head in `read`. Only its request line matters: every path and header
+/// gets the same answer.
+fn request(read: &[u8]) -> Head {
+    let Some(end) =
+        read.windows(4).position(|w| w == b"\r\n\r\n").or_else(|| read.windows(2).position(|w| w == b"\n\n"))
+    else {
+        return Head::Partial;
+    };
+    let line = read[..end].split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut words = line.trim_end_matches('\r').split(' ');
+    match (words.next(), words.next(), words.next(), words.next()) {
+        (Some(method), Some(target), Some(version), None)
+            if !method.is_empty()
+                && method.bytes().all(|b| b.is_ascii_uppercase())
+                && !target.is_empty()
+                && version.starts_with("HTTP/1.") =>
+        {
+            Head::Request { head: method == "HEAD" }
         }
-        Ok(httparse::Status::Partial) => Ok(Step::Wait),
-        Err(_) => {
-            c.out = Some((encode(&Reply::new(400, http::TEXT, "400 Bad Request")), 0));
-            Ok(Step::Answered)
-        }
+        _ => Head::Bad,
     }
 }
 
-/// An HTTP/1.1 response that closes the connection.
-fn encode(r: &Reply) -> Vec<u8> {
+/// An HTTP/1.1 response that closes the connection, with its body unless not `with_body`
+/// (an answer to HEAD says how long the body would be and leaves it out).
+fn encode(r: &Reply, with_body: bool) -> Vec<u8> {
     let reason = match r.code {
         200 => "OK",
         400 => "Bad Request",
@@ -320,15 +375,31 @@ fn encode(r: &Reply) -> Vec<u8> {
     }
     head.push_str(&format!("Content-Length: {}\r\nConnection: close\r\n\r\n", r.body.len()));
     let mut out = head.into_bytes();
-    out.extend_from_slice(r.body.as_bytes());
+    if with_body {
+        out.extend_from_slice(r.body.as_bytes());
+    }
     out
 }
 
-/// Binds `addr`; `[::]` on a host without IPv6 falls back to `0.0.0.0`.
+/// Binds and listens on `addr`. `[::]` takes IPv4 too, whatever `net.ipv6.bindv6only` says
+/// (as Go's listeners do); a host without IPv6 gets `0.0.0.0` instead.
 fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    match std::net::TcpListener::bind(addr) {
-        Err(e) if addr.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED) && e.kind() != ErrorKind::AddrInUse => {
-            std::net::TcpListener::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), addr.port()))
+    use rustix::net::{AddressFamily, SocketType, bind, listen, socket, sockopt};
+    let any6 = addr.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED);
+    let open = |addr: SocketAddr| -> std::io::Result<std::net::TcpListener> {
+        let family = if addr.is_ipv6() { AddressFamily::INET6 } else { AddressFamily::INET };
+        let fd = socket(family, SocketType::STREAM, None)?;
+        sockopt::set_socket_reuseaddr(&fd, true)?;
+        if addr.is_ipv6() {
+            sockopt::set_ipv6_v6only(&fd, !any6)?;
+        }
+        bind(&fd, &addr)?;
+        listen(&fd, BACKLOG)?;
+        Ok(std::net::TcpListener::from(fd))
+    };
+    match open(addr) {
+        Err(e) if any6 && e.kind() != ErrorKind::AddrInUse => {
+            open(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), addr.port()))
         }
         other => other,
     }

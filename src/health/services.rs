@@ -9,6 +9,7 @@ use super::Health;
 use super::ports::{Loop, WAKER};
 use crate::http::{self, Reply};
 use crate::metrics::Metrics;
+use crate::model::Family;
 use mio::{Poll, Waker};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -22,8 +23,8 @@ pub struct ServiceHealth {
     pub namespace: String,
     /// The Service's name.
     pub name: String,
-    /// Distinct ready endpoint IPs of the Service on this node.
-    pub local_endpoints: usize,
+    /// Distinct ready endpoint IPs of the Service on this node, per family (IPv4, IPv6).
+    pub local_endpoints: [usize; 2],
 }
 
 /// Where the servers listen.
@@ -57,23 +58,27 @@ impl Wanted {
 }
 
 /// The body upstream writes: tab-indented JSON, no newline at the end.
-fn body(s: &ServiceHealth, healthy: bool) -> String {
+fn body(s: &ServiceHealth, local: usize, healthy: bool) -> String {
     let quote = |v: &str| serde_json::to_string(v).unwrap_or_default();
     format!(
-        "{{\n\t\"service\": {{\n\t\t\"namespace\": {},\n\t\t\"name\": {}\n\t}},\n\t\"localEndpoints\": {},\n\t\"serviceProxyHealthy\": {healthy}\n}}",
+        "{{\n\t\"service\": {{\n\t\t\"namespace\": {},\n\t\t\"name\": {}\n\t}},\n\t\"localEndpoints\": {local},\n\t\"serviceProxyHealthy\": {healthy}\n}}",
         quote(&s.namespace),
         quote(&s.name),
-        s.local_endpoints
     )
 }
 
-/// The answer on `port` (any path): 200 when this node has ready endpoints of the service
-/// and the proxy is healthy, else 503; 404 for a port no longer wanted.
-pub fn answer(s: Option<&ServiceHealth>, healthy: bool) -> Reply {
+/// The answer on a port to a checker connected over `family` (any path): 200 when this node
+/// has ready endpoints of the service in that family and the proxy is healthy, else 503;
+/// 404 for a port no longer wanted. As upstream's per-family proxiers each answer for theirs.
+pub fn answer(s: Option<&ServiceHealth>, family: Family, healthy: bool) -> Reply {
     let Some(s) = s else { return Reply::not_found() };
-    let ok = s.local_endpoints > 0 && healthy;
-    let mut reply = Reply::new(if ok { 200 } else { 503 }, http::JSON, body(s, healthy));
-    reply.headers.push(("X-Load-Balancing-Endpoint-Weight", s.local_endpoints.to_string()));
+    let local = s.local_endpoints[match family {
+        Family::V4 => 0,
+        Family::V6 => 1,
+    }];
+    let ok = local > 0 && healthy;
+    let mut reply = Reply::new(if ok { 200 } else { 503 }, http::JSON, body(s, local, healthy));
+    reply.headers.push(("X-Load-Balancing-Endpoint-Weight", local.to_string()));
     reply
 }
 
@@ -115,23 +120,25 @@ mod tests {
     use super::*;
 
     fn web(n: usize) -> ServiceHealth {
-        ServiceHealth { namespace: "shop".into(), name: "web".into(), local_endpoints: n }
+        ServiceHealth { namespace: "shop".into(), name: "web".into(), local_endpoints: [n, 0] }
     }
 
     #[test]
     fn answers_as_upstream() {
-        let r = answer(Some(&web(2)), true);
+        let r = answer(Some(&web(2)), Family::V4, true);
         assert_eq!(r.code, 200);
         assert_eq!(r.headers, vec![("X-Load-Balancing-Endpoint-Weight", "2".to_string())]);
         assert_eq!(
             r.body,
             "{\n\t\"service\": {\n\t\t\"namespace\": \"shop\",\n\t\t\"name\": \"web\"\n\t},\n\t\"localEndpoints\": 2,\n\t\"serviceProxyHealthy\": true\n}"
         );
-        assert_eq!(answer(Some(&web(0)), true).code, 503, "no local endpoints");
-        let sick = answer(Some(&web(2)), false);
+        assert_eq!(answer(Some(&web(0)), Family::V4, true).code, 503, "no local endpoints");
+        let sick = answer(Some(&web(2)), Family::V4, false);
         assert_eq!(sick.code, 503, "proxy unhealthy");
         assert!(sick.body.contains("\"serviceProxyHealthy\": false"));
-        assert_eq!(answer(None, true).code, 404);
+        assert_eq!(answer(None, Family::V4, true).code, 404);
+        let v6 = answer(Some(&web(2)), Family::V6, true);
+        assert_eq!((v6.code, v6.headers[0].1.as_str()), (503, "0"), "an IPv6 checker counts IPv6 endpoints");
     }
 
     #[test]

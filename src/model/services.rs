@@ -110,7 +110,12 @@ impl ServicePort {
             .collect::<Result<Vec<_>, _>>()
             .map_err(&err)?;
         let affinity_timeout = affinity(&spec).map_err(&err)?;
-        let health_check_node_port = spec.health_check_node_port.map(valid_port).transpose().map_err(&err)?;
+        // Only a LoadBalancer with the Local policy has its health checked, as upstream reads it
+        // (a stale field on another Service is not served).
+        let checked =
+            spec.type_.as_deref() == Some("LoadBalancer") && spec.external_traffic_policy.as_deref() == Some("Local");
+        let health_check_node_port =
+            spec.health_check_node_port.filter(|_| checked).map(valid_port).transpose().map_err(&err)?;
         let mut ports = Vec::new();
         for p in spec.ports.iter().flatten() {
             let protocol = Protocol::parse(p.protocol.as_deref()).map_err(&err)?;
