@@ -5,7 +5,8 @@
 
 mod common;
 
-use common::cluster::{Cluster, ECHO_PORT, endpoint, service};
+use common::checker::{NODE_IP, check_at, expect, expect_at, local_lb};
+use common::cluster::{Cluster, service};
 use common::daemon::{Daemon, fake_nft, wait_for, write_manifests};
 use common::kernel_available;
 use common::net::{http_get, in_netns};
@@ -14,46 +15,6 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
-
-// ---------------------------------------------------------------------------------------
-// The real daemon in network namespaces.
-// ---------------------------------------------------------------------------------------
-
-/// The node's primary address, where NodePorts (and so health-check ports) are served.
-const NODE_IP: &str = "192.168.1.1";
-
-/// A LoadBalancer Service `name` (`n` picks its addresses) with `externalTrafficPolicy: Local`,
-/// health-check node port `hcnp` and one ready endpoint per pod of `pods`.
-fn local_lb(c: &Cluster, name: &str, n: u8, hcnp: u16, pods: &[&str]) -> Vec<Value> {
-    let spec = json!({"type": "LoadBalancer", "clusterIP": format!("172.30.0.{n}"),
-        "externalTrafficPolicy": "Local", "healthCheckNodePort": hcnp,
-        "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT, "nodePort": 30000 + u16::from(n)}]});
-    let status = json!({"loadBalancer": {"ingress": [{"ip": format!("203.0.113.{n}")}]}});
-    let eps = pods.iter().map(|p| endpoint(c.pod_named(p), false, json!({}))).collect();
-    let mut s = common::cluster::slice(name, false, "TCP", eps);
-    s["metadata"]["name"] = json!(format!("{name}-abc"));
-    vec![service(name, spec, status), s]
-}
-
-/// What a load balancer's checker sees on `addr`: status, weight header, body; `None` when
-/// nothing answers.
-fn check_at(c: &Cluster, addr: &str) -> Option<(u16, String, String)> {
-    let (code, head, body) = http_get(&c.client.name, addr, "/healthz")?;
-    let weight = head.lines().find_map(|l| l.strip_prefix("x-load-balancing-endpoint-weight: ")).unwrap_or_default();
-    Some((code, weight.to_string(), body))
-}
-
-/// Waits up to 5 s for `addr` to answer `want` (status, weight), or to be closed (`None`).
-fn expect_at(c: &Cluster, d: &Daemon, addr: &str, want: Option<(u16, &str)>, why: &str) {
-    let got = || check_at(c, addr).map(|(code, w, _)| (code, w));
-    let want = want.map(|(code, w)| (code, w.to_string()));
-    let ok = wait_for(Duration::from_secs(5), || got() == want);
-    assert!(ok.is_some(), "{why}: {addr} answers {:?}, wanted {want:?}\n{}", got(), d.logged());
-}
-
-fn expect(c: &Cluster, d: &Daemon, port: u16, want: Option<(u16, &str)>, why: &str) {
-    expect_at(c, d, &format!("{NODE_IP}:{port}"), want, why);
-}
 
 /// One local pod, one Local Service with health-check port `hcnp`, and the daemon with
 /// `flags`, the port answering 200.

@@ -3,7 +3,8 @@
 
 mod common;
 
-use common::cluster::{Cluster, ECHO_PORT, endpoint, service, slice};
+use common::checker::{self, NODE_IP, check_at, expect};
+use common::cluster::{Cluster, endpoint};
 use common::daemon::{Daemon, wait_for, write_manifests};
 use common::kernel_available;
 use common::net::http_get;
@@ -11,37 +12,17 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// The node's primary address, where NodePorts (and so health-check ports) are served.
-const NODE_IP: &str = "192.168.1.1";
-
 /// Where the test asks for metrics, inside the node.
 const METRICS: &str = "127.0.0.1:10249";
 
-/// A LoadBalancer Service with `externalTrafficPolicy: Local` and endpoints on `pods`.
+/// Service `name` with health-check port `32000 + n`.
 fn local_lb(c: &Cluster, name: &str, n: u8, pods: &[&str]) -> Vec<Value> {
-    let spec = json!({"type": "LoadBalancer", "clusterIP": format!("172.30.0.{n}"),
-        "externalTrafficPolicy": "Local", "healthCheckNodePort": 32000 + u16::from(n),
-        "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT, "nodePort": 30000 + u16::from(n)}]});
-    let status = json!({"loadBalancer": {"ingress": [{"ip": format!("203.0.113.{n}")}]}});
-    let eps = pods.iter().map(|p| endpoint(c.pod_named(p), false, json!({}))).collect();
-    let mut s = slice(name, false, "TCP", eps);
-    s["metadata"]["name"] = json!(format!("{name}-abc"));
-    vec![service(name, spec, status), s]
+    checker::local_lb(c, name, n, 32000 + u16::from(n), pods)
 }
 
-/// What the load balancer's checker sees on health-check port `port`: status, the weight
-/// header and the body; `None` when nothing listens.
-fn check(c: &Cluster, port: u16) -> Option<(u16, Option<String>, String)> {
-    let (code, head, body) = http_get(&c.client.name, &format!("{NODE_IP}:{port}"), "/anything")?;
-    let weight = head.lines().find_map(|l| l.strip_prefix("x-load-balancing-endpoint-weight: ")).map(String::from);
-    Some((code, weight, body))
-}
-
-fn expect(c: &Cluster, d: &Daemon, port: u16, want: Option<(u16, &str)>, why: &str) {
-    let got = |c: &Cluster| check(c, port).map(|(code, w, _)| (code, w.unwrap_or_default()));
-    let want = want.map(|(code, w)| (code, w.to_string()));
-    let ok = wait_for(Duration::from_secs(5), || got(c) == want);
-    assert!(ok.is_some(), "{why}: port {port} answers {:?}, wanted {want:?}\n{}", got(c), d.logged());
+/// What the checker sees on `port` of the node: status, weight header, body.
+fn check(c: &Cluster, port: u16) -> Option<(u16, String, String)> {
+    check_at(c, &format!("{NODE_IP}:{port}"))
 }
 
 #[test]
@@ -198,8 +179,9 @@ fn one_loop_serves_every_port_and_a_silent_client_holds_up_no_check() {
     // NodePorts (and so the checks) on every address: one `[::]` listener per port.
     let d = Daemon::start(&c.node, &path, &["--healthz-bind-address=", "--nodeport-addresses=all"], &[]);
     expect(&c, &d, 32029, Some((200, "1")), "served on every address");
+    // Over IPv6 too; an IPv4 Service has no IPv6 endpoint to count (as upstream's IPv6 proxier).
     let v6 = http_get(&c.client.name, "[fd00:172:16::1]:32020", "/").map(|r| r.0);
-    assert_eq!(v6, Some(200), "and over IPv6");
+    assert_eq!(v6, Some(503), "and over IPv6");
     // Clients that connect and say nothing, or send garbage, are dealt with apart.
     let silent: Vec<std::net::TcpStream> = common::net::in_netns(&c.client.name, || {
         (0..50).map(|_| std::net::TcpStream::connect((NODE_IP, 32021)).unwrap()).collect()

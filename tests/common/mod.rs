@@ -198,6 +198,7 @@ impl Drop for Netns {
 }
 
 pub mod check;
+pub mod checker;
 pub mod cluster;
 pub mod daemon;
 pub mod emulator;
