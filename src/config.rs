@@ -145,16 +145,32 @@ pub fn parse_bind_address(s: &str) -> Result<BindAddress, String> {
 /// Parses `500ms`, `30s`, `15m`, `1h` (or a bare number of seconds), at most `MAX_DURATION`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
-    let n: f64 = number.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 30s, 15m or 1h"))?;
-    let seconds = match unit {
-        "ms" => n / 1000.0,
-        "" | "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
-    };
+    let bad = || format!("{s:?} is not a duration like 500ms, 30s, 15m, 1h or 1h30m0s");
+    // Number-unit pairs as Go writes them (`24h0m0s`, as kube-proxy's flags and
+    // configuration take them); a bare number is seconds.
+    let mut seconds = 0.0;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let split = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
+        let (number, tail) = rest.split_at(split);
+        let n: f64 = number.parse().map_err(|_| bad())?;
+        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let (unit, next) = tail.split_at(unit_len);
+        seconds += n * match unit {
+            "" if rest == s => 1.0,
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
+        };
+        rest = next;
+    }
+    if s.is_empty() {
+        return Err(bad());
+    }
     match Duration::try_from_secs_f64(seconds) {
         Ok(d) if d <= MAX_DURATION => Ok(d),
         _ => Err(format!("{s:?} is longer than the longest period allowed ({}h)", MAX_DURATION.as_secs() / 3600)),
@@ -246,4 +262,30 @@ fn parse_cidrs(flag: &'static str, values: &[String]) -> Result<Vec<IpNet>, Conf
         .filter(|v| !v.is_empty())
         .map(|v| v.parse::<IpNet>().map(|n| n.trunc()).map_err(|_| ConfigError::BadCidr { flag, value: v.to_string() }))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_kube_proxy_writes_them() {
+        let secs = |s: &str| parse_duration(s).map(|d| d.as_secs_f64());
+        for (text, want) in [
+            ("30", 30.0),
+            ("1.5", 1.5),
+            ("500ms", 0.5),
+            ("15m", 900.0),
+            ("24h0m0s", 86400.0),
+            ("1h30m", 5400.0),
+            ("1m30.5s", 90.5),
+            ("250us", 0.00025),
+        ] {
+            assert_eq!(secs(text), Ok(want), "{text}");
+        }
+        for text in ["", "s", "-1s", "1d", "1h30", "inf", "1 s"] {
+            assert!(parse_duration(text).is_err(), "{text:?} must be refused");
+        }
+        assert!(parse_period("0s").is_err());
+    }
 }
