@@ -4,10 +4,10 @@
 use anyhow::Context;
 use clap::Parser;
 use kube_nftproxy::config::{Config, Flags};
-use kube_nftproxy::health::services::Servers;
-use kube_nftproxy::health::{self, Health};
+use kube_nftproxy::health::Health;
+use kube_nftproxy::http::{self, Route};
 use kube_nftproxy::inbox::Inbox;
-use kube_nftproxy::metrics::{self, Metrics};
+use kube_nftproxy::metrics::Metrics;
 use kube_nftproxy::model::Model;
 use kube_nftproxy::nft::{Applier, OwnPids, cleanup, exec, guard};
 use kube_nftproxy::observe::Observers;
@@ -157,7 +157,7 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     }
     let limits = exec::Limits { timeout: flags.nft_timeout, stop: stop.clone() };
     let applier = Applier::new(&cfg.node_name, own).with_quiet(Arc::new(quiet)).with_limits(limits);
-    let observe = observers(flags, api.as_deref(), &stop)?;
+    let observe = observers(flags, api.as_deref())?;
     let mut syncer = Syncer::new(cfg, periods, applier, &sources).with_observers(observe);
     if api.is_some() {
         syncer = syncer.wait_for_node(flags.node_wait);
@@ -185,14 +185,10 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The servers of health, metrics and health-check node ports, and what feeds them.
-fn observers(flags: &Flags, api: Option<&kube::Shared>, stop: &Arc<AtomicBool>) -> anyhow::Result<Observers> {
+/// The HTTP endpoints (health, metrics, health-check node ports) and what feeds them.
+fn observers(flags: &Flags, api: Option<&kube::Shared>) -> anyhow::Result<Observers> {
     let metrics = match flags.metrics_bind_address.0 {
-        Some(addr) => {
-            let m = Arc::new(Metrics::new()?);
-            metrics::serve(addr, m.clone(), stop.clone())?;
-            Some(m)
-        }
+        Some(_) => Some(Arc::new(Metrics::new()?)),
         None => None,
     };
     if let (Some(api), Some(m)) = (api, &metrics) {
@@ -200,11 +196,10 @@ fn observers(flags: &Flags, api: Option<&kube::Shared>, stop: &Arc<AtomicBool>) 
     }
     // As kube-proxy: a change may wait up to twice the sync period before it is unhealthy.
     let health = Arc::new(Health::new(flags.sync_period.saturating_mul(2)));
-    if let Some(addr) = flags.healthz_bind_address.0 {
-        health::serve(addr, health.clone(), metrics.clone(), stop.clone())?;
-    }
-    let servers = Servers::start(health.clone(), metrics.clone())?;
-    let observe = Observers::default().with_health(health).with_service_health(servers);
+    let fixed = [(flags.healthz_bind_address.0, Route::Health), (flags.metrics_bind_address.0, Route::Metrics)];
+    let fixed = fixed.into_iter().filter_map(|(addr, route)| addr.map(|a| (a, route))).collect();
+    let server = http::Server::start(fixed, health.clone(), metrics.clone())?;
+    let observe = Observers::default().with_health(health).with_service_health(server);
     Ok(match metrics {
         Some(m) => observe.with_metrics(m),
         None => observe,

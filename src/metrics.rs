@@ -12,9 +12,6 @@ use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
     TextEncoder, exponential_buckets,
 };
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, SystemTime};
 
 /// Failures to set the metrics up (a name or label mistake, found at start).
@@ -333,11 +330,6 @@ pub fn answer(metrics: &Metrics, path: &str) -> Reply {
         "/proxyMode" => Reply::new(200, http::TEXT, PROXY_MODE),
         _ => Reply::not_found(),
     }
-}
-
-/// Serves [`answer`] on `addr` on a thread named `metrics` until `stop` is set.
-pub fn serve(addr: SocketAddr, metrics: Arc<Metrics>, stop: Arc<AtomicBool>) -> std::io::Result<()> {
-    http::serve("metrics", addr, stop, move |path| answer(&metrics, path))
 }
 
 #[cfg(test)]

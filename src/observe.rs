@@ -5,7 +5,8 @@
 use crate::config::Config;
 use crate::health::Health;
 use crate::health::local::LocalView;
-use crate::health::services::{Listen, Servers, Wanted};
+use crate::health::services::{Listen, Wanted};
+use crate::http::Server;
 use crate::metrics::{Metrics, family_label};
 use crate::model::{Changes, Family, Model, ObjectId, ObjectKey, ObjectKind};
 use crate::nft::SyncKind;
@@ -28,17 +29,34 @@ pub struct Synced {
 }
 
 /// The sync loop's outward reports.
-#[derive(Default)]
 pub struct Observers {
+    /// When the proxy started: a change triggered before was no latency of this proxy's (as
+    /// upstream, whose first listing would otherwise report every object's age).
+    started: SystemTime,
     health: Option<Arc<Health>>,
     metrics: Option<Arc<Metrics>>,
-    servers: Option<Servers>,
+    server: Option<Server>,
     local: LocalView,
     /// What the health-check servers were last asked for.
     wanted: Option<Wanted>,
     /// Services and Services' endpoints with changes not yet applied (the pending gauges).
     pending_services: BTreeSet<ObjectKey>,
     pending_slices: BTreeSet<ObjectKey>,
+}
+
+impl Default for Observers {
+    fn default() -> Observers {
+        Observers {
+            started: SystemTime::now(),
+            health: None,
+            metrics: None,
+            server: None,
+            local: LocalView::default(),
+            wanted: None,
+            pending_services: BTreeSet::new(),
+            pending_slices: BTreeSet::new(),
+        }
+    }
 }
 
 impl Observers {
@@ -54,9 +72,9 @@ impl Observers {
         self
     }
 
-    /// Keeps `servers` serving the health-check node ports.
-    pub fn with_service_health(mut self, servers: Servers) -> Observers {
-        self.servers = Some(servers);
+    /// Has `server` serve the health-check node ports.
+    pub fn with_service_health(mut self, server: Server) -> Observers {
+        self.server = Some(server);
         self
     }
 
@@ -128,7 +146,7 @@ impl Observers {
             SyncKind::Partial | SyncKind::Unchanged => Metrics::observe_families(&m.sync_partial_duration, s.took),
         }
         Metrics::stamp_families(&m.last_sync, now);
-        for (family, triggered) in &changes.trigger_times {
+        for (family, triggered) in changes.trigger_times.iter().filter(|(_, t)| *t > self.started) {
             if let Ok(waited) = now.duration_since(*triggered) {
                 m.network_programming.with_label_values(&[family_label(*family)]).observe(waited.as_secs_f64());
             }
@@ -152,7 +170,7 @@ impl Observers {
     /// Brings the node-local view up to `model` for what `changes` touched (everything after
     /// a rebuild, `all`), and hands the health-check node ports to their servers.
     pub fn local(&mut self, model: &Model, cfg: &Config, changes: &Changes, all: bool) {
-        if self.metrics.is_none() && self.servers.is_none() {
+        if self.metrics.is_none() && self.server.is_none() {
             return;
         }
         let all = all || changes.global;
@@ -162,11 +180,11 @@ impl Observers {
                 m.no_local_endpoints.with_label_values(&[family_label(family), policy]).set(i64::from(n));
             }
         }
-        let Some(servers) = &self.servers else { return };
+        let Some(server) = &self.server else { return };
         let listen = listen_on(model, cfg);
         if changed || self.wanted.as_ref().is_none_or(|w| w.listen != listen) {
             let wanted = Wanted { ports: self.local.health_check_ports(), listen };
-            servers.want(wanted.clone());
+            server.want(wanted.clone());
             self.wanted = Some(wanted);
         }
     }

@@ -414,3 +414,39 @@ fn sigterm_with_many_connections_open_exits_within_five_seconds() {
     let stopped = d.stop_within(Duration::from_secs(5));
     assert!(stopped.is_some_and(|(s, _)| s.success()), "{stopped:?}\n{}", d.logged());
 }
+
+#[test]
+fn silent_crowds_on_every_endpoint_cost_no_thread_and_keep_no_checker_out() {
+    if !kernel_available() {
+        return;
+    }
+    // /healthz, /metrics and a health-check port, each with a crowd that connects and says
+    // nothing: past the connection cap the oldest silent ones make room, so a checker that
+    // comes last is still answered, and no connection costs a thread.
+    let (c, d) = one_port(32080, &[&format!("--healthz-bind-address={NODE_IP}:10256")]);
+    let node_ip: std::net::IpAddr = NODE_IP.parse().unwrap();
+    let crowd: Vec<TcpStream> = in_netns(&c.client.name, move || {
+        let mut all = Vec::new();
+        for port in [10256, 32080] {
+            for _ in 0..600 {
+                all.extend(TcpStream::connect_timeout(&(node_ip, port).into(), Duration::from_secs(1)));
+            }
+        }
+        all
+    });
+    assert!(crowd.len() >= 1100, "only {} connections opened", crowd.len());
+    let metrics_crowd: Vec<TcpStream> =
+        in_netns(&c.node.name, || (0..100).filter_map(|_| TcpStream::connect(("127.0.0.1", 10249)).ok()).collect());
+    let started = Instant::now();
+    expect(&c, &d, 32080, Some((200, "1")), "a checker after the crowd");
+    let healthz = http_get(&c.client.name, &format!("{NODE_IP}:10256"), "/healthz").map(|r| r.0);
+    assert_eq!(healthz, Some(200), "/healthz after the crowd");
+    let metrics = http_get(&c.node.name, "127.0.0.1:10249", "/metrics").map(|r| r.0);
+    assert_eq!(metrics, Some(200), "/metrics after the crowd");
+    assert!(started.elapsed() < Duration::from_secs(2), "the checks waited {:?}", started.elapsed());
+    let status = std::fs::read_to_string(format!("/proc/{}/status", d.pid())).unwrap();
+    let threads: usize = status.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap().trim().parse().unwrap();
+    assert!(threads < 16, "{threads} threads for {} connections", crowd.len() + metrics_crowd.len());
+    drop((crowd, metrics_crowd));
+    d.stop();
+}

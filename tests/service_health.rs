@@ -112,15 +112,22 @@ fn metrics_carry_upstreams_names_and_what_the_proxy_did() {
     let c = Cluster::new(1, 1);
     let mut objects = local_lb(&c, "web", 13, &["pod-1"]);
     objects.extend(local_lb(&c, "api", 14, &["rpod-1"]));
-    // The EndpointSlice controller's stamp of when the change began.
-    let triggered = humantime::format_rfc3339(std::time::SystemTime::now() - Duration::from_secs(2)).to_string();
-    objects[1]["metadata"]["annotations"] = json!({"endpoints.kubernetes.io/last-change-trigger-time": triggered});
-    let path = write_manifests(&c, objects);
+    // A stamp from before the start (what a listing brings) is no latency of this proxy's.
+    let stamp = |t: std::time::SystemTime| json!({"endpoints.kubernetes.io/last-change-trigger-time": humantime::format_rfc3339_nanos(t).to_string()});
+    let started = std::time::SystemTime::now();
+    objects[1]["metadata"]["annotations"] = stamp(started - Duration::from_secs(3600));
+    let path = write_manifests(&c, objects.clone());
     let d = Daemon::start(&c.node, &path, &[&format!("--healthz-bind-address={NODE_IP}:10256")], &[]);
     expect(&c, &d, 32013, Some((200, "1")), "served");
+    // The EndpointSlice controller stamps a change it began 0.2 s after the start; the
+    // daemon applies it more than 2 s later.
+    std::thread::sleep(Duration::from_millis(2500).saturating_sub(started.elapsed().unwrap_or_default()));
+    objects[1]["metadata"]["annotations"] = stamp(started + Duration::from_millis(200));
+    objects[1]["endpoints"].as_array_mut().unwrap().push(json!({"addresses": ["10.1.1.99"], "nodeName": "node-b"}));
+    write_manifests(&c, objects);
     let scrape = || http_get(&c.node.name, METRICS, "/metrics").map(|(_, _, body)| body).unwrap_or_default();
     let synced = wait_for(Duration::from_secs(5), || {
-        samples(&scrape(), "kubeproxy_sync_proxy_rules_duration_seconds_count").values().all(|n| *n >= 1.0)
+        samples(&scrape(), "kubeproxy_network_programming_duration_seconds_count").values().any(|n| *n >= 1.0)
     });
     assert!(synced.is_some(), "no sync counted:\n{}", scrape());
     let text = scrape();

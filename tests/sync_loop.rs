@@ -454,8 +454,8 @@ fn metrics_count_syncs_and_a_failed_syncs_changes_are_reported_with_the_next_suc
     turn(&mut syncer, &inbox);
     assert_eq!((m.service_changes.get(), m.endpoint_changes.get()), (3, 3));
     assert_eq!(m.syncs.with_label_values(&["partial"]).get() + m.syncs.with_label_values(&["full"]).get(), 1);
-    // A slice the EndpointSlice controller changed a second ago; the sync applying it fails.
-    let triggered = humantime::format_rfc3339(std::time::SystemTime::now() - Duration::from_secs(1)).to_string();
+    // A slice the EndpointSlice controller changes now; the sync applying it fails.
+    let triggered = humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string();
     fake.with(|s| s.failing = 1);
     inbox.send(change(json!({"kind": "EndpointSlice", "addressType": "IPv4",
         "metadata": {"name": "svc-1-a", "namespace": "ns", "labels": {"kubernetes.io/service-name": "svc-1"},

@@ -3,19 +3,15 @@
 //! change has waited longer than the health timeout (twice `--sync-period`). `/healthz` is
 //! also 503 when this node should not take load-balanced traffic (its Node unknown, being
 //! deleted, or tainted by the cluster autoscaler for deletion), so load balancers drain it
-//! first. Served by one thread with a bounded wait per request; `services` serves the
-//! health-check node ports of `externalTrafficPolicy: Local` services.
+//! first. The `http` thread serves the answers (`crate::http`); `services` says what the
+//! health-check node ports of `externalTrafficPolicy: Local` services answer.
 
 pub mod local;
-mod ports;
 pub mod services;
 
 use crate::http::{self, Reply};
-use crate::metrics::Metrics;
 use serde::Serialize;
-use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 /// The health state the sync thread keeps and the server reads.
@@ -134,23 +130,6 @@ pub fn reply(health: &Health, path: &str, now: SystemTime) -> Reply {
         Some((code, body)) => Reply::new(code, http::JSON, body),
         None => Reply::not_found(),
     }
-}
-
-/// Serves `/healthz` and `/livez` on `addr` on a thread named `healthz` until `stop` is set,
-/// counting answers in `metrics` when given.
-pub fn serve(
-    addr: SocketAddr,
-    health: Arc<Health>,
-    metrics: Option<Arc<Metrics>>,
-    stop: Arc<AtomicBool>,
-) -> std::io::Result<()> {
-    http::serve("healthz", addr, stop, move |path| {
-        let reply = reply(&health, path, SystemTime::now());
-        if let Some(m) = &metrics {
-            m.count_health(path, reply.code);
-        }
-        reply
-    })
 }
 
 #[cfg(test)]

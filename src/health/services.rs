@@ -1,20 +1,14 @@
 //! Health-check node ports: for each `externalTrafficPolicy: Local` service with a
 //! `healthCheckNodePort`, an HTTP server on that port, on the NodePort addresses, that tells a
 //! cloud load balancer whether this node has ready endpoints of the service (upstream's body
-//! and `X-Load-Balancing-Endpoint-Weight`). The sync thread sends the wanted ports; one
-//! thread, `svc-health`, serves them all (`ports.rs`), opens and closes listeners to match,
-//! and retries a port already taken every few seconds without ever failing the proxy.
+//! and `X-Load-Balancing-Endpoint-Weight`). The sync thread hands what is wanted to the
+//! `http` thread (`crate::http`), which opens and closes listeners to match and retries a
+//! port already taken every few seconds, never failing the proxy.
 
-use super::Health;
-use super::ports::{Loop, WAKER};
 use crate::http::{self, Reply};
-use crate::metrics::Metrics;
 use crate::model::Family;
-use mio::{Poll, Waker};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::sync::Arc;
-use std::sync::mpsc::{Sender, channel};
 
 /// What one health-check node port answers for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,7 +42,7 @@ pub struct Wanted {
 impl Wanted {
     /// The sockets to listen on: each port on each address. For every address, `[::]`, which
     /// also takes IPv4 connections (a host without IPv6 gets `0.0.0.0` instead).
-    pub(super) fn sockets(&self) -> BTreeSet<SocketAddr> {
+    pub fn sockets(&self) -> BTreeSet<SocketAddr> {
         let ips = match &self.listen {
             Listen::All => vec![IpAddr::V6(Ipv6Addr::UNSPECIFIED)],
             Listen::Ips(ips) => ips.clone(),
@@ -80,39 +74,6 @@ pub fn answer(s: Option<&ServiceHealth>, family: Family, healthy: bool) -> Reply
     let mut reply = Reply::new(if ok { 200 } else { 503 }, http::JSON, body(s, local, healthy));
     reply.headers.push(("X-Load-Balancing-Endpoint-Weight", local.to_string()));
     reply
-}
-
-/// The sync thread's handle on the servers.
-pub struct Servers {
-    wanted: Sender<Wanted>,
-    waker: Arc<Waker>,
-}
-
-impl Servers {
-    /// Starts the `svc-health` thread; it ends, closing every port, when this is dropped.
-    pub fn start(health: Arc<Health>, metrics: Option<Arc<Metrics>>) -> std::io::Result<Servers> {
-        let (tx, rx) = channel();
-        let poll = Poll::new()?;
-        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
-        let mut l = Loop::new(poll, health, metrics);
-        std::thread::Builder::new().name("svc-health".into()).spawn(move || l.run(&rx))?;
-        Ok(Servers { wanted: tx, waker })
-    }
-
-    /// Asks for exactly `wanted` to be served.
-    pub fn want(&self, wanted: Wanted) {
-        let _ = self.wanted.send(wanted);
-        let _ = self.waker.wake();
-    }
-}
-
-impl Drop for Servers {
-    fn drop(&mut self) {
-        // The channel closes after this; the loop notices once woken.
-        let (closed, _) = channel();
-        self.wanted = closed;
-        let _ = self.waker.wake();
-    }
 }
 
 #[cfg(test)]

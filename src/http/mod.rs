@@ -1,0 +1,211 @@
+//! The proxy's HTTP endpoints, all served by one thread, `http`: `/healthz` and `/livez`,
+//! `/metrics` (with `/healthz` and `/proxyMode`) and every health-check node port, from one
+//! mio event loop (`event_loop.rs`). A thread per listener or per connection would let a
+//! node with many Local Services, or a client opening connections, cost threads without
+//! bound; the answers are small and decided from memory, so one loop serves them all. This
+//! file holds the framing: finding the request line, and writing an answer that closes.
+
+mod event_loop;
+
+use crate::health::Health;
+use crate::health::services::Wanted;
+use crate::metrics::Metrics;
+use mio::{Poll, Waker};
+use std::io::ErrorKind;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::mpsc::{Sender, channel};
+use std::time::Duration;
+
+/// How long to wait before trying again to bind an address in use.
+pub const REBIND: Duration = Duration::from_secs(5);
+
+/// JSON, as upstream's health answers are typed.
+pub const JSON: &str = "application/json";
+
+/// Plain text, as Go's `http.Error` and upstream's `/proxyMode` answer.
+pub const TEXT: &str = "text/plain; charset=utf-8";
+
+/// One answer: status, content type, extra headers and body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// HTTP status code.
+    pub code: u16,
+    /// `Content-Type`.
+    pub content_type: &'static str,
+    /// Headers besides `Content-Type` and `X-Content-Type-Options: nosniff` (always sent).
+    pub headers: Vec<(&'static str, String)>,
+    /// The body.
+    pub body: String,
+}
+
+impl Reply {
+    /// A reply with no extra headers.
+    pub fn new(code: u16, content_type: &'static str, body: impl Into<String>) -> Reply {
+        Reply { code, content_type, headers: Vec::new(), body: body.into() }
+    }
+
+    /// Go's 404 for a path nobody serves.
+    pub fn not_found() -> Reply {
+        Reply::new(404, TEXT, "404 page not found\n")
+    }
+}
+
+/// What a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Route {
+    /// `/healthz` and `/livez` (`--healthz-bind-address`).
+    Health,
+    /// `/metrics`, `/healthz`, `/proxyMode` (`--metrics-bind-address`).
+    Metrics,
+    /// A Service's health-check node port (the listener's port says which).
+    HealthCheck,
+}
+
+impl Route {
+    fn what(self) -> &'static str {
+        match self {
+            Route::Health => "/healthz and /livez",
+            Route::Metrics => "metrics",
+            Route::HealthCheck => "the health-check node port",
+        }
+    }
+}
+
+/// The sync thread's handle on the `http` thread.
+pub struct Server {
+    wanted: Sender<Wanted>,
+    waker: Arc<Waker>,
+}
+
+impl Server {
+    /// Starts the `http` thread serving `fixed` listeners at once and, as they are asked for,
+    /// the health-check node ports. It ends, closing every listener, when this is dropped.
+    pub fn start(
+        fixed: Vec<(SocketAddr, Route)>,
+        health: Arc<Health>,
+        metrics: Option<Arc<Metrics>>,
+    ) -> std::io::Result<Server> {
+        let (tx, rx) = channel();
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), event_loop::WAKER)?);
+        let mut l = event_loop::Loop::new(poll, fixed, health, metrics);
+        std::thread::Builder::new().name("http".into()).spawn(move || l.run(&rx))?;
+        Ok(Server { wanted: tx, waker })
+    }
+
+    /// Asks for exactly `wanted` health-check node ports to be served.
+    pub fn want(&self, wanted: Wanted) {
+        let _ = self.wanted.send(wanted);
+        let _ = self.waker.wake();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // The channel closes with this; the loop notices once woken.
+        let (closed, _) = channel();
+        self.wanted = closed;
+        let _ = self.waker.wake();
+    }
+}
+
+/// What the bytes read so far hold.
+#[derive(Debug, PartialEq, Eq)]
+enum Head {
+    /// Not a whole request head yet.
+    Partial,
+    /// A request head that is not HTTP.
+    Bad,
+    /// A request for `path`; `head` for the HEAD method, whose answer has no body.
+    Request { head: bool, path: String },
+}
+
+/// Finds a request head in `read`. Only its request line matters: no answer depends on a
+/// header.
+fn request(read: &[u8]) -> Head {
+    let end = read.windows(4).position(|w| w == b"\r\n\r\n").or_else(|| read.windows(2).position(|w| w == b"\n\n"));
+    let Some(end) = end else { return Head::Partial };
+    let line = read[..end].split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut words = line.trim_end_matches('\r').split(' ');
+    match (words.next(), words.next(), words.next(), words.next()) {
+        (Some(method), Some(target), Some(version), None)
+            if !method.is_empty()
+                && method.bytes().all(|b| b.is_ascii_uppercase())
+                && !target.is_empty()
+                && version.starts_with("HTTP/1.") =>
+        {
+            let path = target.split('?').next().unwrap_or_default().to_string();
+            Head::Request { head: method == "HEAD", path }
+        }
+        _ => Head::Bad,
+    }
+}
+
+/// An HTTP/1.1 response that closes the connection, with its body unless not `with_body`
+/// (an answer to HEAD says how long the body would be and leaves it out).
+fn encode(r: &Reply, with_body: bool) -> Vec<u8> {
+    let reason = match r.code {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        _ => "Service Unavailable",
+    };
+    let mut head = format!(
+        "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nX-Content-Type-Options: nosniff\r\n",
+        r.code, r.content_type
+    );
+    for (name, value) in &r.headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str(&format!("Content-Length: {}\r\nConnection: close\r\n\r\n", r.body.len()));
+    let mut out = head.into_bytes();
+    if with_body {
+        out.extend_from_slice(r.body.as_bytes());
+    }
+    out
+}
+
+/// Connections waiting to be accepted, per listener.
+const BACKLOG: i32 = 128;
+
+/// Binds and listens on `addr`. `[::]` takes IPv4 too, whatever `net.ipv6.bindv6only` says
+/// (as Go's listeners do); a host without IPv6 gets `0.0.0.0` instead.
+fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use rustix::net::{AddressFamily, SocketType, bind, listen, socket, sockopt};
+    let any6 = addr.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED);
+    let open = |addr: SocketAddr| -> std::io::Result<std::net::TcpListener> {
+        let family = if addr.is_ipv6() { AddressFamily::INET6 } else { AddressFamily::INET };
+        let fd = socket(family, SocketType::STREAM, None)?;
+        sockopt::set_socket_reuseaddr(&fd, true)?;
+        if addr.is_ipv6() {
+            sockopt::set_ipv6_v6only(&fd, !any6)?;
+        }
+        bind(&fd, &addr)?;
+        listen(&fd, BACKLOG)?;
+        Ok(std::net::TcpListener::from(fd))
+    };
+    match open(addr) {
+        Err(e) if any6 && e.kind() != ErrorKind::AddrInUse => {
+            open(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), addr.port()))
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_request_line_is_read() {
+        let get = b"GET /livez?x=1 HTTP/1.1\r\nHost: a\r\n\r\n";
+        assert_eq!(request(get), Head::Request { head: false, path: "/livez".into() });
+        assert_eq!(request(b"HEAD / HTTP/1.0\n\n"), Head::Request { head: true, path: "/".into() });
+        assert_eq!(request(b"GET / HTTP/1.1\r\nHost: a\r\n"), Head::Partial);
+        assert_eq!(request(b"\x01\x02 not http\r\n\r\n"), Head::Bad);
+        let head = encode(&Reply::new(503, JSON, "{}"), false);
+        assert!(String::from_utf8_lossy(&head).ends_with("Content-Length: 2\r\nConnection: close\r\n\r\n"));
+    }
+}
