@@ -7,18 +7,20 @@
 //! comes. What applies is behind the [`Kernel`] trait, so all of this is tested without root.
 
 use crate::config::{Config, MAX_DURATION};
-use crate::conntrack::{self, Reconciler};
+use crate::conntrack::Reconciler;
 use crate::inbox::{Delivery, Inbox};
 use crate::model::{Changes, Model};
 use crate::nft::{NftError, Resync, SyncKind, SyncReport};
 use crate::observe::{Observers, Synced};
-use crate::render::{Rendered, Ruleset, Update};
+use crate::render::{Rendered, Update};
 use pace::{Backoff, Pace, after};
 use std::collections::BTreeSet;
-use std::net::IpAddr;
 use std::time::{Duration, Instant, SystemTime};
 
+mod kernel;
 mod pace;
+
+pub use kernel::Kernel;
 
 /// The shortest wait before a failed sync is retried, whatever `min_sync_period` says: a
 /// sync that fails at once must not spin.
@@ -27,23 +29,6 @@ pub const MIN_RETRY: Duration = Duration::from_secs(1);
 /// Full syncs repeated because another process committed during one, before settling for
 /// the cheap intactness check.
 const MAX_UNSURE_RESYNCS: u32 = 3;
-
-/// What the sync loop needs of the node: applying rulesets and reading the host's addresses.
-/// `nft::Applier` is the real one; tests use an in-memory fake.
-pub trait Kernel {
-    /// Brings the kernel to `desired` (see `nft::Applier::sync`).
-    fn sync(&mut self, desired: &Ruleset, update: &Update, resync: Resync) -> Result<SyncReport, NftError>;
-    /// When chains left stale by earlier syncs may be deleted; `None` when none wait.
-    fn cleanup_due(&self) -> Option<Instant>;
-    /// Deletes the stale chains whose delay has passed; returns how many.
-    fn cleanup(&mut self) -> Result<usize, NftError>;
-    /// The cheap check after lost notifications: whether the tables look intact.
-    fn tables_look_intact(&mut self) -> bool;
-    /// The addresses on the host's interfaces.
-    fn host_addresses(&mut self) -> std::io::Result<Vec<IpAddr>>;
-    /// Deletes the UDP conntrack entries `plan` names (see `conntrack::clear`).
-    fn clear_udp_flows(&mut self, plan: &conntrack::Plan) -> Result<conntrack::Report, conntrack::ConntrackError>;
-}
 
 /// Timing of the loop.
 #[derive(Debug, Clone, Copy)]

@@ -1,0 +1,25 @@
+//! What the sync loop needs of the node, as a trait: the real one applies through nftables
+//! and netlink (`nft::Applier`), the tests' is in memory.
+
+use crate::conntrack;
+use crate::nft::{NftError, Resync, SyncReport};
+use crate::render::{Ruleset, Update};
+use std::net::IpAddr;
+use std::time::Instant;
+
+/// What the sync loop needs of the node: applying rulesets and reading the host's addresses.
+/// `nft::Applier` is the real one; tests use an in-memory fake.
+pub trait Kernel {
+    /// Brings the kernel to `desired` (see `nft::Applier::sync`).
+    fn sync(&mut self, desired: &Ruleset, update: &Update, resync: Resync) -> Result<SyncReport, NftError>;
+    /// When chains left stale by earlier syncs may be deleted; `None` when none wait.
+    fn cleanup_due(&self) -> Option<Instant>;
+    /// Deletes the stale chains whose delay has passed; returns how many.
+    fn cleanup(&mut self) -> Result<usize, NftError>;
+    /// The cheap check after lost notifications: whether the tables look intact.
+    fn tables_look_intact(&mut self) -> bool;
+    /// The addresses on the host's interfaces.
+    fn host_addresses(&mut self) -> std::io::Result<Vec<IpAddr>>;
+    /// Deletes the UDP conntrack entries `plan` names (see `conntrack::clear`).
+    fn clear_udp_flows(&mut self, plan: &conntrack::Plan) -> Result<conntrack::Report, conntrack::ConntrackError>;
+}
