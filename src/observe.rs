@@ -8,9 +8,8 @@ use crate::health::local::LocalView;
 use crate::health::services::{Listen, Wanted};
 use crate::http::Server;
 use crate::metrics::{Metrics, family_label};
-use crate::model::{Changes, Family, Model, ObjectId, ObjectKey, ObjectKind};
+use crate::model::{Changes, Family, Model, ObjectKind};
 use crate::nft::SyncKind;
-use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -39,9 +38,11 @@ pub struct Observers {
     local: LocalView,
     /// What the health-check servers were last asked for.
     wanted: Option<Wanted>,
-    /// Services and Services' endpoints with changes not yet applied (the pending gauges).
-    pending_services: BTreeSet<ObjectKey>,
-    pending_slices: BTreeSet<ObjectKey>,
+    /// Service and EndpointSlice changes not yet applied (the pending gauges). Counted, not
+    /// collected by object: the inbox keeps one entry per object, and a set of 60k keys
+    /// during a first listing would cost megabytes.
+    pending_services: i64,
+    pending_slices: i64,
 }
 
 impl Default for Observers {
@@ -53,8 +54,8 @@ impl Default for Observers {
             server: None,
             local: LocalView::default(),
             wanted: None,
-            pending_services: BTreeSet::new(),
-            pending_slices: BTreeSet::new(),
+            pending_services: 0,
+            pending_slices: 0,
         }
     }
 }
@@ -80,17 +81,17 @@ impl Observers {
 
     /// Notes one object delivered to the loop; `changed` says whether the rules depend on
     /// what changed.
-    pub fn delivered(&mut self, id: &ObjectId, changed: bool, now: SystemTime) {
+    pub fn delivered(&mut self, kind: ObjectKind, changed: bool, now: SystemTime) {
         let Some(m) = &self.metrics else { return };
-        let (total, pending, gauge) = match id.0 {
+        let (total, pending, gauge) = match kind {
             ObjectKind::Service => (&m.service_changes, &mut self.pending_services, &m.service_changes_pending),
             ObjectKind::EndpointSlice => (&m.endpoint_changes, &mut self.pending_slices, &m.endpoint_changes_pending),
             _ => return,
         };
         total.inc();
         if changed {
-            pending.insert(id.1.clone());
-            gauge.set(i64::try_from(pending.len()).unwrap_or(i64::MAX));
+            *pending += 1;
+            gauge.set(*pending);
             Metrics::stamp_families(&m.last_queued, now);
         }
     }
@@ -151,8 +152,8 @@ impl Observers {
                 m.network_programming.with_label_values(&[family_label(*family)]).observe(waited.as_secs_f64());
             }
         }
-        self.pending_services.clear();
-        self.pending_slices.clear();
+        self.pending_services = 0;
+        self.pending_slices = 0;
         m.service_changes_pending.set(0);
         m.endpoint_changes_pending.set(0);
     }

@@ -56,23 +56,29 @@ impl Default for Reconciler {
 impl Reconciler {
     /// Notes Services a sync is about to apply (`model::Changes::services`).
     pub fn touch<'a>(&mut self, services: impl IntoIterator<Item = &'a ObjectKey>) {
-        self.touched.extend(services.into_iter().cloned());
+        // Until a cleanup succeeds every Service counts anyway: no copy of 30k keys.
+        if !self.all {
+            self.touched.extend(services.into_iter().cloned());
+        }
     }
 
     /// What the Services touched since the last plan need cleaned, now that `model` is
     /// applied; `None` when no UDP frontend or serving endpoint changed. Run it, then hand
     /// the outcome to `finish`.
     pub fn plan(&mut self, model: &Model) -> Option<Plan> {
-        let mut keys = std::mem::take(&mut self.touched);
-        if self.all {
-            keys.extend(model.services.keys().chain(self.seen.keys()).cloned());
-        }
+        let touched = std::mem::take(&mut self.touched);
+        let keys: Box<dyn Iterator<Item = &ObjectKey>> = if self.all {
+            let gone = self.seen.keys().filter(|k| !model.services.contains_key(*k));
+            Box::new(model.services.keys().chain(gone))
+        } else {
+            Box::new(touched.iter())
+        };
         self.pending.clear();
         let mut plan = Plan::default();
         let mut removed = BTreeSet::new();
         for key in keys {
-            let now = udp_ports(model, &key);
-            let before = self.seen.get(&key);
+            let now = udp_ports(model, key);
+            let before = self.seen.get(key);
             if before.map_or(now.is_empty(), |b| *b == now) {
                 continue;
             }
@@ -80,7 +86,7 @@ impl Reconciler {
                 plan.frontends.entry(*f).or_default().extend(allowed);
             }
             removed.extend(before.into_iter().flat_map(|b| b.keys()).filter(|f| !now.contains_key(f)));
-            self.pending.push((key, (!now.is_empty()).then_some(now)));
+            self.pending.push((key.clone(), (!now.is_empty()).then_some(now)));
         }
         self.plan_removed(&mut plan, removed);
         if plan.is_empty() {

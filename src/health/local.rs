@@ -35,20 +35,32 @@ impl LocalView {
         all: bool,
         touched: impl Iterator<Item = &'k ObjectKey>,
     ) -> bool {
-        let keys: BTreeSet<ObjectKey> = if all {
-            self.services.keys().chain(model.services.keys()).cloned().collect()
-        } else {
-            touched.cloned().collect()
-        };
         let mut changed = false;
-        for key in keys {
-            let now = local_of(model, &key, node);
-            let health_check = now.health_check.clone();
-            let before =
-                if now == Local::default() { self.services.remove(&key) } else { self.services.insert(key, now) };
-            changed |= before.and_then(|b| b.health_check) != health_check;
+        if all {
+            // Every Service, without copying 30k keys: the ones gone first, then the rest.
+            let gone: Vec<ObjectKey> =
+                self.services.keys().filter(|k| !model.services.contains_key(*k)).cloned().collect();
+            for key in &gone {
+                changed |= self.refresh(model, node, key);
+            }
+            for key in model.services.keys() {
+                changed |= self.refresh(model, node, key);
+            }
+        } else {
+            for key in touched {
+                changed |= self.refresh(model, node, key);
+            }
         }
         changed
+    }
+
+    /// Brings one Service up to `model`; whether its health-check port or answer changed.
+    fn refresh(&mut self, model: &Model, node: &str, key: &ObjectKey) -> bool {
+        let now = local_of(model, key, node);
+        let health_check = now.health_check.clone();
+        let before =
+            if now == Local::default() { self.services.remove(key) } else { self.services.insert(key.clone(), now) };
+        before.and_then(|b| b.health_check) != health_check
     }
 
     /// The health-check node ports to serve; of two Services claiming one port, the first.
@@ -83,6 +95,10 @@ impl LocalView {
 fn local_of(model: &Model, key: &ObjectKey, node: &str) -> Local {
     let mut l = Local::default();
     let Some(ports) = model.services.get(key) else { return l };
+    // Most Services have neither a Local policy nor a health check: nothing to look at.
+    if !ports.iter().any(|p| p.health_check_node_port.is_some() || p.uses_local_endpoints()) {
+        return l;
+    }
     let zone = model.node.as_ref().and_then(|n| n.zone.as_deref());
     let health_check = ports.iter().find_map(|p| p.health_check_node_port);
     // Per family, as upstream's proxier of each family counts only its own endpoints.

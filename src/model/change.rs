@@ -80,6 +80,16 @@ impl ObjectChange {
         }
     }
 
+    /// The kind of object this is about.
+    pub fn kind(&self) -> ObjectKind {
+        match self {
+            ObjectChange::Service(..) => ObjectKind::Service,
+            ObjectChange::Slice(..) => ObjectKind::EndpointSlice,
+            ObjectChange::Node(_) => ObjectKind::Node,
+            ObjectChange::ServiceCidr(..) => ObjectKind::ServiceCidr,
+        }
+    }
+
     /// Which object this is about (this node's Node has one id, whether present or deleted).
     pub fn id(&self) -> ObjectId {
         match self {

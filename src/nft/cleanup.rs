@@ -19,6 +19,9 @@ use std::collections::HashSet;
 /// Upstream kube-proxy's nftables table name.
 pub const KUBE_PROXY_TABLE: &str = "kube-proxy";
 
+/// The iptables-nft tables kube-proxy's iptables and IPVS modes write chains into.
+const KUBE_PROXY_TABLES: [&str; 3] = ["nat", "filter", "mangle"];
+
 /// A chain, by family, table and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ChainRef {
@@ -133,24 +136,36 @@ pub fn family_word(f: NfFamily) -> &'static str {
 /// `kube-proxy` table of another family) into [`Leftovers::kept`] with its reason.
 pub fn find_kube_proxy() -> Result<Leftovers, NftError> {
     let mut found = Leftovers::default();
+    let mut others = Vec::new();
     for obj in list(&["list", "tables"])? {
         let NfObject::ListObject(NfListObject::Table(t)) = obj else { continue };
-        if t.name != KUBE_PROXY_TABLE {
-            continue;
-        }
-        if matches!(t.family, NfFamily::IP | NfFamily::IP6) {
-            found.tables.push((t.family, t.name.into_owned()));
-        } else {
-            found.kept.push(Kept { family: t.family, table: t.name.into_owned(), chain: None, why: Keep::OtherTable });
+        match (t.name.as_ref(), t.family) {
+            (KUBE_PROXY_TABLE, NfFamily::IP | NfFamily::IP6) => found.tables.push((t.family, t.name.into_owned())),
+            (KUBE_PROXY_TABLE, family) => {
+                found.kept.push(Kept { family, table: t.name.into_owned(), chain: None, why: Keep::OtherTable })
+            }
+            // Our own tables hold tens of thousands of chains at scale: never listed here.
+            (TABLE_NAME, _) => {}
+            (_, family) => others.push((family, t.name.into_owned())),
         }
     }
-    let chains: Vec<Chain<'static>> = list(&["list", "chains"])?
-        .into_iter()
-        .filter_map(|o| match o {
+    let mut chains: Vec<Chain<'static>> = Vec::new();
+    for (family, table) in &others {
+        let objects = match list(&["list", "table", family_word(*family), table]) {
+            Ok(objects) => objects,
+            // Another component's table whose rules the JSON model cannot read (kube-proxy
+            // never made it): skipped, not a reason to take nothing over.
+            Err(e) if !KUBE_PROXY_TABLES.contains(&table.as_str()) => {
+                log::warn!("not looking for kube-proxy's chains in table {} {table}: {e}", family_word(*family));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        chains.extend(objects.into_iter().filter_map(|o| match o {
             NfObject::ListObject(NfListObject::Chain(c)) => Some(c),
             _ => None,
-        })
-        .collect();
+        }));
+    }
     let mark_drop: HashSet<(NfFamily, &str)> = chains
         .iter()
         .filter(|c| c.table == "nat" && c.name == owners::MARK_DROP)

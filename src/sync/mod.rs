@@ -208,9 +208,9 @@ impl<K: Kernel> Syncer<K> {
         let mut changed = false;
         let now = SystemTime::now();
         for change in d.changes {
-            let id = change.id();
+            let kind = change.kind();
             let this = self.model.file(change);
-            self.observe.delivered(&id, this, now);
+            self.observe.delivered(kind, this, now);
             changed |= this;
         }
         self.dirty |= changed;
