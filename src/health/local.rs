@@ -1,7 +1,7 @@
 //! What this node holds of each Service that has a Local traffic policy: the health-check node
 //! port with its count of ready local endpoints, and which ports have no local endpoint (the
 //! `no_local_endpoints` metric). Kept per Service and updated only for the Services a sync
-//! touched, so a partial sync at any cluster size costs what its changes cost.
+//! touched; the totals walk only the Services with a Local policy, never the whole cluster.
 
 use super::services::ServiceHealth;
 use crate::model::{Family, Model, ObjectKey};
