@@ -9,10 +9,10 @@
 //! read such rules back, and before 1.0.1 `nft` read every table on each run and failed on
 //! ones it did not understand (kubernetes/kubernetes#122743).
 
+use crate::nft::NftError;
+use crate::nft::exec::Limits;
 use std::fmt;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A dotted version, compared field by field (`5.13` < `5.13.1` < `6.1`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -170,31 +170,11 @@ pub fn check_nft() -> Result<Version, RequirementError> {
 
 /// What `nft --version` prints, within `timeout` (then it is killed with its process group).
 fn nft_version_output(nft: &str, timeout: Duration) -> Result<String, String> {
-    let mut child = Command::new(nft)
-        .arg("--version")
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| e.to_string())?;
-    let start = Instant::now();
-    while child.try_wait().map_err(|e| e.to_string())?.is_none() {
-        if start.elapsed() > timeout {
-            if let Some(pid) = i32::try_from(child.id()).ok().and_then(rustix::process::Pid::from_raw) {
-                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-            }
-            let _ = child.wait();
-            return Err(format!("`{nft} --version` did not answer within {timeout:?}"));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        let said = String::from_utf8_lossy(&out.stderr);
-        return Err(format!("`{nft} --version` failed ({}): {}", out.status, said.trim()));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    let limits = Limits { timeout, ..Limits::default() };
+    crate::nft::exec::run_binary(nft, &["--version"], &limits).map_err(|e| match e {
+        NftError::TimedOut(_) => format!("`{nft} --version` did not answer within {timeout:?}"),
+        other => format!("`{nft} --version` failed: {other}"),
+    })
 }
 
 /// Checks both, logging what was found; the kernel check is skipped (with a warning) when
@@ -254,7 +234,7 @@ mod tests {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
             path.to_str().unwrap().to_string()
         };
-        let start = Instant::now();
+        let start = std::time::Instant::now();
         let hung = nft_version_output(&script("hung", "sleep 1000"), Duration::from_millis(200)).unwrap_err();
         assert!(hung.contains("did not answer within 200ms"), "{hung}");
         assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());

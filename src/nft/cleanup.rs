@@ -6,7 +6,7 @@
 //! and deleting objects by name or handle are what its typed JSON model covers well.
 
 use super::NftError;
-use super::exec::nft_binary;
+use super::exec::{self, Limits};
 use super::owners::{self, Keep, Verdict};
 use crate::render::TABLE_NAME;
 use nftables::batch::Batch;
@@ -102,21 +102,12 @@ pub struct Takeover {
     pub kept: Vec<Kept>,
 }
 
-/// nft's own words when it failed, not only the crate's summary of the failure.
-fn nft_err(e: nftables::helper::NftablesError) -> NftError {
-    let message = match &e {
-        nftables::helper::NftablesError::NftFailed { stderr, .. } if !stderr.trim().is_empty() => {
-            format!("{e}: {}", stderr.trim())
-        }
-        _ => e.to_string(),
-    };
-    NftError::Rejected { message, line: None }
-}
-
+/// `nft -j ARGS`, bounded in time as every `nft` run, read through the crate's JSON model.
 fn list(args: &[&str]) -> Result<Vec<NfObject<'static>>, NftError> {
-    let nft = nft_binary();
-    let doc =
-        nftables::helper::get_current_ruleset_with_args(Some(nft.as_str()), args.iter().copied()).map_err(nft_err)?;
+    let args: Vec<&str> = ["-j"].into_iter().chain(args.iter().copied()).collect();
+    let text = exec::run(&args, None, &|_| {}, &Limits::default())?;
+    let doc: nftables::schema::Nftables<'static> = serde_json::from_str(&text)
+        .map_err(|e| NftError::Rejected { message: format!("reading `nft {}`: {e}", args.join(" ")), line: None })?;
     Ok(doc.objects.into_owned())
 }
 
@@ -207,9 +198,8 @@ pub fn remove_own_tables() -> Result<(), NftError> {
 }
 
 fn apply(batch: Batch) -> Result<(), NftError> {
-    let nft = nft_binary();
-    nftables::helper::apply_ruleset_with_args(&batch.to_nftables(), Some(nft.as_str()), std::iter::empty::<&str>())
-        .map_err(nft_err)
+    let json = serde_json::to_string(&batch.to_nftables()).map_err(|e| NftError::Io(std::io::Error::other(e)))?;
+    exec::run(&["-j", "-f", "-"], Some(&json), &|_| {}, &Limits::default()).map(drop)
 }
 
 /// Removes kube-proxy's tables and chains found by [`find_kube_proxy`], with every rule in

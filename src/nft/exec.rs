@@ -1,4 +1,5 @@
-//! Runs the installed `nft` with a script on stdin: one `nft -f -` is one atomic transaction.
+//! Runs the installed `nft`, every run bounded: a script on stdin (one `nft -f -` is one
+//! atomic transaction), or a listing read back.
 
 use super::NftError;
 use std::io::{Read, Write};
@@ -35,42 +36,80 @@ impl Default for Limits {
 /// reading cannot block the caller past `limits`; a child past them is killed. (The child
 /// starts with an empty signal mask and default handlers: the standard library resets them.)
 pub fn apply(script: &str, on_spawn: &dyn Fn(u32), limits: &Limits) -> Result<(), NftError> {
+    run(&["-f", "-"], Some(script), on_spawn, limits).map(drop)
+}
+
+/// Runs `nft ARGS` (a listing, `--version`, or `-j -f -` with `input` on stdin) within
+/// `limits`, as [`apply`] does; returns what it printed.
+pub fn run(args: &[&str], input: Option<&str>, on_spawn: &dyn Fn(u32), limits: &Limits) -> Result<String, NftError> {
+    run_of(&nft_binary(), args, input, on_spawn, limits)
+}
+
+/// Runs `nft`, a given binary, with `args` within `limits` (the version check of a binary
+/// named by path); returns what it printed.
+pub fn run_binary(nft: &str, args: &[&str], limits: &Limits) -> Result<String, NftError> {
+    run_of(nft, args, None, &|_| {}, limits)
+}
+
+fn run_of(
+    nft: &str,
+    args: &[&str],
+    input: Option<&str>,
+    on_spawn: &dyn Fn(u32),
+    limits: &Limits,
+) -> Result<String, NftError> {
     // Its own process group, so a child that started others (a wrapper script) is ended whole.
-    let mut child = Command::new(nft_binary())
+    let mut child = Command::new(nft)
         .process_group(0)
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
+        .args(args)
+        .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|source| NftError::Spawn { nft: nft_binary(), source })?;
+        .map_err(|source| NftError::Spawn { nft: nft.to_string(), source })?;
     on_spawn(child.id());
-    let (Some(mut stdin), Some(mut stderr)) = (child.stdin.take(), child.stderr.take()) else {
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         let _ = child.kill();
         let _ = child.wait();
-        return Err(NftError::Io(std::io::Error::other("nft's stdin or stderr is missing")));
+        return Err(NftError::Io(std::io::Error::other("nft's stdout or stderr is missing")));
     };
-    // Detached threads: a child that leaves a grandchild holding its pipes must not keep
-    // the caller waiting for them either.
-    let text = script.to_string();
-    std::thread::Builder::new().name("nft-stdin".into()).spawn(move || {
-        // A failed write means nft exited early; its status and stderr tell why.
-        let _ = stdin.write_all(text.as_bytes());
-    })?;
-    let (told, messages) = std::sync::mpsc::channel();
-    std::thread::Builder::new().name("nft-stderr".into()).spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        let _ = told.send(text);
-    })?;
+    if let (Some(mut stdin), Some(text)) = (child.stdin.take(), input) {
+        // Detached threads: a child that leaves a grandchild holding its pipes must not keep
+        // the caller waiting for them either.
+        let text = text.to_string();
+        std::thread::Builder::new().name("nft-stdin".into()).spawn(move || {
+            // A failed write means nft exited early; its status and stderr tell why.
+            let _ = stdin.write_all(text.as_bytes());
+        })?;
+    }
+    let printed = read_on_thread("nft-stdout", stdout)?;
+    let messages = read_on_thread("nft-stderr", stderr)?;
     let status = wait_bounded(child, limits)?;
     let message = messages.recv_timeout(STDERR_GRACE).unwrap_or_default();
     if status.success() {
-        return Ok(());
+        // A listing may trail the exit a little longer than messages do.
+        return printed
+            .recv_timeout(STDERR_GRACE)
+            .map_err(|_| NftError::Io(std::io::Error::other("lost nft's output")));
     }
     let message = message.trim().to_string();
-    let line = failing_line(&message).and_then(|n| script.lines().nth(n.saturating_sub(1))).map(str::to_string);
+    let line =
+        failing_line(&message).and_then(|n| input.and_then(|s| s.lines().nth(n.saturating_sub(1)))).map(str::to_string);
     Err(NftError::Rejected { message, line })
+}
+
+/// Reads `from` to its end on a thread of its own; the text arrives on the receiver.
+fn read_on_thread(
+    name: &str,
+    mut from: impl Read + Send + 'static,
+) -> std::io::Result<std::sync::mpsc::Receiver<String>> {
+    let (told, text) = std::sync::mpsc::channel();
+    std::thread::Builder::new().name(name.into()).spawn(move || {
+        let mut out = String::new();
+        let _ = from.read_to_string(&mut out);
+        let _ = told.send(out);
+    })?;
+    Ok(text)
 }
 
 /// How long nft's messages may trail its exit.
