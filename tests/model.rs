@@ -110,7 +110,8 @@ fn slice_conditions_default_as_the_api_says() {
     let info = EndpointSliceInfo::from_api(&s).unwrap().unwrap();
     let e = &info.endpoints;
     assert!(e[0].ready && e[0].serving && !e[0].terminating);
-    assert!(!e[1].ready && !e[1].serving);
+    // `serving` unset means serving whatever `ready` says, as upstream reads it.
+    assert!(!e[1].ready && e[1].serving && !e[1].terminating);
     assert!(!e[2].ready && e[2].serving && e[2].terminating);
     assert_eq!((e[2].zone_hints.to_vec(), e[2].node_hints.to_vec()), (vec!["z1".to_string()], vec!["n1".to_string()]));
     assert_eq!(info.ports[0].protocol, Protocol::Tcp);
@@ -120,14 +121,21 @@ fn slice_conditions_default_as_the_api_says() {
 fn slices_that_cannot_be_used_are_skipped_or_refused() {
     let fqdn = slice("FQDN", json!([{"port": 443}]), json!([{"addresses": ["a.example"]}]), "f");
     assert_eq!(EndpointSliceInfo::from_api(&fqdn), Ok(None));
-    let cases = [
-        slice("IPv4", json!([{"port": 80}]), json!([{"addresses": ["not-an-ip"]}]), "bad-ip"),
-        slice("IPv4", json!([{"port": 80}]), json!([{"addresses": ["fd00::1"]}]), "wrong-family"),
-        slice("IPv4", json!([{"port": 0}]), json!([]), "bad-port"),
-        slice("IPv4", json!([{"name": "x"}]), json!([]), "no-port"),
-        slice("IPv4", json!([{"port": 80}]), json!([{"addresses": []}]), "no-address"),
-        slice("IPv9", json!([]), json!([]), "bad-type"),
-    ];
+    // As upstream: an endpoint whose address cannot be read, and a port without a number,
+    // are left out; the rest of the slice stays.
+    let kept = slice(
+        "IPv4",
+        json!([{"name": "x"}, {"name": "http", "port": 80}]),
+        json!([{"addresses": ["not-an-ip"]}, {"addresses": ["fd00::1"]}, {"addresses": []},
+               {"addresses": ["010.000.000.007"]}]),
+        "partly-bad",
+    );
+    let info = EndpointSliceInfo::from_api(&kept).unwrap().unwrap();
+    assert_eq!(info.ports.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["http"]);
+    let ips: Vec<String> = info.endpoints.iter().map(|e| e.ip.to_string()).collect();
+    assert_eq!(ips, ["10.0.0.7"], "leading zeros read as decimal, the unreadable ones dropped");
+    let cases =
+        [slice("IPv4", json!([{"port": 0}]), json!([]), "bad-port"), slice("IPv9", json!([]), json!([]), "bad-type")];
     for s in cases {
         let name = s.metadata.name.clone().unwrap();
         let err = EndpointSliceInfo::from_api(&s).expect_err(&name);

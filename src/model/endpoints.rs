@@ -119,24 +119,36 @@ impl EndpointSliceInfo {
             .and_then(|l| l.get(SERVICE_NAME_LABEL))
             .cloned()
             .ok_or_else(|| err(format!("has no {SERVICE_NAME_LABEL} label")))?;
+        // As upstream: a port without a number is skipped, not the slice.
         let ports = slice
             .ports
             .iter()
             .flatten()
-            .map(|p| {
-                let port = p.port.ok_or_else(|| err("a port has no port number".into()))?;
-                Ok(SlicePort {
-                    name: p.name.clone().unwrap_or_default(),
-                    protocol: Protocol::parse(p.protocol.as_deref()).map_err(&err)?,
-                    port: valid_port(port).map_err(&err)?,
-                })
+            .filter_map(|p| {
+                let Some(port) = p.port else {
+                    let port = p.name.as_deref().unwrap_or_default();
+                    log::warn!("EndpointSlice {namespace}/{name}: skipping port {port:?}: it has no number");
+                    return None;
+                };
+                let protocol = Protocol::parse(p.protocol.as_deref()).map_err(&err);
+                let port = valid_port(port).map_err(&err);
+                Some(protocol.and_then(|protocol| {
+                    Ok(SlicePort { name: p.name.clone().unwrap_or_default(), protocol, port: port? })
+                }))
             })
             .collect::<Result<Vec<_>, ObjectError>>()?;
+        // One unreadable address drops that endpoint, not the slice (nor the Service).
         let endpoints = slice
             .endpoints
             .iter()
-            .map(|e| slice_endpoint(e, family).map_err(&err))
-            .collect::<Result<Vec<_>, ObjectError>>()?;
+            .filter_map(|e| match slice_endpoint(e, family) {
+                Ok(e) => Some(e),
+                Err(why) => {
+                    log::warn!("EndpointSlice {namespace}/{name}: skipping an endpoint: {why}");
+                    None
+                }
+            })
+            .collect();
         let trigger_time = slice
             .metadata
             .annotations
@@ -149,7 +161,7 @@ impl EndpointSliceInfo {
 
 fn slice_endpoint(e: &k8s_openapi::api::discovery::v1::Endpoint, family: Family) -> Result<SliceEndpoint, String> {
     let first = e.addresses.first().ok_or("an endpoint has no addresses")?;
-    let ip: IpAddr = first.parse().map_err(|_| format!("endpoint address {first:?} is not an IP"))?;
+    let ip = super::parse_ip(first).ok_or_else(|| format!("endpoint address {first:?} is not an IP"))?;
     if Family::of(&ip) != family {
         return Err(format!("endpoint address {ip} does not match the slice's addressType"));
     }
@@ -159,7 +171,8 @@ fn slice_endpoint(e: &k8s_openapi::api::discovery::v1::Endpoint, family: Family)
     Ok(SliceEndpoint {
         ip,
         ready,
-        serving: c.serving.unwrap_or(ready),
+        // Unset means serving, as upstream reads it (whatever `ready` says).
+        serving: c.serving.unwrap_or(true),
         terminating: c.terminating.unwrap_or(false),
         node_name: e.node_name.as_deref().map(Arc::from),
         zone_hints: hints.for_zones.into_iter().flatten().map(|z| z.name).collect(),

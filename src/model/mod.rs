@@ -39,6 +39,22 @@ impl Family {
     }
 }
 
+/// Parses an IP address as upstream reads the API server's (Go's `ParseIPSloppy`): IPv4 with
+/// leading zeros (`010.001.002.003`, which older API servers accepted and still hold) is read
+/// as decimal, 10.1.2.3.
+pub fn parse_ip(s: &str) -> Option<IpAddr> {
+    let s = s.trim();
+    if let Ok(ip) = s.parse() {
+        return Some(ip);
+    }
+    let octets: Vec<u8> = s
+        .split('.')
+        .map(|o| o.parse::<u8>().ok().filter(|_| o.bytes().all(|b| b.is_ascii_digit())))
+        .collect::<Option<_>>()?;
+    let octets: [u8; 4] = octets.try_into().ok()?;
+    Some(IpAddr::from(octets))
+}
+
 /// A service port's transport protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Protocol {
@@ -241,8 +257,9 @@ impl Model {
 
     /// The endpoints of one service port in one family, merged over all its slices.
     ///
-    /// Slices are visited in name order and an `ip:port` seen twice is kept once
-    /// (the first wins), so the result does not depend on arrival order.
+    /// Slices are visited in name order and an `ip:port` seen twice is kept once (a copy
+    /// that is not terminating first, else the first), so the result does not depend on
+    /// arrival order.
     pub fn endpoints(&self, spn: &ServicePortName, family: Family) -> Vec<Endpoint> {
         let mut out: Vec<Endpoint> = Vec::new();
         let owner = (spn.namespace.clone(), spn.name.clone());
@@ -251,7 +268,9 @@ impl Model {
                 slice.endpoints_for(spn, &mut out);
             }
         }
-        out.sort_by_key(|e| (e.ip, e.port));
+        // The same address and port in two slices (endpoints moving between them): the copy
+        // that is not terminating wins, as upstream keeps it.
+        out.sort_by_key(|e| (e.ip, e.port, e.terminating));
         out.dedup_by(|a, b| a.ip == b.ip && a.port == b.port);
         out
     }

@@ -40,10 +40,8 @@ impl NodeInfo {
                 "ExternalIP" => &mut external,
                 _ => continue,
             };
-            let ip: IpAddr = a
-                .address
-                .parse()
-                .map_err(|_| ObjectError::new("Node", "", &name, format!("address {:?} is not an IP", a.address)))?;
+            let ip = super::parse_ip(&a.address)
+                .ok_or_else(|| ObjectError::new("Node", "", &name, format!("address {:?} is not an IP", a.address)))?;
             bucket.push(ip);
         }
         internal.extend(external);

@@ -189,7 +189,7 @@ fn affinity(spec: &k8s_openapi::api::core::v1::ServiceSpec) -> Result<Option<u32
 fn parse_ips<'a>(ips: impl IntoIterator<Item = &'a String>, what: &str) -> Result<Vec<IpAddr>, String> {
     let mut out: Vec<IpAddr> = Vec::new();
     for s in ips {
-        let ip: IpAddr = s.trim().parse().map_err(|_| format!("{what} {s:?} is not an IP address"))?;
+        let ip = super::parse_ip(s).ok_or_else(|| format!("{what} {s:?} is not an IP address"))?;
         if !out.contains(&ip) {
             out.push(ip);
         }

@@ -3,7 +3,7 @@
 //! the size of the cluster.
 
 use super::builder::{Builder, Index, Journal, PortId};
-use super::ruleset::{Key, MapName, Ruleset, Value};
+use super::ruleset::{Entry, Key, MapName, Ruleset, Value};
 use super::{NodePorts, RenderError, context};
 use crate::config::Config;
 use crate::model::{Changes, Family, Model};
@@ -100,15 +100,51 @@ impl Rendered {
             let (table, index, journal) = b.finish();
             self.ruleset.tables[i] = table;
             self.indexes[i] = index;
+            journals.push(journal.unwrap_or_default());
             if !outcome? {
-                // Two ports disagree on an element; render whole so the rules' order decides.
-                *self = Rendered::build(model, cfg, None)?;
+                // Two ports disagree on an element; render whole so the rules' order decides,
+                // from the state before this update, so endpoints keep their map slots.
+                let before = undone(&self.ruleset, &journals);
+                *self = Rendered::build(model, cfg, Some(&before))?;
                 return Ok(Update::Replaced);
             }
-            journals.push(journal.unwrap_or_default());
         }
         Ok(Update::Patched(journals))
     }
+}
+
+/// `ruleset` as it was before the updates `journals` (per table, in order) recorded: the old
+/// chain bodies, affinity sets and element values put back. Owners are not kept (a rebuild
+/// reads only values from it).
+fn undone(ruleset: &Ruleset, journals: &[Journal]) -> Ruleset {
+    let mut before = ruleset.clone();
+    let nobody: Arc<str> = Arc::from("");
+    for (table, journal) in before.tables.iter_mut().zip(journals) {
+        for (name, body) in &journal.chains {
+            match body {
+                Some(b) => table.chains.insert(name.clone(), b.clone()),
+                None => table.chains.remove(name),
+            };
+        }
+        for (name, timeout) in &journal.sets {
+            match timeout {
+                Some(t) => table.affinity_sets.insert(name.clone(), *t),
+                None => table.affinity_sets.remove(name),
+            };
+        }
+        for ((map, key), value) in &journal.elements {
+            let entries = table.elements.entry(*map).or_default();
+            match value {
+                Some(v) => {
+                    entries.insert(key.clone(), Entry { value: v.clone(), owner: nobody.clone(), refs: 1 });
+                }
+                None => {
+                    entries.remove(key);
+                }
+            }
+        }
+    }
+    before
 }
 
 /// Renders the changed Services' ports again, then every port a frontend hand-over touched,
