@@ -29,7 +29,7 @@ pub fn resources(node_name: &str) -> Vec<Resource> {
             name: "services",
             kind: ObjectKind::Service,
             path: "/api/v1/services",
-            label_selector: Some("!service.kubernetes.io/service-proxy-name"),
+            label_selector: Some("!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless"),
             field_selector: Some("spec.clusterIP!=None".into()),
             field_selector_optional: true,
             optional: false,

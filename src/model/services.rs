@@ -9,6 +9,11 @@ use std::net::IpAddr;
 /// Services with this label belong to another proxy and are left alone, as upstream does.
 pub const SERVICE_PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
 
+/// The label that marks a headless Service's EndpointSlices; a Service carrying it is left
+/// out whatever its spec, as kube-proxy's informers did before 1.32 (both label
+/// requirements on both resources).
+pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
+
 /// The session affinity timeout the API defaults to (3 hours).
 pub const DEFAULT_AFFINITY_TIMEOUT: u32 = 10800;
 
@@ -83,13 +88,13 @@ impl ServicePort {
     }
 
     /// Converts a Service; `Ok(None)` means the proxy has nothing to do for it
-    /// (headless, ExternalName, another proxy's, or no ports).
+    /// (headless or labelled headless, ExternalName, another proxy's, or no ports).
     pub fn from_api(svc: &Service) -> Result<Option<(ObjectKey, Vec<ServicePort>)>, ObjectError> {
         let (namespace, name) = object_key("Service", &svc.metadata)?;
         let err = |what: String| ObjectError::new("Service", &namespace, &name, what);
         check_name(&namespace).and(check_name(&name)).map_err(&err)?;
         let labels = svc.metadata.labels.as_ref();
-        if labels.is_some_and(|l| l.contains_key(SERVICE_PROXY_NAME_LABEL)) {
+        if labels.is_some_and(|l| l.contains_key(SERVICE_PROXY_NAME_LABEL) || l.contains_key(HEADLESS_LABEL)) {
             return Ok(None);
         }
         let spec = svc.spec.clone().unwrap_or_default();
