@@ -105,41 +105,32 @@ fn programming_buckets() -> Vec<f64> {
 struct Add<'r>(&'r Registry);
 
 impl Add<'_> {
-    fn histogram(
+    /// Registers `metric` (once built) and hands it back for the struct to keep.
+    fn reg<M: prometheus::core::Collector + Clone + 'static>(
         &self,
-        name: &str,
-        help: &str,
-        labels: &[&str],
-        buckets: Vec<f64>,
-    ) -> Result<HistogramVec, MetricsError> {
-        let m = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)?;
+        metric: Result<M, prometheus::Error>,
+    ) -> Result<M, MetricsError> {
+        let m = metric?;
         self.0.register(Box::new(m.clone()))?;
         Ok(m)
+    }
+    fn histogram(&self, name: &str, help: &str, labels: &[&str], b: Vec<f64>) -> Result<HistogramVec, MetricsError> {
+        self.reg(HistogramVec::new(HistogramOpts::new(name, help).buckets(b), labels))
     }
     fn counters(&self, name: &str, help: &str, labels: &[&str]) -> Result<IntCounterVec, MetricsError> {
-        let m = IntCounterVec::new(Opts::new(name, help), labels)?;
-        self.0.register(Box::new(m.clone()))?;
-        Ok(m)
+        self.reg(IntCounterVec::new(Opts::new(name, help), labels))
     }
     fn counter(&self, name: &str, help: &str) -> Result<IntCounter, MetricsError> {
-        let m = IntCounter::new(name, help)?;
-        self.0.register(Box::new(m.clone()))?;
-        Ok(m)
+        self.reg(IntCounter::new(name, help))
     }
     fn gauge(&self, name: &str, help: &str) -> Result<IntGauge, MetricsError> {
-        let m = IntGauge::new(name, help)?;
-        self.0.register(Box::new(m.clone()))?;
-        Ok(m)
+        self.reg(IntGauge::new(name, help))
     }
     fn gauges(&self, name: &str, help: &str, labels: &[&str]) -> Result<IntGaugeVec, MetricsError> {
-        let m = IntGaugeVec::new(Opts::new(name, help), labels)?;
-        self.0.register(Box::new(m.clone()))?;
-        Ok(m)
+        self.reg(IntGaugeVec::new(Opts::new(name, help), labels))
     }
     fn times(&self, name: &str, help: &str) -> Result<prometheus::GaugeVec, MetricsError> {
-        let m = prometheus::GaugeVec::new(Opts::new(name, help), &["ip_family"])?;
-        self.0.register(Box::new(m.clone()))?;
-        Ok(m)
+        self.reg(prometheus::GaugeVec::new(Opts::new(name, help), FAMILY))
     }
 }
 
