@@ -25,6 +25,9 @@ pub enum ConfigError {
     /// Nothing to read.
     #[error("--manifests is required")]
     MissingManifests,
+    /// The local-traffic detector is unknown or lacks what it needs.
+    #[error("--detect-local-mode: {0}")]
+    BadDetectLocal(String),
     /// The node name is not one Kubernetes accepts (it reaches the script's text).
     #[error(
         "--hostname-override: {0:?} is not a valid node name (a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253 characters)"
@@ -67,6 +70,18 @@ pub struct Flags {
     /// Where NodePorts are served: `primary` (the node's primary IPs, the default), `all`, or a CIDR list.
     #[arg(long, value_name = "primary|all|CIDR,...", value_delimiter = ',', default_value = "primary")]
     pub nodeport_addresses: Vec<String>,
+    /// How traffic from this node's pods is told apart from other traffic: `ClusterCIDR`
+    /// (source in --cluster-cidr), `NodeCIDR` (source in the Node's spec.podCIDRs),
+    /// `BridgeInterface` (arrived on --pod-bridge-interface) or `InterfaceNamePrefix`
+    /// (arrived on an interface named --pod-interface-name-prefix*).
+    #[arg(long, value_name = "MODE", default_value = "ClusterCIDR")]
+    pub detect_local_mode: String,
+    /// The bridge pods are attached to, with --detect-local-mode=BridgeInterface.
+    #[arg(long, value_name = "NAME", default_value = "")]
+    pub pod_bridge_interface: String,
+    /// The name prefix of pods' interfaces on the host, with --detect-local-mode=InterfaceNamePrefix.
+    #[arg(long, value_name = "PREFIX", default_value = "")]
+    pub pod_interface_name_prefix: String,
     /// Masquerade all traffic sent to service IPs.
     #[arg(long)]
     pub masquerade_all: bool,
@@ -203,13 +218,62 @@ pub enum NodePortAddresses {
     Cidrs(Vec<IpNet>),
 }
 
+/// How traffic from this node's pods is told apart (kube-proxy's detect-local modes); pod
+/// traffic to a ClusterIP keeps its source, other traffic is masqueraded, and pod traffic to
+/// an external IP of an `externalTrafficPolicy: Local` Service may use any endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DetectLocal {
+    /// Source within `Config::cluster_cidrs` (no detector when there are none).
+    ClusterCidr,
+    /// Source within the Node object's `spec.podCIDRs` (no detector until it has some).
+    NodeCidr,
+    /// Arrived on this interface (the bridge pods are attached to).
+    BridgeInterface(String),
+    /// Arrived on an interface whose name starts with this.
+    InterfaceNamePrefix(String),
+}
+
+impl DetectLocal {
+    /// Builds the detector from kube-proxy's mode name and its interface settings.
+    pub fn new(mode: &str, bridge: &str, prefix: &str) -> Result<DetectLocal, String> {
+        let interface = |what: &str, name: &str| {
+            if valid_interface_name(name) {
+                Ok(name.to_string())
+            } else if name.is_empty() {
+                Err(format!("{mode} needs {what}"))
+            } else {
+                Err(format!("{what} {name:?} is not an interface name (1 to 15 of A-Z a-z 0-9 . _ - @ :)"))
+            }
+        };
+        match mode.trim() {
+            "" | "ClusterCIDR" => Ok(DetectLocal::ClusterCidr),
+            "NodeCIDR" => Ok(DetectLocal::NodeCidr),
+            "BridgeInterface" => interface("a bridge interface", bridge).map(DetectLocal::BridgeInterface),
+            "InterfaceNamePrefix" => {
+                interface("an interface name prefix", prefix).map(DetectLocal::InterfaceNamePrefix)
+            }
+            other => {
+                Err(format!("{other:?} is not a mode (ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix)"))
+            }
+        }
+    }
+}
+
+/// Whether `name` can be an interface name (it is written into the ruleset's text).
+pub fn valid_interface_name(name: &str) -> bool {
+    (1..=15).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'@' | b':'))
+}
+
 /// The validated configuration the renderer and sync loop use.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// This node's name.
     pub node_name: String,
-    /// Cluster pod CIDRs; empty means no local-traffic detector.
+    /// Cluster pod CIDRs (what `DetectLocal::ClusterCidr` matches).
     pub cluster_cidrs: Vec<IpNet>,
+    /// How traffic from this node's pods is told apart.
+    pub detect_local: DetectLocal,
     /// NodePort address selection.
     pub nodeport_addresses: NodePortAddresses,
     /// Masquerade all service traffic.
@@ -238,6 +302,12 @@ impl Config {
         Ok(Config {
             node_name,
             cluster_cidrs: parse_cidrs("cluster-cidr", &flags.cluster_cidr)?,
+            detect_local: DetectLocal::new(
+                &flags.detect_local_mode,
+                &flags.pod_bridge_interface,
+                &flags.pod_interface_name_prefix,
+            )
+            .map_err(ConfigError::BadDetectLocal)?,
             nodeport_addresses: nodeport_addresses(&flags.nodeport_addresses)?,
             masquerade_all: flags.masquerade_all,
             masquerade_mark: 1u32 << flags.masquerade_bit,
