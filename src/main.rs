@@ -2,8 +2,7 @@
 //! removes rules (`--cleanup`), or runs the proxy daemon.
 
 use anyhow::Context;
-use clap::Parser;
-use kube_nftproxy::config::{Config, Flags};
+use kube_nftproxy::config::{self, Config, ConfigError, Flags};
 use kube_nftproxy::health::Health;
 use kube_nftproxy::http::{self, Route};
 use kube_nftproxy::inbox::Inbox;
@@ -33,8 +32,21 @@ const LOCK_POLL: Duration = Duration::from_millis(200);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    let flags = Flags::parse();
+    let flags = match config::load_from(std::env::args_os()) {
+        Ok((flags, unknown)) => {
+            init_logging(flags.log_level());
+            for field in unknown {
+                log::warn!("--config: unknown field {field:?} ignored");
+            }
+            flags
+        }
+        Err(ConfigError::Usage(e)) => e.exit(),
+        Err(e) => {
+            init_logging(None);
+            log::error!("{e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
     let result = if flags.cleanup {
         run_cleanup(&flags)
     } else if flags.dry_run {
@@ -54,6 +66,15 @@ fn main() -> ExitCode {
             if not_input { ExitCode::FAILURE } else { ExitCode::from(EXIT_BAD_INPUT) }
         }
     }
+}
+
+/// Logs at `level` (from `-v`) for this crate, else as RUST_LOG says, else at info.
+fn init_logging(level: Option<log::LevelFilter>) {
+    let mut builder = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
+    if let Some(level) = level {
+        builder.filter_module("kube_nftproxy", level);
+    }
+    builder.init();
 }
 
 /// The API source's shared state for the flags, if an API server is to be followed.
@@ -137,6 +158,7 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
         return Ok(());
     };
     conntrack::sysctl::apply_to_node(&conntrack::sysctl::Settings::from_flags(flags));
+    set_oom_score_adj(flags.oom_score_adj);
     let own = Arc::new(OwnPids::default());
     let alarms = inbox.clone();
     let (_guard, quiet) = guard::spawn(own.clone(), stop.clone(), move |alarm| match alarm {
@@ -183,6 +205,14 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
         log::error!("the sync thread did not stop within {SHUTDOWN_GRACE:?}; exiting anyway, the rules stay in place");
     }
     Ok(())
+}
+
+/// Asks the kernel's OOM killer to spare the proxy, as kube-proxy does; a failure only warns.
+fn set_oom_score_adj(score: i32) {
+    match std::fs::write("/proc/self/oom_score_adj", score.to_string()) {
+        Ok(()) => log::debug!("oom_score_adj set to {score}"),
+        Err(e) => log::warn!("could not set oom_score_adj to {score}: {e}"),
+    }
 }
 
 /// The HTTP endpoints (health, metrics, health-check node ports) and what feeds them.

@@ -74,13 +74,24 @@ fn manifest_changes_restart_and_cleanup() {
         service("zz-copycat", spec, json!({}))
     };
     let manifests = write_manifests(&c, [web(&c, &["pod-1"]), vec![copycat()]].concat());
-    let first = Daemon::start(&c.node, &manifests, &[], &[]);
+    // -v 4 is kube-proxy's debug level (RUST_LOG says info).
+    let first = Daemon::start(&c.node, &manifests, &["-v=4"], &[]);
     assert!(wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some());
 
     // The daemon follows the manifests on disk.
     write_manifests(&c, [web(&c, &["pod-2"]), vec![copycat()]].concat());
     let took = wait_for(Duration::from_secs(5), || who(&c.client, "172.30.0.40:80") == "pod-2");
     assert!(took.is_some(), "the daemon did not apply the changed manifests");
+    // One info line per sync says what it covered and sent; the objects are at debug.
+    let logged = first.logged();
+    let synced = logged.lines().filter(|l| l.contains(" INFO ") && l.contains(" sync")).collect::<Vec<_>>();
+    let partial = synced.iter().find(|l| l.contains("Partial sync"));
+    let partial = partial.unwrap_or_else(|| panic!("no partial sync logged:\n{logged}"));
+    assert!(partial.contains(": 2 services, 1 endpoints; sent ") && partial.contains(" bytes in "), "{partial}");
+    assert!(
+        logged.contains(" DEBUG ") && logged.contains("EndpointSlice test/web-v4 of web: 1 endpoints"),
+        "no per-object detail:\n{logged}"
+    );
 
     // Connections keep working while the daemon stops (rules stay) and a new one adopts them.
     let prober = probe_during(&c.client, "172.30.0.40:80", Duration::from_secs(4));

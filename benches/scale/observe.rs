@@ -89,14 +89,17 @@ pub fn ms_between(from: Instant, to: Instant) -> f64 {
     round2(to.saturating_duration_since(from).as_secs_f64() * 1e3)
 }
 
-/// A sync line's figures: kind, script lines, time, render and apply (ms), netlink or not.
+/// A sync line's figures: kind, elements and bytes sent, time, render and apply (ms), netlink
+/// or not.
 pub fn sync_figures(line: &str) -> Value {
     let msg = line.split_once("] ").map_or(line, |(_, m)| m);
     let kind = msg.split(" sync").next().unwrap_or("?");
     let words: Vec<&str> = msg.split_whitespace().collect();
     let after = |w: &str| words.iter().position(|x| *x == w).and_then(|i| words.get(i + 1)).copied();
-    let lines = msg.split(": ").nth(1).and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse::<u64>().ok());
-    json!({"kind": kind, "netlink": msg.contains("(netlink)"), "lines": lines,
+    let before = |w: &str| words.iter().position(|x| *x == w).and_then(|i| i.checked_sub(1)).map(|i| words[i]);
+    let count = |w: Option<&str>| w.and_then(|n| n.trim_end_matches(',').parse::<u64>().ok());
+    json!({"kind": kind, "netlink": msg.contains("(netlink)"), "elements": count(after("sent")),
+           "bytes": count(before("bytes")),
            "took_ms": after("in").and_then(debug_ms), "render_ms": after("(render").and_then(debug_ms),
            "apply_ms": after("apply").and_then(debug_ms)})
 }

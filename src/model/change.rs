@@ -48,6 +48,28 @@ pub enum ObjectChange {
 }
 
 impl ObjectChange {
+    /// One line saying what the change is about, for the debug log.
+    pub fn describe(&self) -> String {
+        match self {
+            ObjectChange::Service((ns, name), ports) => match ports {
+                Some(p) => format!("Service {ns}/{name}: {} ports", p.len()),
+                None => format!("Service {ns}/{name} deleted"),
+            },
+            ObjectChange::Slice((ns, name), info) => match info {
+                Some(i) => format!("EndpointSlice {ns}/{name} of {}: {} endpoints", i.service, i.endpoints.len()),
+                None => format!("EndpointSlice {ns}/{name} deleted"),
+            },
+            ObjectChange::Node(node) => match node {
+                Some(n) => format!("Node: addresses {:?}", n.addresses),
+                None => "Node deleted".to_string(),
+            },
+            ObjectChange::ServiceCidr(name, cidrs) => match cidrs {
+                Some(c) => format!("ServiceCIDR {name}: {c:?}"),
+                None => format!("ServiceCIDR {name} deleted"),
+            },
+        }
+    }
+
     /// Validates an object for node `node_name`; `Ok(None)` for another node's Node object.
     pub fn from_api(obj: &ApiObject, node_name: &str) -> Result<Option<ObjectChange>, ObjectError> {
         Ok(Some(match obj {

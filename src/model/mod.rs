@@ -255,6 +255,11 @@ impl Model {
         }
     }
 
+    /// How many endpoints the EndpointSlices hold, over all Services (for the sync's log line).
+    pub fn endpoint_count(&self) -> usize {
+        self.slices.values().flatten().map(|s| s.endpoints.len()).sum()
+    }
+
     /// The endpoints of one service port in one family, merged over all its slices.
     ///
     /// Slices are visited in name order and an `ip:port` seen twice is kept once (a copy

@@ -209,7 +209,11 @@ impl<K: Kernel> Syncer<K> {
         let now = SystemTime::now();
         for change in d.changes {
             let kind = change.kind();
+            let detail = log::log_enabled!(log::Level::Debug).then(|| change.describe());
             let this = self.model.file(change);
+            if let Some(detail) = detail {
+                log::debug!("{detail}{}", if this { "" } else { " (no change to the rules)" });
+            }
             self.observe.delivered(kind, this, now);
             changed |= this;
         }
@@ -335,9 +339,8 @@ impl<K: Kernel> Syncer<K> {
         let (all, elements) = applied.unwrap_or_default();
         match result {
             Ok(report) => {
-                let took = (rendered_at - started, end - rendered_at);
-                self.succeeded(&report, took, end);
                 let s = Synced { kind: report.kind, took: end - started, bytes: report.script.len(), elements };
+                self.succeeded(&report, &s, (rendered_at - started, end - rendered_at), end);
                 self.observe.synced(&s, &changes, SystemTime::now());
                 self.observe.local(&self.model, &self.cfg, &changes, all);
                 self.conntrack.touch(&changes.services);
@@ -353,13 +356,19 @@ impl<K: Kernel> Syncer<K> {
         }
     }
 
-    /// Notes a sync that went through; `(render, apply)` is how long each part took.
-    fn succeeded(&mut self, report: &SyncReport, (render, apply): (Duration, Duration), end: Instant) {
+    /// Notes a sync that went through, in one info line; `(render, apply)` is how long each
+    /// part took.
+    fn succeeded(&mut self, report: &SyncReport, s: &Synced, (render, apply): (Duration, Duration), end: Instant) {
         let took = render + apply;
-        let lines = report.script.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count();
         if report.kind != SyncKind::Unchanged {
             let via = if report.netlink { " (netlink)" } else { "" };
-            log::info!("{:?} sync{via}: {lines} lines in {took:?} (render {render:?}, apply {apply:?})", report.kind);
+            let (services, endpoints) = (self.model.services.len(), self.model.endpoint_count());
+            log::info!(
+                "{:?} sync{via}: {services} services, {endpoints} endpoints; sent {} elements, {} bytes in {took:?} (render {render:?}, apply {apply:?})",
+                s.kind,
+                s.elements,
+                s.bytes
+            );
         }
         self.last = Some((report.kind, took, end));
         let full = matches!(report.kind, SyncKind::Full | SyncKind::Staged | SyncKind::Refresh);

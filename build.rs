@@ -1,0 +1,30 @@
+//! Records how the binary was built, for `--version` and the build-info metric.
+
+use std::process::Command;
+
+fn main() {
+    let output = |cmd: &str, args: &[&str]| {
+        Command::new(cmd)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+    };
+    let commit = output("git", &["describe", "--always", "--dirty", "--abbrev=12"]).unwrap_or_else(|| "unknown".into());
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let rustc = output(&rustc, &["--version"]).unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=KUBE_NFTPROXY_COMMIT={commit}");
+    println!("cargo:rustc-env=KUBE_NFTPROXY_RUSTC={rustc}");
+    println!("cargo:rustc-env=KUBE_NFTPROXY_TARGET={}", std::env::var("TARGET").unwrap_or_default());
+    println!("cargo:rustc-env=KUBE_NFTPROXY_PROFILE={}", std::env::var("PROFILE").unwrap_or_default());
+    // A new commit changes what --version says; the index changes with every staged edit.
+    for path in ["HEAD", "index"] {
+        if let Some(p) = output("git", &["rev-parse", "--git-path", path]) {
+            println!("cargo:rerun-if-changed={p}");
+        }
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+}

@@ -1,0 +1,315 @@
+//! `--config`: kube-proxy's configuration file (`KubeProxyConfiguration`,
+//! `kubeproxy.config.k8s.io/v1alpha1`, YAML or JSON), read into the flags it stands for.
+//!
+//! A value the file leaves out, null or zero takes kube-proxy's default, as its defaulting
+//! does, so the file kubeadm writes (every field present, most zero) means what it means to
+//! kube-proxy. Fields of kube-proxy's other modes are read and left alone; any other field is
+//! a warning naming it.
+
+use super::values::{parse_duration, parse_healthz_bind, parse_metrics_bind, valid_node_name};
+use super::{ConfigError, Flags};
+use ipnet::IpNet;
+use serde::Deserialize;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The file's `apiVersion`.
+pub const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
+
+/// The file's `kind`.
+pub const KIND: &str = "KubeProxyConfiguration";
+
+/// A configuration file larger than this is refused rather than read.
+const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// A kube-proxy field this proxy has no use for. (Not `IgnoredAny`: what that reads counts as
+/// ignored, and would be warned about as unknown.)
+type Unused = serde_json::Value;
+
+/// The fields of a `KubeProxyConfiguration` this proxy reads.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct KubeProxyConfiguration {
+    api_version: Option<String>,
+    kind: Option<String>,
+    mode: Option<String>,
+    hostname_override: Option<String>,
+    bind_address: Option<String>,
+    #[serde(rename = "clusterCIDR")]
+    cluster_cidr: Option<String>,
+    node_port_addresses: Option<Vec<String>>,
+    healthz_bind_address: Option<String>,
+    metrics_bind_address: Option<String>,
+    #[serde(default)]
+    nftables: NfTables,
+    detect_local_mode: Option<String>,
+    #[serde(default)]
+    detect_local: DetectLocal,
+    #[serde(default)]
+    conntrack: Conntrack,
+    #[serde(default)]
+    client_connection: ClientConnection,
+    oom_score_adj: Option<i32>,
+    #[serde(default)]
+    logging: Logging,
+    #[serde(default)]
+    kube_nftproxy: Own,
+    // kube-proxy's settings that do not apply here (other modes, other platforms, and what
+    // this proxy does its own way): accepted as kube-proxy accepts them, and not used.
+    #[serde(rename = "iptables")]
+    _iptables: Option<Unused>,
+    #[serde(rename = "ipvs")]
+    _ipvs: Option<Unused>,
+    #[serde(rename = "winkernel")]
+    _winkernel: Option<Unused>,
+    #[serde(rename = "windowsRunAsService")]
+    _windows_run_as_service: Option<Unused>,
+    #[serde(rename = "featureGates")]
+    _feature_gates: Option<Unused>,
+    #[serde(rename = "portRange")]
+    _port_range: Option<Unused>,
+    #[serde(rename = "enableProfiling")]
+    _enable_profiling: Option<Unused>,
+    #[serde(rename = "bindAddressHardFail")]
+    _bind_address_hard_fail: Option<Unused>,
+    #[serde(rename = "configSyncPeriod")]
+    _config_sync_period: Option<Unused>,
+    #[serde(rename = "showHiddenMetricsForVersion")]
+    _show_hidden_metrics_for_version: Option<Unused>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NfTables {
+    masquerade_all: Option<bool>,
+    masquerade_bit: Option<i32>,
+    sync_period: Option<GoDuration>,
+    min_sync_period: Option<GoDuration>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DetectLocal {
+    bridge_interface: Option<String>,
+    interface_name_prefix: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Conntrack {
+    max_per_core: Option<i32>,
+    min: Option<i32>,
+    tcp_established_timeout: Option<GoDuration>,
+    tcp_close_wait_timeout: Option<GoDuration>,
+    tcp_be_liberal: Option<bool>,
+    udp_timeout: Option<GoDuration>,
+    udp_stream_timeout: Option<GoDuration>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ClientConnection {
+    kubeconfig: Option<String>,
+    #[serde(rename = "acceptContentTypes")]
+    _accept_content_types: Option<Unused>,
+    #[serde(rename = "contentType")]
+    _content_type: Option<Unused>,
+    #[serde(rename = "qps")]
+    _qps: Option<Unused>,
+    #[serde(rename = "burst")]
+    _burst: Option<Unused>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Logging {
+    verbosity: Option<u8>,
+    #[serde(rename = "flushFrequency")]
+    _flush_frequency: Option<Unused>,
+    #[serde(rename = "format")]
+    _format: Option<Unused>,
+    #[serde(rename = "options")]
+    _options: Option<Unused>,
+}
+
+/// kube-nftproxy's own settings, under `kubeNftproxy:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Own {
+    manifests: Option<String>,
+    full_sync_period: Option<GoDuration>,
+    nft_timeout: Option<GoDuration>,
+    cleanup_kube_proxy_at_start: Option<bool>,
+}
+
+/// A duration as Kubernetes writes one (`"30s"`, `"1h0m0s"`).
+#[derive(Debug, Clone, Copy)]
+struct GoDuration(Duration);
+
+impl<'de> Deserialize<'de> for GoDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_duration(&text).map(GoDuration).map_err(serde::de::Error::custom)
+    }
+}
+
+/// What a configuration file said: the flags it sets, and the fields it held that nothing reads.
+#[derive(Debug)]
+pub struct FileSettings {
+    file: KubeProxyConfiguration,
+    /// Fields of the file this proxy does not know (paths like `nftables.foo`).
+    pub unknown_fields: Vec<String>,
+}
+
+/// Reads and checks a configuration file.
+pub fn read(path: &Path) -> Result<FileSettings, ConfigError> {
+    let bad = |message: String| ConfigError::File { path: path.to_path_buf(), message };
+    let size = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?.len();
+    if size > MAX_FILE_BYTES {
+        return Err(bad(format!("{size} bytes is more than a configuration file may hold ({MAX_FILE_BYTES})")));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    // JSON is YAML, so one parser reads both.
+    let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| bad(format!("not YAML or JSON: {e}")))?;
+    let mut unknown_fields = Vec::new();
+    let mut note = |field: serde_ignored::Path| unknown_fields.push(field.to_string());
+    let ignoring = serde_ignored::Deserializer::new(value, &mut note);
+    let file: KubeProxyConfiguration =
+        serde_path_to_error::deserialize(ignoring).map_err(|e| bad(format!("{}: {}", e.path(), e.inner())))?;
+    check_kind(&file).map_err(bad)?;
+    Ok(FileSettings { file, unknown_fields })
+}
+
+fn check_kind(file: &KubeProxyConfiguration) -> Result<(), String> {
+    match (file.api_version.as_deref(), file.kind.as_deref()) {
+        (Some(API_VERSION), Some(KIND)) => {}
+        (v, k) => return Err(format!("apiVersion {v:?} kind {k:?}: expected {API_VERSION} {KIND}")),
+    }
+    match file.mode.as_deref().map(str::trim) {
+        None | Some("" | "nftables") => Ok(()),
+        Some(other) => Err(format!("mode: {other:?} is not supported: kube-nftproxy is kube-proxy's nftables mode")),
+    }
+}
+
+/// Sets flag `$flag` to a file value that is present and not kube-proxy's "unset", unless the
+/// command line gave that flag.
+macro_rules! set {
+    ($flags:ident, $given:ident, $flag:ident, $value:expr) => {
+        if let Some(v) = $value {
+            if !$given(stringify!($flag)) {
+                $flags.$flag = v;
+            }
+        }
+    };
+}
+
+impl FileSettings {
+    /// Writes what the file sets into `flags`, except where `given(id)` says the command line
+    /// (or the environment) set that flag: those win. A value kube-proxy would refuse is an
+    /// error naming its field.
+    pub fn apply(self, flags: &mut Flags, given: impl Fn(&str) -> bool) -> Result<(), ConfigError> {
+        let f = self.file;
+        node(&f, flags, &given)?;
+        let n = &f.nftables;
+        set!(flags, given, masquerade_all, n.masquerade_all);
+        let bit = checked(("nftables.masqueradeBit", "must be within 0..=31"), n.masquerade_bit, |b| {
+            u8::try_from(b).ok().filter(|b| *b <= 31)
+        })?;
+        set!(flags, given, masquerade_bit, bit);
+        set!(flags, given, sync_period, nonzero(n.sync_period));
+        set!(flags, given, min_sync_period, nonzero(n.min_sync_period));
+        let c = &f.conntrack;
+        set!(
+            flags,
+            given,
+            conntrack_max_per_core,
+            checked(("conntrack.maxPerCore", "must not be negative"), c.max_per_core, |n| u32::try_from(n).ok())?
+        );
+        set!(
+            flags,
+            given,
+            conntrack_min,
+            checked(("conntrack.min", "must not be negative"), c.min, |n| u32::try_from(n).ok())?
+        );
+        set!(flags, given, conntrack_tcp_timeout_established, c.tcp_established_timeout.map(|d| d.0));
+        set!(flags, given, conntrack_tcp_timeout_close_wait, c.tcp_close_wait_timeout.map(|d| d.0));
+        set!(flags, given, conntrack_tcp_be_liberal, c.tcp_be_liberal);
+        set!(flags, given, conntrack_udp_timeout, c.udp_timeout.map(|d| d.0));
+        set!(flags, given, conntrack_udp_timeout_stream, c.udp_stream_timeout.map(|d| d.0));
+        set!(flags, given, kubeconfig, text(&f.client_connection.kubeconfig).map(|k| Some(PathBuf::from(k))));
+        let oom = checked(("oomScoreAdj", "must be within -1000..=1000"), f.oom_score_adj, |n| {
+            (-1000..=1000).contains(&n).then_some(n)
+        })?;
+        set!(flags, given, oom_score_adj, oom);
+        set!(flags, given, verbosity, f.logging.verbosity.filter(|v| *v > 0).map(Some));
+        let own = &f.kube_nftproxy;
+        set!(flags, given, manifests, text(&own.manifests).map(|m| Some(PathBuf::from(m))));
+        set!(flags, given, full_sync_period, nonzero(own.full_sync_period));
+        set!(flags, given, nft_timeout, nonzero(own.nft_timeout));
+        set!(flags, given, cleanup_kube_proxy_at_start, own.cleanup_kube_proxy_at_start);
+        Ok(())
+    }
+}
+
+/// The settings about this node and where it serves, each checked as its flag would be.
+fn node(f: &KubeProxyConfiguration, flags: &mut Flags, given: &impl Fn(&str) -> bool) -> Result<(), ConfigError> {
+    let hostname = text(&f.hostname_override).map(|h| h.to_lowercase());
+    let hostname = checked(("hostnameOverride", "not a node name (a DNS-1123 subdomain)"), hostname, |h| {
+        valid_node_name(&h).then_some(Some(h))
+    })?;
+    set!(flags, given, hostname_override, hostname);
+    let bind =
+        checked(("bindAddress", "not an IP address"), text(&f.bind_address), |a| a.parse::<IpAddr>().ok().map(|_| a))?;
+    set!(flags, given, bind_address, bind);
+    let cidrs = text(&f.cluster_cidr).map(|c| c.split(',').map(|c| c.trim().to_string()).collect::<Vec<_>>());
+    let cidrs = checked(("clusterCIDR", "not CIDRs separated by commas"), cidrs, |c| {
+        c.iter().all(|c| c.parse::<IpNet>().is_ok()).then_some(c)
+    })?;
+    set!(flags, given, cluster_cidr, cidrs);
+    let addresses = f.node_port_addresses.clone().filter(|a| !a.is_empty());
+    let addresses = checked(("nodePortAddresses", "not `primary`, `all` or a list of CIDRs"), addresses, |a| {
+        super::nodeport_addresses(&a).ok().map(|_| a)
+    })?;
+    set!(flags, given, nodeport_addresses, addresses);
+    let healthz = text(&f.healthz_bind_address).map(|a| parse_healthz_bind(&a));
+    set!(flags, given, healthz_bind_address, healthz.transpose().map_err(|e| field("healthzBindAddress", e))?);
+    let metrics = text(&f.metrics_bind_address).map(|a| parse_metrics_bind(&a));
+    set!(flags, given, metrics_bind_address, metrics.transpose().map_err(|e| field("metricsBindAddress", e))?);
+    let (bridge, prefix) = (text(&f.detect_local.bridge_interface), text(&f.detect_local.interface_name_prefix));
+    let mode = text(&f.detect_local_mode);
+    if let Some(m) = &mode {
+        let (b, p) = (
+            bridge.as_deref().unwrap_or(&flags.pod_bridge_interface),
+            prefix.as_deref().unwrap_or(&flags.pod_interface_name_prefix),
+        );
+        super::DetectLocal::new(m, b, p).map_err(|e| field("detectLocalMode", e))?;
+    }
+    set!(flags, given, detect_local_mode, mode);
+    set!(flags, given, pod_bridge_interface, bridge);
+    set!(flags, given, pod_interface_name_prefix, prefix);
+    Ok(())
+}
+
+fn field(field: &str, message: String) -> ConfigError {
+    ConfigError::Field { field: field.to_string(), message }
+}
+
+/// `value` passed through `check`, or an error naming `name` and the value it refused.
+fn checked<T: std::fmt::Debug + Clone, U>(
+    (name, wanted): (&str, &str),
+    value: Option<T>,
+    check: impl FnOnce(T) -> Option<U>,
+) -> Result<Option<U>, ConfigError> {
+    value.map(|v| check(v.clone()).ok_or_else(|| field(name, format!("{v:?}: {wanted}")))).transpose()
+}
+
+/// A string value, trimmed; empty is kube-proxy's "unset".
+fn text(v: &Option<String>) -> Option<String> {
+    v.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_string)
+}
+
+/// A duration that is kube-proxy's "unset" when zero (its defaulting replaces it).
+fn nonzero(d: Option<GoDuration>) -> Option<Duration> {
+    d.map(|d| d.0).filter(|d| !d.is_zero())
+}

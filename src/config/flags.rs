@@ -1,0 +1,178 @@
+//! The command line: kube-proxy's flag names, grouped as `--help` shows them, and the parsers
+//! of their values.
+
+use super::BindAddress;
+use super::values::{parse_duration, parse_healthz_bind, parse_metrics_bind, parse_period};
+use clap::Parser;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const SOURCES: &str = "Where Services and Endpoints come from";
+const NODE: &str = "This node";
+const NFTABLES: &str = "Rules and syncing";
+const SERVING: &str = "Health and metrics";
+const CONNTRACK: &str = "Conntrack";
+const RUN: &str = "Start, stop and clean up";
+const LOGGING: &str = "Logging";
+
+/// `--version`: the version, then how the binary was built.
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    "\ncommit: ",
+    env!("KUBE_NFTPROXY_COMMIT"),
+    "\nbuilt by: ",
+    env!("KUBE_NFTPROXY_RUSTC"),
+    "\ntarget: ",
+    env!("KUBE_NFTPROXY_TARGET"),
+    " (",
+    env!("KUBE_NFTPROXY_PROFILE"),
+    " profile)",
+);
+
+/// Raw command-line flags; `--config` values fill in what the command line leaves out.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "kube-nftproxy",
+    version,
+    long_version = LONG_VERSION,
+    about = "Kubernetes service proxy on nftables, a drop-in for kube-proxy's nftables mode",
+    after_help = "Flags given on the command line (or NODE_NAME in the environment) override --config; \
+                  what neither sets takes kube-proxy's default."
+)]
+pub struct Flags {
+    /// A kube-proxy configuration file (KubeProxyConfiguration, kubeproxy.config.k8s.io/v1alpha1,
+    /// YAML or JSON); kube-nftproxy's own settings go under its `kubeNftproxy:` key.
+    #[arg(long, value_name = "FILE", help_heading = SOURCES)]
+    pub config: Option<PathBuf>,
+    /// A kubeconfig naming the API server and credentials (its current context is used).
+    #[arg(long, value_name = "FILE", help_heading = SOURCES)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The API server's URL, overriding the kubeconfig's server.
+    #[arg(long, value_name = "URL", help_heading = SOURCES)]
+    pub master: Option<String>,
+    /// A file or directory of YAML/JSON manifests (Services, EndpointSlices, this Node; `kind: List` too).
+    #[arg(long, value_name = "PATH", help_heading = SOURCES)]
+    pub manifests: Option<PathBuf>,
+    /// The shortest watch timeout asked of the API server; each watch asks for a random one
+    /// up to twice it (tests shorten it).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_period, hide = true)]
+    pub watch_timeout: Duration,
+    /// Objects per list page.
+    #[arg(long, value_name = "N", default_value_t = 500, hide = true)]
+    pub list_page_size: usize,
+    /// How long the first sync waits for this node's Node object from the API server.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration, hide = true)]
+    pub node_wait: Duration,
+
+    /// This node's name, as in its Node object and EndpointSlice `nodeName` (default: the host name).
+    #[arg(long, value_name = "NODE", env = "NODE_NAME", help_heading = NODE)]
+    pub hostname_override: Option<String>,
+    /// This node's primary IP when it is not 0.0.0.0 or ::, instead of the Node object's
+    /// address of that family (NodePorts on `primary`).
+    #[arg(long, value_name = "IP", default_value = "0.0.0.0", help_heading = NODE)]
+    pub bind_address: String,
+    /// Pod CIDRs of the cluster (comma separated, one per family), for --detect-local-mode=ClusterCIDR.
+    #[arg(long, value_name = "CIDR[,CIDR]", value_delimiter = ',', help_heading = NODE)]
+    pub cluster_cidr: Vec<String>,
+    /// How traffic from this node's pods is told apart: `ClusterCIDR` (source in
+    /// --cluster-cidr), `NodeCIDR` (source in the Node's spec.podCIDRs), `BridgeInterface`
+    /// (arrived on --pod-bridge-interface) or `InterfaceNamePrefix` (arrived on an interface
+    /// named --pod-interface-name-prefix*).
+    #[arg(long, value_name = "MODE", default_value = "ClusterCIDR", help_heading = NODE)]
+    pub detect_local_mode: String,
+    /// The bridge pods are attached to, with --detect-local-mode=BridgeInterface.
+    #[arg(long, value_name = "NAME", default_value = "", help_heading = NODE)]
+    pub pod_bridge_interface: String,
+    /// The name prefix of pods' interfaces on the host, with --detect-local-mode=InterfaceNamePrefix.
+    #[arg(long, value_name = "PREFIX", default_value = "", help_heading = NODE)]
+    pub pod_interface_name_prefix: String,
+    /// Where NodePorts are served: `primary` (the node's primary IPs, the default), `all`, or a CIDR list.
+    #[arg(long, value_name = "primary|all|CIDR,...", value_delimiter = ',', default_value = "primary", help_heading = NODE)]
+    pub nodeport_addresses: Vec<String>,
+
+    /// Masquerade all traffic sent to ClusterIPs.
+    #[arg(long, help_heading = NFTABLES)]
+    pub masquerade_all: bool,
+    /// The bit of the packet mark used to flag packets for masquerading.
+    #[arg(long, value_name = "BIT", default_value_t = 14, help_heading = NFTABLES)]
+    pub masquerade_bit: u8,
+    /// Minimum time between syncs; changes arriving sooner are coalesced into the next one.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration, help_heading = NFTABLES)]
+    pub min_sync_period: Duration,
+    /// Longest wait before a failed sync is retried (retries back off up to this).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_period, help_heading = NFTABLES)]
+    pub sync_period: Duration,
+    /// Interval of full syncs that replace the tables whole, repairing any drift.
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_period, help_heading = NFTABLES)]
+    pub full_sync_period: Duration,
+    /// Longest one `nft` run may take before it is killed and the sync counts as failed.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_period, help_heading = NFTABLES)]
+    pub nft_timeout: Duration,
+
+    /// Where `/healthz` and `/livez` are served (`IP:port`, or an IP on port 10256); empty turns them off.
+    #[arg(long, value_name = "IP:PORT", default_value = "0.0.0.0:10256", value_parser = parse_healthz_bind, help_heading = SERVING)]
+    pub healthz_bind_address: BindAddress,
+    /// Where `/metrics`, `/healthz` and `/proxyMode` are served (`IP:port`, or an IP on port
+    /// 10249); empty turns them off.
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:10249", value_parser = parse_metrics_bind, help_heading = SERVING)]
+    pub metrics_bind_address: BindAddress,
+
+    /// Conntrack table entries per CPU; the table is raised to this times the CPUs (at
+    /// least --conntrack-min), never lowered. 0 leaves it alone.
+    #[arg(long, value_name = "N", default_value_t = 32768, help_heading = CONNTRACK)]
+    pub conntrack_max_per_core: u32,
+    /// The smallest conntrack table --conntrack-max-per-core may ask for.
+    #[arg(long, value_name = "N", default_value_t = 131072, help_heading = CONNTRACK)]
+    pub conntrack_min: u32,
+    /// Idle timeout of established TCP connections (nf_conntrack_tcp_timeout_established); 0 leaves it alone.
+    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = parse_duration, help_heading = CONNTRACK)]
+    pub conntrack_tcp_timeout_established: Duration,
+    /// Timeout of TCP connections in CLOSE_WAIT (nf_conntrack_tcp_timeout_close_wait); 0 leaves it alone.
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration, help_heading = CONNTRACK)]
+    pub conntrack_tcp_timeout_close_wait: Duration,
+    /// Accept TCP packets outside the window instead of marking them INVALID (nf_conntrack_tcp_be_liberal).
+    #[arg(long, help_heading = CONNTRACK)]
+    pub conntrack_tcp_be_liberal: bool,
+    /// Timeout of unreplied UDP flows (nf_conntrack_udp_timeout); 0 leaves it alone.
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = parse_duration, help_heading = CONNTRACK)]
+    pub conntrack_udp_timeout: Duration,
+    /// Timeout of UDP flows that have seen replies (nf_conntrack_udp_timeout_stream); 0 leaves it alone.
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = parse_duration, help_heading = CONNTRACK)]
+    pub conntrack_udp_timeout_stream: Duration,
+
+    /// Print the nftables script a full sync would apply, then exit without touching the kernel.
+    #[arg(long, help_heading = RUN)]
+    pub dry_run: bool,
+    /// Remove everything kube-nftproxy created, report upstream kube-proxy leftovers, and exit.
+    #[arg(long, help_heading = RUN)]
+    pub cleanup: bool,
+    /// With --cleanup: also remove upstream kube-proxy's tables and iptables KUBE-* chains.
+    #[arg(long, help_heading = RUN)]
+    pub cleanup_kube_proxy: bool,
+    /// After the first sync, remove what upstream kube-proxy left (as --cleanup-kube-proxy
+    /// does); =false leaves it and only reports it. Upstream has no such flag: its modes clean
+    /// up each other at start, which this does once its own rules are in.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true", help_heading = RUN)]
+    pub cleanup_kube_proxy_at_start: bool,
+    /// The daemon's OOM score adjustment (/proc/self/oom_score_adj), within -1000..=1000.
+    #[arg(long, value_name = "N", default_value_t = -999, allow_negative_numbers = true,
+          value_parser = clap::value_parser!(i32).range(-1000..=1000), help_heading = RUN)]
+    pub oom_score_adj: i32,
+
+    /// Log verbosity as kube-proxy's -v: 0-2 info, 3-4 debug, 5 and up trace (default:
+    /// RUST_LOG, else info).
+    #[arg(short = 'v', long = "v", value_name = "N", help_heading = LOGGING)]
+    pub verbosity: Option<u8>,
+}
+
+impl Flags {
+    /// The log level `-v N` asks for, if it was given.
+    pub fn log_level(&self) -> Option<log::LevelFilter> {
+        self.verbosity.map(|v| match v {
+            0..=2 => log::LevelFilter::Info,
+            3..=4 => log::LevelFilter::Debug,
+            _ => log::LevelFilter::Trace,
+        })
+    }
+}

@@ -1,0 +1,225 @@
+//! The configuration: kube-proxy's flags and configuration file, merged and validated into
+//! what the renderer and the sync loop use.
+
+mod file;
+mod flags;
+mod values;
+
+pub use file::{API_VERSION, FileSettings, KIND};
+pub use flags::Flags;
+pub use values::*;
+
+use clap::{CommandFactory, FromArgMatches};
+use ipnet::IpNet;
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// Errors in the flags or the configuration file; they stop the program before it touches
+/// anything.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A CIDR flag held something else.
+    #[error("--{flag}: {value:?} is not a CIDR")]
+    BadCidr {
+        /// Flag name.
+        flag: &'static str,
+        /// Offending value.
+        value: String,
+    },
+    /// The masquerade bit is outside the 32-bit mark.
+    #[error("--masquerade-bit must be within 0..=31, got {0}")]
+    BadMasqueradeBit(u8),
+    /// The node name is needed to tell local endpoints apart.
+    #[error("--hostname-override is required: the host name could not be read")]
+    MissingHostname,
+    /// The command line itself is wrong (or asks for help or the version).
+    #[error("{0}")]
+    Usage(#[from] clap::Error),
+    /// The configuration file cannot be read, or is not a kube-proxy configuration.
+    #[error("--config {path:?}: {message}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A field of the configuration file holds a value kube-proxy would refuse.
+    #[error("--config: {field}: {message}")]
+    Field {
+        /// The field's path, as the file spells it (`nftables.masqueradeBit`).
+        field: String,
+        /// What is wrong with its value.
+        message: String,
+    },
+    /// The bind address is not an IP.
+    #[error("--bind-address: {0:?} is not an IP address")]
+    BadBindAddress(String),
+    /// The local-traffic detector is unknown or lacks what it needs.
+    #[error("--detect-local-mode: {0}")]
+    BadDetectLocal(String),
+    /// The node name is not one Kubernetes accepts (it reaches the script's text).
+    #[error(
+        "--hostname-override: {0:?} is not a valid node name (a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253 characters)"
+    )]
+    BadHostname(String),
+}
+
+/// Where NodePort traffic is accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodePortAddresses {
+    /// The node's primary IP of each family (upstream nftables mode's default).
+    Primary,
+    /// Every local address but loopback (`0.0.0.0/0` / `::/0`).
+    All,
+    /// The node's addresses within these CIDRs; per family, a `/0` means all local
+    /// addresses and no CIDR of that family means no NodePorts in that family.
+    Cidrs(Vec<IpNet>),
+}
+
+/// How traffic from this node's pods is told apart (kube-proxy's detect-local modes); pod
+/// traffic to a ClusterIP keeps its source, other traffic is masqueraded, and pod traffic to
+/// an external IP of an `externalTrafficPolicy: Local` Service may use any endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DetectLocal {
+    /// Source within `Config::cluster_cidrs` (no detector when there are none).
+    ClusterCidr,
+    /// Source within the Node object's `spec.podCIDRs` (no detector until it has some).
+    NodeCidr,
+    /// Arrived on this interface (the bridge pods are attached to).
+    BridgeInterface(String),
+    /// Arrived on an interface whose name starts with this.
+    InterfaceNamePrefix(String),
+}
+
+impl DetectLocal {
+    /// Builds the detector from kube-proxy's mode name and its interface settings.
+    pub fn new(mode: &str, bridge: &str, prefix: &str) -> Result<DetectLocal, String> {
+        let interface = |what: &str, name: &str| {
+            if valid_interface_name(name) {
+                Ok(name.to_string())
+            } else if name.is_empty() {
+                Err(format!("{mode} needs {what}"))
+            } else {
+                Err(format!("{what} {name:?} is not an interface name (1 to 15 of A-Z a-z 0-9 . _ - @ :)"))
+            }
+        };
+        match mode.trim() {
+            "" | "ClusterCIDR" => Ok(DetectLocal::ClusterCidr),
+            "NodeCIDR" => Ok(DetectLocal::NodeCidr),
+            "BridgeInterface" => interface("a bridge interface", bridge).map(DetectLocal::BridgeInterface),
+            "InterfaceNamePrefix" => {
+                interface("an interface name prefix", prefix).map(DetectLocal::InterfaceNamePrefix)
+            }
+            other => {
+                Err(format!("{other:?} is not a mode (ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix)"))
+            }
+        }
+    }
+}
+
+/// The validated configuration the renderer and sync loop use.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// This node's name.
+    pub node_name: String,
+    /// Cluster pod CIDRs (what `DetectLocal::ClusterCidr` matches).
+    pub cluster_cidrs: Vec<IpNet>,
+    /// How traffic from this node's pods is told apart.
+    pub detect_local: DetectLocal,
+    /// This node's primary IP as `--bind-address` names it (none when unspecified, `0.0.0.0`
+    /// or `::`): it stands for the Node object's address of its family.
+    pub bind_address: Option<std::net::IpAddr>,
+    /// NodePort address selection.
+    pub nodeport_addresses: NodePortAddresses,
+    /// Masquerade all service traffic.
+    pub masquerade_all: bool,
+    /// The masquerade mark (`1 << masquerade_bit`).
+    pub masquerade_mark: u32,
+}
+
+impl Config {
+    /// Validates flags into a configuration.
+    pub fn from_flags(flags: &Flags) -> Result<Config, ConfigError> {
+        // Upstream trims and lower-cases the name, then it must be a valid node name: it is
+        // written into the script's header.
+        let node_name = flags
+            .hostname_override
+            .clone()
+            .or_else(host_name)
+            .map(|h| h.trim().to_lowercase())
+            .filter(|h| !h.is_empty())
+            .ok_or(ConfigError::MissingHostname)?;
+        if !valid_node_name(&node_name) {
+            return Err(ConfigError::BadHostname(node_name));
+        }
+        if flags.masquerade_bit > 31 {
+            return Err(ConfigError::BadMasqueradeBit(flags.masquerade_bit));
+        }
+        let bind = flags.bind_address.trim();
+        let bind_address = match bind.parse::<std::net::IpAddr>() {
+            Ok(ip) => Some(ip).filter(|ip| !ip.is_unspecified()),
+            Err(_) if bind.is_empty() => None,
+            Err(_) => return Err(ConfigError::BadBindAddress(bind.to_string())),
+        };
+        Ok(Config {
+            node_name,
+            bind_address,
+            cluster_cidrs: parse_cidrs("cluster-cidr", &flags.cluster_cidr)?,
+            detect_local: DetectLocal::new(
+                &flags.detect_local_mode,
+                &flags.pod_bridge_interface,
+                &flags.pod_interface_name_prefix,
+            )
+            .map_err(ConfigError::BadDetectLocal)?,
+            nodeport_addresses: nodeport_addresses(&flags.nodeport_addresses)?,
+            masquerade_all: flags.masquerade_all,
+            masquerade_mark: 1u32 << flags.masquerade_bit,
+        })
+    }
+}
+
+/// The flags of a command line, with what its `--config` file sets where the command line is
+/// silent, and the file's fields nothing reads.
+pub fn load_from<I, T>(args: I) -> Result<(Flags, Vec<String>), ConfigError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let matches = Flags::command().try_get_matches_from(args)?;
+    let mut flags = Flags::from_arg_matches(&matches)?;
+    let Some(path) = flags.config.clone() else {
+        return Ok((flags, Vec::new()));
+    };
+    let settings = file::read(&path)?;
+    let unknown = settings.unknown_fields.clone();
+    let given = |id: &str| {
+        use clap::parser::ValueSource::{CommandLine, EnvVariable};
+        matches!(matches.value_source(id), Some(CommandLine | EnvVariable))
+    };
+    settings.apply(&mut flags, given)?;
+    Ok((flags, unknown))
+}
+
+/// The host's name, which kube-proxy takes as the node's name when none is given.
+fn host_name() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").ok()
+}
+
+fn nodeport_addresses(values: &[String]) -> Result<NodePortAddresses, ConfigError> {
+    let values: Vec<String> = values.iter().map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect();
+    match values.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        [] | ["primary"] => return Ok(NodePortAddresses::Primary),
+        ["all"] => return Ok(NodePortAddresses::All),
+        _ => {}
+    }
+    Ok(NodePortAddresses::Cidrs(parse_cidrs("nodeport-addresses", &values)?))
+}
+
+fn parse_cidrs(flag: &'static str, values: &[String]) -> Result<Vec<IpNet>, ConfigError> {
+    values
+        .iter()
+        .map(|v| v.trim())
+        .filter(|v| !v.is_empty())
+        .map(|v| v.parse::<IpNet>().map(|n| n.trunc()).map_err(|_| ConfigError::BadCidr { flag, value: v.to_string() }))
+        .collect()
+}

@@ -1,0 +1,125 @@
+//! Values as kube-proxy writes them: durations in Go's form, bind addresses, names that reach
+//! the ruleset's text.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+/// The longest period a flag takes: a year; longer ones would overflow timers.
+pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// An address to serve on, or none (the flag given empty).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BindAddress(pub Option<std::net::SocketAddr>);
+
+/// kube-proxy's health port, taken when `--healthz-bind-address` names an IP alone.
+pub const HEALTHZ_PORT: u16 = 10256;
+
+/// kube-proxy's metrics port, taken when `--metrics-bind-address` names an IP alone.
+pub const METRICS_PORT: u16 = 10249;
+
+/// Parses a bind address `IP:port`, or an IP alone on `default_port` (as kube-proxy appends
+/// its port); empty means none.
+pub fn parse_bind_address(s: &str, default_port: u16) -> Result<BindAddress, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(BindAddress(None));
+    }
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(BindAddress(Some(addr)));
+    }
+    let ip = s.strip_prefix('[').and_then(|r| r.strip_suffix(']')).unwrap_or(s);
+    ip.parse::<IpAddr>()
+        .map(|ip| BindAddress(Some(SocketAddr::new(ip, default_port))))
+        .map_err(|_| format!("{s:?} is not IP:port or an IP"))
+}
+
+/// `--healthz-bind-address`: an IP alone serves on kube-proxy's health port.
+pub fn parse_healthz_bind(s: &str) -> Result<BindAddress, String> {
+    parse_bind_address(s, HEALTHZ_PORT)
+}
+
+/// `--metrics-bind-address`: an IP alone serves on kube-proxy's metrics port.
+pub fn parse_metrics_bind(s: &str) -> Result<BindAddress, String> {
+    parse_bind_address(s, METRICS_PORT)
+}
+
+/// Parses `500ms`, `30s`, `15m`, `1h` (or a bare number of seconds), at most `MAX_DURATION`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let bad = || format!("{s:?} is not a duration like 500ms, 30s, 15m, 1h or 1h30m0s");
+    // Number-unit pairs as Go writes them (`24h0m0s`, as kube-proxy's flags and
+    // configuration take them); a bare number is seconds.
+    let mut seconds = 0.0;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let split = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
+        let (number, tail) = rest.split_at(split);
+        let n: f64 = number.parse().map_err(|_| bad())?;
+        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let (unit, next) = tail.split_at(unit_len);
+        seconds += n * match unit {
+            "" if rest == s => 1.0,
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
+        };
+        rest = next;
+    }
+    if s.is_empty() {
+        return Err(bad());
+    }
+    match Duration::try_from_secs_f64(seconds) {
+        Ok(d) if d <= MAX_DURATION => Ok(d),
+        _ => Err(format!("{s:?} is longer than the longest period allowed ({}h)", MAX_DURATION.as_secs() / 3600)),
+    }
+}
+
+/// A period that must not be zero (a zero full-sync period would sync fully without pause, a
+/// zero timeout would fail every sync).
+pub fn parse_period(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err(format!("{s:?}: must be longer than zero")),
+        d => Ok(d),
+    }
+}
+
+/// Whether `name` is a DNS-1123 subdomain, as Kubernetes requires of node names.
+pub fn valid_node_name(name: &str) -> bool {
+    name.len() <= 253 && name.split('.').all(crate::model::is_dns_label)
+}
+
+/// Whether `name` can be an interface name (it is written into the ruleset's text).
+pub fn valid_interface_name(name: &str) -> bool {
+    (1..=15).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'@' | b':'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_kube_proxy_writes_them() {
+        let secs = |s: &str| parse_duration(s).map(|d| d.as_secs_f64());
+        for (text, want) in [
+            ("30", 30.0),
+            ("1.5", 1.5),
+            ("500ms", 0.5),
+            ("15m", 900.0),
+            ("24h0m0s", 86400.0),
+            ("1h30m", 5400.0),
+            ("1m30.5s", 90.5),
+            ("250us", 0.00025),
+        ] {
+            assert_eq!(secs(text), Ok(want), "{text}");
+        }
+        for text in ["", "s", "-1s", "1d", "1h30", "inf", "1 s"] {
+            assert!(parse_duration(text).is_err(), "{text:?} must be refused");
+        }
+        assert!(parse_period("0s").is_err());
+    }
+}

@@ -1,0 +1,307 @@
+//! `--config`: kube-proxy's configuration file read as kube-proxy reads it (kubeadm's file,
+//! defaults for unset values, flags over the file, unknown fields warned, bad values refused
+//! by field name), and the command line around it (`--help`, `--version`; `-v` is in
+//! tests/daemon.rs, where a sync logs).
+
+mod common;
+
+use kube_nftproxy::config::{self, BindAddress, Config, ConfigError, DetectLocal, Flags, NodePortAddresses};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+/// The file kubeadm writes for kube-proxy (every field present, most left at zero), switched
+/// to nftables mode with a few values set.
+const KUBEADM: &str = r#"apiVersion: kubeproxy.config.k8s.io/v1alpha1
+bindAddress: 0.0.0.0
+bindAddressHardFail: false
+clientConnection:
+  acceptContentTypes: ""
+  burst: 0
+  contentType: ""
+  kubeconfig: /var/lib/kube-proxy/kubeconfig.conf
+  qps: 0
+clusterCIDR: 10.244.0.0/16,fd00:10:244::/56
+configSyncPeriod: 0s
+conntrack:
+  maxPerCore: null
+  min: null
+  tcpBeLiberal: false
+  tcpCloseWaitTimeout: null
+  tcpEstablishedTimeout: null
+  udpStreamTimeout: 0s
+  udpTimeout: 0s
+detectLocal:
+  bridgeInterface: ""
+  interfaceNamePrefix: ""
+detectLocalMode: ""
+enableProfiling: false
+healthzBindAddress: ""
+hostnameOverride: ""
+iptables:
+  localhostNodePorts: null
+  masqueradeAll: false
+  masqueradeBit: null
+  minSyncPeriod: 0s
+  syncPeriod: 0s
+ipvs:
+  excludeCIDRs: null
+  minSyncPeriod: 0s
+  scheduler: ""
+  strictARP: false
+  syncPeriod: 0s
+  tcpFinTimeout: 0s
+  tcpTimeout: 0s
+  udpTimeout: 0s
+kind: KubeProxyConfiguration
+logging:
+  flushFrequency: 0
+  options:
+    json:
+      infoBufferSize: "0"
+    text:
+      infoBufferSize: "0"
+  verbosity: 0
+metricsBindAddress: ""
+mode: nftables
+nftables:
+  masqueradeAll: false
+  masqueradeBit: null
+  minSyncPeriod: 0s
+  syncPeriod: 0s
+nodePortAddresses: null
+oomScoreAdj: null
+portRange: ""
+showHiddenMetricsForVersion: ""
+winkernel:
+  enableDSR: false
+  forwardHealthCheckVip: false
+  networkName: ""
+  rootHnsEndpointName: ""
+  sourceVip: ""
+"#;
+
+/// A file in a fresh directory, named after the test.
+fn file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("knp-config-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(if text.trim_start().starts_with('{') { "config.json" } else { "config.yaml" });
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn load(path: &std::path::Path, extra: &[&str]) -> Result<(Flags, Vec<String>), ConfigError> {
+    let mut args = vec!["kube-nftproxy".to_string(), format!("--config={}", path.display())];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    config::load_from(args)
+}
+
+fn defaults() -> Flags {
+    config::load_from(["kube-nftproxy"]).unwrap().0
+}
+
+#[test]
+fn kubeadms_file_means_kube_proxys_defaults_plus_what_it_sets() {
+    let (flags, unknown) = load(&file("kubeadm", KUBEADM), &[]).unwrap();
+    assert!(unknown.is_empty(), "kube-proxy's own fields are not unknown: {unknown:?}");
+    let d = defaults();
+    // Zero and null are kube-proxy's "unset": its defaults stand.
+    assert_eq!(flags.sync_period, Duration::from_secs(30));
+    assert_eq!(flags.min_sync_period, Duration::from_secs(1));
+    assert_eq!(flags.masquerade_bit, 14);
+    assert_eq!(flags.healthz_bind_address, d.healthz_bind_address);
+    assert_eq!(flags.metrics_bind_address, d.metrics_bind_address);
+    assert_eq!(flags.conntrack_max_per_core, 32768);
+    assert_eq!(flags.conntrack_tcp_timeout_established, Duration::from_secs(86400));
+    assert_eq!(flags.oom_score_adj, -999);
+    assert_eq!(flags.nodeport_addresses, d.nodeport_addresses);
+    assert_eq!(flags.verbosity, None);
+    // What it sets is taken.
+    assert_eq!(flags.cluster_cidr, ["10.244.0.0/16", "fd00:10:244::/56"]);
+    assert_eq!(flags.kubeconfig, Some(PathBuf::from("/var/lib/kube-proxy/kubeconfig.conf")));
+    let cfg = Config::from_flags(&Flags { hostname_override: Some("node-a".into()), ..flags }).unwrap();
+    assert_eq!(cfg.cluster_cidrs.len(), 2);
+    assert_eq!(cfg.detect_local, DetectLocal::ClusterCidr);
+}
+
+#[test]
+fn every_field_reaches_its_flag() {
+    let text = r#"
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+hostnameOverride: Node-B
+bindAddress: 192.0.2.7
+clusterCIDR: 10.0.0.0/8
+nodePortAddresses: [192.0.2.0/24, "2001:db8::/64"]
+healthzBindAddress: 0.0.0.0
+metricsBindAddress: "[::1]:9999"
+nftables: {masqueradeAll: true, masqueradeBit: 5, syncPeriod: 1m0s, minSyncPeriod: 250ms}
+detectLocalMode: BridgeInterface
+detectLocal: {bridgeInterface: cbr0}
+conntrack: {maxPerCore: 0, min: 7, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 30m, tcpBeLiberal: true,
+            udpTimeout: 30s, udpStreamTimeout: 2m}
+clientConnection: {kubeconfig: /etc/kube-nftproxy/kubeconfig}
+oomScoreAdj: -500
+logging: {verbosity: 4}
+kubeNftproxy: {manifests: /etc/m, fullSyncPeriod: 2h, nftTimeout: 10s, cleanupKubeProxyAtStart: false}
+"#;
+    let (f, unknown) = load(&file("every", text), &[]).unwrap();
+    assert!(unknown.is_empty(), "{unknown:?}");
+    assert_eq!(f.hostname_override.as_deref(), Some("node-b"));
+    assert_eq!(f.bind_address, "192.0.2.7");
+    assert_eq!(f.cluster_cidr, ["10.0.0.0/8"]);
+    assert_eq!(f.nodeport_addresses, ["192.0.2.0/24", "2001:db8::/64"]);
+    assert_eq!(f.healthz_bind_address, BindAddress(Some("0.0.0.0:10256".parse().unwrap())));
+    assert_eq!(f.metrics_bind_address, BindAddress(Some("[::1]:9999".parse().unwrap())));
+    assert!(f.masquerade_all);
+    assert_eq!(
+        (f.masquerade_bit, f.sync_period, f.min_sync_period),
+        (5, Duration::from_secs(60), Duration::from_millis(250))
+    );
+    assert_eq!(f.conntrack_max_per_core, 0, "an explicit 0 (leave the table alone) is kept");
+    assert_eq!(f.conntrack_min, 7);
+    assert_eq!(f.conntrack_tcp_timeout_established, Duration::ZERO, "an explicit 0s is kept");
+    assert_eq!(f.conntrack_tcp_timeout_close_wait, Duration::from_secs(1800));
+    assert!(f.conntrack_tcp_be_liberal);
+    assert_eq!(
+        (f.conntrack_udp_timeout, f.conntrack_udp_timeout_stream),
+        (Duration::from_secs(30), Duration::from_secs(120))
+    );
+    assert_eq!(f.kubeconfig, Some(PathBuf::from("/etc/kube-nftproxy/kubeconfig")));
+    assert_eq!((f.oom_score_adj, f.verbosity), (-500, Some(4)));
+    assert_eq!(f.manifests, Some(PathBuf::from("/etc/m")));
+    assert_eq!((f.full_sync_period, f.nft_timeout), (Duration::from_secs(7200), Duration::from_secs(10)));
+    assert!(!f.cleanup_kube_proxy_at_start);
+    let cfg = Config::from_flags(&f).unwrap();
+    assert_eq!(cfg.detect_local, DetectLocal::BridgeInterface("cbr0".into()));
+    assert_eq!(cfg.masquerade_mark, 1 << 5);
+    assert!(matches!(cfg.nodeport_addresses, NodePortAddresses::Cidrs(_)));
+}
+
+#[test]
+fn the_command_line_wins_over_the_file() {
+    let text = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n\
+                nftables: {masqueradeBit: 5, masqueradeAll: true}\nhostnameOverride: from-file\n";
+    let path = file("override", text);
+    let (f, _) = load(&path, &["--masquerade-bit=3", "--hostname-override=from-flag"]).unwrap();
+    assert_eq!((f.masquerade_bit, f.hostname_override.as_deref()), (3, Some("from-flag")));
+    assert!(f.masquerade_all, "what the command line leaves out still comes from the file");
+    // A flag given with its default value is still given.
+    let (f, _) = load(&path, &["--masquerade-bit=14"]).unwrap();
+    assert_eq!(f.masquerade_bit, 14);
+}
+
+#[test]
+fn json_is_read_too_and_unknown_fields_are_named() {
+    let text = r#"{"apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
+        "nftables": {"masqueradeBit": 9, "frobnicate": true}, "clusterCidr": "10.0.0.0/8", "kubeNftproxy": {"x": 1}}"#;
+    let (f, unknown) = load(&file("json", text), &[]).unwrap();
+    assert_eq!(f.masquerade_bit, 9);
+    let mut unknown = unknown;
+    unknown.sort();
+    assert_eq!(unknown, ["clusterCidr", "kubeNftproxy.x", "nftables.frobnicate"]);
+    assert!(f.cluster_cidr.is_empty(), "a misspelt field sets nothing");
+}
+
+#[test]
+fn a_bad_value_is_refused_by_its_field_name() {
+    let head = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
+    for (i, (body, field)) in [
+        ("nftables: {masqueradeBit: 40}", "nftables.masqueradeBit"),
+        ("nftables: {syncPeriod: 5 parsecs}", "nftables.syncPeriod"),
+        ("nftables: {masqueradeAll: sometimes}", "nftables.masqueradeAll"),
+        ("clusterCIDR: 10.0.0.0/33", "clusterCIDR"),
+        ("nodePortAddresses: [nowhere]", "nodePortAddresses"),
+        ("healthzBindAddress: localhost:1", "healthzBindAddress"),
+        ("bindAddress: somewhere", "bindAddress"),
+        ("hostnameOverride: Not_A_Node", "hostnameOverride"),
+        ("detectLocalMode: BridgeInterface", "detectLocalMode"),
+        ("detectLocalMode: Guess", "detectLocalMode"),
+        ("conntrack: {maxPerCore: -1}", "conntrack.maxPerCore"),
+        ("oomScoreAdj: 5000", "oomScoreAdj"),
+        ("mode: iptables", "mode"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let err = load(&file(&format!("bad{i}"), &format!("{head}{body}\n")), &[]).unwrap_err().to_string();
+        assert!(err.contains(field), "{body}: the error does not name {field}: {err}");
+    }
+    for (i, text) in ["kind: KubeProxyConfiguration\n", "apiVersion: v1\nkind: ConfigMap\n", "[not, a, map]", ": :"]
+        .into_iter()
+        .enumerate()
+    {
+        let err = load(&file(&format!("kind{i}"), text), &[]).unwrap_err();
+        assert!(matches!(err, ConfigError::File { .. }), "{text:?}: {err}");
+    }
+    let missing = load(&PathBuf::from("/nonexistent/config.yaml"), &[]).unwrap_err();
+    assert!(missing.to_string().contains("/nonexistent/config.yaml"), "{missing}");
+}
+
+fn binary(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kube-nftproxy"))
+        .args(args)
+        .env_remove("NODE_NAME")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_binary_takes_the_file_and_says_what_is_wrong_with_it() {
+    let cluster = common::root().join("examples/cluster");
+    let text = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nhostnameOverride: node-a\n\
+                nftables: {masqueradeBit: 3}\nfrobnicate: 1\n";
+    let good = file("binary", text);
+    let out = binary(&["--config", good.to_str().unwrap(), "--dry-run", "--manifests", cluster.to_str().unwrap()]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("meta mark set meta mark or 0x8"),
+        "the file's masquerade bit is not in the ruleset:\n{stdout}"
+    );
+    assert!(
+        stderr.contains("WARN") && stderr.contains("\"frobnicate\""),
+        "the unknown field is not warned about: {stderr}"
+    );
+    let bad = file(
+        "binary-bad",
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nnftables: {masqueradeBit: 99}\n",
+    );
+    let out = binary(&["--config", bad.to_str().unwrap(), "--dry-run", "--manifests", cluster.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "an invalid file is bad input");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nftables.masqueradeBit"));
+}
+
+#[test]
+fn help_is_grouped_and_version_says_how_it_was_built() {
+    let help = String::from_utf8(binary(&["--help"]).stdout).unwrap();
+    for heading in [
+        "Where Services and Endpoints come from:",
+        "This node:",
+        "Rules and syncing:",
+        "Health and metrics:",
+        "Conntrack:",
+        "Start, stop and clean up:",
+        "Logging:",
+    ] {
+        assert!(help.contains(heading), "--help lacks {heading:?}:\n{help}");
+    }
+    for flag in [
+        "--config",
+        "--hostname-override",
+        "--detect-local-mode",
+        "--masquerade-all",
+        "--conntrack-min",
+        "--oom-score-adj",
+        "--v <N>",
+    ] {
+        assert!(help.contains(flag), "--help lacks {flag}");
+    }
+    let version = String::from_utf8(binary(&["--version"]).stdout).unwrap();
+    let want = format!("kube-nftproxy {}\ncommit: ", env!("CARGO_PKG_VERSION"));
+    assert!(
+        version.starts_with(&want) && version.contains("built by: rustc ") && version.contains("target: x86_64"),
+        "{version}"
+    );
+}
