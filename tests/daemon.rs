@@ -74,14 +74,17 @@ fn manifest_changes_restart_and_cleanup() {
         service("zz-copycat", spec, json!({}))
     };
     let manifests = write_manifests(&c, [web(&c, &["pod-1"]), vec![copycat()]].concat());
-    // -v 4 is kube-proxy's debug level (RUST_LOG says info).
-    let first = Daemon::start(&c.node, &manifests, &["-v=4"], &[]);
+    // -v 4 is kube-proxy's debug level (RUST_LOG says info). The OOM score is one this
+    // sandbox may set (lowering it takes CAP_SYS_RESOURCE, which it lacks).
+    let first = Daemon::start(&c.node, &manifests, &["-v=4", "--oom-score-adj=500"], &[]);
     assert!(wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some());
 
     // The daemon follows the manifests on disk.
     write_manifests(&c, [web(&c, &["pod-2"]), vec![copycat()]].concat());
     let took = wait_for(Duration::from_secs(5), || who(&c.client, "172.30.0.40:80") == "pod-2");
     assert!(took.is_some(), "the daemon did not apply the changed manifests");
+    let oom = std::fs::read_to_string(format!("/proc/{}/oom_score_adj", first.pid())).unwrap();
+    assert_eq!(oom.trim(), "500", "{}", first.logged());
     // One info line per sync says what it covered and sent; the objects are at debug.
     let logged = first.logged();
     let synced = logged.lines().filter(|l| l.contains(" INFO ") && l.contains(" sync")).collect::<Vec<_>>();
