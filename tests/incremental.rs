@@ -20,9 +20,16 @@ impl Rng {
 }
 
 /// One random change to the objects: remove, restore, copy a Service under a name sorting
-/// before or after it (same IPs, so frontends collide), change endpoints, move a ClusterIP.
+/// before or after it (same IPs, so frontends collide), change endpoints, move a ClusterIP,
+/// or change this node's pod CIDRs or addresses.
 fn mutate(objects: &mut Vec<ApiObject>, removed: &mut Vec<ApiObject>, rng: &mut Rng, step: usize) {
     let i = rng.below(objects.len());
+    if let Some(ApiObject::Node(node)) = objects.get_mut(i)
+        && rng.below(2) == 0
+    {
+        change_node(node, rng.below(3));
+        return;
+    }
     match rng.below(6) {
         0 if !objects.is_empty() => removed.push(objects.remove(i)),
         1 if !removed.is_empty() => {
@@ -64,6 +71,33 @@ fn mutate(objects: &mut Vec<ApiObject>, removed: &mut Vec<ApiObject>, rng: &mut 
                     spec.cluster_ips = Some(vec![ip.clone()]);
                     spec.cluster_ip = Some(ip);
                 }
+            }
+        }
+    }
+}
+
+/// Changes what the rules take from the Node: its pod CIDRs (what `NodeCIDR` detects), or its
+/// IPv6 or IPv4 addresses (NodePort addresses, the source-range node IP).
+fn change_node(node: &mut k8s_openapi::api::core::v1::Node, what: usize) {
+    use k8s_openapi::api::core::v1::NodeAddress;
+    match what {
+        0 => {
+            let spec = node.spec.get_or_insert_with(Default::default);
+            spec.pod_cidrs = match spec.pod_cidrs.as_deref() {
+                Some([first, ..]) if first == "10.9.0.0/16" => None,
+                Some(_) => Some(vec!["10.9.0.0/16".into()]),
+                None => Some(vec!["10.1.0.0/24".into(), "fd00:10:1::/64".into()]),
+            };
+            spec.pod_cidr = None;
+        }
+        _ => {
+            let v6 = what == 1;
+            let addresses = node.status.get_or_insert_with(Default::default).addresses.get_or_insert_with(Vec::new);
+            let before = addresses.len();
+            addresses.retain(|a| a.address.contains(':') != v6);
+            if addresses.len() == before {
+                let address = if v6 { "fd00:192:168::9" } else { "192.168.0.9" };
+                addresses.push(NodeAddress { address: address.into(), type_: "InternalIP".into() });
             }
         }
     }
@@ -203,4 +237,31 @@ fn a_service_cidr_change_patches_its_set_alone() {
     let v4 = &rendered.ruleset().tables[0];
     let left: Vec<String> = v4.elements[&MapName::ServiceCidrs].keys().map(|k| format!("{k:?}")).collect();
     assert_eq!(left, ["Cidr(172.30.128.0/17)", "Cidr(172.31.0.0/24)", "Cidr(172.31.1.0/24)"]);
+}
+
+#[test]
+fn a_node_pod_cidr_change_renders_the_detector_again() {
+    let case = common::golden_cases().into_iter().find(|c| c.name == "detect-local-node-cidr").unwrap();
+    let cfg = config(&case);
+    let mut objects = kube_nftproxy::manifests::load(&case.dir.join("manifests.yaml")).unwrap().objects;
+    let mut model = Model::from_objects(&objects, "node-a").0;
+    model.take_changes();
+    let mut rendered = Rendered::build(&model, &cfg, None).unwrap();
+    let Some(ApiObject::Node(node)) = objects.iter_mut().find(|o| matches!(o, ApiObject::Node(_))) else {
+        panic!("the case has a Node");
+    };
+    change_node(node, 0);
+    model.replace(Model::from_objects(&objects, "node-a").0);
+    let changes = model.take_changes();
+    assert!(changes.global, "a pod CIDR change must re-render everything: {changes:?}");
+    let before = rendered.ruleset().clone();
+    let Update::Rebuilt(old) = rendered.update(&model, &cfg, &changes).unwrap() else {
+        panic!("a Node change rebuilds");
+    };
+    assert_eq!(old, before);
+    assert_eq!(rendered.ruleset(), &render_after(&model, &cfg, Some(&before)).unwrap());
+    let v4 = &rendered.ruleset().tables[0];
+    let want = kube_nftproxy::render::Detector::Cidrs(vec!["10.9.0.0/16".parse().unwrap()]);
+    assert_eq!(v4.fixed.local, want);
+    assert_eq!(rendered.ruleset().tables[1].fixed.local, kube_nftproxy::render::Detector::None);
 }

@@ -1,8 +1,9 @@
-//! This node: its name, zone label and addresses, which decide local endpoints, topology and NodePort addresses.
+//! This node: its name, zone label, addresses and pod CIDRs, which decide local endpoints, topology, NodePort addresses and (with `--detect-local-mode=NodeCIDR`) which traffic comes from its pods.
 
 use super::Family;
 use super::endpoints::object_key;
 use super::services::ObjectError;
+use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use std::net::IpAddr;
 
@@ -18,6 +19,8 @@ pub struct NodeInfo {
     pub zone: Option<String>,
     /// InternalIP addresses in listed order, then ExternalIP addresses.
     pub addresses: Vec<IpAddr>,
+    /// `spec.podCIDRs` (or the older `spec.podCIDR` alone), in listed order.
+    pub pod_cidrs: Vec<IpNet>,
     /// Whether load balancers may send traffic here: not being deleted, and not tainted
     /// for deletion by the cluster autoscaler (`/healthz` says so; the rules do not care).
     pub eligible: bool,
@@ -45,15 +48,24 @@ impl NodeInfo {
             bucket.push(ip);
         }
         internal.extend(external);
+        let pod_cidrs = pod_cidrs(node).map_err(|why| ObjectError::new("Node", "", &name, why))?;
         let tainted = node.spec.iter().flat_map(|s| s.taints.iter().flatten()).any(|t| t.key == TO_BE_DELETED_TAINT);
         let eligible = node.metadata.deletion_timestamp.is_none() && !tainted;
-        Ok(NodeInfo { name, zone, addresses: internal, eligible })
+        Ok(NodeInfo { name, zone, addresses: internal, pod_cidrs, eligible })
     }
 
     /// Whether `other` differs from this node only in its eligibility, which the rules do
     /// not depend on.
     pub fn same_for_rules(&self, other: &NodeInfo) -> bool {
-        self.name == other.name && self.zone == other.zone && self.addresses == other.addresses
+        self.name == other.name
+            && self.zone == other.zone
+            && self.addresses == other.addresses
+            && self.pod_cidrs == other.pod_cidrs
+    }
+
+    /// The pod CIDRs of one family.
+    pub fn pod_cidrs_of(&self, family: Family) -> Vec<IpNet> {
+        self.pod_cidrs.iter().filter(|c| Family::of(&c.addr()) == family).copied().collect()
     }
 
     /// The node's primary IP of a family: its first InternalIP of that family, else its first
@@ -61,4 +73,25 @@ impl NodeInfo {
     pub fn primary_ip(&self, family: Family) -> Option<IpAddr> {
         self.addresses.iter().copied().find(|ip| Family::of(ip) == family)
     }
+}
+
+/// The Node's pod CIDRs: `spec.podCIDRs`, or `spec.podCIDR` where only that is set (as the
+/// API server fills both, an object written by hand may hold either). Read as upstream reads
+/// them, leading zeros in IPv4 included; host bits are cleared.
+fn pod_cidrs(node: &Node) -> Result<Vec<IpNet>, String> {
+    let spec = node.spec.as_ref();
+    let listed: Vec<&String> = match spec.and_then(|s| s.pod_cidrs.as_ref()).filter(|l| !l.is_empty()) {
+        Some(list) => list.iter().collect(),
+        None => spec.and_then(|s| s.pod_cidr.as_ref()).filter(|c| !c.trim().is_empty()).into_iter().collect(),
+    };
+    listed
+        .into_iter()
+        .map(|text| {
+            let bad = || format!("pod CIDR {text:?} is not a CIDR");
+            let (ip, len) = text.trim().split_once('/').ok_or_else(bad)?;
+            let ip = super::parse_ip(ip).ok_or_else(bad)?;
+            let len: u8 = len.parse().map_err(|_| bad())?;
+            IpNet::new(ip, len).map(|n| n.trunc()).map_err(|_| bad())
+        })
+        .collect()
 }

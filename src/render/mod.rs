@@ -9,6 +9,7 @@
 //! Session-affinity services alone get upstream's per-endpoint chains and sets.
 
 mod builder;
+mod detect;
 mod foreign;
 mod names;
 pub use names::comment;
@@ -18,6 +19,7 @@ mod service;
 mod templates;
 
 pub use builder::{Journal, PortId};
+pub use detect::{Detector, node_ip};
 pub use foreign::{Foreign, ObjectKind};
 pub use rendered::{Rendered, Update};
 
@@ -91,27 +93,31 @@ enum NodePorts {
 }
 
 impl NodePorts {
-    /// The NodePort addresses of one family, and warnings about addresses left out.
+    /// The NodePort addresses of one family, and warnings about addresses left out. As
+    /// upstream: a family that `--nodeport-addresses` names no CIDR of, or (with `primary`)
+    /// whose node IP is unknown, serves NodePorts on every local address of the family.
     fn resolve(cfg: &NodePortAddresses, model: &Model, family: Family) -> (NodePorts, Vec<String>) {
         let node = model.node.as_ref();
-        let mut addrs: Vec<IpAddr> = node.map(|n| n.addresses.clone()).unwrap_or_default();
-        if let NodePortAddresses::Cidrs(_) = cfg {
-            for ip in model.host_addresses() {
-                if !addrs.contains(ip) {
-                    addrs.push(*ip);
-                }
-            }
-        }
-        let of_family = addrs.into_iter().filter(|ip| Family::of(ip) == family);
         let chosen: Vec<IpAddr> = match cfg {
             NodePortAddresses::All => return (NodePorts::All, Vec::new()),
-            NodePortAddresses::Primary => of_family.take(1).collect(),
+            NodePortAddresses::Primary => match node.and_then(|n| n.primary_ip(family)) {
+                // Upstream's `primary` turns into the node IP's /32 or /128, left out when it
+                // is loopback; a family left without a CIDR matches all.
+                Some(ip) if !ip.is_loopback() => vec![ip],
+                _ => return (NodePorts::All, Vec::new()),
+            },
             NodePortAddresses::Cidrs(cidrs) => {
                 let mine: Vec<&IpNet> = cidrs.iter().filter(|c| Family::of(&c.addr()) == family).collect();
-                if mine.iter().any(|c| c.prefix_len() == 0) {
+                if mine.is_empty() || mine.iter().any(|c| c.prefix_len() == 0) {
                     return (NodePorts::All, Vec::new());
                 }
-                of_family.filter(|ip| mine.iter().any(|c| c.contains(ip))).collect()
+                let mut addrs: Vec<IpAddr> = node.map(|n| n.addresses.clone()).unwrap_or_default();
+                for ip in model.host_addresses() {
+                    if !addrs.contains(ip) {
+                        addrs.push(*ip);
+                    }
+                }
+                addrs.into_iter().filter(|ip| Family::of(ip) == family && mine.iter().any(|c| c.contains(ip))).collect()
             }
         };
         let (loopback, usable): (Vec<IpAddr>, Vec<IpAddr>) = chosen.into_iter().partition(IpAddr::is_loopback);
@@ -142,7 +148,8 @@ struct FamilyContext<'a> {
     words: FamilyWords,
     cfg: &'a Config,
     mark: String,
-    pod_cidrs: Vec<IpNet>,
+    /// How traffic from this node's pods is told apart in this family.
+    local: Detector,
     nodeports: NodePorts,
     node: Option<&'a NodeInfo>,
     /// Warnings found while preparing, handed to the table.
@@ -168,7 +175,7 @@ impl FamilyContext<'_> {
     fn fixed(&self) -> Fixed {
         Fixed {
             mark: self.cfg.masquerade_mark,
-            pod_cidrs: self.pod_cidrs.clone(),
+            local: self.local.clone(),
             nodeport_all: self.nodeports == NodePorts::All,
         }
     }
@@ -177,15 +184,16 @@ impl FamilyContext<'_> {
 fn context<'a>(model: &'a Model, cfg: &'a Config, family: Family, previous: Option<&'a Table>) -> FamilyContext<'a> {
     let (nodeports, mut warnings) = NodePorts::resolve(&cfg.nodeport_addresses, model, family);
     if model.node.is_none() && family == Family::V4 {
-        warnings
-            .insert(0, format!("Node {:?} not found: no NodePort addresses and no zone for topology", cfg.node_name));
+        warnings.insert(0, format!("Node {:?} not found: no node IPs and no zone for topology", cfg.node_name));
     }
+    let (local, warning) = Detector::of(cfg, model.node.as_ref(), family);
+    warnings.extend(warning);
     FamilyContext {
         family,
         words: words(family),
         cfg,
         mark: format!("{:#x}", cfg.masquerade_mark),
-        pod_cidrs: cfg.cluster_cidrs.iter().filter(|c| Family::of(&c.addr()) == family).copied().collect(),
+        local,
         nodeports,
         node: model.node.as_ref(),
         warnings,
@@ -259,7 +267,7 @@ fn table_views(ruleset: &Ruleset, netlink_elements: bool) -> Vec<TableView<'_>> 
                 addr_type: w.addr_type,
                 loopback: w.loopback,
                 mark: format!("{:#x}", table.fixed.mark),
-                pod_cidrs: table.fixed.pod_cidrs.clone(),
+                local: table.fixed.local.clone(),
                 nodeport_all: table.fixed.nodeport_all,
                 endpoint_maps: endpoint_maps(),
                 table,

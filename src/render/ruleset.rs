@@ -199,8 +199,8 @@ pub enum Inserted {
 pub struct Fixed {
     /// The masquerade mark.
     pub mark: u32,
-    /// Pod CIDRs of this family (empty: no local-traffic detector).
-    pub pod_cidrs: Vec<IpNet>,
+    /// How traffic from this node's pods is told apart.
+    pub local: super::Detector,
     /// NodePorts are served on every local address rather than on `@nodeport-ips`.
     pub nodeport_all: bool,
 }

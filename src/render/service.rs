@@ -148,10 +148,9 @@ impl Builder<'_> {
         };
         let t = ExternalChain {
             fam: self.ctx.words.fam,
-            masquerade_all: self.ctx.cfg.masquerade_all,
             mark: &self.ctx.mark,
             local_policy: p.sp.external_policy_local,
-            pod_cidrs: &self.ctx.pod_cidrs,
+            local: &self.ctx.local,
             cluster_pick: &cluster_pick,
             local_pick: local_pick.as_deref(),
         };
@@ -176,8 +175,9 @@ impl Builder<'_> {
         if ranges.is_empty() {
             return;
         }
-        let node_ips: Vec<IpAddr> = self.ctx.node.map(|n| n.addresses.clone()).unwrap_or_default();
-        let node_in_range = ranges.iter().any(|r| node_ips.iter().any(|ip| r.contains(ip)));
+        // Upstream's node IP of this family, not every address the Node lists.
+        let node_ip = super::node_ip(self.ctx.node, family);
+        let node_in_range = ranges.iter().any(|r| r.contains(&node_ip));
         let (proto, port) = (p.sp.name.protocol, p.sp.port);
         for ip in lb_ips {
             self.element(MapName::FirewallIps, Key::IpProtoPort(*ip, proto, port), Value::None);

@@ -1,8 +1,8 @@
 //! The template bindings: one struct per file in `nft-templates/`, holding only the data its rules need.
 
+use super::Detector;
 use super::ruleset::{Entry, Key, MapName, Table, Value};
 use askama::Template;
-use ipnet::IpNet;
 use std::collections::BTreeMap;
 
 /// Family words the templates need: `ip`/`ip6`, the address type, the loopback range.
@@ -32,14 +32,12 @@ pub struct ServiceChain<'a> {
 pub struct ExternalChain<'a> {
     /// `ip` or `ip6`.
     pub fam: &'static str,
-    /// Masquerade everything.
-    pub masquerade_all: bool,
     /// The masquerade mark, in hex.
     pub mark: &'a str,
     /// `externalTrafficPolicy: Local`.
     pub local_policy: bool,
-    /// Pod CIDRs of this family, for short-circuiting pod traffic (empty: no detector).
-    pub pod_cidrs: &'a [IpNet],
+    /// How this node's pods' traffic is told apart, for short-circuiting it.
+    pub local: &'a Detector,
     /// Endpoint pick over cluster endpoints.
     pub cluster_pick: &'a str,
     /// Endpoint pick over local endpoints, if there are any.
@@ -120,8 +118,8 @@ pub struct TableView<'a> {
     pub loopback: &'static str,
     /// Masquerade mark, in hex.
     pub mark: String,
-    /// Pod CIDRs of this family (empty: no local-traffic detector).
-    pub pod_cidrs: Vec<IpNet>,
+    /// How this node's pods' traffic is told apart.
+    pub local: Detector,
     /// NodePorts on every local address rather than `@nodeport-ips`.
     pub nodeport_all: bool,
     /// Endpoint maps to declare.
