@@ -191,12 +191,17 @@ impl Observers {
     }
 }
 
-/// Where the health-check node ports listen: where NodePorts are served.
+/// Where the health-check node ports listen: where NodePorts are served. A family serving
+/// NodePorts on every address listens on every address, unless IPv4 already listens on
+/// chosen ones: upstream's proxiers each listen for their family, IPv4's first, and the
+/// IPv6 wildcard listener then finds the port taken (`primary` on a Node without an IPv6
+/// address, or CIDRs of IPv4 alone, must not open the port on every address).
 fn listen_on(model: &Model, cfg: &Config) -> Listen {
     let mut ips: Vec<IpAddr> = Vec::new();
     for family in Family::ALL {
         match crate::render::nodeport_ips(cfg, model, family) {
-            None => return Listen::All,
+            None if ips.is_empty() => return Listen::All,
+            None => {}
             Some(of_family) => ips.extend(of_family),
         }
     }

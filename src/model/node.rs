@@ -95,3 +95,31 @@ fn pod_cidrs(node: &Node) -> Result<Vec<IpNet>, String> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(spec: serde_json::Value) -> Result<NodeInfo, ObjectError> {
+        let node: Node =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "node-a"}, "spec": spec})).expect("a Node");
+        NodeInfo::from_api(&node)
+    }
+
+    #[test]
+    fn pod_cidrs_are_read_as_upstream_reads_them() {
+        let cidrs = |spec| node(spec).map(|n| n.pod_cidrs.iter().map(ToString::to_string).collect::<Vec<_>>());
+        let both = serde_json::json!({"podCIDR": "10.1.0.0/24", "podCIDRs": ["10.1.0.0/24", "fd00:10:1::/64"]});
+        assert_eq!(cidrs(both).unwrap(), ["10.1.0.0/24", "fd00:10:1::/64"]);
+        // A Node written before podCIDRs existed, leading zeros, host bits.
+        assert_eq!(cidrs(serde_json::json!({"podCIDR": "010.001.000.000/24"})).unwrap(), ["10.1.0.0/24"]);
+        assert_eq!(cidrs(serde_json::json!({"podCIDRs": ["10.1.0.7/24"]})).unwrap(), ["10.1.0.0/24"]);
+        assert!(cidrs(serde_json::json!({})).unwrap().is_empty());
+        for bad in ["10.1.0.0", "10.1.0.0/33", "pods"] {
+            assert!(node(serde_json::json!({"podCIDRs": [bad]})).is_err(), "{bad} must be refused");
+        }
+        let a = node(serde_json::json!({"podCIDRs": ["10.1.0.0/24"]})).unwrap();
+        let b = node(serde_json::json!({"podCIDRs": ["10.2.0.0/24"]})).unwrap();
+        assert!(!a.same_for_rules(&b), "the rules depend on the pod CIDRs (NodeCIDR)");
+    }
+}

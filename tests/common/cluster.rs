@@ -4,7 +4,8 @@
 //! Addresses (private test ranges only):
 //! - node `node-a`: 192.168.1.1 / fd00:192:168:1::1 towards the remote node (its primary IP),
 //!   172.16.0.1 / fd00:172:16::1 towards the client (a second node IP);
-//! - local pod `pod-N`: 10.1.N.2 / fd00:10:1:N::2, behind 10.1.N.1 on the node;
+//! - local pod `pod-N`: 10.1.N.2 / fd00:10:1:N::2, behind 10.1.N.1 on the node (on the host
+//!   side of its own veth `podN`, or, in a bridged cluster, on the bridge `podN` is a port of);
 //! - remote node `node-b`: 192.168.1.2; remote pod `rpod-N`: 10.2.N.2 / fd00:10:2:N::2;
 //! - client: 172.16.0.2 and 172.16.0.20 / fd00:172:16::2.
 
@@ -44,6 +45,8 @@ pub struct Cluster {
     pub client: Netns,
     /// Local pods (`pod-1`..) then remote pods (`rpod-1`..).
     pub pods: Vec<Pod>,
+    /// The bridge local pods are attached to, in a bridged cluster.
+    pub bridge: Option<String>,
 }
 
 fn ip(ns: &Netns, args: &str) {
@@ -84,6 +87,17 @@ fn link(a: &Netns, a_if: &str, a_addrs: &[&str], b: &Netns, b_if: &str, b_addrs:
 impl Cluster {
     /// Builds the cluster with `local` pods on the proxy's node and `remote` pods on node-b.
     pub fn new(local: u8, remote: u8) -> Cluster {
+        Cluster::build(local, remote, None)
+    }
+
+    /// As `new`, with the local pods' veths ports of bridge `bridge` on the node, which holds
+    /// their gateways' addresses (each pod keeps its own subnet, so pods reach one another
+    /// through the node, as a bridge CNI with routed pods does).
+    pub fn bridged(local: u8, remote: u8, bridge: &str) -> Cluster {
+        Cluster::build(local, remote, Some(bridge))
+    }
+
+    fn build(local: u8, remote: u8, bridge: Option<&str>) -> Cluster {
         let node = new_host("node", true);
         let remote_ns = new_host("rnode", true);
         let client = new_host("client", false);
@@ -117,27 +131,33 @@ impl Cluster {
         ip(&remote_ns, "-6 route add fd00:172:16::/64 via fd00:192:168:1::1");
         ip(&remote_ns, "route add 10.1.0.0/16 via 192.168.1.1");
         ip(&remote_ns, "-6 route add fd00:10:1::/48 via fd00:192:168:1::1");
+        if let Some(bridge) = bridge {
+            ip(&node, &format!("link add {bridge} type bridge"));
+            ip(&node, &format!("link set {bridge} up"));
+        }
         let mut pods = Vec::new();
         for i in 1..=local {
-            pods.push(Self::pod(&node, "pod", "node-a", 1, i));
+            pods.push(Self::pod(&node, "pod", "node-a", 1, i, bridge));
         }
         for i in 1..=remote {
-            pods.push(Self::pod(&remote_ns, "rpod", "node-b", 2, i));
+            pods.push(Self::pod(&remote_ns, "rpod", "node-b", 2, i, None));
         }
-        Cluster { node, remote: remote_ns, client, pods }
+        Cluster { node, remote: remote_ns, client, pods, bridge: bridge.map(str::to_string) }
     }
 
-    fn pod(host: &Netns, prefix: &str, node: &'static str, net: u8, i: u8) -> Pod {
+    fn pod(host: &Netns, prefix: &str, node: &'static str, net: u8, i: u8, bridge: Option<&str>) -> Pod {
         let ns = new_host(prefix, false);
         let (v4, v6) = (format!("10.{net}.{i}"), format!("fd00:10:{net}:{i}"));
-        link(
-            host,
-            &format!("{prefix}{i}"),
-            &[&format!("{v4}.1/24"), &format!("{v6}::1/64")],
-            &ns,
-            "eth0",
-            &[&format!("{v4}.2/24"), &format!("{v6}::2/64")],
-        );
+        let gateway = [format!("{v4}.1/24"), format!("{v6}::1/64")];
+        let host_if = format!("{prefix}{i}");
+        let on_veth: Vec<&str> = if bridge.is_some() { vec![] } else { gateway.iter().map(String::as_str).collect() };
+        link(host, &host_if, &on_veth, &ns, "eth0", &[&format!("{v4}.2/24"), &format!("{v6}::2/64")]);
+        if let Some(bridge) = bridge {
+            ip(host, &format!("link set {host_if} master {bridge}"));
+            for addr in &gateway {
+                ip(host, &format!("addr add {addr} dev {bridge}"));
+            }
+        }
         ip(&ns, &format!("route add default via {v4}.1"));
         ip(&ns, &format!("-6 route add default via {v6}::1"));
         let name = format!("{prefix}-{i}");
@@ -199,7 +219,12 @@ impl Cluster {
     /// Renders `objects` (plus this node's Node object) with the dry run and loads the result
     /// into the node's namespace, as a full sync would.
     pub fn apply(&self, objects: Vec<serde_json::Value>, args: &[&str]) -> String {
-        let mut items = vec![Self::node_object()];
+        self.apply_with_node(Self::node_object(), objects, args)
+    }
+
+    /// As `apply`, with `node` as this node's Node object.
+    pub fn apply_with_node(&self, node: serde_json::Value, objects: Vec<serde_json::Value>, args: &[&str]) -> String {
+        let mut items = vec![node];
         items.extend(objects);
         let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
         let file = std::env::temp_dir().join(format!("{}.json", self.node.name));
