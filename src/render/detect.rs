@@ -11,6 +11,9 @@ use crate::model::{Family, NodeInfo};
 use ipnet::IpNet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+/// The longest interface name Linux allows (`IFNAMSIZ` less its terminating zero).
+const MAX_INTERFACE_NAME: usize = 15;
+
 /// What marks a packet as coming from this node's pods, in one family.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Detector {
@@ -48,6 +51,11 @@ impl Detector {
                 (cidrs(node.map(|n| n.pod_cidrs_of(family)).unwrap_or_default()), warning)
             }
             DetectLocal::BridgeInterface(name) => (Detector::Interface(name.clone()), None),
+            // A prefix as long as an interface name (15 bytes) matches that name alone, and
+            // nft refuses the 16 bytes it would take with the wildcard.
+            DetectLocal::InterfaceNamePrefix(prefix) if prefix.len() >= MAX_INTERFACE_NAME => {
+                (Detector::Interface(prefix.clone()), None)
+            }
             DetectLocal::InterfaceNamePrefix(prefix) => (Detector::InterfacePrefix(prefix.clone()), None),
         }
     }
@@ -66,4 +74,25 @@ pub fn node_ip(node: Option<&NodeInfo>, family: Family) -> IpAddr {
         Family::V4 => IpAddr::V4(Ipv4Addr::LOCALHOST),
         Family::V6 => IpAddr::V6(Ipv6Addr::LOCALHOST),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn detector(args: &[&str]) -> Detector {
+        let argv = ["kube-nftproxy", "--hostname-override=n"].iter().chain(args);
+        let cfg = Config::from_flags(&crate::config::Flags::parse_from(argv)).expect("config");
+        Detector::of(&cfg, None, Family::V4).0
+    }
+
+    #[test]
+    fn a_prefix_as_long_as_an_interface_name_matches_that_name() {
+        let mode = "--detect-local-mode=InterfaceNamePrefix";
+        assert_eq!(detector(&[mode, "--pod-interface-name-prefix=veth"]), Detector::InterfacePrefix("veth".into()));
+        let longest = "abcdefghijklmno";
+        let flag = format!("--pod-interface-name-prefix={longest}");
+        assert_eq!(detector(&[mode, &flag]), Detector::Interface(longest.into()));
+    }
 }
