@@ -120,6 +120,10 @@ fn nodeports_in_a_family_without_a_nodeport_address_are_served_on_every_local_ad
     c.apply(dual_stack_nodeport(&c), &["--nodeport-addresses=172.16.0.0/24"]);
     let how = "--nodeport-addresses of IPv4 alone";
     assert_nodeport_on(&c, &["172.16.0.1", "[fd00:172:16::1]", "[fd00:192:168:1::1]"], &["192.168.1.1"], how);
+    // --bind-address is the node IP of its family, in place of the Node's address.
+    c.apply(dual_stack_nodeport(&c), &["--bind-address=172.16.0.1"]);
+    let how = "primary with --bind-address";
+    assert_nodeport_on(&c, &["172.16.0.1", "[fd00:192:168:1::1]"], &["192.168.1.1", "[fd00:172:16::1]"], how);
 }
 
 #[test]

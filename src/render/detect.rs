@@ -66,11 +66,13 @@ impl Detector {
     }
 }
 
-/// This node's IP of `family` as upstream's proxier of that family holds it: the Node's
-/// first address of the family (InternalIP before ExternalIP), else loopback. Upstream uses
-/// it on Linux for one thing only, the `loadBalancerSourceRanges` allowance.
-pub fn node_ip(node: Option<&NodeInfo>, family: Family) -> IpAddr {
-    node.and_then(|n| n.primary_ip(family)).unwrap_or(match family {
+/// This node's IP of `family` as upstream's proxier of that family holds it: `--bind-address`
+/// when it is of that family, else the Node's first address of the family (InternalIP
+/// before ExternalIP), else loopback. Upstream uses it for `primary` NodePort addresses (not
+/// when loopback) and the `loadBalancerSourceRanges` allowance.
+pub fn node_ip(cfg: &Config, node: Option<&NodeInfo>, family: Family) -> IpAddr {
+    let bound = cfg.bind_address.filter(|ip| Family::of(ip) == family);
+    bound.or_else(|| node.and_then(|n| n.primary_ip(family))).unwrap_or(match family {
         Family::V4 => IpAddr::V4(Ipv4Addr::LOCALHOST),
         Family::V6 => IpAddr::V6(Ipv6Addr::LOCALHOST),
     })

@@ -96,15 +96,15 @@ impl NodePorts {
     /// The NodePort addresses of one family, and warnings about addresses left out. As
     /// upstream: a family that `--nodeport-addresses` names no CIDR of, or (with `primary`)
     /// whose node IP is unknown, serves NodePorts on every local address of the family.
-    fn resolve(cfg: &NodePortAddresses, model: &Model, family: Family) -> (NodePorts, Vec<String>) {
+    fn resolve(cfg: &Config, model: &Model, family: Family) -> (NodePorts, Vec<String>) {
         let node = model.node.as_ref();
-        let chosen: Vec<IpAddr> = match cfg {
+        let chosen: Vec<IpAddr> = match &cfg.nodeport_addresses {
             NodePortAddresses::All => return (NodePorts::All, Vec::new()),
-            NodePortAddresses::Primary => match node.and_then(|n| n.primary_ip(family)) {
-                // Upstream's `primary` turns into the node IP's /32 or /128, left out when it
-                // is loopback; a family left without a CIDR matches all.
-                Some(ip) if !ip.is_loopback() => vec![ip],
-                _ => return (NodePorts::All, Vec::new()),
+            // Upstream's `primary` turns into the node IPs' /32 and /128, leaving out one that
+            // is loopback (no node IP of the family); a family left without a CIDR matches all.
+            NodePortAddresses::Primary => match node_ip(cfg, node, family) {
+                ip if ip.is_loopback() => return (NodePorts::All, Vec::new()),
+                ip => vec![ip],
             },
             NodePortAddresses::Cidrs(cidrs) => {
                 let mine: Vec<&IpNet> = cidrs.iter().filter(|c| Family::of(&c.addr()) == family).collect();
@@ -136,7 +136,7 @@ impl NodePorts {
 /// Where NodePorts are served in `family`: `None` for every local address, else these
 /// addresses (the health-check node ports listen where NodePorts are served, as upstream's).
 pub fn nodeport_ips(cfg: &Config, model: &Model, family: Family) -> Option<Vec<IpAddr>> {
-    match NodePorts::resolve(&cfg.nodeport_addresses, model, family).0 {
+    match NodePorts::resolve(cfg, model, family).0 {
         NodePorts::All => None,
         NodePorts::Ips(ips) => Some(ips),
     }
@@ -182,7 +182,7 @@ impl FamilyContext<'_> {
 }
 
 fn context<'a>(model: &'a Model, cfg: &'a Config, family: Family, previous: Option<&'a Table>) -> FamilyContext<'a> {
-    let (nodeports, mut warnings) = NodePorts::resolve(&cfg.nodeport_addresses, model, family);
+    let (nodeports, mut warnings) = NodePorts::resolve(cfg, model, family);
     if model.node.is_none() && family == Family::V4 {
         warnings.insert(0, format!("Node {:?} not found: no node IPs and no zone for topology", cfg.node_name));
     }

@@ -176,7 +176,7 @@ impl Builder<'_> {
             return;
         }
         // Upstream's node IP of this family, not every address the Node lists.
-        let node_ip = super::node_ip(self.ctx.node, family);
+        let node_ip = super::node_ip(self.ctx.cfg, self.ctx.node, family);
         let node_in_range = ranges.iter().any(|r| r.contains(&node_ip));
         let (proto, port) = (p.sp.name.protocol, p.sp.port);
         for ip in lb_ips {
