@@ -71,8 +71,8 @@ pub enum NodePortAddresses {
     Primary,
     /// Every local address but loopback (`0.0.0.0/0` / `::/0`).
     All,
-    /// The node's addresses within these CIDRs; per family, a `/0` means all local
-    /// addresses and no CIDR of that family means no NodePorts in that family.
+    /// The node's addresses within these CIDRs; per family, a `/0` or no CIDR of that family
+    /// means every local address of the family (as upstream).
     Cidrs(Vec<IpNet>),
 }
 
