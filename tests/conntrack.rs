@@ -266,7 +266,7 @@ fn the_daemon_sets_the_conntrack_sysctls_of_its_namespace() {
         d.logged()
     );
     assert_eq!(sysctl(&ns, "nf_conntrack_udp_timeout_stream"), stream_before, "0 leaves a sysctl alone");
-    assert!(wait_for(Duration::from_secs(10), || d.logged().contains("lines in")).is_some(), "{}", d.logged());
+    assert!(wait_for(Duration::from_secs(10), || d.logged().contains("Full sync: ")).is_some(), "{}", d.logged());
     let log = d.stop();
     assert!(log.contains("nf_conntrack_tcp_timeout_established: 432000 -> 86400"), "changes are logged:\n{log}");
     if max_read_only {
