@@ -1,9 +1,29 @@
 #!/usr/bin/env bash
-# Builds the static musl binary that is shipped: target/x86_64-unknown-linux-musl/release/kube-nftproxy.
+# Builds the static binary that is shipped (x86_64-unknown-linux-musl, the release profile)
+# and copies it to OUT_DIR/kube-nftproxy (default: dist/). The Containerfile runs it, and so
+# does tests/packaging_image.rs (PROFILE=dev there: the same target and linking, built faster).
+#   packaging/build-static.sh [OUT_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rustup target add x86_64-unknown-linux-musl >/dev/null
-cargo build --release --locked --target x86_64-unknown-linux-musl
-bin=target/x86_64-unknown-linux-musl/release/kube-nftproxy
-file "$bin" 2>/dev/null || true
-ls -l "$bin"
+target=x86_64-unknown-linux-musl
+out=${1:-dist}
+profile=${PROFILE:-release}
+
+rustup target list --installed | grep -qx "$target" || rustup target add "$target"
+# ring compiles C for the target: musl's compiler wrapper (Debian's musl-tools) does that.
+if ! command -v musl-gcc >/dev/null 2>&1; then
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "build-static.sh: needs musl-gcc (Debian/Ubuntu: musl-tools)" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends musl-tools >/dev/null
+fi
+export CC_x86_64_unknown_linux_musl=musl-gcc
+
+cargo build --locked --profile "$profile" --target "$target" --bin kube-nftproxy
+case "$profile" in dev | test) dir=debug ;; bench) dir=release ;; *) dir=$profile ;; esac
+mkdir -p "$out"
+cp "${CARGO_TARGET_DIR:-target}/$target/$dir/kube-nftproxy" "$out/kube-nftproxy"
+ls -l "$out/kube-nftproxy"

@@ -51,6 +51,8 @@ fn main() -> ExitCode {
         run_cleanup(&flags)
     } else if flags.dry_run {
         dry_run(&flags)
+    } else if flags.init_only {
+        init_only(&flags)
     } else {
         daemon(&flags)
     };
@@ -62,7 +64,8 @@ fn main() -> ExitCode {
             let not_input = e.downcast_ref::<kube::ClientError>().is_some()
                 || e.downcast_ref::<kube::ApiError>().is_some()
                 || e.downcast_ref::<kube::KubeConfigError>().is_some()
-                || e.downcast_ref::<requirements::RequirementError>().is_some();
+                || e.downcast_ref::<requirements::RequirementError>().is_some()
+                || e.downcast_ref::<conntrack::sysctl::NotSet>().is_some();
             if not_input { ExitCode::FAILURE } else { ExitCode::from(EXIT_BAD_INPUT) }
         }
     }
@@ -141,6 +144,14 @@ fn run_cleanup(flags: &Flags) -> anyhow::Result<()> {
             log::info!("left {what}");
         }
     }
+    Ok(())
+}
+
+/// `--init-only`: what needs more than CAP_NET_ADMIN, done once; each setting must take.
+fn init_only(flags: &Flags) -> anyhow::Result<()> {
+    Config::from_flags(flags)?;
+    conntrack::sysctl::apply_to_node(&conntrack::sysctl::Settings::from_flags(flags)).result()?;
+    log::info!("--init-only: conntrack settings in place");
     Ok(())
 }
 

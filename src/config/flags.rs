@@ -159,6 +159,11 @@ pub struct Flags {
     #[arg(long, value_name = "N", default_value_t = -999, allow_negative_numbers = true,
           value_parser = clap::value_parser!(i32).range(-1000..=1000), help_heading = RUN)]
     pub oom_score_adj: i32,
+    /// Set the conntrack sysctls, which need a writable /proc/sys and /sys, then exit (as
+    /// kube-proxy's flag): run it in a privileged init container, then the daemon with
+    /// CAP_NET_ADMIN alone.
+    #[arg(long, help_heading = RUN)]
+    pub init_only: bool,
 
     /// Log verbosity as kube-proxy's -v: 0-2 info, 3-4 debug, 5 and up trace (default:
     /// RUST_LOG, else info).

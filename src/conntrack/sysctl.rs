@@ -2,7 +2,8 @@
 //! table's size (`nf_conntrack_max` = max(per-core × CPUs, minimum), only ever raised, and
 //! the hash size with it where the kernel lets this namespace change it) and the TCP and UDP
 //! timeouts. A zero leaves its sysctl alone; a read-only `/proc/sys` (a container) is a
-//! warning, never fatal.
+//! warning for the daemon, never fatal, and an error for `--init-only`, which exists to set
+//! them from a privileged init container.
 
 use crate::config::Flags;
 use std::path::{Path, PathBuf};
@@ -162,23 +163,49 @@ pub fn cpus() -> u32 {
     listed.filter(|n| *n > 0).unwrap_or_else(usable)
 }
 
+/// Settings that could not be set (`--init-only`, whose whole task they are, fails on them).
+#[derive(Debug, thiserror::Error)]
+#[error("conntrack settings not set: {}", .0.join("; "))]
+pub struct NotSet(pub Vec<String>);
+
+/// What [`apply_to_node`] could not set, each as `path: why`.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// The failures.
+    pub failed: Vec<String>,
+}
+
+impl Applied {
+    /// An error naming every setting not set, if any.
+    pub fn result(self) -> Result<(), NotSet> {
+        if self.failed.is_empty() { Ok(()) } else { Err(NotSet(self.failed)) }
+    }
+}
+
 /// Applies `settings` to this node, logging each change (old → new) and each failure as a
 /// warning. If the conntrack module is not loaded yet, asking ctnetlink loads it first.
-pub fn apply_to_node(settings: &Settings) {
+pub fn apply_to_node(settings: &Settings) -> Applied {
     let paths = Paths::default();
     if !paths.proc_dir.join("nf_conntrack_max").exists() {
         // The kernel loads nf_conntrack (with ctnetlink) for the first request to it.
         let _ = crate::nft::netlink::Socket::open().and_then(|mut s| s.conntrack_count());
     }
+    let mut applied = Applied::default();
     for outcome in apply(settings, cpus(), &paths) {
         match outcome {
             Outcome::Changed(path, old, new) => log::info!("set {}: {old} -> {new}", path.display()),
             Outcome::Kept(path, v) => log::debug!("{} is {v}; left as it is", path.display()),
             Outcome::Failed(path, why) => {
-                log::warn!("conntrack setting {} left as it is: {why} (read-only in a container?)", path.display())
+                log::warn!(
+                    "conntrack setting {} left as it is: {why} (read-only in a container? --init-only in a \
+                     privileged init container sets it)",
+                    path.display()
+                );
+                applied.failed.push(format!("{}: {why}", path.display()));
             }
         }
     }
+    applied
 }
 
 #[cfg(test)]

@@ -48,15 +48,27 @@ impl Daemon {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Daemon {
+        let mut argv: Vec<std::ffi::OsString> = [env!("CARGO_BIN_EXE_kube-nftproxy"), "--hostname-override=node-a"]
+            .into_iter()
+            .chain(["--cluster-cidr=10.0.0.0/8,fd00:10::/32"])
+            .map(Into::into)
+            .collect();
+        argv.extend(source.iter().map(|s| s.to_os_string()));
+        argv.extend(extra.iter().map(Into::into));
+        Daemon::start_argv(ns, &argv, near, env)
+    }
+
+    /// Starts `argv` (a program and its arguments, all given) in `ns`, logging next to
+    /// `near`: the daemon behind something that execs it (`setpriv`, `chroot`), so the
+    /// child's process id stays the daemon's.
+    pub fn start_argv(ns: &Netns, argv: &[std::ffi::OsString], near: &Path, env: &[(&str, &str)]) -> Daemon {
         static SEQ: AtomicUsize = AtomicUsize::new(0);
         let seq = SEQ.fetch_add(1, Ordering::SeqCst);
         let log = near.with_extension(format!("{seq}.log"));
         let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("daemon log");
         let child = Command::new("ip")
-            .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_kube-nftproxy"), "--hostname-override=node-a"])
-            .arg("--cluster-cidr=10.0.0.0/8,fd00:10::/32")
-            .args(source)
-            .args(extra)
+            .args(["netns", "exec", &ns.name])
+            .args(argv)
             .env("RUST_LOG", "info")
             .envs(env.iter().copied())
             .stdout(Stdio::null())

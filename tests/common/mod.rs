@@ -205,5 +205,6 @@ pub mod emulator;
 pub mod layouts;
 pub mod net;
 pub mod node;
+pub mod packaging;
 pub mod proxy;
 pub mod tables;

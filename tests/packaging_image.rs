@@ -1,0 +1,252 @@
+//! What is shipped, as built here: the static binary (`packaging/build-static.sh`) has no
+//! interpreter and needs no library, and prints what this build prints; the image's files
+//! (`packaging/Containerfile`: that binary and `packaging/nft-rootfs.sh`'s `nft` with its
+//! libraries, nothing else) run the daemon, chrooted, through a takeover from kube-proxy;
+//! and the daemon needs CAP_NET_ADMIN and nothing more, the set the DaemonSet and the unit
+//! grant. Docker cannot build here (no engine), so the Containerfile is checked by content.
+
+mod common;
+
+use common::daemon::{Daemon, wait_for};
+use common::layouts::{iptables_available, load, state};
+use common::packaging::{daemonset_containers, setpriv_caps, unit, unit_values};
+use common::{Netns, Scratch, root};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_kube-nftproxy");
+
+/// The static binary, built once per test run by the script the Containerfile runs. The dev
+/// profile: the same target and linking as the release build, in a fraction of the time
+/// (the release build's LTO takes minutes; see README "Install").
+fn static_binary() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("static");
+        let status = Command::new(root().join("packaging/build-static.sh"))
+            .arg(&out)
+            .env("PROFILE", "dev")
+            // One build per run: incremental state would only take disk.
+            .env("CARGO_INCREMENTAL", "0")
+            .status()
+            .expect("run packaging/build-static.sh");
+        assert!(status.success(), "packaging/build-static.sh failed: {status}");
+        out.join("kube-nftproxy")
+    })
+}
+
+/// What an ELF file asks of the system to start: its interpreter (`PT_INTERP`) and the
+/// libraries its dynamic section needs (`DT_NEEDED` entries, as string-table offsets).
+fn elf_needs(path: &Path) -> (Option<String>, usize) {
+    let b = std::fs::read(path).expect("read binary");
+    assert!(b.starts_with(b"\x7fELF") && b[4] == 2 && b[5] == 1, "not a 64-bit little-endian ELF file");
+    let u16_at = |o: usize| u16::from_le_bytes(b[o..o + 2].try_into().expect("2 bytes")) as usize;
+    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes")) as usize;
+    let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
+    let (mut interp, mut needed) = (None, 0);
+    for i in 0..phnum {
+        let ph = phoff + i * phentsize;
+        let p_type = u32::from_le_bytes(b[ph..ph + 4].try_into().expect("4 bytes"));
+        let (offset, size) = (u64_at(ph + 8), u64_at(ph + 32));
+        let body = &b[offset..offset + size];
+        match p_type {
+            3 => interp = Some(String::from_utf8_lossy(body).trim_end_matches('\0').to_string()),
+            // A static PIE keeps a dynamic section to relocate itself, without DT_NEEDED (1).
+            2 => {
+                needed += body
+                    .chunks_exact(16)
+                    .take_while(|e| e[..8] != [0; 8])
+                    .filter(|e| e[..8] == 1u64.to_le_bytes())
+                    .count()
+            }
+            _ => {}
+        }
+    }
+    (interp, needed)
+}
+
+#[test]
+fn the_static_binary_has_no_interpreter_and_needs_no_library() {
+    // This build's binary links glibc dynamically: the check sees that.
+    let (interp, needed) = elf_needs(Path::new(BIN));
+    assert!(interp.is_some_and(|i| i.contains("ld-linux")) && needed > 0, "the check cannot tell");
+    assert_eq!(elf_needs(static_binary()), (None, 0), "{} is not static", static_binary().display());
+}
+
+#[test]
+fn the_static_binary_prints_what_this_build_prints() {
+    let args = ["--dry-run", "--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8,fd00:10::/48", "--manifests"];
+    let run = |bin: &Path| {
+        let out = Command::new(bin).args(args).arg(root().join("examples/cluster")).env("RUST_LOG", "warn").output();
+        let out = out.expect("run the dry run");
+        assert!(out.status.success(), "{}: {}", bin.display(), String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    let script = run(static_binary());
+    assert!(script.contains("table ip kube-nftproxy") && script.contains("table ip6 kube-nftproxy"));
+    assert_eq!(script, run(Path::new(BIN)));
+}
+
+/// The Containerfile's instructions, continuation lines joined, comments left out.
+fn instructions() -> Vec<(String, Vec<String>)> {
+    let text = std::fs::read_to_string(root().join("packaging/Containerfile")).expect("Containerfile");
+    let joined = text.replace("\\\n", " ");
+    joined
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let mut words = l.split_whitespace().map(str::to_string);
+            (words.next().expect("an instruction").to_uppercase(), words.collect())
+        })
+        .collect()
+}
+
+#[test]
+fn the_containerfile_copies_what_exists_and_runs_the_tested_scripts() {
+    let mut stages = Vec::new();
+    let (mut runs, mut from_stages) = (Vec::new(), Vec::new());
+    for (op, words) in instructions() {
+        match op.as_str() {
+            "FROM" => stages.push(words.last().cloned().expect("FROM IMAGE [AS NAME]")),
+            "COPY" if words[0].starts_with("--from=") => {
+                let stage = &words[0]["--from=".len()..];
+                assert!(stages[..stages.len() - 1].iter().any(|s| s == stage), "COPY from unknown stage {stage}");
+                from_stages.push(words[1..].join(" "));
+            }
+            "COPY" => {
+                // Everything but the destination comes from the context (the repository).
+                for source in &words[..words.len() - 1] {
+                    assert!(root().join(source).exists(), "COPY {source}: not in the build context");
+                }
+            }
+            "RUN" => runs.push(words.join(" ")),
+            _ => {}
+        }
+    }
+    assert_eq!(stages.last().map(String::as_str), Some("scratch"), "the image holds only what is copied in");
+    // The scripts this test file runs are the ones the stages run, with the outputs copied.
+    assert!(runs.iter().any(|r| r == "packaging/build-static.sh /out"), "{runs:?}");
+    assert!(runs.iter().any(|r| r == "nft-rootfs.sh /rootfs"), "{runs:?}");
+    assert_eq!(from_stages, ["/rootfs/ /", "/out/kube-nftproxy /kube-nftproxy"]);
+    // The entry point is the program the DaemonSet's containers run.
+    let entry = instructions().into_iter().find(|(op, _)| op == "ENTRYPOINT").map(|(_, w)| w.join(" "));
+    assert_eq!(entry.as_deref(), Some(r#"["/kube-nftproxy"]"#));
+    let (init, proxy) = daemonset_containers();
+    for c in [init, proxy] {
+        assert_eq!(c.command.unwrap_or_default().first().map(String::as_str), Some("/kube-nftproxy"));
+    }
+}
+
+/// A node-like namespace that also holds the example Node's InternalIPs, so that it is the
+/// example cluster's `node-a` (health-check node ports bind to them).
+fn example_node(tag: &str) -> Netns {
+    let node = Netns::node_like(tag);
+    let text = std::fs::read_to_string(root().join("examples/cluster/node.json")).expect("node.json");
+    let json: serde_json::Value = serde_json::from_str(&text).expect("node.json");
+    for a in json["status"]["addresses"].as_array().expect("addresses") {
+        if a["type"] == "InternalIP" {
+            let ip = a["address"].as_str().expect("address");
+            let cidr = if ip.contains(':') { format!("{ip}/64") } else { format!("{ip}/24") };
+            let out = node.run(&["ip", "addr", "add", &cidr, "dev", common::node::UPLINK], "");
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    node
+}
+
+/// Waits for the daemon's log to show `line`; the log on failure.
+fn wait_logged(d: &Daemon, line: &str) {
+    let seen = wait_for(Duration::from_secs(20), || d.logged().contains(line));
+    assert!(seen.is_some(), "the daemon never logged {line:?}:\n{}", d.logged());
+}
+
+#[test]
+fn the_image_files_run_the_daemon_through_a_takeover() {
+    if !iptables_available() {
+        return;
+    }
+    // The image's root: the Containerfile's last stage, assembled from the same scripts.
+    let image = Scratch::new("pkg-image");
+    let out = Command::new(root().join("packaging/nft-rootfs.sh")).arg(&image.0).output().expect("nft-rootfs.sh");
+    assert!(out.status.success(), "nft-rootfs.sh: {}", String::from_utf8_lossy(&out.stderr));
+    std::fs::copy(static_binary(), image.0.join("kube-nftproxy")).expect("copy the binary in");
+    // What a container runtime adds (/proc, /dev) and the test's manifests.
+    for dir in ["proc", "dev", "manifests"] {
+        std::fs::create_dir_all(image.0.join(dir)).expect("mkdir");
+    }
+    for file in std::fs::read_dir(root().join("examples/cluster")).expect("examples").flatten() {
+        std::fs::copy(file.path(), image.0.join("manifests").join(file.file_name())).expect("copy manifests");
+    }
+
+    let node = example_node("pkg-img");
+    let files = ["iptables.rules", "iptables6.rules", "iptables.nft", "iptables-web.rules"];
+    load(&node, &files, true);
+    let expected = Netns::new("pkg-img-exp");
+    load(&expected, &files, false);
+    let chrooted = "mount -t proc proc \"$0/proc\" && mount --rbind /dev \"$0/dev\" && exec chroot \"$0\" \"$@\"";
+    let argv: Vec<OsString> = ["unshare", "--mount", "sh", "-c", chrooted]
+        .into_iter()
+        .map(OsString::from)
+        .chain([image.0.clone().into_os_string()])
+        .chain(["/kube-nftproxy", "--manifests=/manifests", "--hostname-override=node-a"].map(OsString::from))
+        .chain(["--cluster-cidr=10.0.0.0/8", "--conntrack-max-per-core=0"].map(OsString::from))
+        .collect();
+    let d = Daemon::start_argv(&node, &argv, &image.0.join("daemon"), &[]);
+    wait_logged(&d, "left `inet user KUBE-SERVICES`");
+    let log = d.stop();
+    assert!(!log.contains(" ERROR ") && !log.contains(" WARN "), "{log}");
+    assert!(node.nft(&["list", "tables"]).contains("table ip kube-nftproxy"));
+    assert_eq!(state(&node), state(&expected), "kube-proxy's rules are not gone as they should be\n{log}");
+}
+
+/// Runs the daemon in a node-like namespace over a kube-proxy nftables-mode table with only
+/// `caps` (setpriv's names), no new privileges; its log once the takeover is done, or what
+/// it logged in 10 s if it never gets there.
+fn daemon_with_caps(caps: &[String]) -> (bool, String) {
+    let node = example_node("pkg-caps");
+    load(&node, &["nftables-web.nft"], true);
+    let dir = Scratch::new("pkg-caps");
+    let mut set = String::from("-all");
+    for c in caps {
+        set.push_str(&format!(",+{c}"));
+    }
+    let argv: Vec<OsString> = ["setpriv", &format!("--bounding-set={set}"), "--inh-caps=-all", "--no-new-privs", BIN]
+        .into_iter()
+        .chain(["--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8", "--conntrack-max-per-core=0"])
+        .map(OsString::from)
+        .chain([OsString::from("--manifests"), root().join("examples/cluster").into_os_string()])
+        .collect();
+    let d = Daemon::start_argv(&node, &argv, &dir.0.join("daemon"), &[]);
+    let done = wait_for(Duration::from_secs(10), || d.logged().contains("removed nftables table `ip kube-proxy`"));
+    let log = d.logged();
+    drop(d);
+    (done.is_some() && node.nft(&["list", "tables"]).contains("table ip kube-nftproxy"), log)
+}
+
+#[test]
+fn the_daemon_needs_net_admin_and_nothing_else() {
+    if !common::kernel_available() {
+        return;
+    }
+    let (_, proxy) = daemonset_containers();
+    let granted = proxy.security_context.and_then(|s| s.capabilities).and_then(|c| c.add).expect("capabilities.add");
+    let unit_set: Vec<String> = unit_values(&unit(), "CapabilityBoundingSet")
+        .iter()
+        .flat_map(|v| v.split_whitespace())
+        .map(String::from)
+        .collect();
+    for caps in [setpriv_caps(&granted), setpriv_caps(&unit_set)] {
+        assert_eq!(caps, ["net_admin"]);
+        // Syncs (nft and netlink), conntrack cleanup of the example's UDP services, the
+        // sysctls it may set in its namespace, the takeover: all without a warning.
+        let (ok, log) = daemon_with_caps(&caps);
+        assert!(ok, "the daemon did not sync and take over with {caps:?}:\n{log}");
+        assert!(!log.contains(" ERROR ") && !log.contains(" WARN "), "{log}");
+    }
+    let (ok, log) = daemon_with_caps(&[]);
+    assert!(!ok && log.contains("ERROR"), "without CAP_NET_ADMIN the daemon cannot work:\n{log}");
+}
