@@ -11,6 +11,7 @@ use common::daemon::{Daemon, wait_for};
 use common::layouts::{iptables_available, load, state};
 use common::packaging::{daemonset_containers, setpriv_caps, unit, unit_values};
 use common::{Netns, Scratch, root};
+use k8s_openapi::api::apps::v1::DaemonSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -203,6 +204,16 @@ fn the_image_files_run_the_daemon_through_a_takeover() {
     assert_eq!(state(&node), state(&expected), "kube-proxy's rules are not gone as they should be\n{log}");
 }
 
+/// `program args…` run with only `caps` (setpriv's names) and no new privileges, as the
+/// kubelet runs a container with `capabilities: {drop: [ALL], add: …}` and
+/// `allowPrivilegeEscalation: false`, or systemd a unit with `CapabilityBoundingSet=` and
+/// `NoNewPrivileges=yes`: root, whose every exec gets the bounding set.
+fn with_only(caps: &[String], program: &str, args: &[&str]) -> Vec<OsString> {
+    let set: String = caps.iter().map(|c| format!(",+{c}")).collect();
+    let setpriv = ["setpriv", &format!("--bounding-set=-all{set}"), "--inh-caps=-all", "--no-new-privs", program];
+    setpriv.into_iter().chain(args.iter().copied()).map(OsString::from).collect()
+}
+
 /// Runs the daemon in a node-like namespace over a kube-proxy nftables-mode table with only
 /// `caps` (setpriv's names), no new privileges; its log once the takeover is done, or what
 /// it logged in 10 s if it never gets there.
@@ -210,16 +221,9 @@ fn daemon_with_caps(caps: &[String]) -> (bool, String) {
     let node = example_node("pkg-caps");
     load(&node, &["nftables-web.nft"], true);
     let dir = Scratch::new("pkg-caps");
-    let mut set = String::from("-all");
-    for c in caps {
-        set.push_str(&format!(",+{c}"));
-    }
-    let argv: Vec<OsString> = ["setpriv", &format!("--bounding-set={set}"), "--inh-caps=-all", "--no-new-privs", BIN]
-        .into_iter()
-        .chain(["--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8", "--conntrack-max-per-core=0"])
-        .map(OsString::from)
-        .chain([OsString::from("--manifests"), root().join("examples/cluster").into_os_string()])
-        .collect();
+    let manifests = root().join("examples/cluster").display().to_string();
+    let args = ["--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8", "--conntrack-max-per-core=0", "--manifests"];
+    let argv: Vec<OsString> = with_only(caps, BIN, &[&args[..], &[&manifests]].concat());
     let d = Daemon::start_argv(&node, &argv, &dir.0.join("daemon"), &[]);
     let done = wait_for(Duration::from_secs(10), || d.logged().contains("removed nftables table `ip kube-proxy`"));
     let log = d.logged();
@@ -249,4 +253,35 @@ fn the_daemon_needs_net_admin_and_nothing_else() {
     }
     let (ok, log) = daemon_with_caps(&[]);
     assert!(!ok && log.contains("ERROR"), "without CAP_NET_ADMIN the daemon cannot work:\n{log}");
+}
+
+#[test]
+fn the_rollback_daemonset_removes_only_kube_nftproxys_tables_with_net_admin_alone() {
+    let docs = common::packaging::documents_in(&common::packaging::manifests_dir().join("rollback"));
+    let [(_, doc)] = docs.as_slice() else { panic!("one object in packaging/kubernetes/rollback") };
+    let ds: DaemonSet = serde_json::from_value(doc.clone()).expect("a DaemonSet");
+    let pod = ds.spec.and_then(|s| s.template.spec).expect("pod spec");
+    assert_eq!(pod.host_network, Some(true), "the tables are in the host's network namespace");
+    assert!(pod.tolerations.iter().flatten().any(|t| t.operator.as_deref() == Some("Exists") && t.key.is_none()));
+    let cleanup = &pod.init_containers.expect("init containers")[0];
+    let (_, proxy) = daemonset_containers();
+    assert_eq!(cleanup.image, proxy.image, "the same image as the proxy's");
+    let command = cleanup.command.clone().expect("command");
+    assert_eq!(command, ["/kube-nftproxy", "--cleanup"]);
+    let caps = cleanup.security_context.clone().and_then(|s| s.capabilities).and_then(|c| c.add).expect("caps");
+    if !common::kernel_available() {
+        return;
+    }
+    // A node after the rollback's first step: kube-proxy's rules back next to ours.
+    let node = Netns::new("pkg-rollback");
+    let script = common::dry_run_ok(&root().join("examples/cluster"), &["--cluster-cidr=10.0.0.0/8".into()]);
+    node.nft_apply(&script).expect("our tables");
+    load(&node, &["nftables-web.nft"], true);
+    let argv = with_only(&setpriv_caps(&caps), BIN, &["--cleanup"]);
+    let argv: Vec<&str> = argv.iter().map(|a| a.to_str().expect("utf-8")).collect();
+    let out = node.run(&argv, "");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tables = node.nft(&["list", "tables"]);
+    assert!(!tables.contains("kube-nftproxy"), "{tables}");
+    assert!(tables.contains("table ip kube-proxy"), "kube-proxy's rules must stay: {tables}");
 }

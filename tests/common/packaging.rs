@@ -14,10 +14,16 @@ pub fn manifests_dir() -> PathBuf {
     root().join("packaging/kubernetes")
 }
 
-/// Every YAML document of every manifest file, with the file it came from.
+/// Every YAML document of every manifest file `kubectl apply -f packaging/kubernetes/`
+/// applies, with the file it came from.
 pub fn documents() -> Vec<(PathBuf, Value)> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(manifests_dir())
-        .expect("packaging/kubernetes")
+    documents_in(&manifests_dir())
+}
+
+/// Every YAML document of the `.yaml` files directly in `dir`, with the file it came from.
+pub fn documents_in(dir: &Path) -> Vec<(PathBuf, Value)> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("manifests directory")
         .map(|e| e.expect("dir entry").path())
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
