@@ -3,7 +3,8 @@
 //! what the daemon's watches need, the DaemonSet's containers start the binary with arguments
 //! and a configuration it accepts (against the API-server emulator, through the ConfigMap's
 //! kubeconfig), its init container sets the conntrack sysctls, and the systemd unit passes
-//! `systemd-analyze verify` and starts the binary with flags it accepts.
+//! `systemd-analyze verify` and starts the binary with its configuration
+//! (`packaging/config.conf`, the ConfigMap's but for the kubeconfig's path).
 
 mod common;
 
@@ -105,7 +106,7 @@ fn the_cluster_role_grants_exactly_what_the_watches_need() {
 }
 
 #[test]
-fn the_daemonset_runs_on_every_node_in_the_host_network_with_net_admin_alone() {
+fn the_daemonset_runs_on_every_node_in_the_host_network_with_two_capabilities() {
     let ds: DaemonSet = object("DaemonSet");
     assert_eq!(ds.metadata.namespace.as_deref(), Some("kube-system"));
     let pod = ds.spec.and_then(|s| s.template.spec).expect("pod spec");
@@ -138,7 +139,7 @@ fn the_daemonset_runs_on_every_node_in_the_host_network_with_net_admin_alone() {
     assert_eq!(sc.allow_privilege_escalation, Some(false));
     let caps = sc.capabilities.expect("capabilities");
     assert_eq!(caps.drop, Some(vec!["ALL".to_string()]));
-    assert_eq!(caps.add, Some(vec!["NET_ADMIN".to_string()]));
+    assert_eq!(caps.add, Some(vec!["NET_ADMIN".to_string(), "SYS_RESOURCE".to_string()]));
 
     let probe = proxy.liveness_probe.and_then(|p| p.http_get).expect("an HTTP liveness probe");
     assert!(matches!(probe.path.as_deref(), Some("/livez" | "/healthz")), "{probe:?}");
@@ -149,8 +150,10 @@ fn the_daemonset_runs_on_every_node_in_the_host_network_with_net_admin_alone() {
 }
 
 /// Runs the binary with `args` and the environment the pod would give it.
-fn run(args: &[String]) -> Output {
-    Command::new(BIN).args(args).env("RUST_LOG", "warn").env_remove("NODE_NAME").output().expect("run")
+fn run(args: &[String], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args).env("RUST_LOG", "warn").env_remove("NODE_NAME").envs(env.iter().copied());
+    cmd.output().expect("run")
 }
 
 #[test]
@@ -163,7 +166,7 @@ fn the_daemonset_starts_the_binary_with_arguments_and_configuration_it_accepts()
     let (_, proxy) = daemonset_containers();
     let mut args = container_args(&proxy, &[("NODE_NAME", "node-a")], &conf.0);
     args.push("--dry-run".into());
-    let out = run(&args);
+    let out = run(&args, &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the DaemonSet's arguments are refused: {args:?}\n{stderr}");
     assert!(stderr.trim().is_empty(), "warnings: {stderr}");
@@ -246,25 +249,44 @@ fn the_unit_passes_systemd_analyze_verify() {
 }
 
 #[test]
-fn the_unit_starts_the_binary_with_flags_it_accepts() {
+fn the_unit_starts_the_binary_with_a_configuration_it_accepts() {
     let text = unit();
     assert_eq!(unit_values(&text, "KillSignal"), ["SIGTERM"], "restarts must keep the rules in place");
-    assert_eq!(unit_values(&text, "OOMScoreAdjust"), ["-999"], "as kube-proxy's oomScoreAdj");
+    assert_eq!(unit_values(&text, "OOMScoreAdjust"), ["-999"], "as the configuration's oomScoreAdj");
     assert_eq!(unit_values(&text, "CapabilityBoundingSet"), ["CAP_NET_ADMIN"]);
     assert_eq!(unit_values(&text, "NoNewPrivileges"), ["yes"]);
+    let conf_text = std::fs::read_to_string(root().join("packaging/config.conf")).expect("packaging/config.conf");
+    assert!(conf_text.contains("oomScoreAdj: -999\n"));
+
     let cluster = root().join("examples/cluster");
     let emu = Emulator::start(None, "127.0.0.1:0", Some(&cluster), &[]);
-    let env = [("${NODE_NAME}", "node-a"), ("${CLUSTER_CIDR}", "10.0.0.0/8")];
-    let files = [("/etc/kube-nftproxy/kubeconfig", emu.kubeconfig().display().to_string())];
-    let mut args: Vec<String> = unit_exec_start(&text)[1..]
-        .iter()
-        .map(|a| env.iter().fold(a.clone(), |a, (k, v)| a.replace(k, v)))
-        .map(|a| files.iter().fold(a, |a, (k, v)| a.replace(k, v)))
-        .collect();
+    let dir = Scratch::new("pkg-unit-conf");
+    let kubeconfig = emu.kubeconfig().display().to_string();
+    std::fs::write(dir.0.join("config.conf"), conf_text.replace("/etc/kube-nftproxy/kubeconfig", &kubeconfig))
+        .expect("write config.conf");
+    let conf = dir.0.join("config.conf").display().to_string();
+    let mut args: Vec<String> =
+        unit_exec_start(&text)[1..].iter().map(|a| a.replace("/etc/kube-nftproxy/config.conf", &conf)).collect();
     assert!(args.iter().all(|a| !a.contains("${") && !a.contains("/etc/")), "{args:?}");
     args.push("--dry-run".into());
-    let out = run(&args);
-    assert!(out.status.success(), "the unit's flags are refused: {}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("table ip kube-nftproxy"));
+    // NODE_NAME as /etc/default/kube-nftproxy may set it (else the host name is used).
+    let out = run(&args, &[("NODE_NAME", "node-a")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the unit's command is refused: {stderr}");
+    assert!(stderr.trim().is_empty(), "warnings: {stderr}");
+    let script = String::from_utf8_lossy(&out.stdout);
+    assert!(script.contains("full sync for node node-a") && script.contains("10.244.0.0/16"), "{script}");
     assert!(!text.contains("--cleanup"), "restarts must keep the rules in place");
+}
+
+#[test]
+fn the_bare_metal_configuration_is_the_daemonsets_but_for_the_kubeconfig() {
+    let cm: ConfigMap = object("ConfigMap");
+    let pod_conf = cm.data.expect("data").remove("config.conf").expect("config.conf");
+    let node_conf = std::fs::read_to_string(root().join("packaging/config.conf")).expect("packaging/config.conf");
+    let settings = |text: &str| -> Vec<String> {
+        text.lines().filter(|l| !l.trim_start().starts_with('#')).map(|l| l.trim_end().to_string()).collect()
+    };
+    let pod = settings(&pod_conf.replace("/var/lib/kube-nftproxy/kubeconfig.conf", "/etc/kube-nftproxy/kubeconfig"));
+    assert_eq!(settings(&node_conf), pod);
 }

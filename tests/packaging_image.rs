@@ -2,8 +2,10 @@
 //! interpreter and needs no library, and prints what this build prints; the image's files
 //! (`packaging/Containerfile`: that binary and `packaging/nft-rootfs.sh`'s `nft` with its
 //! libraries, nothing else) run the daemon, chrooted, through a takeover from kube-proxy;
-//! and the daemon needs CAP_NET_ADMIN and nothing more, the set the DaemonSet and the unit
-//! grant. Docker cannot build here (no engine), so the Containerfile is checked by content.
+//! the daemon works with the capabilities the DaemonSet and the unit grant (CAP_NET_ADMIN,
+//! and in a pod CAP_SYS_RESOURCE for its OOM score) and no more; the rollback DaemonSet's
+//! `--cleanup` removes only kube-nftproxy's tables. Docker cannot build here (no engine), so
+//! the Containerfile is checked by content: what it copies exists and covers what the build reads.
 
 mod common;
 
@@ -106,10 +108,39 @@ fn instructions() -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
+/// What building the binary reads from the repository, relative to it: every file the
+/// compiler read for the static build (its dep-info: sources, templates, askama.toml), the
+/// manifest and lock file, and the lib, bin and build-script roots cargo names.
+fn build_inputs() -> Vec<PathBuf> {
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
+    let dep_info = target_dir.join("x86_64-unknown-linux-musl/debug/kube-nftproxy.d");
+    let _ = static_binary();
+    let text = std::fs::read_to_string(&dep_info).unwrap_or_else(|e| panic!("{}: {e}", dep_info.display()));
+    let mut inputs: Vec<PathBuf> = text
+        .lines()
+        .next()
+        .and_then(|l| l.split_once(": "))
+        .map(|(_, deps)| deps.split_whitespace().map(PathBuf::from).collect())
+        .unwrap_or_default();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo).args(["metadata", "--no-deps", "--offline", "--format-version=1"]).output();
+    let meta: serde_json::Value = serde_json::from_slice(&out.expect("cargo metadata").stdout).expect("metadata");
+    for t in meta["packages"][0]["targets"].as_array().expect("targets") {
+        let kind = t["kind"][0].as_str().unwrap_or_default();
+        if matches!(kind, "lib" | "custom-build") || (kind == "bin" && t["name"] == "kube-nftproxy") {
+            inputs.push(PathBuf::from(t["src_path"].as_str().expect("src_path")));
+        }
+    }
+    inputs.extend([root().join("Cargo.toml"), root().join("Cargo.lock")]);
+    let inputs: Vec<PathBuf> = inputs.iter().filter_map(|p| p.strip_prefix(root()).ok()).map(PathBuf::from).collect();
+    assert!(inputs.iter().any(|p| p.starts_with("nft-templates")) && inputs.contains(&"build.rs".into()));
+    inputs
+}
+
 #[test]
 fn the_containerfile_copies_what_exists_and_runs_the_tested_scripts() {
     let mut stages = Vec::new();
-    let (mut runs, mut from_stages) = (Vec::new(), Vec::new());
+    let (mut runs, mut from_stages, mut build_sources) = (Vec::new(), Vec::new(), Vec::new());
     for (op, words) in instructions() {
         match op.as_str() {
             "FROM" => stages.push(words.last().cloned().expect("FROM IMAGE [AS NAME]")),
@@ -122,6 +153,9 @@ fn the_containerfile_copies_what_exists_and_runs_the_tested_scripts() {
                 // Everything but the destination comes from the context (the repository).
                 for source in &words[..words.len() - 1] {
                     assert!(root().join(source).exists(), "COPY {source}: not in the build context");
+                    if stages.last().is_some_and(|s| s == "build") {
+                        build_sources.push(PathBuf::from(source));
+                    }
                 }
             }
             "RUN" => runs.push(words.join(" ")),
@@ -129,6 +163,10 @@ fn the_containerfile_copies_what_exists_and_runs_the_tested_scripts() {
         }
     }
     assert_eq!(stages.last().map(String::as_str), Some("scratch"), "the image holds only what is copied in");
+    // The build stage gets every file the build reads.
+    for input in build_inputs() {
+        assert!(build_sources.iter().any(|s| input.starts_with(s)), "the build stage lacks {}", input.display());
+    }
     // The scripts this test file runs are the ones the stages run, with the outputs copied.
     assert!(runs.iter().any(|r| r == "packaging/build-static.sh /out"), "{runs:?}");
     assert!(runs.iter().any(|r| r == "nft-rootfs.sh /rootfs"), "{runs:?}");
@@ -195,6 +233,7 @@ fn the_image_files_run_the_daemon_through_a_takeover() {
         .chain([image.0.clone().into_os_string()])
         .chain(["/kube-nftproxy", "--manifests=/manifests", "--hostname-override=node-a"].map(OsString::from))
         .chain(["--cluster-cidr=10.0.0.0/8", "--conntrack-max-per-core=0"].map(OsString::from))
+        .chain([OsString::from(format!("--oom-score-adj={}", own_oom_score_adj()))])
         .collect();
     let d = Daemon::start_argv(&node, &argv, &image.0.join("daemon"), &[]);
     wait_logged(&d, "left `inet user KUBE-SERVICES`");
@@ -215,15 +254,23 @@ fn with_only(caps: &[String], program: &str, args: &[&str]) -> Vec<OsString> {
 }
 
 /// Runs the daemon in a node-like namespace over a kube-proxy nftables-mode table with only
-/// `caps` (setpriv's names), no new privileges; its log once the takeover is done, or what
-/// it logged in 10 s if it never gets there.
-fn daemon_with_caps(caps: &[String]) -> (bool, String) {
+/// `caps` (setpriv's names) and no new privileges; with `oom`, from that OOM score
+/// adjustment (as the kubelet or systemd set one) to its default -999, else keeping its
+/// own. Whether it synced and took over within 10 s, and its log.
+fn daemon_with_caps(caps: &[String], oom: Option<i32>) -> (bool, String) {
     let node = example_node("pkg-caps");
     load(&node, &["nftables-web.nft"], true);
     let dir = Scratch::new("pkg-caps");
     let manifests = root().join("examples/cluster").display().to_string();
-    let args = ["--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8", "--conntrack-max-per-core=0", "--manifests"];
-    let argv: Vec<OsString> = with_only(caps, BIN, &[&args[..], &[&manifests]].concat());
+    let keep = format!("--oom-score-adj={}", own_oom_score_adj());
+    let mut args = vec!["--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8", "--conntrack-max-per-core=0"];
+    if oom.is_none() {
+        args.push(&keep);
+    }
+    args.extend(["--manifests", &manifests]);
+    let choom: Vec<String> =
+        oom.map(|n| vec!["choom".into(), "-n".into(), n.to_string(), "--".into()]).unwrap_or_default();
+    let argv: Vec<OsString> = choom.into_iter().map(OsString::from).chain(with_only(caps, BIN, &args)).collect();
     let d = Daemon::start_argv(&node, &argv, &dir.0.join("daemon"), &[]);
     let done = wait_for(Duration::from_secs(10), || d.logged().contains("removed nftables table `ip kube-proxy`"));
     let log = d.logged();
@@ -231,27 +278,57 @@ fn daemon_with_caps(caps: &[String]) -> (bool, String) {
     (done.is_some() && node.nft(&["list", "tables"]).contains("table ip kube-nftproxy"), log)
 }
 
+/// This process's OOM score adjustment (which a child may keep without a capability).
+fn own_oom_score_adj() -> i32 {
+    let text = std::fs::read_to_string("/proc/self/oom_score_adj").expect("oom_score_adj");
+    text.trim().parse().expect("a number")
+}
+
+/// Whether this process may lower OOM score adjustments (CAP_SYS_RESOURCE, bit 24): some
+/// sandboxes withhold it even from root.
+fn can_lower_oom_scores() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").expect("status");
+    let eff = status.lines().find_map(|l| l.strip_prefix("CapEff:")).expect("CapEff");
+    u64::from_str_radix(eff.trim(), 16).expect("hex") & (1 << 24) != 0
+}
+
+/// The OOM score adjustment the kubelet gives a pod of a critical priority class.
+const KUBELET_CRITICAL_OOM: i32 = -997;
+
 #[test]
-fn the_daemon_needs_net_admin_and_nothing_else() {
+fn the_daemon_needs_the_capabilities_it_is_granted_and_no_more() {
     if !common::kernel_available() {
         return;
     }
     let (_, proxy) = daemonset_containers();
     let granted = proxy.security_context.and_then(|s| s.capabilities).and_then(|c| c.add).expect("capabilities.add");
-    let unit_set: Vec<String> = unit_values(&unit(), "CapabilityBoundingSet")
+    let text = unit();
+    let unit_set: Vec<String> = unit_values(&text, "CapabilityBoundingSet")
         .iter()
         .flat_map(|v| v.split_whitespace())
         .map(String::from)
         .collect();
-    for caps in [setpriv_caps(&granted), setpriv_caps(&unit_set)] {
-        assert_eq!(caps, ["net_admin"]);
-        // Syncs (nft and netlink), conntrack cleanup of the example's UDP services, the
-        // sysctls it may set in its namespace, the takeover: all without a warning.
-        let (ok, log) = daemon_with_caps(&caps);
-        assert!(ok, "the daemon did not sync and take over with {caps:?}:\n{log}");
-        assert!(!log.contains(" ERROR ") && !log.contains(" WARN "), "{log}");
+    let unit_oom: i32 = unit_values(&text, "OOMScoreAdjust")[0].parse().expect("OOMScoreAdjust");
+    let (pod_caps, unit_caps) = (setpriv_caps(&granted), setpriv_caps(&unit_set));
+    assert_eq!(pod_caps, ["net_admin", "sys_resource"]);
+    assert_eq!(unit_caps, ["net_admin"]);
+    let lower = can_lower_oom_scores();
+    if !lower {
+        eprintln!("SKIPPING the OOM score part: root here lacks CAP_SYS_RESOURCE, so nothing can lower one");
     }
-    let (ok, log) = daemon_with_caps(&[]);
+    // Syncs (nft and netlink), conntrack cleanup of the example's UDP services, the sysctls
+    // it may set in its namespace, its OOM score, the takeover: all without a warning.
+    for (caps, oom) in [(&pod_caps, KUBELET_CRITICAL_OOM), (&unit_caps, unit_oom)] {
+        let (ok, log) = daemon_with_caps(caps, lower.then_some(oom));
+        assert!(ok, "the daemon did not sync and take over with {caps:?}:\n{log}");
+        assert!(!log.contains(" ERROR ") && !log.contains(" WARN "), "{caps:?}: {log}");
+    }
+    if lower {
+        // Without CAP_SYS_RESOURCE, the OOM score stays where the kubelet put it.
+        let (ok, log) = daemon_with_caps(&unit_caps, Some(KUBELET_CRITICAL_OOM));
+        assert!(ok && log.contains("could not set oom_score_adj to -999"), "{log}");
+    }
+    let (ok, log) = daemon_with_caps(&[], None);
     assert!(!ok && log.contains("ERROR"), "without CAP_NET_ADMIN the daemon cannot work:\n{log}");
 }
 
