@@ -1,6 +1,7 @@
 //! The proxy's health, as kube-proxy reports it on `/healthz` and `/livez`: the sync thread
-//! notes when a change is queued and when a sync applied it; the proxy is unhealthy once a
-//! change has waited longer than the health timeout (twice `--sync-period`). `/healthz` is
+//! notes when a change is queued and when a sync applied it; once a sync has gone through,
+//! the proxy is unhealthy while a change has waited longer than the health timeout (twice
+//! `--sync-period`). Before its first sync it is healthy, as upstream's. `/healthz` is
 //! also 503 when this node should not take load-balanced traffic (its Node unknown, being
 //! deleted, or tainted by the cluster autoscaler for deletion), so load balancers drain it
 //! first. The `http` thread serves the answers (`crate::http`); `services` says what the
@@ -75,7 +76,9 @@ impl Health {
         let s = self.with(|s| *s);
         let waited = s.oldest_queued.and_then(|q| now.duration_since(q).ok()).unwrap_or_default();
         Report {
-            healthy: s.oldest_queued.is_none() || waited < self.timeout,
+            // As upstream: only a family that has synced once is judged, so a proxy still
+            // listing a big cluster is not restarted by its liveness probe.
+            healthy: s.last_updated.is_none() || s.oldest_queued.is_none() || waited < self.timeout,
             node_eligible: s.node_eligible == Some(true),
             last_updated: s.last_updated,
         }
@@ -101,9 +104,18 @@ struct FamilyBody {
     healthy: bool,
 }
 
+/// A time as Go's `time.RFC3339Nano` writes it: the fraction without trailing zeros (none
+/// at all on a whole second), and Go's zero time for a time never set.
 fn rfc3339(t: Option<SystemTime>) -> String {
-    // Go's zero time, as upstream prints a time never set.
-    t.map_or_else(|| "0001-01-01T00:00:00Z".into(), |t| humantime::format_rfc3339_nanos(t).to_string())
+    let Some(t) = t else { return "0001-01-01T00:00:00Z".into() };
+    let text = humantime::format_rfc3339_nanos(t).to_string();
+    match text.strip_suffix('Z').and_then(|s| s.split_once('.')) {
+        Some((whole, fraction)) => match fraction.trim_end_matches('0') {
+            "" => format!("{whole}Z"),
+            f => format!("{whole}.{f}Z"),
+        },
+        None => text,
+    }
 }
 
 /// The status code and JSON body for `path` (`/healthz` or `/livez`); `None` for other paths.
@@ -114,9 +126,11 @@ pub fn answer(health: &Health, path: &str, now: SystemTime) -> Option<(u16, Stri
         "/livez" => (r.healthy, None),
         _ => return None,
     };
-    // Both families are programmed by every sync, so they share one state.
+    // Both families are programmed by every sync, so they share one state; as upstream, a
+    // family appears once it has synced.
     let family = || FamilyBody { last_updated: rfc3339(r.last_updated), healthy: r.healthy };
-    let status = [("IPv4", family()), ("IPv6", family())].into_iter().collect();
+    let families = if r.last_updated.is_some() { &["IPv4", "IPv6"][..] } else { &[] };
+    let status = families.iter().map(|f| (*f, family())).collect();
     // As upstream: a healthy answer says "last updated now", for clients that compare it.
     let last_updated = if ok { rfc3339(Some(now)) } else { rfc3339(r.last_updated) };
     let body = Body { last_updated, current_time: rfc3339(Some(now)), node_eligible, healthy: r.healthy, status };
@@ -150,16 +164,32 @@ mod tests {
         let h = Health::new(Duration::from_secs(60));
         h.set_node_eligible(Some(true));
         h.queued(at(0));
-        h.queued(at(30));
-        assert_eq!(body(&h, "/livez", at(59)).0, 200, "the oldest change counts, within the timeout");
-        let (code, b) = body(&h, "/livez", at(61));
+        let (code, b) = body(&h, "/livez", at(600));
+        assert_eq!(code, 200, "before its first sync the proxy is healthy, as upstream's: {b}");
+        assert_eq!(b["status"], serde_json::json!({}), "no family has synced: {b}");
+        h.updated(at(601));
+        h.queued(at(700));
+        h.queued(at(730));
+        assert_eq!(body(&h, "/livez", at(759)).0, 200, "the oldest change counts, within the timeout");
+        let (code, b) = body(&h, "/livez", at(761));
         assert_eq!((code, b["healthy"].clone()), (503, serde_json::json!(false)));
-        assert_eq!(b["lastUpdated"], "0001-01-01T00:00:00Z");
-        h.updated(at(62));
-        let (code, b) = body(&h, "/healthz", at(63));
+        assert_eq!(b["lastUpdated"], "2027-01-15T08:10:01Z", "the last sync, whole seconds as Go writes them");
+        assert_eq!(b["status"]["IPv6"], serde_json::json!({"lastUpdated": "2027-01-15T08:10:01Z", "healthy": false}));
+        h.updated(at(762));
+        let (code, b) = body(&h, "/healthz", at(763));
         assert_eq!(code, 200);
         assert_eq!(b["lastUpdated"], b["currentTime"], "a healthy answer says updated now, as upstream");
-        assert_eq!(b["status"]["IPv4"]["lastUpdated"], humantime::format_rfc3339_nanos(at(62)).to_string());
+        assert_eq!(b["status"]["IPv4"]["lastUpdated"], "2027-01-15T08:12:42Z");
+    }
+
+    #[test]
+    fn times_are_written_as_gos_rfc3339_nano() {
+        let t = |nanos: u32| rfc3339(Some(at(0) + Duration::from_nanos(u64::from(nanos))));
+        assert_eq!(t(0), "2027-01-15T08:00:00Z");
+        assert_eq!(t(500_000_000), "2027-01-15T08:00:00.5Z");
+        assert_eq!(t(123_450_000), "2027-01-15T08:00:00.12345Z");
+        assert_eq!(t(1), "2027-01-15T08:00:00.000000001Z");
+        assert_eq!(rfc3339(None), "0001-01-01T00:00:00Z");
     }
 
     #[test]
