@@ -1,7 +1,8 @@
 //! Data-plane tests of upstream's edge cases (issue 12): `--masquerade-all` with
 //! `externalTrafficPolicy: Local`, NodePorts in a family without a NodePort address, the
-//! `loadBalancerSourceRanges` allowance for the node itself, and an endpoint listed in two
-//! EndpointSlices. Real packets through the rendered ruleset (see `dataplane.rs`).
+//! `loadBalancerSourceRanges` allowance for the node itself, an endpoint listed in two
+//! EndpointSlices, and objects as the API server stores them (legacy forms, one unreadable
+//! entry). Real packets through the rendered ruleset (see `dataplane.rs`).
 
 mod common;
 
@@ -207,4 +208,69 @@ fn an_endpoint_in_two_slices_is_used_once_as_its_ready_copy() {
         assert_eq!(seen.keys().cloned().collect::<Vec<_>>(), ["pod-1", "pod-2"], "{dst}: {seen:?}");
         assert!(seen["pod-1"] < 190, "{dst}: pod-1 got more than its half: {seen:?}");
     }
+}
+
+/// The Services of `objects_as_the_api_server_stores_them_are_served_as_upstream_serves_them`:
+/// an endpoint with leading zeros (`zeros`), a slice with unusable ports beside a good one
+/// (`ports`), a Service labelled headless though it has a ClusterIP (`labelled`), and one
+/// with a bogus externalIPs entry (`external`).
+fn stored_forms(c: &Cluster) -> Vec<Value> {
+    let port = |n: u16| json!({"name": "http", "port": n, "targetPort": ECHO_PORT});
+    let plain = |name: &str, ip: &str| service(name, json!({"clusterIP": ip, "ports": [port(80)]}), json!({}));
+    let ep = |p: &str| endpoint(c.pod_named(p), false, json!({}));
+    // pod-1 is 10.1.1.2, which older API servers may hold as 010.001.001.002.
+    let zeros = endpoint(c.pod_named("pod-1"), false, json!({"addresses": ["010.001.001.002"]}));
+    let mut ports = slice("ports", false, "TCP", vec![ep("pod-2")]);
+    ports["ports"] = json!([{"name": "admin"}, {"name": "zero", "port": 0}, {"name": "http", "port": ECHO_PORT}]);
+    let admin = json!({"name": "admin", "port": 81, "targetPort": 9090});
+    let mut labelled = plain("labelled", "172.30.0.82");
+    labelled["metadata"]["labels"] = json!({"service.kubernetes.io/headless": ""});
+    let external = json!({"type": "NodePort", "clusterIP": "172.30.0.83", "externalIPs": ["192.168.101.83", "192.168.101.300"],
+        "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT, "nodePort": 30083}]});
+    vec![
+        plain("zeros", "172.30.0.80"),
+        slice("zeros", false, "TCP", vec![zeros]),
+        service("ports", json!({"clusterIP": "172.30.0.81", "ports": [port(80), admin]}), json!({})),
+        ports,
+        labelled,
+        slice("labelled", false, "TCP", vec![ep("pod-1")]),
+        service("external", external, json!({})),
+        slice("external", false, "TCP", vec![ep("pod-2")]),
+    ]
+}
+
+#[test]
+fn objects_as_the_api_server_stores_them_are_served_as_upstream_serves_them() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(2, 0);
+    // The Node lists an address no one can read before its primary IP: only that entry goes.
+    let mut node = Cluster::node_object();
+    node["status"]["addresses"] = json!([
+        {"type": "InternalIP", "address": "192.168.1.300"},
+        {"type": "InternalIP", "address": "192.168.1.1"},
+        {"type": "InternalIP", "address": "fd00:192:168:1::1"}]);
+    c.apply_with_node(node, stored_forms(&c), &[]);
+    let tcp = |dst: &str, timeout| send(&c.client, Proto::Tcp, dst, None, timeout);
+    reached(tcp("172.30.0.80:80", LONG), "an endpoint written with leading zeros", &["pod-1"]);
+    reached(tcp("172.30.0.81:80", LONG), "the good port of a slice with unusable ones", &["pod-2"]);
+    let p = tcp("172.30.0.81:81", SHORT);
+    assert_eq!(
+        p,
+        Probe::Refused,
+        "a port the slice lists numbered 0 or without a number has no endpoints: {}",
+        p.who()
+    );
+    let map = c.node.nft(&["list", "map", "ip", "kube-nftproxy", "service-ips"]);
+    assert!(!map.contains("172.30.0.82"), "a Service labelled headless was proxied:\n{map}");
+    let p = tcp("172.30.0.82:80", SHORT);
+    assert!(!matches!(p, Probe::Reply(_)), "a Service labelled headless was DNATed to {}", p.who());
+    for dst in ["172.30.0.83:80", "192.168.101.83:80", "192.168.1.1:30083"] {
+        reached(tcp(dst, LONG), &format!("{dst} of a Service with a bogus externalIP"), &["pod-2"]);
+    }
+    // Had the Node been refused for its bad address, NodePorts would be served on every
+    // local address; kept, they are on its primary IP alone.
+    let p = tcp("172.16.0.1:30083", SHORT);
+    assert_eq!(p, Probe::Refused, "NodePort on a secondary address: the Node was not kept: {}", p.who());
 }

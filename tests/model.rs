@@ -54,6 +54,8 @@ fn services_the_proxy_does_not_handle_are_skipped_quietly() {
     let mut svc = service(json!({"clusterIP": "10.96.0.1", "ports": [{"port": 80}]}), json!({}));
     svc.metadata.labels = Some([(SERVICE_PROXY_NAME_LABEL.to_string(), "other".to_string())].into());
     assert_eq!(ServicePort::from_api(&svc), Ok(None), "another proxy's service");
+    svc.metadata.labels = Some([("service.kubernetes.io/headless".to_string(), String::new())].into());
+    assert_eq!(ServicePort::from_api(&svc), Ok(None), "labelled headless, though it has a ClusterIP");
 }
 
 #[test]
@@ -64,11 +66,6 @@ fn malformed_services_are_refused_with_the_reason() {
         (json!({"clusterIP": "10.96.0.1", "ports": [{"port": 80, "nodePort": -1}]}), "out of range"),
         (json!({"clusterIP": "10.96.0.1", "ports": [{"port": 80, "protocol": "ICMP"}]}), "unknown protocol"),
         (json!({"clusterIP": "10.96.0.1", "ports": [{"port": 80}, {"port": 81}]}), "used twice"),
-        (json!({"clusterIP": "10.96.0.1", "externalIPs": ["nope"], "ports": [{"port": 80}]}), "externalIP"),
-        (
-            json!({"clusterIP": "10.96.0.1", "loadBalancerSourceRanges": ["1.2.3.4/40"], "ports": [{"port": 80}]}),
-            "CIDR",
-        ),
         (
             json!({"clusterIP": "10.96.0.1", "sessionAffinity": "ClientIP",
                 "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 0}}, "ports": [{"port": 80}]}),
@@ -88,6 +85,27 @@ fn malformed_services_are_refused_with_the_reason() {
         assert!(msg.starts_with("skipping Service shop/web: "), "{msg}");
         assert!(msg.contains(reason), "{spec}: {msg}");
     }
+}
+
+#[test]
+fn an_unreadable_external_ip_ingress_ip_or_source_range_skips_that_entry_not_the_service() {
+    let svc = service(
+        json!({"type": "LoadBalancer", "clusterIP": "10.96.0.1",
+               "externalIPs": ["192.0.2.1", "nope", "", "192.000.002.002", "192.0.2.1"],
+               "loadBalancerSourceRanges": ["203.0.113.0/25", "1.2.3.4/40", "ranges", "010.000.000.000/8", "192.0.2.7/24"],
+               "ports": [{"name": "http", "port": 80, "nodePort": 30080}]}),
+        json!({"loadBalancer": {"ingress": [{"ip": "198.51.100.1"}, {"ip": "lb.example"}, {"ip": ""},
+                                            {"hostname": "lb.example"}, {"ip": "198.051.100.002"}]}}),
+    );
+    let (_, ports) = ServicePort::from_api(&svc).unwrap().expect("the Service is kept");
+    let ips = |v: &[IpAddr]| v.iter().map(ToString::to_string).collect::<Vec<_>>();
+    let http = &ports[0];
+    assert_eq!((http.port, http.node_port), (80, Some(30080)));
+    assert_eq!(ips(&http.external_ips), ["192.0.2.1", "192.0.2.2"], "the bogus externalIP is gone, the rest kept once");
+    assert_eq!(ips(&http.load_balancer_ips), ["198.51.100.1", "198.51.100.2"]);
+    let ranges: Vec<String> = http.source_ranges.iter().map(ToString::to_string).collect();
+    // Read as upstream's ParseCIDRSloppy: leading zeros as decimal, host bits cleared.
+    assert_eq!(ranges, ["203.0.113.0/25", "10.0.0.0/8", "192.0.2.0/24"]);
 }
 
 fn slice(address_type: &str, ports: Value, endpoints: Value, name: &str) -> EndpointSlice {
@@ -125,22 +143,20 @@ fn slices_that_cannot_be_used_are_skipped_or_refused() {
     // are left out; the rest of the slice stays.
     let kept = slice(
         "IPv4",
-        json!([{"name": "x"}, {"name": "http", "port": 80}]),
+        json!([{"name": "x"}, {"name": "http", "port": 80}, {"name": "zero", "port": 0},
+               {"name": "icmp", "port": 81, "protocol": "ICMP"}, {"name": "big", "port": 65536},
+               {"name": "dns", "port": 53, "protocol": "UDP"}]),
         json!([{"addresses": ["not-an-ip"]}, {"addresses": ["fd00::1"]}, {"addresses": []},
                {"addresses": ["010.000.000.007"]}]),
         "partly-bad",
     );
     let info = EndpointSliceInfo::from_api(&kept).unwrap().unwrap();
-    assert_eq!(info.ports.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["http"]);
+    let ports: Vec<(&str, u16, Protocol)> = info.ports.iter().map(|p| (p.name.as_str(), p.port, p.protocol)).collect();
+    assert_eq!(ports, [("http", 80, Protocol::Tcp), ("dns", 53, Protocol::Udp)], "only the usable ports stay");
     let ips: Vec<String> = info.endpoints.iter().map(|e| e.ip.to_string()).collect();
     assert_eq!(ips, ["10.0.0.7"], "leading zeros read as decimal, the unreadable ones dropped");
-    let cases =
-        [slice("IPv4", json!([{"port": 0}]), json!([]), "bad-port"), slice("IPv9", json!([]), json!([]), "bad-type")];
-    for s in cases {
-        let name = s.metadata.name.clone().unwrap();
-        let err = EndpointSliceInfo::from_api(&s).expect_err(&name);
-        assert!(err.to_string().starts_with(&format!("skipping EndpointSlice shop/{name}: ")), "{err}");
-    }
+    let err = EndpointSliceInfo::from_api(&slice("IPv9", json!([]), json!([]), "bad-type")).unwrap_err();
+    assert!(err.to_string().starts_with("skipping EndpointSlice shop/bad-type: "), "{err}");
     let mut unlabelled = slice("IPv4", json!([]), json!([]), "u");
     unlabelled.metadata.labels = None;
     assert!(EndpointSliceInfo::from_api(&unlabelled).unwrap_err().reason.contains("service-name"));
@@ -190,6 +206,24 @@ fn node_primary_ips_prefer_internal_addresses() {
     assert_eq!(info.zone.as_deref(), Some("z1"));
     assert_eq!(info.primary_ip(Family::V4), Some("192.168.0.2".parse().unwrap()));
     assert_eq!(info.primary_ip(Family::V6), Some("2001:db8::9".parse().unwrap()));
+}
+
+#[test]
+fn an_unreadable_node_address_skips_that_address_not_the_node() {
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "z1"}},
+        "spec": {"podCIDRs": ["10.1.0.0/24", "fd00:10:1::/64"]},
+        "status": {"addresses": [{"type": "InternalIP", "address": "192.168.0.999"}, {"type": "InternalIP", "address": ""},
+                                 {"type": "InternalIP", "address": "192.168.000.002"}, {"type": "ExternalIP", "address": "nope"},
+                                 {"type": "ExternalIP", "address": "2001:db8::9"}]}}))
+    .unwrap();
+    let info = NodeInfo::from_api(&node).expect("the Node is kept");
+    let addresses: Vec<String> = info.addresses.iter().map(ToString::to_string).collect();
+    assert_eq!(addresses, ["192.168.0.2", "2001:db8::9"]);
+    assert_eq!(info.zone.as_deref(), Some("z1"));
+    let cidrs: Vec<String> = info.pod_cidrs.iter().map(ToString::to_string).collect();
+    assert_eq!(cidrs, ["10.1.0.0/24", "fd00:10:1::/64"]);
+    assert_eq!(info.primary_ip(Family::V4), Some("192.168.0.2".parse().unwrap()));
 }
 
 #[test]

@@ -119,24 +119,20 @@ impl EndpointSliceInfo {
             .and_then(|l| l.get(SERVICE_NAME_LABEL))
             .cloned()
             .ok_or_else(|| err(format!("has no {SERVICE_NAME_LABEL} label")))?;
-        // As upstream: a port without a number is skipped, not the slice.
+        // As upstream: a port it cannot use is skipped, not the slice.
         let ports = slice
             .ports
             .iter()
             .flatten()
-            .filter_map(|p| {
-                let Some(port) = p.port else {
+            .filter_map(|p| match slice_port(p) {
+                Ok(port) => Some(port),
+                Err(why) => {
                     let port = p.name.as_deref().unwrap_or_default();
-                    log::warn!("EndpointSlice {namespace}/{name}: skipping port {port:?}: it has no number");
-                    return None;
-                };
-                let protocol = Protocol::parse(p.protocol.as_deref()).map_err(&err);
-                let port = valid_port(port).map_err(&err);
-                Some(protocol.and_then(|protocol| {
-                    Ok(SlicePort { name: p.name.clone().unwrap_or_default(), protocol, port: port? })
-                }))
+                    log::warn!("EndpointSlice {namespace}/{name}: skipping port {port:?}: {why}");
+                    None
+                }
             })
-            .collect::<Result<Vec<_>, ObjectError>>()?;
+            .collect();
         // One unreadable address drops that endpoint, not the slice (nor the Service).
         let endpoints = slice
             .endpoints
@@ -157,6 +153,14 @@ impl EndpointSliceInfo {
             .and_then(|t| humantime::parse_rfc3339_weak(t).ok());
         Ok(Some(EndpointSliceInfo { namespace, name, service, family, ports, endpoints, trigger_time }))
     }
+}
+
+/// One port of a slice. Upstream passes over a port without a number or numbered 0; one of a
+/// protocol no Service port can have serves nothing, so it goes too.
+fn slice_port(p: &k8s_openapi::api::discovery::v1::EndpointPort) -> Result<SlicePort, String> {
+    let port = p.port.ok_or("it has no number")?;
+    let protocol = Protocol::parse(p.protocol.as_deref())?;
+    Ok(SlicePort { name: p.name.clone().unwrap_or_default(), protocol, port: valid_port(port)? })
 }
 
 fn slice_endpoint(e: &k8s_openapi::api::discovery::v1::Endpoint, family: Family) -> Result<SliceEndpoint, String> {

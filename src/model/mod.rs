@@ -55,6 +55,14 @@ pub fn parse_ip(s: &str) -> Option<IpAddr> {
     Some(IpAddr::from(octets))
 }
 
+/// Parses a CIDR as upstream reads the API server's (Go's `ParseCIDRSloppy`): the address as
+/// [`parse_ip`] reads it, and the network it names (host bits cleared).
+pub fn parse_cidr(s: &str) -> Option<ipnet::IpNet> {
+    let (ip, len) = s.trim().split_once('/')?;
+    let len: u8 = len.parse().ok().filter(|_| len.bytes().all(|b| b.is_ascii_digit()))?;
+    ipnet::IpNet::new(parse_ip(ip)?, len).ok().map(|n| n.trunc())
+}
+
 /// A service port's transport protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Protocol {

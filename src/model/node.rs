@@ -43,9 +43,13 @@ impl NodeInfo {
                 "ExternalIP" => &mut external,
                 _ => continue,
             };
-            let ip = super::parse_ip(&a.address)
-                .ok_or_else(|| ObjectError::new("Node", "", &name, format!("address {:?} is not an IP", a.address)))?;
-            bucket.push(ip);
+            // As upstream picks node IPs: an address it cannot read is passed over, and the
+            // Node keeps its others.
+            match super::parse_ip(&a.address) {
+                Some(ip) => bucket.push(ip),
+                None if a.address.trim().is_empty() => {}
+                None => log::warn!("Node {name}: skipping {} {:?}: it is not an IP address", a.type_, a.address),
+            }
         }
         internal.extend(external);
         let pod_cidrs = pod_cidrs(node).map_err(|why| ObjectError::new("Node", "", &name, why))?;
@@ -86,13 +90,7 @@ fn pod_cidrs(node: &Node) -> Result<Vec<IpNet>, String> {
     };
     listed
         .into_iter()
-        .map(|text| {
-            let bad = || format!("pod CIDR {text:?} is not a CIDR");
-            let (ip, len) = text.trim().split_once('/').ok_or_else(bad)?;
-            let ip = super::parse_ip(ip).ok_or_else(bad)?;
-            let len: u8 = len.parse().map_err(|_| bad())?;
-            IpNet::new(ip, len).map(|n| n.trunc()).map_err(|_| bad())
-        })
+        .map(|text| super::parse_cidr(text).ok_or_else(|| format!("pod CIDR {text:?} is not a CIDR")))
         .collect()
 }
 

@@ -105,15 +105,7 @@ impl ServicePort {
         if cluster_ips.is_empty() {
             return Ok(None);
         }
-        let external_ips = parse_ips(spec.external_ips.iter().flatten(), "externalIP").map_err(&err)?;
-        let load_balancer_ips = lb_ips(svc).map_err(&err)?;
-        let source_ranges = spec
-            .load_balancer_source_ranges
-            .iter()
-            .flatten()
-            .map(|r| r.trim().parse::<IpNet>().map_err(|_| format!("loadBalancerSourceRange {r:?} is not a CIDR")))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(&err)?;
+        let (external_ips, load_balancer_ips, source_ranges) = external_addresses(svc, &format!("{namespace}/{name}"));
         let affinity_timeout = affinity(&spec).map_err(&err)?;
         // Only a LoadBalancer with the Local policy has its health checked, as upstream reads it
         // (a stale field on another Service is not served).
@@ -172,11 +164,46 @@ fn cluster_ips(spec: &k8s_openapi::api::core::v1::ServiceSpec) -> Result<Vec<IpA
     Ok(ips)
 }
 
-/// Load balancer ingress IPs, leaving out `ipMode: Proxy` (the LB itself proxies those).
-fn lb_ips(svc: &Service) -> Result<Vec<IpAddr>, String> {
+/// `spec.externalIPs`, the load balancer ingress IPs and `spec.loadBalancerSourceRanges` of
+/// Service `object` (`namespace/name`), each entry that cannot be read left out with a warning.
+fn external_addresses(svc: &Service, object: &str) -> (Vec<IpAddr>, Vec<IpAddr>, Vec<IpNet>) {
+    let skip = |what: &str, entry: &str, why: &str| {
+        log::warn!("Service {object}: skipping {what} {entry:?}: it is not {why}");
+    };
+    let spec = svc.spec.as_ref();
+    let external = spec.iter().flat_map(|s| s.external_ips.iter().flatten());
+    let ranges = spec.iter().flat_map(|s| s.load_balancer_source_ranges.iter().flatten());
+    (
+        readable(external, super::parse_ip, |e| skip("externalIP", e, "an IP address")),
+        readable(lb_ips(svc), super::parse_ip, |e| skip("load balancer ingress IP", e, "an IP address")),
+        readable(ranges, super::parse_cidr, |e| skip("loadBalancerSourceRange", e, "a CIDR")),
+    )
+}
+
+/// Load balancer ingress IPs as listed, leaving out `ipMode: Proxy` (the LB itself proxies those).
+fn lb_ips(svc: &Service) -> impl Iterator<Item = &String> {
     let ingress = svc.status.iter().flat_map(|s| s.load_balancer.iter()).flat_map(|lb| lb.ingress.iter().flatten());
-    let vips = ingress.filter(|i| i.ip_mode.as_deref() != Some("Proxy")).filter_map(|i| i.ip.as_ref());
-    parse_ips(vips, "load balancer ingress IP")
+    ingress.filter(|i| i.ip_mode.as_deref() != Some("Proxy")).filter_map(|i| i.ip.as_ref())
+}
+
+/// The entries of a list `parse` can read, each once, in listed order. As upstream splits
+/// these lists by family, an entry it cannot read is left out and the Service keeps the rest:
+/// `unreadable` is told of it (an empty entry, which stands for nothing, is passed over quietly).
+fn readable<'a, T: PartialEq>(
+    listed: impl IntoIterator<Item = &'a String>,
+    parse: impl Fn(&str) -> Option<T>,
+    unreadable: impl Fn(&str),
+) -> Vec<T> {
+    let mut out = Vec::new();
+    for entry in listed {
+        match parse(entry) {
+            Some(v) if !out.contains(&v) => out.push(v),
+            Some(_) => {}
+            None if entry.trim().is_empty() => {}
+            None => unreadable(entry),
+        }
+    }
+    out
 }
 
 fn affinity(spec: &k8s_openapi::api::core::v1::ServiceSpec) -> Result<Option<u32>, String> {
