@@ -294,6 +294,7 @@ fn help_is_grouped_and_version_says_how_it_was_built() {
         "--masquerade-all",
         "--conntrack-min",
         "--oom-score-adj",
+        "--proxy-mode",
         "--v <N>",
     ] {
         assert!(help.contains(flag), "--help lacks {flag}");
@@ -304,4 +305,97 @@ fn help_is_grouped_and_version_says_how_it_was_built() {
         version.starts_with(&want) && version.contains("built by: rustc ") && version.contains("target: x86_64"),
         "{version}"
     );
+}
+
+/// A minimal file with `body` after its kind.
+fn with(name: &str, body: &str) -> PathBuf {
+    file(name, &format!("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n{body}\n"))
+}
+
+#[test]
+fn proxy_mode_is_taken_by_kube_proxys_flag_name_and_only_nftables() {
+    for args in [&["--proxy-mode=nftables"][..], &["--proxy-mode", "nftables"], &["--proxy-mode="]] {
+        let argv = ["kube-nftproxy"].iter().chain(args);
+        assert!(config::load_from(argv).is_ok(), "{args:?}");
+    }
+    let iptables = with("mode-iptables", "mode: iptables");
+    let (f, _) = load(&iptables, &["--proxy-mode=nftables"]).expect("the flag stands in for the file's mode");
+    assert_eq!(f.proxy_mode.as_deref(), Some("nftables"));
+    let err = load(&with("mode-nftables", "mode: nftables"), &["--proxy-mode=ipvs"]).unwrap_err();
+    assert!(matches!(err, ConfigError::Usage(_)) && err.to_string().contains("--proxy-mode"), "{err}");
+    // The binary: a usage error naming the flag, status 2, as the file's mode.
+    for (args, named) in [
+        (vec!["--proxy-mode=iptables".to_string()], "--proxy-mode"),
+        (vec![format!("--config={}", iptables.display())], "mode"),
+    ] {
+        let out = binary(&[&args[0], "--dry-run", "--hostname-override=node-a"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(named) && stderr.contains("iptables"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn default_health_and_metrics_addresses_follow_the_bind_address_family() {
+    let v4 =
+        (BindAddress(Some("0.0.0.0:10256".parse().unwrap())), BindAddress(Some("127.0.0.1:10249".parse().unwrap())));
+    let v6 = (BindAddress(Some("[::]:10256".parse().unwrap())), BindAddress(Some("[::1]:10249".parse().unwrap())));
+    let serving = |f: Flags| (f.healthz_bind_address, f.metrics_bind_address);
+    let flags = |args: &[&str]| serving(config::load_from(["kube-nftproxy"].iter().chain(args)).unwrap().0);
+    assert_eq!(flags(&[]), v4);
+    assert_eq!(flags(&["--bind-address=192.0.2.7"]), v4);
+    assert_eq!(flags(&["--bind-address=::"]), v6);
+    assert_eq!(flags(&["--bind-address=2001:db8::7"]), v6);
+    // Explicit values win, on the command line or in the file.
+    let explicit = flags(&["--bind-address=::", "--healthz-bind-address=0.0.0.0", "--metrics-bind-address="]);
+    assert_eq!(explicit, (v4.0, BindAddress(None)));
+    // kubeadm's file with an IPv6 bindAddress: its empty addresses are unset, so defaulted.
+    let kubeadm6 = file("kubeadm6", &KUBEADM.replace("bindAddress: 0.0.0.0", "bindAddress: \"::\""));
+    assert_eq!(serving(load(&kubeadm6, &[]).unwrap().0), v6);
+    assert_eq!(serving(load(&kubeadm6, &["--bind-address=10.0.0.1"]).unwrap().0), v4, "the flag's family counts");
+    let set = with("serving6", "bindAddress: 2001:db8::7\nmetricsBindAddress: 127.0.0.1:9999");
+    let (f, _) = load(&set, &[]).unwrap();
+    assert_eq!(serving(f), (v6.0, BindAddress(Some("127.0.0.1:9999".parse().unwrap()))));
+}
+
+#[test]
+fn kube_proxys_logging_block_is_read_and_its_verbosity_is_v() {
+    let text = "logging:\n  format: text\n  flushFrequency: 5s\n  verbosity: 4\n  \
+                vmodule: [{filePattern: \"proxier*\", verbosity: 6}]\n  options: {json: {infoBufferSize: \"0\"}}";
+    let path = with("logging", text);
+    let (f, unknown) = load(&path, &[]).unwrap();
+    assert!(unknown.is_empty(), "every field of kube-proxy's logging block is known: {unknown:?}");
+    assert_eq!((f.verbosity, f.log_level()), (Some(4), Some(log::LevelFilter::Debug)));
+    let (f, _) = load(&path, &["-v=1"]).unwrap();
+    assert_eq!((f.verbosity, f.log_level()), (Some(1), Some(log::LevelFilter::Info)), "-v wins over the file");
+    let (f, _) = load(&with("loud", "logging: {verbosity: 100000}"), &[]).unwrap();
+    assert_eq!(f.log_level(), Some(log::LevelFilter::Trace), "klog takes any 32-bit level");
+    let (f, _) = load(&with("quiet", "logging: {verbosity: 0, vmodule: []}"), &[]).unwrap();
+    assert_eq!(f.verbosity, None, "0 is kube-proxy's default: RUST_LOG applies");
+    let cluster = common::root().join("examples/cluster");
+    let config = format!("--config={}", path.display());
+    let out = binary(&[&config, "--dry-run", "--hostname-override=node-a", "--manifests", cluster.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !stderr.contains("WARN"), "{stderr}");
+}
+
+#[test]
+fn a_min_sync_period_longer_than_the_sync_period_is_refused_after_the_flags() {
+    let slow = with("min-above", "nftables: {syncPeriod: 5s, minSyncPeriod: 10s}");
+    let err = load(&slow, &[]).unwrap_err().to_string();
+    assert!(err.contains("nftables.minSyncPeriod") && err.contains("nftables.syncPeriod"), "{err}");
+    let (f, _) = load(&slow, &["--sync-period=1m"]).expect("the flag's period is the one checked");
+    assert_eq!((f.min_sync_period, f.sync_period), (Duration::from_secs(10), Duration::from_secs(60)));
+    assert!(load(&slow, &["--min-sync-period=5s"]).is_ok(), "equal periods are allowed");
+    let err = config::load_from(["kube-nftproxy", "--min-sync-period=31s"]).unwrap_err().to_string();
+    assert!(err.contains("--min-sync-period"), "kube-proxy's 30s sync period is the bound: {err}");
+    // Negative periods are not durations at all.
+    let err = load(&with("negative", "nftables: {minSyncPeriod: -1s}"), &[]).unwrap_err().to_string();
+    assert!(err.contains("nftables.minSyncPeriod"), "{err}");
+    for args in [vec![format!("--config={}", slow.display())], vec!["--min-sync-period=1m".to_string()]] {
+        let out = binary(&[&args[0], "--dry-run", "--hostname-override=node-a"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("minSyncPeriod"), "{args:?}: {stderr}");
+    }
 }

@@ -142,3 +142,32 @@ fn a_proxy_that_has_not_synced_yet_is_healthy_as_upstreams() {
     assert_eq!(body["lastUpdated"], body["currentTime"], "a healthy answer says updated now: {body}");
     d.stop();
 }
+
+#[test]
+fn the_default_health_address_answers_over_ipv4_and_ipv6_as_gos_wildcard() {
+    if !kernel_available() {
+        return;
+    }
+    let ns = namespace("dualstack");
+    let dir = Scratch::new("dualstack");
+    let path = manifests(&dir.0, json!({}));
+    // No --healthz-bind-address: upstream's 0.0.0.0:10256, which Go listens on as [::].
+    let d = Daemon::start(&ns, &path, &[], &[]);
+    let code = |addr: &str| http_get(&ns.name, addr, "/healthz").map(|r| r.0);
+    for addr in ["127.0.0.1:10256", "[::1]:10256"] {
+        let up = wait_for(Duration::from_secs(10), || code(addr) == Some(200));
+        assert!(up.is_some(), "/healthz on the default address does not answer on {addr}:\n{}", d.logged());
+    }
+    // An address that is not a wildcard keeps to its family: metrics on 127.0.0.1 only.
+    assert_eq!(code("127.0.0.1:10249"), Some(200), "{}", d.logged());
+    assert_eq!(code("[::1]:10249"), None, "{}", d.logged());
+    d.stop();
+    // With IPv6 off in the namespace the default address still serves IPv4.
+    let off = ns.run(&["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.lo.disable_ipv6=1"], "");
+    assert!(off.status.success(), "{}", String::from_utf8_lossy(&off.stderr));
+    let d = Daemon::start(&ns, &path, &[], &[]);
+    let up = wait_for(Duration::from_secs(10), || code("127.0.0.1:10256") == Some(200));
+    assert!(up.is_some(), "no /healthz on 127.0.0.1 without IPv6:\n{}", d.logged());
+    assert_eq!(code("[::1]:10256"), None);
+    d.stop();
+}

@@ -6,7 +6,7 @@
 //! kube-proxy. Fields of kube-proxy's other modes are read and left alone; any other field is
 //! a warning naming it.
 
-use super::values::{parse_duration, parse_healthz_bind, parse_metrics_bind, valid_node_name};
+use super::values::{parse_duration, parse_healthz_bind, parse_metrics_bind, parse_proxy_mode, valid_node_name};
 use super::{ConfigError, Flags};
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -121,10 +121,14 @@ struct ClientConnection {
     _burst: Option<Unused>,
 }
 
+/// kube-proxy's `logging` (component-base's LoggingConfiguration): only the verbosity means
+/// anything here; the log format and per-file levels are klog's, and have no counterpart.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Logging {
-    verbosity: Option<u8>,
+    verbosity: Option<u32>,
+    #[serde(rename = "vmodule")]
+    _vmodule: Option<Unused>,
     #[serde(rename = "flushFrequency")]
     _flush_frequency: Option<Unused>,
     #[serde(rename = "format")]
@@ -177,28 +181,28 @@ pub fn read(path: &Path) -> Result<FileSettings, ConfigError> {
     let ignoring = serde_ignored::Deserializer::new(value, &mut note);
     let file: KubeProxyConfiguration =
         serde_path_to_error::deserialize(ignoring).map_err(|e| bad(format!("{}: {}", e.path(), e.inner())))?;
-    check_kind(&file).map_err(bad)?;
-    Ok(FileSettings { file, unknown_fields })
+    match (file.api_version.as_deref(), file.kind.as_deref()) {
+        (Some(API_VERSION), Some(KIND)) => Ok(FileSettings { file, unknown_fields }),
+        (v, k) => Err(bad(format!("apiVersion {v:?} kind {k:?}: expected {API_VERSION} {KIND}"))),
+    }
 }
 
-fn check_kind(file: &KubeProxyConfiguration) -> Result<(), String> {
-    match (file.api_version.as_deref(), file.kind.as_deref()) {
-        (Some(API_VERSION), Some(KIND)) => {}
-        (v, k) => return Err(format!("apiVersion {v:?} kind {k:?}: expected {API_VERSION} {KIND}")),
-    }
-    match file.mode.as_deref().map(str::trim) {
-        None | Some("" | "nftables") => Ok(()),
-        Some(other) => Err(format!("mode: {other:?} is not supported: kube-nftproxy is kube-proxy's nftables mode")),
-    }
+/// The flags being filled from the file: those the command line gave stay, and the ids of
+/// those the file set are noted (a default that depends on another setting must know).
+struct Merge<'a, G> {
+    flags: &'a mut Flags,
+    given: G,
+    filed: Vec<&'static str>,
 }
 
 /// Sets flag `$flag` to a file value that is present and not kube-proxy's "unset", unless the
 /// command line gave that flag.
 macro_rules! set {
-    ($flags:ident, $given:ident, $flag:ident, $value:expr) => {
+    ($m:ident, $flag:ident, $value:expr) => {
         if let Some(v) = $value {
-            if !$given(stringify!($flag)) {
-                $flags.$flag = v;
+            if !($m.given)(stringify!($flag)) {
+                $m.flags.$flag = v;
+                $m.filed.push(stringify!($flag));
             }
         }
     };
@@ -206,88 +210,90 @@ macro_rules! set {
 
 impl FileSettings {
     /// Writes what the file sets into `flags`, except where `given(id)` says the command line
-    /// (or the environment) set that flag: those win. A value kube-proxy would refuse is an
-    /// error naming its field.
-    pub fn apply(self, flags: &mut Flags, given: impl Fn(&str) -> bool) -> Result<(), ConfigError> {
+    /// (or the environment) set that flag: those win. Returns the ids of the flags the file
+    /// set. A value kube-proxy would refuse is an error naming its field.
+    pub fn apply(self, flags: &mut Flags, given: impl Fn(&str) -> bool) -> Result<Vec<&'static str>, ConfigError> {
         let f = self.file;
-        node(&f, flags, &given)?;
+        let mut m = Merge { flags, given, filed: Vec::new() };
+        // Only the mode in force is checked: `--proxy-mode=nftables` stands in for the file's.
+        if !(m.given)("proxy_mode") {
+            let mode = text(&f.mode).map(|mode| parse_proxy_mode(&mode).map(Some)).transpose();
+            set!(m, proxy_mode, mode.map_err(|e| field("mode", e))?);
+        }
+        node(&f, &mut m)?;
         let n = &f.nftables;
-        set!(flags, given, masquerade_all, n.masquerade_all);
+        set!(m, masquerade_all, n.masquerade_all);
         let bit = checked(("nftables.masqueradeBit", "must be within 0..=31"), n.masquerade_bit, |b| {
             u8::try_from(b).ok().filter(|b| *b <= 31)
         })?;
-        set!(flags, given, masquerade_bit, bit);
-        set!(flags, given, sync_period, nonzero(n.sync_period));
-        set!(flags, given, min_sync_period, nonzero(n.min_sync_period));
+        set!(m, masquerade_bit, bit);
+        set!(m, sync_period, nonzero(n.sync_period));
+        set!(m, min_sync_period, nonzero(n.min_sync_period));
         let c = &f.conntrack;
         set!(
-            flags,
-            given,
+            m,
             conntrack_max_per_core,
             checked(("conntrack.maxPerCore", "must not be negative"), c.max_per_core, |n| u32::try_from(n).ok())?
         );
-        set!(
-            flags,
-            given,
-            conntrack_min,
-            checked(("conntrack.min", "must not be negative"), c.min, |n| u32::try_from(n).ok())?
-        );
-        set!(flags, given, conntrack_tcp_timeout_established, c.tcp_established_timeout.map(|d| d.0));
-        set!(flags, given, conntrack_tcp_timeout_close_wait, c.tcp_close_wait_timeout.map(|d| d.0));
-        set!(flags, given, conntrack_tcp_be_liberal, c.tcp_be_liberal);
-        set!(flags, given, conntrack_udp_timeout, c.udp_timeout.map(|d| d.0));
-        set!(flags, given, conntrack_udp_timeout_stream, c.udp_stream_timeout.map(|d| d.0));
-        set!(flags, given, kubeconfig, text(&f.client_connection.kubeconfig).map(|k| Some(PathBuf::from(k))));
+        set!(m, conntrack_min, checked(("conntrack.min", "must not be negative"), c.min, |n| u32::try_from(n).ok())?);
+        set!(m, conntrack_tcp_timeout_established, c.tcp_established_timeout.map(|d| d.0));
+        set!(m, conntrack_tcp_timeout_close_wait, c.tcp_close_wait_timeout.map(|d| d.0));
+        set!(m, conntrack_tcp_be_liberal, c.tcp_be_liberal);
+        set!(m, conntrack_udp_timeout, c.udp_timeout.map(|d| d.0));
+        set!(m, conntrack_udp_timeout_stream, c.udp_stream_timeout.map(|d| d.0));
+        set!(m, kubeconfig, text(&f.client_connection.kubeconfig).map(|k| Some(PathBuf::from(k))));
         let oom = checked(("oomScoreAdj", "must be within -1000..=1000"), f.oom_score_adj, |n| {
             (-1000..=1000).contains(&n).then_some(n)
         })?;
-        set!(flags, given, oom_score_adj, oom);
-        set!(flags, given, verbosity, f.logging.verbosity.filter(|v| *v > 0).map(Some));
+        set!(m, oom_score_adj, oom);
+        // klog takes any 32-bit level; past 5 every level logs all the same here.
+        let verbosity = f.logging.verbosity.filter(|v| *v > 0).map(|v| Some(u8::try_from(v).unwrap_or(u8::MAX)));
+        set!(m, verbosity, verbosity);
         let own = &f.kube_nftproxy;
-        set!(flags, given, manifests, text(&own.manifests).map(|m| Some(PathBuf::from(m))));
-        set!(flags, given, full_sync_period, nonzero(own.full_sync_period));
-        set!(flags, given, nft_timeout, nonzero(own.nft_timeout));
-        set!(flags, given, cleanup_kube_proxy_at_start, own.cleanup_kube_proxy_at_start);
-        Ok(())
+        set!(m, manifests, text(&own.manifests).map(|p| Some(PathBuf::from(p))));
+        set!(m, full_sync_period, nonzero(own.full_sync_period));
+        set!(m, nft_timeout, nonzero(own.nft_timeout));
+        set!(m, cleanup_kube_proxy_at_start, own.cleanup_kube_proxy_at_start);
+        Ok(m.filed)
     }
 }
 
 /// The settings about this node and where it serves, each checked as its flag would be.
-fn node(f: &KubeProxyConfiguration, flags: &mut Flags, given: &impl Fn(&str) -> bool) -> Result<(), ConfigError> {
+fn node<G: Fn(&str) -> bool>(f: &KubeProxyConfiguration, m: &mut Merge<'_, G>) -> Result<(), ConfigError> {
     let hostname = text(&f.hostname_override).map(|h| h.to_lowercase());
     let hostname = checked(("hostnameOverride", "not a node name (a DNS-1123 subdomain)"), hostname, |h| {
         valid_node_name(&h).then_some(Some(h))
     })?;
-    set!(flags, given, hostname_override, hostname);
+    set!(m, hostname_override, hostname);
     let bind =
         checked(("bindAddress", "not an IP address"), text(&f.bind_address), |a| a.parse::<IpAddr>().ok().map(|_| a))?;
-    set!(flags, given, bind_address, bind);
+    set!(m, bind_address, bind);
     let cidrs = text(&f.cluster_cidr).map(|c| c.split(',').map(|c| c.trim().to_string()).collect::<Vec<_>>());
     let cidrs = checked(("clusterCIDR", "not CIDRs separated by commas"), cidrs, |c| {
         c.iter().all(|c| c.parse::<IpNet>().is_ok()).then_some(c)
     })?;
-    set!(flags, given, cluster_cidr, cidrs);
+    set!(m, cluster_cidr, cidrs);
     let addresses = f.node_port_addresses.clone().filter(|a| !a.is_empty());
     let addresses = checked(("nodePortAddresses", "not `primary`, `all` or a list of CIDRs"), addresses, |a| {
         super::nodeport_addresses(&a).ok().map(|_| a)
     })?;
-    set!(flags, given, nodeport_addresses, addresses);
+    set!(m, nodeport_addresses, addresses);
     let healthz = text(&f.healthz_bind_address).map(|a| parse_healthz_bind(&a));
-    set!(flags, given, healthz_bind_address, healthz.transpose().map_err(|e| field("healthzBindAddress", e))?);
+    set!(m, healthz_bind_address, healthz.transpose().map_err(|e| field("healthzBindAddress", e))?);
     let metrics = text(&f.metrics_bind_address).map(|a| parse_metrics_bind(&a));
-    set!(flags, given, metrics_bind_address, metrics.transpose().map_err(|e| field("metricsBindAddress", e))?);
+    set!(m, metrics_bind_address, metrics.transpose().map_err(|e| field("metricsBindAddress", e))?);
     let (bridge, prefix) = (text(&f.detect_local.bridge_interface), text(&f.detect_local.interface_name_prefix));
     let mode = text(&f.detect_local_mode);
-    if let Some(m) = &mode {
+    if let Some(d) = &mode {
         let (b, p) = (
-            bridge.as_deref().unwrap_or(&flags.pod_bridge_interface),
-            prefix.as_deref().unwrap_or(&flags.pod_interface_name_prefix),
+            bridge.as_deref().unwrap_or(&m.flags.pod_bridge_interface),
+            prefix.as_deref().unwrap_or(&m.flags.pod_interface_name_prefix),
         );
-        super::DetectLocal::new(m, b, p).map_err(|e| field("detectLocalMode", e))?;
+        super::DetectLocal::new(d, b, p).map_err(|e| field("detectLocalMode", e))?;
     }
-    set!(flags, given, detect_local_mode, mode);
-    set!(flags, given, pod_bridge_interface, bridge);
-    set!(flags, given, pod_interface_name_prefix, prefix);
+    set!(m, detect_local_mode, mode);
+    set!(m, pod_bridge_interface, bridge);
+    set!(m, pod_interface_name_prefix, prefix);
     Ok(())
 }
 

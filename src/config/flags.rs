@@ -2,7 +2,7 @@
 //! of their values.
 
 use super::BindAddress;
-use super::values::{parse_duration, parse_healthz_bind, parse_metrics_bind, parse_period};
+use super::values::{parse_duration, parse_healthz_bind, parse_metrics_bind, parse_period, parse_proxy_mode};
 use clap::Parser;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -90,6 +90,9 @@ pub struct Flags {
     #[arg(long, value_name = "primary|all|CIDR,...", value_delimiter = ',', default_value = "primary", help_heading = NODE)]
     pub nodeport_addresses: Vec<String>,
 
+    /// kube-proxy's mode: `nftables`, or empty for the same; any other mode is refused.
+    #[arg(long, value_name = "MODE", value_parser = parse_proxy_mode, help_heading = NFTABLES)]
+    pub proxy_mode: Option<String>,
     /// Masquerade all traffic sent to ClusterIPs.
     #[arg(long, help_heading = NFTABLES)]
     pub masquerade_all: bool,
@@ -97,6 +100,7 @@ pub struct Flags {
     #[arg(long, value_name = "BIT", default_value_t = 14, help_heading = NFTABLES)]
     pub masquerade_bit: u8,
     /// Minimum time between syncs; changes arriving sooner are coalesced into the next one.
+    /// At most --sync-period.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration, help_heading = NFTABLES)]
     pub min_sync_period: Duration,
     /// Longest wait before a failed sync is retried (retries back off up to this).
@@ -109,11 +113,12 @@ pub struct Flags {
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_period, help_heading = NFTABLES)]
     pub nft_timeout: Duration,
 
-    /// Where `/healthz` and `/livez` are served (`IP:port`, or an IP on port 10256); empty turns them off.
+    /// Where `/healthz` and `/livez` are served (`IP:port`, or an IP on port 10256); empty turns
+    /// them off. `[::]:10256` when --bind-address is IPv6. `0.0.0.0` serves IPv6 too.
     #[arg(long, value_name = "IP:PORT", default_value = "0.0.0.0:10256", value_parser = parse_healthz_bind, help_heading = SERVING)]
     pub healthz_bind_address: BindAddress,
     /// Where `/metrics`, `/healthz` and `/proxyMode` are served (`IP:port`, or an IP on port
-    /// 10249); empty turns them off.
+    /// 10249); empty turns them off. `[::1]:10249` when --bind-address is IPv6.
     #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:10249", value_parser = parse_metrics_bind, help_heading = SERVING)]
     pub metrics_bind_address: BindAddress,
 

@@ -57,6 +57,16 @@ pub enum ConfigError {
     /// The local-traffic detector is unknown or lacks what it needs.
     #[error("--detect-local-mode: {0}")]
     BadDetectLocal(String),
+    /// The shortest time between syncs is longer than the longest (upstream's validation).
+    #[error(
+        "--min-sync-period (nftables.minSyncPeriod) {min:?} must not be longer than --sync-period (nftables.syncPeriod) {sync:?}"
+    )]
+    MinSyncPeriodAboveSyncPeriod {
+        /// The minimum sync period in force.
+        min: std::time::Duration,
+        /// The sync period in force.
+        sync: std::time::Duration,
+    },
     /// The node name is not one Kubernetes accepts (it reaches the script's text).
     #[error(
         "--hostname-override: {0:?} is not a valid node name (a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253 characters)"
@@ -179,7 +189,8 @@ impl Config {
 }
 
 /// The flags of a command line, with what its `--config` file sets where the command line is
-/// silent, and the file's fields nothing reads.
+/// silent, and the file's fields nothing reads; the settings that depend on each other are
+/// defaulted and checked together, once both sources are in.
 pub fn load_from<I, T>(args: I) -> Result<(Flags, Vec<String>), ConfigError>
 where
     I: IntoIterator<Item = T>,
@@ -187,17 +198,34 @@ where
 {
     let matches = Flags::command().try_get_matches_from(args)?;
     let mut flags = Flags::from_arg_matches(&matches)?;
-    let Some(path) = flags.config.clone() else {
-        return Ok((flags, Vec::new()));
-    };
-    let settings = file::read(&path)?;
-    let unknown = settings.unknown_fields.clone();
     let given = |id: &str| {
         use clap::parser::ValueSource::{CommandLine, EnvVariable};
         matches!(matches.value_source(id), Some(CommandLine | EnvVariable))
     };
-    settings.apply(&mut flags, given)?;
+    let (unknown, filed) = match flags.config.clone() {
+        Some(path) => {
+            let settings = file::read(&path)?;
+            let unknown = settings.unknown_fields.clone();
+            (unknown, settings.apply(&mut flags, given)?)
+        }
+        None => (Vec::new(), Vec::new()),
+    };
+    default_serving(&mut flags, |id| given(id) || filed.contains(&id));
+    if flags.min_sync_period > flags.sync_period {
+        return Err(ConfigError::MinSyncPeriodAboveSyncPeriod { min: flags.min_sync_period, sync: flags.sync_period });
+    }
     Ok((flags, unknown))
+}
+
+/// Health and metrics addresses nobody set take the defaults of `--bind-address`'s family.
+fn default_serving(flags: &mut Flags, set: impl Fn(&str) -> bool) {
+    let (healthz, metrics) = default_bind_addresses(&flags.bind_address);
+    if !set("healthz_bind_address") {
+        flags.healthz_bind_address = BindAddress(Some(healthz));
+    }
+    if !set("metrics_bind_address") {
+        flags.metrics_bind_address = BindAddress(Some(metrics));
+    }
 }
 
 /// The host's name, which kube-proxy takes as the node's name when none is given.

@@ -1,7 +1,7 @@
 //! Values as kube-proxy writes them: durations in Go's form, bind addresses, names that reach
 //! the ruleset's text.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 /// The longest period a flag takes: a year; longer ones would overflow timers.
@@ -41,6 +41,29 @@ pub fn parse_healthz_bind(s: &str) -> Result<BindAddress, String> {
 /// `--metrics-bind-address`: an IP alone serves on kube-proxy's metrics port.
 pub fn parse_metrics_bind(s: &str) -> Result<BindAddress, String> {
     parse_bind_address(s, METRICS_PORT)
+}
+
+/// Where health and metrics are served when nothing says, after the family of
+/// `--bind-address` as upstream's defaulting has it: `[::]:10256` and `[::1]:10249` for an
+/// IPv6 address (an IPv4-mapped one counts as IPv4, as Go's `To4` says), else `0.0.0.0:10256`
+/// and `127.0.0.1:10249`. An address that is not an IP is refused later, by its flag.
+pub fn default_bind_addresses(bind_address: &str) -> (SocketAddr, SocketAddr) {
+    let v6 = bind_address.trim().parse::<IpAddr>().is_ok_and(|ip| ip.to_canonical().is_ipv6());
+    let (any, local): (IpAddr, IpAddr) = if v6 {
+        (Ipv6Addr::UNSPECIFIED.into(), Ipv6Addr::LOCALHOST.into())
+    } else {
+        (Ipv4Addr::UNSPECIFIED.into(), Ipv4Addr::LOCALHOST.into())
+    };
+    (SocketAddr::new(any, HEALTHZ_PORT), SocketAddr::new(local, METRICS_PORT))
+}
+
+/// `--proxy-mode` and the file's `mode`: this proxy is kube-proxy's nftables mode, so that or
+/// kube-proxy's "unset" (empty, which picks nftables here) is all it takes.
+pub fn parse_proxy_mode(s: &str) -> Result<String, String> {
+    match s.trim() {
+        mode @ ("" | "nftables") => Ok(mode.to_string()),
+        other => Err(format!("{other:?} is not supported: kube-nftproxy is kube-proxy's nftables mode")),
+    }
 }
 
 /// Parses `500ms`, `30s`, `15m`, `1h` (or a bare number of seconds), at most `MAX_DURATION`.
@@ -121,5 +144,25 @@ mod tests {
             assert!(parse_duration(text).is_err(), "{text:?} must be refused");
         }
         assert!(parse_period("0s").is_err());
+    }
+
+    #[test]
+    fn default_serving_addresses_follow_the_bind_address_family() {
+        let v4 = ("0.0.0.0:10256".parse().unwrap(), "127.0.0.1:10249".parse().unwrap());
+        let v6 = ("[::]:10256".parse().unwrap(), "[::1]:10249".parse().unwrap());
+        for (bind, want) in
+            [("0.0.0.0", v4), ("192.0.2.7", v4), ("::ffff:192.0.2.7", v4), ("", v4), ("::", v6), (" 2001:db8::7 ", v6)]
+        {
+            assert_eq!(default_bind_addresses(bind), want, "{bind:?}");
+        }
+    }
+
+    #[test]
+    fn only_the_nftables_mode_is_taken() {
+        assert_eq!(parse_proxy_mode(" nftables "), Ok("nftables".to_string()));
+        assert_eq!(parse_proxy_mode(""), Ok(String::new()));
+        for mode in ["iptables", "ipvs", "kernelspace", "NFTables"] {
+            assert!(parse_proxy_mode(mode).unwrap_err().contains(mode), "{mode}");
+        }
     }
 }

@@ -166,28 +166,35 @@ fn encode(r: &Reply, with_body: bool) -> Vec<u8> {
 /// Connections waiting to be accepted, per listener.
 const BACKLOG: i32 = 128;
 
-/// Binds and listens on `addr`. `[::]` takes IPv4 too, whatever `net.ipv6.bindv6only` says
-/// (as Go's listeners do); a host without IPv6 gets `0.0.0.0` instead.
+/// Binds and listens on `addr`. A wildcard, `0.0.0.0` or `[::]`, takes both families whatever
+/// `net.ipv6.bindv6only` says, as Go's `net.Listen("tcp", …)` does for either (upstream's
+/// default health address answers over IPv6 too); a host without IPv6 gets `0.0.0.0` instead.
 fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    use rustix::net::{AddressFamily, SocketType, bind, listen, socket, sockopt};
-    let any6 = addr.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED);
-    let open = |addr: SocketAddr| -> std::io::Result<std::net::TcpListener> {
-        let family = if addr.is_ipv6() { AddressFamily::INET6 } else { AddressFamily::INET };
-        let fd = socket(family, SocketType::STREAM, None)?;
-        sockopt::set_socket_reuseaddr(&fd, true)?;
-        if addr.is_ipv6() {
-            sockopt::set_ipv6_v6only(&fd, !any6)?;
-        }
-        bind(&fd, &addr)?;
-        listen(&fd, BACKLOG)?;
-        Ok(std::net::TcpListener::from(fd))
-    };
-    match open(addr) {
-        Err(e) if any6 && e.kind() != ErrorKind::AddrInUse => {
-            open(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), addr.port()))
+    if !addr.ip().is_unspecified() {
+        return listen_on(addr, false);
+    }
+    match listen_on(SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), addr.port()), true) {
+        // A port taken is taken for IPv4 too: only a missing IPv6 is worth the retry.
+        Err(e) if e.kind() != ErrorKind::AddrInUse => {
+            listen_on(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), addr.port()), false)
         }
         other => other,
     }
+}
+
+/// A listener on `addr`; an IPv6 one takes IPv4-mapped peers only when `dual_stack`.
+fn listen_on(addr: SocketAddr, dual_stack: bool) -> std::io::Result<std::net::TcpListener> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType, bind, listen, socket_with, sockopt};
+    let family = if addr.is_ipv6() { AddressFamily::INET6 } else { AddressFamily::INET };
+    // Close-on-exec: an `nft` child that hangs must not keep the port after the daemon ends.
+    let fd = socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+    sockopt::set_socket_reuseaddr(&fd, true)?;
+    if addr.is_ipv6() {
+        sockopt::set_ipv6_v6only(&fd, !dual_stack)?;
+    }
+    bind(&fd, &addr)?;
+    listen(&fd, BACKLOG)?;
+    Ok(std::net::TcpListener::from(fd))
 }
 
 #[cfg(test)]
@@ -203,5 +210,17 @@ mod tests {
         assert_eq!(request(b"\x01\x02 not http\r\n\r\n"), Head::Bad);
         let head = encode(&Reply::new(503, JSON, "{}"), false);
         assert!(String::from_utf8_lossy(&head).ends_with("Content-Length: 2\r\nConnection: close\r\n\r\n"));
+    }
+
+    #[test]
+    fn an_ipv4_wildcard_listens_as_gos_and_an_address_stays_its_own() {
+        use std::net::TcpStream;
+        let any = bind("0.0.0.0:0".parse().expect("address")).expect("bind 0.0.0.0");
+        let local = any.local_addr().expect("local address");
+        // [::] where the host has IPv6, 0.0.0.0 where not: IPv4 is answered either way.
+        assert!(local.ip().is_unspecified(), "{local}");
+        assert!(TcpStream::connect((Ipv4Addr::LOCALHOST, local.port())).is_ok(), "{local}");
+        let one = bind("127.0.0.1:0".parse().expect("address")).expect("bind 127.0.0.1");
+        assert_eq!(one.local_addr().map(|a| a.ip()).ok(), Some(IpAddr::V4(Ipv4Addr::LOCALHOST)));
     }
 }
