@@ -2,10 +2,10 @@
 //! state per object rather than a queue of events, so however fast objects change and however
 //! long a sync blocks, what waits is at most one entry per object.
 
-use crate::model::{ObjectChange, ObjectId};
+use crate::model::{ObjectChange, ObjectId, ObjectKind};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 /// Requests that are not about one object.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,6 +43,8 @@ impl Delivery {
 #[derive(Debug, Default)]
 struct Pending {
     objects: BTreeMap<ObjectId, ObjectChange>,
+    /// When the oldest Service or EndpointSlice change still here arrived.
+    oldest: Option<SystemTime>,
     listed: BTreeSet<&'static str>,
     requests: Requests,
 }
@@ -80,6 +82,9 @@ impl Inbox {
     pub fn send_all(&self, changes: impl IntoIterator<Item = ObjectChange>) {
         self.update(|p| {
             for change in changes {
+                if matches!(change.kind(), ObjectKind::Service | ObjectKind::EndpointSlice) {
+                    p.oldest = p.oldest.or_else(|| Some(SystemTime::now()));
+                }
                 p.objects.insert(change.id(), change);
             }
         });
@@ -122,6 +127,13 @@ impl Inbox {
     /// Objects waiting to be taken.
     pub fn waiting(&self) -> usize {
         self.lock().objects.len()
+    }
+
+    /// When the oldest Service or EndpointSlice change not yet taken arrived: health counts a
+    /// change as queued from here, as upstream's event handlers do, so a sync thread stuck in
+    /// the kernel still turns the proxy unhealthy while changes pile up behind it.
+    pub fn oldest_waiting(&self) -> Option<SystemTime> {
+        self.lock().oldest
     }
 }
 

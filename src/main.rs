@@ -190,7 +190,7 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     }
     let limits = exec::Limits { timeout: flags.nft_timeout, stop: stop.clone() };
     let applier = Applier::new(&cfg.node_name, own).with_quiet(Arc::new(quiet)).with_limits(limits);
-    let observe = observers(flags, api.as_deref())?;
+    let observe = observers(flags, api.as_deref(), &inbox)?;
     let mut syncer = Syncer::new(cfg, periods, applier, &sources).with_observers(observe);
     if api.is_some() {
         syncer = syncer.wait_for_node(flags.node_wait);
@@ -198,12 +198,13 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     // Once this proxy's rules are in, kube-proxy's go. Removing kube-ipvs0 takes the service
     // IPs off the host's addresses, which a refresh reads again.
     let requests = inbox.clone();
-    syncer =
-        syncer.after_first_sync(takeover::at_start(flags.cleanup_kube_proxy_at_start, stop.clone(), move |gone| {
-            if gone {
-                requests.request(|r| r.refresh = true);
-            }
-        }));
+    let takeover = takeover::at_start(flags.cleanup_kube_proxy_at_start, stop.clone(), move |gone| {
+        if gone {
+            requests.request(|r| r.refresh = true);
+        }
+    });
+    // And, as kube-proxy, a Starting Event on this node's Node.
+    syncer = syncer.after_first_sync(kube::events::and_starting(api.clone(), takeover));
     std::thread::Builder::new().name("sync".into()).spawn(move || {
         syncer.run(&inbox);
         let _ = events.send(Event::SyncEnded);
@@ -227,7 +228,7 @@ fn set_oom_score_adj(score: i32) {
 }
 
 /// The HTTP endpoints (health, metrics, health-check node ports) and what feeds them.
-fn observers(flags: &Flags, api: Option<&kube::Shared>) -> anyhow::Result<Observers> {
+fn observers(flags: &Flags, api: Option<&kube::Shared>, inbox: &Arc<Inbox>) -> anyhow::Result<Observers> {
     let metrics = match flags.metrics_bind_address.0 {
         Some(_) => Some(Arc::new(Metrics::new()?)),
         None => None,
@@ -236,7 +237,7 @@ fn observers(flags: &Flags, api: Option<&kube::Shared>) -> anyhow::Result<Observ
         api.set_metrics(m.clone());
     }
     // As kube-proxy: a change may wait up to twice the sync period before it is unhealthy.
-    let health = Arc::new(Health::new(flags.sync_period.saturating_mul(2)));
+    let health = Arc::new(Health::new(flags.sync_period.saturating_mul(2)).watching(inbox.clone()));
     let fixed = [(flags.healthz_bind_address.0, Route::Health), (flags.metrics_bind_address.0, Route::Metrics)];
     let fixed = fixed.into_iter().filter_map(|(addr, route)| addr.map(|a| (a, route))).collect();
     let server = http::Server::start(fixed, health.clone(), metrics.clone())?;

@@ -8,8 +8,9 @@ use crate::health::local::LocalView;
 use crate::health::services::{Listen, Wanted};
 use crate::http::Server;
 use crate::metrics::{Metrics, family_label};
-use crate::model::{Changes, Family, Model, ObjectKind};
+use crate::model::{Changes, Family, Model, ObjectKey, ObjectKind};
 use crate::nft::SyncKind;
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -38,11 +39,11 @@ pub struct Observers {
     local: LocalView,
     /// What the health-check servers were last asked for.
     wanted: Option<Wanted>,
-    /// Service and EndpointSlice changes not yet applied (the pending gauges). Counted, not
-    /// collected by object: the inbox keeps one entry per object, and a set of 60k keys
-    /// during a first listing would cost megabytes.
-    pending_services: i64,
-    pending_slices: i64,
+    /// Services with a Service change, and Services with an EndpointSlice change, not yet
+    /// applied: the pending gauges count Services, as upstream's change trackers do. (A first
+    /// listing fills them for a moment; the first sync empties them.)
+    pending_services: BTreeSet<ObjectKey>,
+    pending_endpoints: BTreeSet<ObjectKey>,
 }
 
 impl Default for Observers {
@@ -54,8 +55,8 @@ impl Default for Observers {
             server: None,
             local: LocalView::default(),
             wanted: None,
-            pending_services: 0,
-            pending_slices: 0,
+            pending_services: BTreeSet::new(),
+            pending_endpoints: BTreeSet::new(),
         }
     }
 }
@@ -79,19 +80,24 @@ impl Observers {
         self
     }
 
-    /// Notes one object delivered to the loop; `changed` says whether the rules depend on
-    /// what changed.
-    pub fn delivered(&mut self, kind: ObjectKind, changed: bool, now: SystemTime) {
+    /// Notes one object delivered to the loop, about `service` (a Service's own key, or the
+    /// Service an EndpointSlice belongs to); `changed` says whether the rules depend on what
+    /// changed.
+    pub fn delivered(&mut self, kind: ObjectKind, service: Option<ObjectKey>, changed: bool, now: SystemTime) {
         let Some(m) = &self.metrics else { return };
         let (total, pending, gauge) = match kind {
             ObjectKind::Service => (&m.service_changes, &mut self.pending_services, &m.service_changes_pending),
-            ObjectKind::EndpointSlice => (&m.endpoint_changes, &mut self.pending_slices, &m.endpoint_changes_pending),
+            ObjectKind::EndpointSlice => {
+                (&m.endpoint_changes, &mut self.pending_endpoints, &m.endpoint_changes_pending)
+            }
             _ => return,
         };
         total.inc();
         if changed {
-            *pending += 1;
-            gauge.set(*pending);
+            if let Some(service) = service {
+                pending.insert(service);
+            }
+            gauge.set(pending.len() as i64);
             Metrics::stamp_families(&m.last_queued, now);
         }
     }
@@ -152,8 +158,8 @@ impl Observers {
                 m.network_programming.with_label_values(&[family_label(*family)]).observe(waited.as_secs_f64());
             }
         }
-        self.pending_services = 0;
-        self.pending_slices = 0;
+        self.pending_services.clear();
+        self.pending_endpoints.clear();
         m.service_changes_pending.set(0);
         m.endpoint_changes_pending.set(0);
     }

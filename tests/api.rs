@@ -159,11 +159,21 @@ fn fault_then_change(c: &Cluster, emu: &Emulator, fault: Value, generation: usiz
     emu.apply(&Value::Array(svc(c, &format!("gen-{generation}"), &format!("172.30.1.{generation}"), &["pod-1"])));
 }
 
+/// Where the daemons of the fault groups serve metrics, in the node's namespace.
+const METRICS: &str = "127.0.0.1:10249";
+
+/// The value of the sample `series` (name and labels, as written) in a scrape; 0 when absent.
+fn sample(scrape: &str, series: &str) -> f64 {
+    scrape.lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok()).unwrap_or(0.0)
+}
+
 /// Runs `faults` one by one against a fresh daemon (retries back off across faults, up to a
 /// minute, so each group starts anew), a change after each; the node must converge each time.
-fn recovers(c: &Cluster, emu: &Emulator, twin: &Netns, faults: &[Value], generation: &mut usize) -> String {
+/// Returns the daemon's log and its last metrics scrape.
+fn recovers(c: &Cluster, emu: &Emulator, twin: &Netns, faults: &[Value], generation: &mut usize) -> (String, String) {
     // Short watches, so a stalled stream is noticed within seconds.
-    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &["--watch-timeout=2s"], &[]);
+    let flags = ["--watch-timeout=2s", &format!("--metrics-bind-address={METRICS}")];
+    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &flags, &[]);
     assert_converges(c, emu, twin, &d, "at start", Duration::from_secs(10));
     for fault in faults {
         fault_then_change(c, emu, fault.clone(), *generation);
@@ -171,9 +181,10 @@ fn recovers(c: &Cluster, emu: &Emulator, twin: &Netns, faults: &[Value], generat
         assert_converges(c, emu, twin, &d, &format!("after {fault}"), Duration::from_secs(20));
         emu.fault(&json!({"stall": false}));
     }
+    let scrape = common::net::http_get(&c.node.name, METRICS, "/metrics").map(|r| r.2).unwrap_or_default();
     let log = d.stop();
     assert!(!log.contains("panicked"), "{log}");
-    log
+    (log, scrape)
 }
 
 #[test]
@@ -186,10 +197,14 @@ fn every_fault_is_recovered_from_and_nothing_stale_remains() {
     let mut generation = 0;
     let streams =
         [json!({"drop": "clean"}), json!({"drop": "abrupt"}), json!({"drop": "reset"}), json!({"stall": true})];
-    recovers(&c, &emu, &twin, &streams, &mut generation);
+    let (_, scrape) = recovers(&c, &emu, &twin, &streams, &mut generation);
+    let restarts = sample(&scrape, "kube_nftproxy_watch_restarts_total{resource=\"services\"}");
+    assert!(restarts >= 4.0, "every dropped or stalled stream is a watch restart: {restarts}\n{scrape}");
     let gone = [json!({"compact": true, "drop": "clean"}), json!({"expire": true})];
-    let log = recovers(&c, &emu, &twin, &gone, &mut generation);
+    let (log, scrape) = recovers(&c, &emu, &twin, &gone, &mut generation);
     assert!(log.contains("listing again"), "no relist after 410:\n{log}");
+    let relists = sample(&scrape, "kube_nftproxy_relists_total{resource=\"services\"}");
+    assert!(relists >= 1.0, "a 410 Gone is a relist: {relists}\n{scrape}");
     let statuses = [
         json!({"fail": {"status": 500, "count": 3}, "drop": "clean"}),
         json!({"fail": {"status": 429, "count": 2, "retry_after": 1}, "drop": "reset"}),
@@ -197,7 +212,7 @@ fn every_fault_is_recovered_from_and_nothing_stale_remains() {
     ];
     recovers(&c, &emu, &twin, &statuses, &mut generation);
     let bad = [json!({"malformed": "services"}), json!({"garbage": "endpointslices"})];
-    let log = recovers(&c, &emu, &twin, &bad, &mut generation);
+    let (log, _) = recovers(&c, &emu, &twin, &bad, &mut generation);
     assert!(log.contains("skipping Service"), "the malformed object was not reported:\n{log}");
     let mixed = [json!({"garbage": "services", "drop": "reset", "fail": {"status": 500, "count": 1}, "compact": true})];
     recovers(&c, &emu, &twin, &mixed, &mut generation);

@@ -53,7 +53,9 @@ fn healthz_and_livez_answer_as_upstream_and_drain_a_node_going_away() {
     let path = manifests(&dir.0, json!({}));
     let d = Daemon::start(&ns, &path, &[&format!("--healthz-bind-address={HEALTHZ}")], &[]);
     let ok = |p: &str| get(&ns, p).is_some_and(|(code, _, _)| code == 200);
-    assert!(wait_for(Duration::from_secs(10), || ok("/healthz")).is_some(), "never healthy:\n{}", d.logged());
+    // Healthy from the start, as upstream; a family is reported once it has synced.
+    let synced = || get(&ns, "/healthz").is_some_and(|(code, _, b)| code == 200 && b["status"]["IPv4"].is_object());
+    assert!(wait_for(Duration::from_secs(10), synced).is_some(), "never healthy:\n{}", d.logged());
     let (_, head, body) = get(&ns, "/healthz").unwrap();
     assert!(head.contains("content-type: application/json"), "{head}");
     assert!(head.contains("x-content-type-options: nosniff"), "{head}");
@@ -84,6 +86,17 @@ fn healthz_and_livez_answer_as_upstream_and_drain_a_node_going_away() {
     assert_eq!(get(&ns, "/healthz").map(|r| r.0), Some(503));
     manifests(&dir.0, json!({}));
     assert!(wait_for(Duration::from_secs(5), || ok("/healthz")).is_some(), "the node came back");
+    // The Node object gone: unknown, so not eligible.
+    let without_node: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.0.join("cluster.json")).unwrap()).unwrap();
+    let svc_only = json!({"kind": "List", "items": [without_node["items"][1].clone()]});
+    std::fs::write(dir.0.join("cluster.tmp"), svc_only.to_string()).unwrap();
+    std::fs::rename(dir.0.join("cluster.tmp"), dir.0.join("cluster.json")).unwrap();
+    let gone = wait_for(Duration::from_secs(5), || get(&ns, "/healthz").is_some_and(|(c, _, _)| c == 503));
+    assert!(gone.is_some(), "a node whose Node object is unknown still takes traffic:\n{}", d.logged());
+    assert_eq!(get(&ns, "/healthz").map(|r| r.2["nodeEligible"].clone()), Some(json!(false)));
+    manifests(&dir.0, json!({}));
+    assert!(wait_for(Duration::from_secs(5), || ok("/healthz")).is_some(), "the node came back");
     d.stop();
 }
 
@@ -98,21 +111,32 @@ fn a_change_that_cannot_be_applied_makes_the_proxy_unhealthy_after_twice_the_syn
     let hang = dir.0.join("hang");
     let nft = fake_nft(&dir.0, &format!("[ -e {} ] && exec sleep 1000\nexec nft \"$@\"", hang.display()));
     let path = manifests(&dir.0, json!({}));
-    let flags = [&format!("--healthz-bind-address={HEALTHZ}")[..], "--sync-period=1s", "--nft-timeout=30s"];
+    // A refresh every second: it runs `nft`, so it is where the hang bites.
+    let flags = [
+        &format!("--healthz-bind-address={HEALTHZ}")[..],
+        "--sync-period=1s",
+        "--full-sync-period=1s",
+        "--nft-timeout=30s",
+    ];
     let d = Daemon::start(&ns, &path, &flags, &[("NFT", nft.to_str().unwrap())]);
     let code = |p: &str| get(&ns, p).map(|r| r.0);
-    assert!(wait_for(Duration::from_secs(5), || d.logged().contains("sync (")).is_some(), "no sync:\n{}", d.logged());
+    assert!(
+        wait_for(Duration::from_secs(5), || d.logged().contains("Full sync")).is_some(),
+        "no sync:\n{}",
+        d.logged()
+    );
     let (c, _, body) = get(&ns, "/livez").expect("a health server");
     assert_eq!(c, 200, "{body}");
     let synced = body["status"]["IPv4"]["lastUpdated"].as_str().unwrap_or_default().to_string();
     assert!(synced.starts_with("20"), "a family that synced reports when: {body}");
-    // The next periodic sync (every second) hangs in `nft`, and a change queued meanwhile
-    // waits: past 2 s (twice --sync-period) the proxy is unhealthy on both endpoints.
+    // The next refresh hangs in `nft`, and a change queued meanwhile waits: past 2 s (twice
+    // --sync-period) the proxy is unhealthy on both endpoints.
     std::fs::write(&hang, "").unwrap();
     std::thread::sleep(Duration::from_millis(1500));
-    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "late", "namespace": "shop"},
-        "spec": {"clusterIP": "172.30.0.41", "ports": [{"port": 80}]}});
-    std::fs::write(dir.0.join("late.json"), svc.to_string()).unwrap();
+    let mut list: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    list["items"][1]["spec"]["ports"][0]["port"] = json!(81);
+    std::fs::write(dir.0.join("cluster.tmp"), list.to_string()).unwrap();
+    std::fs::rename(dir.0.join("cluster.tmp"), &path).unwrap();
     let sick = wait_for(Duration::from_secs(8), || code("/livez") == Some(503));
     assert!(sick.is_some(), "a stuck proxy still says it is live:\n{}", d.logged());
     let (_, _, body) = get(&ns, "/healthz").unwrap();

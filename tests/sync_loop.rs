@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use kube_nftproxy::config::{Config, Flags};
-use kube_nftproxy::conntrack::{ConntrackError, Frontend, Plan, Report};
+use kube_nftproxy::conntrack::{ConntrackError, FamilyReport, Frontend, Plan, Report};
 use kube_nftproxy::inbox::Inbox;
 use kube_nftproxy::model::Family;
 use kube_nftproxy::model::{ApiObject, ObjectChange};
@@ -44,6 +44,10 @@ struct Shared {
     plans: Vec<Plan>,
     /// Conntrack cleanups fail.
     conntrack_fails: bool,
+    /// Flows each conntrack cleanup reports deleted (IPv4).
+    flows_deleted: u64,
+    /// The script each sync reports sending.
+    script: String,
 }
 
 /// An in-memory kernel: records syncs, fails or blocks on request.
@@ -84,7 +88,7 @@ impl Kernel for Fake {
                 return Err(NftError::Rejected { message: "fake failure".into(), line: None });
             }
             let kind = if resync == Resync::Changes { SyncKind::Partial } else { SyncKind::Full };
-            Ok(SyncReport { kind, netlink: false, script: String::new(), deleted_chains: 0, unsure: false })
+            Ok(SyncReport { kind, netlink: false, script: s.script.clone(), deleted_chains: 0, unsure: false })
         })
     }
 
@@ -122,7 +126,10 @@ impl Kernel for Fake {
                 let source = std::io::Error::from_raw_os_error(libc::EPERM);
                 return Err(ConntrackError::Netlink { family: Family::V4, source });
             }
-            Ok(Report::default())
+            let took = Duration::from_millis(3);
+            let family =
+                FamilyReport { family: Family::V4, deleted: s.flows_deleted, scanned: 10, partial: false, took };
+            Ok(Report { families: vec![family] })
         })
     }
 }
@@ -567,4 +574,65 @@ fn a_failed_cleanup_never_fails_the_sync_and_a_failed_sync_keeps_its_cleanup() {
     std::thread::sleep(MIN_RETRY);
     turn(&mut syncer, &inbox);
     assert_eq!(fake.with(|s| s.plans.last().cloned()), Some(dns_plan(&[2])), "the retried sync's cleanup");
+}
+
+#[test]
+fn every_metric_the_loop_feeds_follows_what_it_did() {
+    use kube_nftproxy::metrics::Metrics;
+    use kube_nftproxy::observe::Observers;
+    let fake = Fake::default();
+    fake.with(|s| {
+        s.script = "x".repeat(1234);
+        s.flows_deleted = 2;
+    });
+    let m = Arc::new(Metrics::new().unwrap());
+    let (syncer, inbox) = listed(&fake, periods(Duration::ZERO), 3);
+    let mut syncer = syncer.with_observers(Observers::default().with_metrics(m.clone()));
+    let full = |f: &str| m.sync_full_duration.with_label_values(&[f]).get_sample_count();
+    let partial = |f: &str| m.sync_partial_duration.with_label_values(&[f]).get_sample_count();
+    assert!(syncer.take(inbox.wait(Instant::now())));
+    assert_eq!((m.service_changes_pending.get(), m.endpoint_changes_pending.get()), (3, 3));
+    let queued = m.last_queued.with_label_values(&["IPv4"]).get();
+    assert!(queued > 1.7e9, "a change queued stamps the time: {queued}");
+    syncer.sync_if_due();
+    assert_eq!((full("IPv4"), full("IPv6"), partial("IPv4")), (1, 1, 0), "the first sync is full, in both families");
+    assert_eq!(m.sync_bytes.with_label_values(&["full"]).get(), 1234);
+    assert!(m.sync_elements.with_label_values(&["full"]).get() >= 6, "3 services' elements at least");
+    assert!(m.last_sync.with_label_values(&["IPv6"]).get() >= queued);
+    assert_eq!((m.service_changes_pending.get(), m.endpoint_changes_pending.get()), (0, 0));
+    // Pending changes count Services, as upstream's trackers: a Service and its slice changed
+    // twice are one of each; two slices of another Service are one.
+    let svc0 = |ip: &str| {
+        change(json!({"kind": "Service", "metadata": {"name": "svc-0", "namespace": "ns"},
+            "spec": {"clusterIP": "10.96.0.1", "ports": [{"port": 80, "protocol": "TCP", "name": "http"}, {"port": 81, "protocol": "TCP", "name": ip}]}}))
+    };
+    let b_slice = change(json!({"kind": "EndpointSlice", "addressType": "IPv4",
+        "metadata": {"name": "svc-1-b", "namespace": "ns", "labels": {"kubernetes.io/service-name": "svc-1"}},
+        "ports": [{"port": 8080, "protocol": "TCP"}], "endpoints": [{"addresses": ["10.1.7.7"]}]}));
+    inbox.send_all([svc0("a"), slice(0, 1), slice(1, 1), b_slice]);
+    assert!(syncer.take(inbox.wait(Instant::now())));
+    inbox.send_all([svc0("b"), slice(0, 2)]);
+    assert!(syncer.take(inbox.wait(Instant::now())));
+    assert_eq!((m.service_changes_pending.get(), m.endpoint_changes_pending.get()), (1, 2));
+    syncer.sync_if_due();
+    assert_eq!((full("IPv4"), partial("IPv4"), partial("IPv6")), (1, 1, 1));
+    assert_eq!(m.syncs.with_label_values(&["partial"]).get(), 1);
+    assert_eq!(m.sync_bytes.with_label_values(&["partial"]).get(), 1234);
+    // A failing stale-chain deletion, a repair, a UDP cleanup that deleted flows.
+    fake.with(|s| {
+        s.cleanup_fails = true;
+        s.stale_at = Some(Instant::now());
+    });
+    syncer.sync_if_due();
+    assert_eq!(m.cleanup_failures.with_label_values(&["IPv4"]).get(), 1);
+    fake.with(|s| s.stale_at = None);
+    fake.with(|s| s.broken = true);
+    inbox.request(|r| r.unsure = true);
+    inbox.send_all([udp_service(), udp_slice(&[1])]);
+    turn(&mut syncer, &inbox);
+    assert_eq!(m.repairs.with_label_values(&["not-intact"]).get(), 1);
+    assert_eq!(full("IPv4"), 2, "the repair was a full sync");
+    assert_eq!(m.conntrack_deleted.with_label_values(&["IPv4"]).get(), 2);
+    assert_eq!(m.conntrack_duration.with_label_values(&["IPv4"]).get_sample_count(), 1);
+    assert_eq!(m.conntrack_duration.with_label_values(&["IPv6"]).get_sample_count(), 0, "no IPv6 sweep reported");
 }

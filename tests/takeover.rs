@@ -245,3 +245,32 @@ fn ipvs_mode_is_taken_over() {
     }
     std::fs::remove_file(manifests).expect("remove manifests");
 }
+
+#[test]
+fn kube_proxys_chains_in_iptables_legacy_tables_are_named_in_a_warning() {
+    if !iptables_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    // A node whose iptables was the legacy one: kube-proxy's chains and kubelet's canary in
+    // x_tables, where nftables cannot see them.
+    for args in [
+        &["-t", "nat", "-N", "KUBE-SERVICES"][..],
+        &["-t", "nat", "-A", "PREROUTING", "-j", "KUBE-SERVICES"],
+        &["-t", "nat", "-N", "KUBE-SVC-LEGACY1"],
+        &["-t", "nat", "-N", "KUBE-KUBELET-CANARY"],
+        &["-t", "filter", "-N", "KUBE-NWPLCY-ABC"],
+    ] {
+        let out = c.node.run(&[&["iptables-legacy"][..], args].concat(), "");
+        assert!(out.status.success(), "iptables-legacy {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let manifests = write_manifests(&c, web_on(&c, &["pod-1"]));
+    let daemon = Daemon::start(&c.node, &manifests, &[], &[]);
+    let warned = wait_for(Duration::from_secs(15), || daemon.logged().contains("iptables-legacy tables"));
+    let log = daemon.stop();
+    assert!(warned.is_some(), "no warning of legacy chains:\n{log}");
+    let line = log.lines().find(|l| l.contains("iptables-legacy tables")).unwrap_or_default();
+    assert!(line.contains("nat/KUBE-SERVICES, nat/KUBE-SVC-LEGACY1;"), "{line}");
+    assert!(!line.contains("CANARY") && !line.contains("NWPLCY"), "only kube-proxy's chains are named: {line}");
+    std::fs::remove_file(manifests).expect("remove manifests");
+}

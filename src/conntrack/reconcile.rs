@@ -303,6 +303,37 @@ mod tests {
     }
 
     #[test]
+    fn a_nodeport_or_an_external_ip_removed_alone_loses_every_flow() {
+        let (mut model, mut r) = (Model::default(), Reconciler::default());
+        dns(&mut model, "dns", "172.30.0.10", 53);
+        endpoints(&mut model, "dns", &[1], &[]);
+        sync(&mut r, &mut model);
+        let one = BTreeSet::from([addr("10.1.0.1:5353")]);
+        // The external IP goes, the rest stays.
+        file(
+            &mut model,
+            json!({"kind": "Service", "metadata": {"name": "dns", "namespace": "ns"},
+            "spec": {"clusterIP": "172.30.0.10", "type": "NodePort", "ports": [
+                {"name": "udp", "port": 53, "protocol": "UDP", "nodePort": 30053},
+                {"name": "tcp", "port": 53, "protocol": "TCP"}]}}),
+        );
+        let plan = sync(&mut r, &mut model).expect("a plan");
+        assert_eq!(plan.frontends[&Frontend::Address(addr("192.0.2.7:53"))], BTreeSet::new(), "the IP went");
+        assert_eq!(plan.frontends.get(&Frontend::NodePort(Family::V4, 30053)), Some(&one));
+        // Then the NodePort: a ClusterIP service now.
+        file(
+            &mut model,
+            json!({"kind": "Service", "metadata": {"name": "dns", "namespace": "ns"},
+            "spec": {"clusterIP": "172.30.0.10", "ports": [
+                {"name": "udp", "port": 53, "protocol": "UDP"}, {"name": "tcp", "port": 53, "protocol": "TCP"}]}}),
+        );
+        let plan = sync(&mut r, &mut model).expect("a plan");
+        assert_eq!(plan.frontends[&Frontend::NodePort(Family::V4, 30053)], BTreeSet::new(), "the NodePort went");
+        assert_eq!(plan.frontends.get(&Frontend::Address(addr("172.30.0.10:53"))), Some(&one));
+        assert!(!plan.frontends.contains_key(&Frontend::Address(addr("192.0.2.7:53"))), "cleaned already");
+    }
+
+    #[test]
     fn a_frontend_handed_over_keeps_its_new_owners_endpoints() {
         let (mut model, mut r) = (Model::default(), Reconciler::default());
         dns(&mut model, "a", "172.30.0.10", 53);

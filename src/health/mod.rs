@@ -11,8 +11,9 @@ pub mod local;
 pub mod services;
 
 use crate::http::{self, Reply};
+use crate::inbox::Inbox;
 use serde::Serialize;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 /// The health state the sync thread keeps and the server reads.
@@ -20,6 +21,8 @@ use std::time::{Duration, SystemTime};
 pub struct Health {
     timeout: Duration,
     state: Mutex<State>,
+    /// The sync thread's inbox, whose changes count as queued before the thread takes them.
+    inbox: Option<Arc<Inbox>>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -46,7 +49,13 @@ pub struct Report {
 impl Health {
     /// Health with changes allowed to wait `timeout` (kube-proxy: twice its sync period).
     pub fn new(timeout: Duration) -> Health {
-        Health { timeout, state: Mutex::default() }
+        Health { timeout, state: Mutex::default(), inbox: None }
+    }
+
+    /// Also counts changes waiting in `inbox` as queued.
+    pub fn watching(mut self, inbox: Arc<Inbox>) -> Health {
+        self.inbox = Some(inbox);
+        self
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
@@ -74,11 +83,13 @@ impl Health {
     /// The health at `now`.
     pub fn report(&self, now: SystemTime) -> Report {
         let s = self.with(|s| *s);
-        let waited = s.oldest_queued.and_then(|q| now.duration_since(q).ok()).unwrap_or_default();
+        let waiting = self.inbox.as_ref().and_then(|i| i.oldest_waiting());
+        let oldest = [s.oldest_queued, waiting].into_iter().flatten().min();
+        let waited = oldest.and_then(|q| now.duration_since(q).ok()).unwrap_or_default();
         Report {
             // As upstream: only a family that has synced once is judged, so a proxy still
             // listing a big cluster is not restarted by its liveness probe.
-            healthy: s.last_updated.is_none() || s.oldest_queued.is_none() || waited < self.timeout,
+            healthy: s.last_updated.is_none() || waited < self.timeout,
             node_eligible: s.node_eligible == Some(true),
             last_updated: s.last_updated,
         }
@@ -180,6 +191,21 @@ mod tests {
         assert_eq!(code, 200);
         assert_eq!(b["lastUpdated"], b["currentTime"], "a healthy answer says updated now, as upstream");
         assert_eq!(b["status"]["IPv4"]["lastUpdated"], "2027-01-15T08:12:42Z");
+    }
+
+    #[test]
+    fn a_change_the_sync_thread_has_not_taken_yet_counts_as_queued() {
+        let inbox = Arc::new(Inbox::default());
+        let h = Health::new(Duration::from_secs(60)).watching(inbox.clone());
+        let later = || SystemTime::now() + Duration::from_secs(61);
+        inbox.send(crate::model::ObjectChange::Service(("ns".into(), "a".into()), None));
+        assert!(h.report(later()).healthy, "not judged before the first sync");
+        h.updated(SystemTime::now());
+        assert!(!h.report(later()).healthy, "the sync thread is stuck: the change waits in the inbox");
+        let _ = inbox.wait(std::time::Instant::now());
+        assert!(h.report(later()).healthy, "taken, and (as no sync is due for it) nothing waits");
+        inbox.send(crate::model::ObjectChange::Node(None));
+        assert!(h.report(later()).healthy, "a Node change is not a queued rule change, as upstream");
     }
 
     #[test]

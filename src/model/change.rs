@@ -102,6 +102,18 @@ impl ObjectChange {
         }
     }
 
+    /// The Service this change is about, as upstream's change trackers key pending changes:
+    /// a Service's own key, an EndpointSlice's Service (for a deleted slice, the one `model`
+    /// filed it under, so call this before filing); `None` for other kinds.
+    pub fn service(&self, model: &Model) -> Option<ObjectKey> {
+        match self {
+            ObjectChange::Service(key, _) => Some(key.clone()),
+            ObjectChange::Slice((ns, _), Some(info)) => Some((ns.clone(), info.service.clone())),
+            ObjectChange::Slice(key, None) => Some((key.0.clone(), model.slice_owner.get(key)?.clone())),
+            ObjectChange::Node(_) | ObjectChange::ServiceCidr(..) => None,
+        }
+    }
+
     /// The kind of object this is about.
     pub fn kind(&self) -> ObjectKind {
         match self {

@@ -209,12 +209,13 @@ impl<K: Kernel> Syncer<K> {
         let now = SystemTime::now();
         for change in d.changes {
             let kind = change.kind();
+            let service = change.service(&self.model);
             let detail = log::log_enabled!(log::Level::Debug).then(|| change.describe());
             let this = self.model.file(change);
             if let Some(detail) = detail {
                 log::debug!("{detail}{}", if this { "" } else { " (no change to the rules)" });
             }
-            self.observe.delivered(kind, this, now);
+            self.observe.delivered(kind, service, this, now);
             changed |= this;
         }
         self.dirty |= changed;
