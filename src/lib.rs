@@ -1,5 +1,7 @@
 //! kube-nftproxy: a Kubernetes service proxy that programs nftables.
 #![deny(missing_docs)]
+// Only the netlink socket module (`nft::netlink::sock`) may hold `unsafe`; it says so itself.
+#![deny(unsafe_code)]
 
 pub mod config;
 pub mod conntrack;

@@ -119,8 +119,7 @@ impl OwnPids {
     /// Remembers the calling thread, which is about to commit over netlink itself (the
     /// kernel names the committing thread, not the process).
     pub fn add_current_thread(&self) {
-        // SAFETY: gettid has no preconditions.
-        self.add(unsafe { libc::gettid() } as u32);
+        self.add(rustix::thread::gettid().as_raw_nonzero().get() as u32);
     }
 }
 

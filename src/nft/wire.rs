@@ -8,13 +8,13 @@
 //! verdicts as code plus chain, element comments as userdata. The real-kernel tests compare
 //! what `nft` lists after this path with what it lists after the same change sent as text.
 
+use super::netlink::sock;
 use super::netlink::{NFTA_OBJ_HANDLE, NFTA_OBJ_TABLE, NFTA_OBJ_TYPE, NfFamily};
 use crate::model::Family;
 use crate::render::{Key, MapName, Value};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
-const NETLINK_NETFILTER: i32 = 12;
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
 const NFNL_MSG_BATCH_END: u16 = 0x11;
@@ -289,15 +289,7 @@ impl Sender {
 }
 
 fn open() -> Result<OwnedFd, super::NftError> {
-    // SAFETY: socket(2); checked before being owned.
-    let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, NETLINK_NETFILTER) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error().into());
-    }
-    // SAFETY: fd is fresh and owned by nothing else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    super::netlink::set_receive_timeout(&fd, super::netlink::RECV_TIMEOUT)?;
-    Ok(fd)
+    Ok(sock::open(sock::NETLINK_NETFILTER, super::netlink::RECV_TIMEOUT)?)
 }
 
 /// Sends a batch on `fd` and reads its acknowledgements.
@@ -307,33 +299,13 @@ fn send_on(fd: &OwnedFd, batch: &[u8]) -> Result<(), super::NftError> {
     let acked = count_acked(batch);
     set_buffer(fd, libc::SO_SNDBUFFORCE, batch.len() + 4096);
     set_buffer(fd, libc::SO_RCVBUFFORCE, (acked * 2048).max(1 << 20));
-    // SAFETY: an all-zero sockaddr_nl addresses the kernel.
-    let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-    addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-    let alen = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
-    // SAFETY: sending our buffer to the kernel.
-    let n = unsafe {
-        libc::sendto(
-            fd.as_raw_fd(),
-            batch.as_ptr().cast(),
-            batch.len(),
-            0,
-            (&addr as *const libc::sockaddr_nl).cast(),
-            alen,
-        )
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error().into());
-    }
+    sock::send(fd, batch)?;
     acks(fd, acked)
 }
 
 fn set_buffer(fd: &OwnedFd, option: libc::c_int, size: usize) {
-    let size = size.min(i32::MAX as usize) as libc::c_int;
-    let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: setsockopt with a pointer to a live c_int. Without the privilege the default
-    // stays, which fits all but huge batches.
-    unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, option, (&size as *const libc::c_int).cast(), len) };
+    // Without the privilege the default stays, which fits all but huge batches.
+    let _ = sock::set_option(fd.as_raw_fd(), libc::SOL_SOCKET, option, size.min(i32::MAX as usize) as libc::c_int);
 }
 
 /// How many messages in the batch asked for an acknowledgement.
@@ -356,12 +328,8 @@ fn acks(fd: &OwnedFd, mut expected: usize) -> Result<(), super::NftError> {
     let mut buf = vec![0u8; 1 << 16];
     let mut first_error: Option<i32> = None;
     while expected > 0 {
-        // SAFETY: receiving into our own buffer.
-        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 {
-            return Err(io::Error::last_os_error().into());
-        }
-        let mut rest = &buf[..n as usize];
+        let n = sock::recv(fd, &mut buf)?;
+        let mut rest = &buf[..n];
         while rest.len() >= 20 {
             let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
             if u16::from_ne_bytes([rest[4], rest[5]]) == NLMSG_ERROR {

@@ -2,11 +2,8 @@
 //! The takeover uses it to remove the `kube-ipvs0` dummy interface that upstream
 //! kube-proxy's IPVS mode leaves holding every service IP, without running `ip`.
 
-use super::{NLM_F_ACK, NLM_F_REQUEST, NLMSG_ERROR, RECV_TIMEOUT, messages, set_receive_timeout};
+use super::{NLM_F_ACK, NLM_F_REQUEST, NLMSG_ERROR, RECV_TIMEOUT, messages, sock};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-
-const NETLINK_ROUTE: i32 = 0;
 const RTM_DELLINK: u16 = 17;
 const RTM_GETLINK: u16 = 18;
 const IFLA_IFNAME: u16 = 3;
@@ -45,14 +42,7 @@ pub fn delete(index: i32) -> io::Result<()> {
 /// Sends one request about interface `index` and waits for its answer: the reply's payload
 /// (after the netlink header), or `None` for a plain acknowledgement.
 fn request(kind: u16, index: i32, flags: u16, attrs: &[u8]) -> io::Result<Option<Vec<u8>>> {
-    // SAFETY: socket(2); the result is checked before being owned.
-    let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, NETLINK_ROUTE) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh descriptor owned by nothing else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    set_receive_timeout(&fd, RECV_TIMEOUT)?;
+    let fd = sock::open(sock::NETLINK_ROUTE, RECV_TIMEOUT)?;
     const SEQ: u32 = 1;
     let mut msg = Vec::with_capacity(64);
     msg.extend_from_slice(&0u32.to_ne_bytes());
@@ -66,32 +56,11 @@ fn request(kind: u16, index: i32, flags: u16, attrs: &[u8]) -> io::Result<Option
     msg.extend_from_slice(attrs);
     let len = msg.len() as u32;
     msg[..4].copy_from_slice(&len.to_ne_bytes());
-    // SAFETY: an all-zero sockaddr_nl addresses the kernel.
-    let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-    addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-    let alen = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
-    // SAFETY: sending our buffer to the kernel's netlink address.
-    let sent = unsafe {
-        libc::sendto(
-            fd.as_raw_fd(),
-            msg.as_ptr().cast(),
-            msg.len(),
-            0,
-            (&addr as *const libc::sockaddr_nl).cast(),
-            alen,
-        )
-    };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    sock::send(&fd, &msg)?;
     let mut buf = vec![0u8; 1 << 16];
     loop {
-        // SAFETY: receiving into our own buffer.
-        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        for (kind, _, body, seq) in messages(&buf[..n as usize]) {
+        let n = sock::recv(&fd, &mut buf)?;
+        for (kind, _, body, seq) in messages(&buf[..n]) {
             if seq != SEQ {
                 continue;
             }

@@ -5,17 +5,18 @@
 //! ctnetlink, the conntrack table (`conntrack`).
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
 
 pub mod conntrack;
 mod dump;
 pub mod link;
+#[allow(unsafe_code)]
+pub mod sock;
 
 pub use dump::Listed;
 pub(super) use dump::{NFTA_OBJ_HANDLE, NFTA_OBJ_TABLE, NFTA_OBJ_TYPE};
 
-const NETLINK_NETFILTER: i32 = 12;
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNLGRP_NFTABLES: u32 = 7;
 const NLMSG_ERROR: u16 = 2;
@@ -88,30 +89,14 @@ pub struct Socket {
 impl Socket {
     /// Opens a socket for requests.
     pub fn open() -> io::Result<Socket> {
-        // SAFETY: socket(2); the result is checked before being owned.
-        let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, NETLINK_NETFILTER) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd is a fresh descriptor owned by nothing else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        set_receive_timeout(&fd, RECV_TIMEOUT)?;
-        Ok(Socket { fd, seq: 1 })
+        Ok(Socket { fd: sock::open(sock::NETLINK_NETFILTER, RECV_TIMEOUT)?, seq: 1 })
     }
 
     /// Opens a socket subscribed to nftables change notifications, with a large receive
     /// buffer so a big transaction's burst of events is not lost.
     pub fn monitor() -> io::Result<Socket> {
         let s = Socket::open()?;
-        // SAFETY: an all-zero sockaddr_nl with the group bit set; the kernel picks our port id.
-        let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        addr.nl_groups = 1 << (NFNLGRP_NFTABLES - 1);
-        let alen = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
-        // SAFETY: binding our own socket to a valid netlink address.
-        if unsafe { libc::bind(s.fd.as_raw_fd(), (&addr as *const libc::sockaddr_nl).cast(), alen) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        sock::bind_groups(&s.fd, 1 << (NFNLGRP_NFTABLES - 1))?;
         // Root may exceed rmem_max; fall back to the ordinary limit when not allowed.
         let size = 64 << 20;
         if s.setsockopt(libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, size).is_err() {
@@ -126,13 +111,7 @@ impl Socket {
     }
 
     fn setsockopt(&self, level: i32, name: i32, value: libc::c_int) -> io::Result<()> {
-        let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        let ptr = &value as *const libc::c_int as *const libc::c_void;
-        // SAFETY: setsockopt on our own socket with a pointer to a live c_int.
-        if unsafe { libc::setsockopt(self.fd.as_raw_fd(), level, name, ptr, len) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        sock::set_option(self.fd.as_raw_fd(), level, name, value)
     }
 
     /// The current ruleset generation; it changes with every committed transaction.
@@ -188,22 +167,7 @@ impl Socket {
     }
 
     fn send(&self, buf: &[u8]) -> io::Result<()> {
-        // SAFETY: an all-zero sockaddr_nl addresses the kernel.
-        let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        let alen = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
-        // SAFETY: sending our buffer to the kernel's netlink address.
-        let n = unsafe {
-            libc::sendto(
-                self.fd.as_raw_fd(),
-                buf.as_ptr().cast(),
-                buf.len(),
-                0,
-                (&addr as *const libc::sockaddr_nl).cast(),
-                alen,
-            )
-        };
-        if n < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+        sock::send(&self.fd, buf)
     }
 
     fn collect_replies(&self, seq: u32) -> io::Result<Vec<Vec<u8>>> {
@@ -231,17 +195,12 @@ impl Socket {
     }
 
     fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
-        // SAFETY: receiving into our own buffer.
-        let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
+        sock::recv(&self.fd, buf)
     }
 
     /// Waits up to `timeout` for change notifications; empty when none arrived.
     pub fn events(&self, timeout: Duration) -> io::Result<Vec<Event>> {
-        let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: poll on one valid pollfd.
-        let ready = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
-        if ready <= 0 {
+        if !sock::readable(&self.fd, timeout) {
             return Ok(Vec::new());
         }
         let mut buf = vec![0u8; 1 << 16];
@@ -258,13 +217,7 @@ impl Socket {
 /// which for a big transaction is most of its cost.
 pub fn set_notifications(fd: std::os::fd::RawFd, on: bool) -> io::Result<()> {
     let opt = if on { libc::NETLINK_ADD_MEMBERSHIP } else { libc::NETLINK_DROP_MEMBERSHIP };
-    let group = NFNLGRP_NFTABLES as libc::c_int;
-    let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: setsockopt on an open netlink socket with a pointer to a live c_int.
-    if unsafe { libc::setsockopt(fd, libc::SOL_NETLINK, opt, (&group as *const libc::c_int).cast(), len) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    sock::set_option(fd, libc::SOL_NETLINK, opt, NFNLGRP_NFTABLES as libc::c_int)
 }
 
 /// Splits a netlink datagram into (type, flags, payload after the nlmsghdr, sequence).
@@ -329,19 +282,7 @@ fn event(kind: u16, body: &[u8]) -> Option<Event> {
 /// sync (retried later) instead of freezing the sync thread.
 pub const RECV_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Bounds every receive on `fd` by `timeout`.
-pub fn set_receive_timeout(fd: &impl AsRawFd, timeout: Duration) -> io::Result<()> {
-    let tv = libc::timeval {
-        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_usec: timeout.subsec_micros() as libc::suseconds_t,
-    };
-    let len = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
-    // SAFETY: setsockopt with a pointer to a live timeval of the stated length.
-    let rc = unsafe {
-        libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&tv as *const libc::timeval).cast(), len)
-    };
-    if rc != 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
-}
+pub use sock::set_receive_timeout;
 
 #[cfg(test)]
 mod tests {
