@@ -384,3 +384,47 @@ fn small_pages_old_servers_and_servers_without_servicecidrs_give_the_same_rules(
     assert!(expected.contains("172.30.0.0/16"), "the example's ServiceCIDR is in the modern rules");
     assert!(!script.contains("172.30.0.0/16"), "no ServiceCIDR without the resource");
 }
+
+#[test]
+fn one_starting_event_on_the_node_after_the_first_sync_and_a_refusal_is_one_warning() {
+    if !kernel_available() {
+        return;
+    }
+    // `running` returns once the daemon serves web: its first sync went through.
+    let (c, emu, d) = running(&[]);
+    let events = || emu.list("/apis/events.k8s.io/v1/events")["items"].as_array().cloned().unwrap_or_default();
+    assert!(wait_for(Duration::from_secs(5), || !events().is_empty()).is_some(), "no Event:\n{}", d.logged());
+    std::thread::sleep(Duration::from_secs(1));
+    let recorded = events();
+    assert_eq!(recorded.len(), 1, "exactly one Event: {recorded:?}");
+    let e = &recorded[0];
+    let field = |path: &str| path.split('.').fold(e, |v, part| &v[part]).as_str().unwrap_or_default().to_string();
+    let want = [
+        ("metadata.namespace", "default"),
+        ("reason", "Starting"),
+        ("action", "StartKubeProxy"),
+        ("type", "Normal"),
+        ("regarding.kind", "Node"),
+        ("regarding.name", "node-a"),
+        ("reportingController", "kube-nftproxy"),
+    ];
+    for (path, value) in want {
+        assert_eq!(field(path), value, "{path} of {e}");
+    }
+    assert!(field("metadata.name").starts_with("node-a."), "{e}");
+    let log = d.stop();
+    assert!(log.contains("recorded the Starting event"), "{log}");
+    // A server whose RBAC lacks the grant refuses it: one warning, no retry, and the proxy runs on.
+    emu.fault(&json!({"fail": {"status": 403, "count": 2, "resource": "events", "verb": "create"}}));
+    let mut d = Daemon::start_api(&c.node, &emu.kubeconfig(), &[], &[]);
+    let warned = |log: &str| log.lines().filter(|l| l.contains("WARN") && l.contains("Starting event")).count();
+    assert!(wait_for(Duration::from_secs(10), || warned(&d.logged()) > 0).is_some(), "{}", d.logged());
+    emu.apply(&Value::Array(web(&c, &["pod-2"])));
+    assert!(wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-2").is_some());
+    assert!(d.running(), "the refusal ended the daemon:\n{}", d.logged());
+    assert_eq!(emu.stats()["requests"]["create"]["events"], 2, "the 403 was retried");
+    assert_eq!(events().len(), 1, "no Event stored past the refusal");
+    let log = d.stop();
+    assert_eq!(warned(&log), 1, "{log}");
+    assert!(log.contains("403"), "{log}");
+}

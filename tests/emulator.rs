@@ -1,6 +1,6 @@
 //! The API-server emulator's protocol, against the running binary: paging at a snapshot,
 //! selectors, watch replay and transitions, bookmarks, timeouts, compaction, every fault switch,
-//! authentication, stats, and (when installed) real kubectl.
+//! authentication, stats, Events written and read back, and (when installed) real kubectl.
 
 mod common;
 
@@ -263,6 +263,9 @@ fn kubectl_works_against_the_emulator() {
     assert_eq!(emu.list("/api/v1/namespaces/default/services/made")["metadata"]["labels"]["app"], "x");
     run(&["delete", "service", "made"]);
     assert_eq!(emu.get("/api/v1/namespaces/default/services/made").0, 404);
+    emu.apply(&node_event("node-a"));
+    let reasons = run(&["get", "events.events.k8s.io", "-A", "-o", "jsonpath={.items[*].reason}"]);
+    assert_eq!(reasons, "Starting", "kubectl reads Events back");
 }
 
 #[test]
@@ -294,6 +297,52 @@ fn write_verbs_and_their_errors() {
     assert_eq!(request(&agent, "GET", &one, None).1["reason"], "NotFound");
     let (status, bad) = request_with(&agent, "GET", &format!("{base}?limit=x"), None, &[]).0;
     assert_eq!((status, bad["reason"].as_str()), (400, Some("BadRequest")));
+}
+
+/// An `events.k8s.io/v1` Event about Node `node`, named by the server.
+fn node_event(node: &str) -> Value {
+    json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"generateName": format!("{node}."), "namespace": "default"},
+        "eventTime": "2025-01-02T03:04:05.678901Z", "reportingController": "kube-nftproxy",
+        "reportingInstance": format!("kube-nftproxy-{node}"), "action": "StartKubeProxy", "reason": "Starting",
+        "type": "Normal", "regarding": {"kind": "Node", "name": node, "uid": node}})
+}
+
+#[test]
+fn events_posted_are_listed_back_and_bad_ones_refused() {
+    let emu = started();
+    let agent = tls_agent(&emu.tls_dir, true);
+    let base = format!("{}/apis/events.k8s.io/v1/namespaces/default/events", emu.api);
+    let (status, created) = request(&agent, "POST", &base, Some(&node_event("node-a")));
+    assert_eq!((status, created["kind"].as_str()), (201, Some("Event")), "{created}");
+    let name = created["metadata"]["name"].as_str().expect("a name from generateName").to_string();
+    assert!(name.starts_with("node-a.") && name.len() > "node-a.".len(), "{name}");
+    assert!(created["metadata"]["uid"].is_string() && created["metadata"]["resourceVersion"].is_string());
+    let (status, list) = request(&agent, "GET", &base, None);
+    assert_eq!((status, list["kind"].as_str()), (200, Some("EventList")));
+    assert_eq!(names(&list), std::slice::from_ref(&name));
+    assert_eq!(list["items"][0]["regarding"]["name"], "node-a");
+    let everywhere = emu.list("/apis/events.k8s.io/v1/events");
+    assert_eq!(names(&everywhere), [name]);
+    // A core v1 Event is not an events.k8s.io/v1 one; an Event without a reason is invalid.
+    let mut core = node_event("node-a");
+    core["apiVersion"] = json!("v1");
+    let (status, refused) = request(&agent, "POST", &base, Some(&core));
+    assert_eq!(
+        (status, refused["kind"].as_str(), refused["reason"].as_str()),
+        (400, Some("Status"), Some("BadRequest"))
+    );
+    let mut reasonless = node_event("node-a");
+    reasonless["reason"] = json!("");
+    let (status, invalid) = request(&agent, "POST", &base, Some(&reasonless));
+    assert_eq!((status, invalid["reason"].as_str()), (422, Some("Invalid")), "{invalid}");
+    assert_eq!(invalid["details"]["causes"][0]["field"], "reason");
+    // A server whose RBAC lacks the grant.
+    emu.fault(&json!({"fail": {"status": 403, "resource": "events", "verb": "create"}}));
+    let (status, forbidden) = request(&agent, "POST", &base, Some(&node_event("node-b")));
+    assert_eq!((status, forbidden["reason"].as_str()), (403, Some("Forbidden")));
+    assert_eq!(names(&emu.list("/apis/events.k8s.io/v1/events")).len(), 1, "nothing stored past the refusals");
+    assert_eq!(emu.stats()["requests"]["create"]["events"], 4);
 }
 
 #[test]

@@ -1,10 +1,11 @@
 //! The deployment files in `packaging/`, checked without a cluster: the Kubernetes manifests
 //! are objects of their kinds with no field those kinds lack, the ClusterRole grants exactly
-//! what the daemon's watches need, the DaemonSet's containers start the binary with arguments
-//! and a configuration it accepts (against the API-server emulator, through the ConfigMap's
-//! kubeconfig), its init container sets the conntrack sysctls, and the systemd unit passes
-//! `systemd-analyze verify` and starts the binary with its configuration
-//! (`packaging/config.conf`, the ConfigMap's but for the kubeconfig's path).
+//! what the daemon's watches and its one write (the Starting Event) need, the DaemonSet's
+//! containers start the binary with arguments and a configuration it accepts (against the
+//! API-server emulator, through the ConfigMap's kubeconfig), its init container sets the
+//! conntrack sysctls, and the systemd unit passes `systemd-analyze verify` and starts the
+//! binary with its configuration (`packaging/config.conf`, the ConfigMap's but for the
+//! kubeconfig's path).
 
 mod common;
 
@@ -54,20 +55,26 @@ fn every_manifest_is_an_object_of_its_kind_with_no_field_it_lacks() {
 }
 
 /// `(API group, resource)` of a collection path: `/api/v1/services` → `("", "services")`,
-/// `/apis/discovery.k8s.io/v1/endpointslices` → `("discovery.k8s.io", "endpointslices")`.
+/// `/apis/discovery.k8s.io/v1/endpointslices` → `("discovery.k8s.io", "endpointslices")`,
+/// `/apis/events.k8s.io/v1/namespaces/default/events` → `("events.k8s.io", "events")` (a
+/// ClusterRole's rule covers every namespace).
 fn group_resource(path: &str) -> (String, String) {
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match parts.as_slice() {
-        ["api", _version, resource] => (String::new(), resource.to_string()),
-        ["apis", group, _version, resource] => (group.to_string(), resource.to_string()),
-        _ => panic!("{path} is not a cluster-wide collection path"),
+        ["api", _version, resource] | ["api", _version, "namespaces", _, resource] => {
+            (String::new(), resource.to_string())
+        }
+        ["apis", group, _version, resource] | ["apis", group, _version, "namespaces", _, resource] => {
+            (group.to_string(), resource.to_string())
+        }
+        _ => panic!("{path} is not a collection path"),
     }
 }
 
 #[test]
 fn the_cluster_role_grants_exactly_what_the_watches_need() {
-    // The API client only lists and watches (src/kube: reflector.rs and watch.rs are its
-    // only requests); it writes nothing, Events included.
+    // The API client lists and watches (src/kube: reflector.rs and watch.rs), and writes
+    // only what kube::WRITES names (the Starting Event, src/kube/events.rs).
     let mut need = BTreeSet::new();
     for r in kube_nftproxy::kube::resources("node-a") {
         let (group, resource) = group_resource(r.path);
@@ -76,6 +83,11 @@ fn the_cluster_role_grants_exactly_what_the_watches_need() {
         }
     }
     assert_eq!(need.len(), 8, "services, endpointslices, nodes, servicecidrs: {need:?}");
+    for (path, verb) in kube_nftproxy::kube::WRITES {
+        let (group, resource) = group_resource(path);
+        need.insert((group, resource, verb.to_string()));
+    }
+    assert!(need.contains(&("events.k8s.io".into(), "events".into(), "create".into())), "{need:?}");
     let role: ClusterRole = object("ClusterRole");
     let mut granted = BTreeSet::new();
     for rule in role.rules.unwrap_or_default() {

@@ -163,12 +163,25 @@ impl Client {
         if let Some(token) = &self.token {
             req = req.header("Authorization", format!("Bearer {}", token.get()?));
         }
-        let resp = req
-            .config()
-            .timeout_per_read(Some(idle))
-            .build()
-            .call()
-            .map_err(|e| ApiError::Transport(format!("{}: {e}", self.server)))?;
+        self.answer(req.config().timeout_per_read(Some(idle)).build().call())
+    }
+
+    /// `POST path` with `body` as JSON; the reply's body, which must come within the
+    /// response timeout. Statuses other than 2xx are returned as [`ApiError::Status`].
+    pub fn post(&self, path: &str, body: &serde_json::Value) -> Result<ureq::Body, ApiError> {
+        let url = format!("{}{path}", self.server);
+        let mut req =
+            self.agent.post(&url).header("Accept", "application/json").header("Content-Type", "application/json");
+        if let Some(token) = &self.token {
+            req = req.header("Authorization", format!("Bearer {}", token.get()?));
+        }
+        let req = req.config().timeout_recv_body(Some(RESPONSE_TIMEOUT)).build();
+        self.answer(req.send(body.to_string()))
+    }
+
+    /// The body of a 2xx answer, or the error the answer (or its absence) means.
+    fn answer(&self, sent: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<ureq::Body, ApiError> {
+        let resp = sent.map_err(|e| ApiError::Transport(format!("{}: {e}", self.server)))?;
         let code = resp.status().as_u16();
         if (200..300).contains(&code) {
             return Ok(resp.into_body());

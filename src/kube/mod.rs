@@ -1,9 +1,11 @@
 //! The Kubernetes API as a source: where the API server is and how to authenticate to it
 //! (kubeconfig files and in-cluster configuration), the client, and one reflector thread per
-//! resource kube-proxy follows, each delivering per-object changes to the sync thread.
+//! resource kube-proxy follows, each delivering per-object changes to the sync thread; and
+//! the one Event the daemon writes, `Starting` on its Node.
 
 mod client;
 mod decode;
+pub mod events;
 mod kubeconfig;
 mod reflector;
 mod retry;
@@ -19,6 +21,10 @@ use crate::model::ObjectKind;
 /// Source names (for the inbox's first-listing rule) of the resources the proxy must have
 /// listed before it applies anything.
 pub const REQUIRED: [&str; 2] = ["services", "endpointslices"];
+
+/// What the daemon writes to the API server, as `(collection path, verb)`: the ClusterRole
+/// grants these and the watches of [`resources`], nothing more (tests/packaging.rs checks).
+pub const WRITES: [(&str, &str); 1] = [(events::PATH, events::VERB)];
 
 /// What kube-proxy watches, for node `node_name`: Services not claimed by another proxy and
 /// not headless, EndpointSlices not of headless Services, this node's Node, and the

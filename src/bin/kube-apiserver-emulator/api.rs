@@ -10,7 +10,7 @@ use crate::selectors::Selector;
 use crate::stats::Stats;
 use crate::store::{Mode, Store, StoreError, with_kind};
 use crate::watch::WatchRequest;
-use crate::{control, discovery, list, openapi};
+use crate::{control, discovery, events, list, openapi};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -143,6 +143,9 @@ fn handle(app: &App, req: &Request, t: &Target, verb: &str) -> Result<Reply, Res
         },
         "create" | "update" => {
             let body = body_object(req, t)?;
+            if t.res.plural == "events" {
+                events::validate(&body)?;
+            }
             let mode = if verb == "create" { Mode::Create } else { Mode::Replace };
             let v = app.store.write(t.res, body, mode).map_err(store_error)?;
             let mut resp = obj(v);

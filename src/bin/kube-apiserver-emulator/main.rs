@@ -1,11 +1,12 @@
 //! `kube-apiserver-emulator`: a small Kubernetes API server speaking the real list/watch protocol
-//! over services, endpointslices, nodes, namespaces and servicecidrs, with fault injection, for
-//! testing and benchmarking kube-nftproxy.
+//! over services, endpointslices, nodes, namespaces, servicecidrs and (events.k8s.io) events,
+//! with fault injection, for testing and benchmarking kube-nftproxy.
 
 mod api;
 mod conn;
 mod control;
 mod discovery;
+mod events;
 mod faults;
 mod history;
 mod http;

@@ -85,6 +85,17 @@ pub const ALL: &[Resource] = &[
         spec_fields: &[],
         malformed: ("spec", r#"{"cidrs":"not-a-list"}"#),
     },
+    // Where the proxy records its Starting event, and where tests and kubectl read it back.
+    Resource {
+        plural: "events",
+        group: "events.k8s.io",
+        version: "v1",
+        kind: "Event",
+        namespaced: true,
+        short_names: &[],
+        spec_fields: &[],
+        malformed: ("regarding", r#""not-an-object""#),
+    },
 ];
 
 /// Which resources this run serves and which field selectors it supports (flags can hide some).
