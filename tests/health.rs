@@ -30,11 +30,30 @@ fn manifests(dir: &Path, node_extra: Value) -> PathBuf {
     }
     let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "shop"},
         "spec": {"clusterIP": "172.30.0.40", "ports": [{"port": 80}]}});
+    write_list(dir, &json!({"kind": "List", "items": [node, svc]}))
+}
+
+/// Replaces the manifests in `dir` with `list`, at once (the daemon never reads half a file).
+fn write_list(dir: &Path, list: &Value) -> PathBuf {
     let path = dir.join("cluster.json");
     let tmp = dir.join("cluster.tmp");
-    std::fs::write(&tmp, json!({"kind": "List", "items": [node, svc]}).to_string()).unwrap();
+    std::fs::write(&tmp, list.to_string()).unwrap();
     std::fs::rename(&tmp, &path).unwrap();
     path
+}
+
+/// The daemon in a fresh namespace `tag` over this node and one service, running `nft_body`
+/// as its `nft` (given the scratch directory) with health served and `extra` flags.
+fn with_nft(tag: &str, nft_body: impl FnOnce(&Path) -> String, extra: &[&str]) -> (Netns, Scratch, PathBuf, Daemon) {
+    let ns = namespace(tag);
+    let dir = Scratch::new(tag);
+    let nft = fake_nft(&dir.0, &nft_body(&dir.0));
+    let path = manifests(&dir.0, json!({}));
+    let healthz = format!("--healthz-bind-address={HEALTHZ}");
+    let flags: Vec<&str> =
+        [&healthz[..], "--sync-period=1s", "--nft-timeout=30s"].into_iter().chain(extra.iter().copied()).collect();
+    let d = Daemon::start(&ns, &path, &flags, &[("NFT", nft.to_str().unwrap())]);
+    (ns, dir, path, d)
 }
 
 fn namespace(tag: &str) -> Netns {
@@ -87,11 +106,8 @@ fn healthz_and_livez_answer_as_upstream_and_drain_a_node_going_away() {
     manifests(&dir.0, json!({}));
     assert!(wait_for(Duration::from_secs(5), || ok("/healthz")).is_some(), "the node came back");
     // The Node object gone: unknown, so not eligible.
-    let without_node: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.0.join("cluster.json")).unwrap()).unwrap();
-    let svc_only = json!({"kind": "List", "items": [without_node["items"][1].clone()]});
-    std::fs::write(dir.0.join("cluster.tmp"), svc_only.to_string()).unwrap();
-    std::fs::rename(dir.0.join("cluster.tmp"), dir.0.join("cluster.json")).unwrap();
+    let with_node: Value = serde_json::from_str(&std::fs::read_to_string(dir.0.join("cluster.json")).unwrap()).unwrap();
+    write_list(&dir.0, &json!({"kind": "List", "items": [with_node["items"][1].clone()]}));
     let gone = wait_for(Duration::from_secs(5), || get(&ns, "/healthz").is_some_and(|(c, _, _)| c == 503));
     assert!(gone.is_some(), "a node whose Node object is unknown still takes traffic:\n{}", d.logged());
     assert_eq!(get(&ns, "/healthz").map(|r| r.2["nodeEligible"].clone()), Some(json!(false)));
@@ -105,20 +121,10 @@ fn a_change_that_cannot_be_applied_makes_the_proxy_unhealthy_after_twice_the_syn
     if !kernel_available() {
         return;
     }
-    let ns = namespace("unhealthy");
-    let dir = Scratch::new("unhealthy");
-    // `nft` works until the test creates `hang`; from then on every run hangs.
-    let hang = dir.0.join("hang");
-    let nft = fake_nft(&dir.0, &format!("[ -e {} ] && exec sleep 1000\nexec nft \"$@\"", hang.display()));
-    let path = manifests(&dir.0, json!({}));
-    // A refresh every second: it runs `nft`, so it is where the hang bites.
-    let flags = [
-        &format!("--healthz-bind-address={HEALTHZ}")[..],
-        "--sync-period=1s",
-        "--full-sync-period=1s",
-        "--nft-timeout=30s",
-    ];
-    let d = Daemon::start(&ns, &path, &flags, &[("NFT", nft.to_str().unwrap())]);
+    // `nft` works until the test creates `hang`; from then on every run hangs. A refresh every
+    // second runs `nft`, so it is where the hang bites.
+    let hang = |dir: &Path| format!("[ -e {} ] && exec sleep 1000\nexec nft \"$@\"", dir.join("hang").display());
+    let (ns, dir, path, d) = with_nft("unhealthy", hang, &["--full-sync-period=1s"]);
     let code = |p: &str| get(&ns, p).map(|r| r.0);
     assert!(
         wait_for(Duration::from_secs(5), || d.logged().contains("Full sync")).is_some(),
@@ -131,12 +137,11 @@ fn a_change_that_cannot_be_applied_makes_the_proxy_unhealthy_after_twice_the_syn
     assert!(synced.starts_with("20"), "a family that synced reports when: {body}");
     // The next refresh hangs in `nft`, and a change queued meanwhile waits: past 2 s (twice
     // --sync-period) the proxy is unhealthy on both endpoints.
-    std::fs::write(&hang, "").unwrap();
+    std::fs::write(dir.0.join("hang"), "").unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     let mut list: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     list["items"][1]["spec"]["ports"][0]["port"] = json!(81);
-    std::fs::write(dir.0.join("cluster.tmp"), list.to_string()).unwrap();
-    std::fs::rename(dir.0.join("cluster.tmp"), &path).unwrap();
+    write_list(&dir.0, &list);
     let sick = wait_for(Duration::from_secs(8), || code("/livez") == Some(503));
     assert!(sick.is_some(), "a stuck proxy still says it is live:\n{}", d.logged());
     let (_, _, body) = get(&ns, "/healthz").unwrap();
@@ -151,12 +156,7 @@ fn a_proxy_that_has_not_synced_yet_is_healthy_as_upstreams() {
     if !kernel_available() {
         return;
     }
-    let ns = namespace("starting");
-    let dir = Scratch::new("starting");
-    let hung = fake_nft(&dir.0, "exec sleep 1000");
-    let path = manifests(&dir.0, json!({}));
-    let flags = [&format!("--healthz-bind-address={HEALTHZ}")[..], "--sync-period=1s", "--nft-timeout=30s"];
-    let d = Daemon::start(&ns, &path, &flags, &[("NFT", hung.to_str().unwrap())]);
+    let (ns, _dir, _, d) = with_nft("starting", |_| "exec sleep 1000".into(), &[]);
     assert!(wait_for(Duration::from_secs(5), || get(&ns, "/livez").is_some()).is_some(), "no health server");
     // The first sync hangs far past twice the sync period; upstream judges only a family
     // that has synced, so a proxy still starting is not restarted by its liveness probe.
