@@ -132,7 +132,14 @@ fn build_inputs() -> Vec<PathBuf> {
         }
     }
     inputs.extend([root().join("Cargo.toml"), root().join("Cargo.lock")]);
-    let inputs: Vec<PathBuf> = inputs.iter().filter_map(|p| p.strip_prefix(root()).ok()).map(PathBuf::from).collect();
+    // `.git` only tells `--version` the commit (build.rs watches it); an image built from a
+    // source tree without it says "unknown".
+    let inputs: Vec<PathBuf> = inputs
+        .iter()
+        .filter_map(|p| p.strip_prefix(root()).ok())
+        .filter(|p| !p.starts_with(".git"))
+        .map(PathBuf::from)
+        .collect();
     assert!(inputs.iter().any(|p| p.starts_with("nft-templates")) && inputs.contains(&"build.rs".into()));
     inputs
 }

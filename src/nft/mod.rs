@@ -2,6 +2,7 @@
 //! stale-chain cleanup, and what was applied, kept in memory so no sync lists the table.
 
 pub mod cleanup;
+pub mod compile;
 mod diff;
 pub mod exec;
 mod full;

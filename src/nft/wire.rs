@@ -49,7 +49,7 @@ fn pad(buf: &mut Vec<u8>) {
 }
 
 /// Writes an attribute whose payload `f` appends; nested attributes set `NLA_F_NESTED`.
-fn attr(buf: &mut Vec<u8>, kind: u16, f: impl FnOnce(&mut Vec<u8>)) {
+pub(crate) fn attr(buf: &mut Vec<u8>, kind: u16, f: impl FnOnce(&mut Vec<u8>)) {
     let start = buf.len();
     buf.extend_from_slice(&[0, 0, 0, 0]);
     f(buf);
@@ -59,7 +59,8 @@ fn attr(buf: &mut Vec<u8>, kind: u16, f: impl FnOnce(&mut Vec<u8>)) {
     pad(buf);
 }
 
-fn str_attr(buf: &mut Vec<u8>, kind: u16, s: &str) {
+/// Writes a NUL-terminated string attribute.
+pub(crate) fn str_attr(buf: &mut Vec<u8>, kind: u16, s: &str) {
     attr(buf, kind, |b| {
         b.extend_from_slice(s.as_bytes());
         b.push(0);
@@ -80,7 +81,9 @@ impl Batch {
         b
     }
 
-    fn message(&mut self, kind: u16, flags: u16, family: u8, f: impl FnOnce(&mut Vec<u8>)) {
+    /// Appends one nf_tables message of type `kind` (`NLM_F_REQUEST` added to `flags`) for
+    /// `family`, whose attributes `f` writes.
+    pub(crate) fn message(&mut self, kind: u16, flags: u16, family: u8, f: impl FnOnce(&mut Vec<u8>)) {
         self.seq += 1;
         let start = self.buf.len();
         self.buf.extend_from_slice(&[0; 4]);

@@ -1,0 +1,339 @@
+//! The templates' scripts compiled in-process into one nf_tables netlink batch, as `nft -f`
+//! would send them, so that no sync needs the `nft` binary: the text `--dry-run` prints is
+//! the text compiled. It takes the command forms the templates write (tables, chains with
+//! hooks, sets and maps by `type` or `typeof`, rules, flushes, deletions by name or handle);
+//! map and set elements go from the desired state straight to the kernel (`wire`), so a big
+//! table's elements are never written as text. `tests/compile.rs` holds every golden script's
+//! compilation to `nft`'s own, message by message, and the kernel's tables to `nft -f`'s.
+
+mod expr;
+mod field;
+mod lex;
+mod parse;
+mod rule;
+mod set;
+
+use set::AnonSet;
+
+use crate::model::Family;
+use crate::nft::netlink::NfFamily;
+use crate::nft::wire::{Batch, attr, str_attr};
+use expr::Data;
+use parse::{Command, Obj};
+use std::collections::BTreeMap;
+
+/// A script this compiler cannot take: where, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("compiling the ruleset{}: {what}", line.map(|l| format!(", line {l}")).unwrap_or_default())]
+pub struct CompileError {
+    line: Option<usize>,
+    what: String,
+}
+
+impl CompileError {
+    fn new(what: impl Into<String>) -> CompileError {
+        CompileError { line: None, what: what.into() }
+    }
+
+    fn at(line: usize, what: impl Into<String>) -> CompileError {
+        CompileError { line: Some(line), what: what.into() }
+    }
+}
+
+/// What a compiled rule needs to know of a named set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SetInfo {
+    /// Its id in the batch being built, when the batch creates it.
+    pub id: Option<u32>,
+    /// An interval set (whose host-order key fields are converted before a lookup).
+    pub interval: bool,
+}
+
+/// The named sets declared so far, by family and name, and the ids of the batch being built.
+#[derive(Debug, Clone, Default)]
+pub struct Schema {
+    sets: BTreeMap<(Family, String), SetInfo>,
+    next_id: u32,
+}
+
+impl Schema {
+    /// A named set of `family`'s table.
+    pub fn set(&self, family: Family, name: &str) -> Option<SetInfo> {
+        self.sets.get(&(family, name.to_string())).copied()
+    }
+
+    fn id(&mut self) -> u32 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn anon_interval(&mut self, _family: Family, f: field::Field, prefixes: &[(Vec<u8>, u32)]) -> AnonSet {
+        let id = self.id();
+        set::anon_interval(f, prefixes, id)
+    }
+
+    fn anon_vmap(&mut self, _family: Family, entries: Vec<(u32, Data)>) -> AnonSet {
+        let id = self.id();
+        set::anon_vmap(entries, id)
+    }
+
+    /// The batch went to the kernel: its sets are known there by name from now on.
+    pub fn sent(&mut self) {
+        for info in self.sets.values_mut() {
+            info.id = None;
+        }
+        self.next_id = 0;
+    }
+}
+
+/// nf_tables message types.
+const NEWTABLE: u16 = 0;
+const DELTABLE: u16 = 2;
+const NEWCHAIN: u16 = 3;
+const DELCHAIN: u16 = 5;
+const NEWRULE: u16 = 6;
+const DELRULE: u16 = 8;
+const NEWSET: u16 = 9;
+const DELSET: u16 = 11;
+const NEWSETELEM: u16 = 12;
+const DELSETELEM: u16 = 14;
+const DELOBJ: u16 = 20;
+const DELFLOWTABLE: u16 = 24;
+const NLM_F_ACK: u16 = 0x4;
+const NLM_F_CREATE: u16 = 0x400;
+const NLM_F_APPEND: u16 = 0x800;
+const NESTED: u16 = 0x8000;
+
+fn u32_attr(b: &mut Vec<u8>, kind: u16, v: u32) {
+    attr(b, kind, |b| b.extend_from_slice(&v.to_be_bytes()));
+}
+
+fn u64_attr(b: &mut Vec<u8>, kind: u16, v: u64) {
+    attr(b, kind, |b| b.extend_from_slice(&v.to_be_bytes()));
+}
+
+/// Compiles `script` into `batch`, learning its sets into `schema`; returns the messages
+/// added.
+pub fn compile(script: &str, schema: &mut Schema, batch: &mut Batch) -> Result<usize, CompileError> {
+    let mut out = Out { batch, schema, messages: 0, trace: None };
+    out.script(script)?;
+    Ok(out.messages)
+}
+
+/// Every rule of `script` as `nft --debug=netlink` prints what it sends: a line naming the
+/// family, table and chain, then the expressions, then a blank line.
+pub fn describe(script: &str) -> Result<String, CompileError> {
+    let (mut batch, mut schema) = (Batch::new(), Schema::default());
+    let mut out = Out { batch: &mut batch, schema: &mut schema, messages: 0, trace: Some(String::new()) };
+    out.script(script)?;
+    Ok(out.trace.unwrap_or_default())
+}
+
+struct Out<'a> {
+    batch: &'a mut Batch,
+    schema: &'a mut Schema,
+    messages: usize,
+    /// Each rule's expressions as text, when asked for.
+    trace: Option<String>,
+}
+
+impl Out<'_> {
+    fn script(&mut self, script: &str) -> Result<(), CompileError> {
+        for c in parse::parse(&lex::tokens(script)?)? {
+            self.command(c)?;
+        }
+        Ok(())
+    }
+
+    fn msg(&mut self, kind: u16, flags: u16, family: Family, f: impl FnOnce(&mut Vec<u8>)) {
+        self.messages += 1;
+        self.batch.message(kind, flags | NLM_F_ACK, NfFamily::from(family) as u8, f);
+    }
+
+    /// A message about `obj`'s table whose other attributes `f` writes.
+    fn on(&mut self, kind: u16, flags: u16, obj: &Obj, f: impl FnOnce(&mut Vec<u8>)) {
+        let table = obj.table.clone();
+        self.msg(kind, flags, obj.family, move |b| {
+            str_attr(b, 1, &table);
+            f(b);
+        });
+    }
+
+    fn command(&mut self, c: Command) -> Result<(), CompileError> {
+        match c {
+            Command::AddTable(obj) => self.table(&obj, None),
+            Command::DeleteTable(obj) => self.on(DELTABLE, 0, &obj, |_| {}),
+            Command::FlushTable(obj) => self.on(DELRULE, 0, &obj, |_| {}),
+            Command::Table { obj, comment, sets, chains } => {
+                self.table(&obj, comment.as_deref());
+                for chain in &chains {
+                    self.chain(&obj, &chain.name, chain.hook.as_ref());
+                }
+                for s in &sets {
+                    self.set(&obj, s)?;
+                }
+                for chain in &chains {
+                    for r in &chain.rules {
+                        self.rule(&obj, &chain.name, r)?;
+                    }
+                }
+            }
+            Command::AddChain(obj, name) => self.chain(&obj, &name, None),
+            Command::FlushChain(obj, name) => self.on(DELRULE, 0, &obj, |b| str_attr(b, 2, &name)),
+            Command::DeleteChain(obj, name) => self.on(DELCHAIN, 0, &obj, |b| str_attr(b, 3, &name)),
+            Command::AddRule(obj, chain, r) => self.rule(&obj, &chain, &r)?,
+            Command::AddSet(obj, s) => self.set(&obj, &s)?,
+            Command::FlushSet(obj, name) => self.on(DELSETELEM, 0, &obj, |b| str_attr(b, 2, &name)),
+            Command::DeleteSet(obj, name) => {
+                self.schema.sets.remove(&(obj.family, name.clone()));
+                self.on(DELSET, 0, &obj, |b| str_attr(b, 2, &name));
+            }
+            Command::DeleteHandle(obj, kind, handle) => self.delete_handle(&obj, &kind, handle)?,
+        }
+        Ok(())
+    }
+
+    fn table(&mut self, obj: &Obj, comment: Option<&str>) {
+        self.on(NEWTABLE, NLM_F_CREATE, obj, |b| {
+            u32_attr(b, 2, 0);
+            if let Some(c) = comment {
+                // User data: a comment, NUL-terminated.
+                attr(b, 6, |b| {
+                    b.push(0);
+                    b.push((c.len() + 1) as u8);
+                    b.extend_from_slice(c.as_bytes());
+                    b.push(0);
+                });
+            }
+        });
+    }
+
+    fn chain(&mut self, obj: &Obj, name: &str, hook: Option<&parse::Hook>) {
+        self.on(NEWCHAIN, NLM_F_CREATE, obj, |b| {
+            str_attr(b, 3, name);
+            let Some(h) = hook else { return };
+            str_attr(b, 7, &h.kind);
+            u32_attr(b, 5, 1);
+            let num = match h.hook.as_str() {
+                "prerouting" => 0,
+                "input" => 1,
+                "forward" => 2,
+                "output" => 3,
+                _ => 4,
+            };
+            attr(b, 4 | NESTED, |b| {
+                u32_attr(b, 1, num);
+                u32_attr(b, 2, h.priority as u32);
+            });
+        });
+    }
+
+    fn set(&mut self, obj: &Obj, d: &parse::SetDecl) -> Result<(), CompileError> {
+        let spec = set::spec(d, obj.family)?;
+        let id = self.schema.id();
+        let interval = spec.flags & 0x4 != 0;
+        self.schema.sets.insert((obj.family, d.name.clone()), SetInfo { id: Some(id), interval });
+        self.new_set(obj, &spec, id);
+        Ok(())
+    }
+
+    fn new_set(&mut self, obj: &Obj, s: &set::SetSpec, id: u32) {
+        self.on(NEWSET, NLM_F_CREATE, obj, |b| {
+            str_attr(b, 2, &s.name);
+            u32_attr(b, 3, s.flags);
+            u32_attr(b, 4, s.key.0);
+            u32_attr(b, 5, s.key.1);
+            if let Some((ty, len)) = s.data {
+                u32_attr(b, 6, ty);
+                u32_attr(b, 7, len);
+            }
+            u32_attr(b, 10, id);
+            if let Some(ms) = s.timeout_ms {
+                u64_attr(b, 11, ms);
+            }
+            match &s.desc {
+                set::Desc::None => {}
+                set::Desc::Size(n) => attr(b, 9 | NESTED, |b| u32_attr(b, 1, *n)),
+                set::Desc::Concat(lens) => attr(b, 9 | NESTED, |b| {
+                    attr(b, 2 | NESTED, |b| {
+                        for len in lens {
+                            attr(b, 1 | NESTED, |b| u32_attr(b, 1, *len));
+                        }
+                    })
+                }),
+            }
+            attr(b, 13, |b| b.extend_from_slice(&s.udata));
+        });
+    }
+
+    fn rule(&mut self, obj: &Obj, chain: &str, r: &[lex::Token]) -> Result<(), CompileError> {
+        let compiled = rule::compile(r, obj.family, self.schema)?;
+        if let Some(t) = &mut self.trace {
+            let fam = if obj.family == Family::V4 { "ip" } else { "ip6" };
+            t.push_str(&format!("{fam} {} {chain}\n", obj.table));
+            for e in &compiled.exprs {
+                t.push_str(&format!("  {e}\n"));
+            }
+            t.push('\n');
+        }
+        for anon in &compiled.anon {
+            self.new_set(obj, &anon.spec, anon.id);
+            self.anon_elements(obj, anon);
+        }
+        self.on(NEWRULE, NLM_F_CREATE | NLM_F_APPEND, obj, |b| {
+            str_attr(b, 2, chain);
+            attr(b, 4 | NESTED, |b| compiled.exprs.iter().for_each(|e| e.encode(b)));
+        });
+        Ok(())
+    }
+
+    fn anon_elements(&mut self, obj: &Obj, anon: &AnonSet) {
+        self.on(NEWSETELEM, NLM_F_CREATE, obj, |b| {
+            str_attr(b, 2, &anon.spec.name);
+            u32_attr(b, 4, anon.id);
+            attr(b, 3 | NESTED, |b| {
+                for (key, flags, data) in &anon.elements {
+                    attr(b, 1 | NESTED, |b| {
+                        if *flags != 0 {
+                            u32_attr(b, 3, *flags);
+                        }
+                        attr(b, 1 | NESTED, |b| attr(b, 1, |b| b.extend_from_slice(key)));
+                        if let Some(Data::Verdict(code, chain)) = data {
+                            attr(b, 2 | NESTED, |b| {
+                                attr(b, 2 | NESTED, |b| {
+                                    attr(b, 1, |b| b.extend_from_slice(&code.to_be_bytes()));
+                                    if let Some(c) = chain {
+                                        str_attr(b, 2, c);
+                                    }
+                                })
+                            });
+                        }
+                    });
+                }
+            });
+        });
+    }
+
+    /// `delete KIND … handle N`: chains, sets and flowtables by their own messages, stateful
+    /// objects by type.
+    fn delete_handle(&mut self, obj: &Obj, kind: &str, handle: u64) -> Result<(), CompileError> {
+        let (msg, attr_handle, obj_type) = match kind {
+            "chain" => (DELCHAIN, 2, None),
+            "set" | "map" => (DELSET, 16, None),
+            "flowtable" => (DELFLOWTABLE, 5, None),
+            "counter" => (DELOBJ, 6, Some(1)),
+            "quota" => (DELOBJ, 6, Some(2)),
+            "limit" => (DELOBJ, 6, Some(4)),
+            "secmark" => (DELOBJ, 6, Some(8)),
+            "synproxy" => (DELOBJ, 6, Some(10)),
+            other => return Err(CompileError::new(format!("deleting a {other} by handle"))),
+        };
+        self.on(msg, 0, obj, |b| {
+            if let Some(t) = obj_type {
+                u32_attr(b, 3, t);
+            }
+            u64_attr(b, attr_handle, handle);
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,347 @@
+//! Sets and maps as `nft` declares them to the kernel: key and data types folded from their
+//! fields, lengths in registers, flags, timeout, the concatenation's field lengths for an
+//! interval set, and the user data `nft` reads back to print the declaration (byte orders,
+//! `typeof` expressions, comment): without it the kernel's set would list differently.
+
+use super::CompileError;
+use super::expr::Data;
+use super::field::{Field, Kind, Load, slots};
+use super::lex::Token;
+use super::parse::SetDecl;
+use crate::model::Family;
+
+/// `NFT_SET_*` flags.
+const ANONYMOUS: u32 = 0x1;
+const CONSTANT: u32 = 0x2;
+const INTERVAL: u32 = 0x4;
+const MAP: u32 = 0x8;
+const TIMEOUT: u32 = 0x10;
+const EVAL: u32 = 0x20;
+const CONCAT: u32 = 0x80;
+/// The data type of verdicts.
+const VERDICT_TYPE: u32 = 0xffff_ff00;
+/// Bits per type in a concatenation's folded type.
+const TYPE_BITS: u32 = 6;
+/// nftables' expression type ids in `typeof` user data.
+const EXPR_PAYLOAD: u32 = 7;
+const EXPR_CONCAT: u32 = 13;
+const EXPR_NUMGEN: u32 = 23;
+const EXPR_VERDICT: u32 = 1;
+
+/// What the kernel is told of a set, ready to encode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetSpec {
+    /// Its name (`__set%d` and `__map%d` for anonymous ones: the kernel numbers them).
+    pub name: String,
+    /// `NFT_SET_*` flags.
+    pub flags: u32,
+    /// Folded key type and its length in registers.
+    pub key: (u32, u32),
+    /// Folded data type and length, for a map.
+    pub data: Option<(u32, u32)>,
+    /// Default timeout in milliseconds.
+    pub timeout_ms: Option<u64>,
+    /// `NFTA_SET_DESC`: a concatenation's field lengths, or an anonymous set's size.
+    pub desc: Desc,
+    /// User data.
+    pub udata: Vec<u8>,
+}
+
+/// What `NFTA_SET_DESC` carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Desc {
+    /// Nothing.
+    None,
+    /// The number of elements.
+    Size(u32),
+    /// Each concatenated field's length in bytes.
+    Concat(Vec<u32>),
+}
+
+/// One key or data field of a declaration.
+#[derive(Debug, Clone)]
+enum Part {
+    Type(Kind),
+    Verdict,
+    Expr(Field),
+}
+
+impl Part {
+    fn kind(&self) -> Option<Kind> {
+        match self {
+            Part::Type(k) => Some(*k),
+            Part::Expr(f) => Some(f.kind),
+            Part::Verdict => None,
+        }
+    }
+}
+
+fn parts(fields: &[Vec<Token>], typeof_: bool, family: Family) -> Result<Vec<Part>, CompileError> {
+    fields
+        .iter()
+        .map(|t| match t.as_slice() {
+            [Token::Word(w)] if w == "verdict" => Ok(Part::Verdict),
+            [Token::Word(w)] if !typeof_ => {
+                Kind::named(w).map(Part::Type).ok_or_else(|| CompileError::new(format!("type `{w}`")))
+            }
+            toks => Ok(Part::Expr(Field::parse(toks, family)?.0)),
+        })
+        .collect()
+}
+
+/// Folded type and register length of `parts`.
+fn folded(parts: &[Part]) -> (u32, u32) {
+    if let [Part::Verdict] = parts {
+        return (VERDICT_TYPE, 0);
+    }
+    let kinds: Vec<Kind> = parts.iter().filter_map(Part::kind).collect();
+    if let [k] = kinds.as_slice() {
+        return (*k as u32, k.len());
+    }
+    let ty = kinds.iter().fold(0, |t, k| (t << TYPE_BITS) | *k as u32);
+    (ty, kinds.iter().map(|k| slots(k.len()) * 4).sum())
+}
+
+fn tlv(b: &mut Vec<u8>, kind: u8, value: &[u8]) {
+    b.push(kind);
+    b.push(value.len() as u8);
+    b.extend_from_slice(value);
+}
+
+fn tlv_u32(b: &mut Vec<u8>, kind: u8, v: u32) {
+    tlv(b, kind, &v.to_ne_bytes());
+}
+
+/// `typeof` user data of one expression: its type and what describes it.
+fn expr_udata(f: &Field) -> Vec<u8> {
+    let mut data = Vec::new();
+    let ty = match (f.load, f.desc) {
+        (Load::Numgen(modulus), _) => {
+            tlv_u32(&mut data, 0, 1);
+            tlv_u32(&mut data, 1, modulus);
+            tlv_u32(&mut data, 2, 0);
+            EXPR_NUMGEN
+        }
+        (_, Some((desc, tmpl))) => {
+            tlv_u32(&mut data, 0, desc);
+            tlv_u32(&mut data, 1, tmpl);
+            EXPR_PAYLOAD
+        }
+        _ => 0,
+    };
+    let mut out = Vec::new();
+    tlv_u32(&mut out, 0, ty);
+    tlv(&mut out, 1, &data);
+    out
+}
+
+/// `typeof` user data of a key or data: a concatenation lists its expressions (none for a
+/// `type` declaration); one expression stands alone.
+fn typeof_udata(parts: &[Part]) -> Option<Vec<u8>> {
+    if let [Part::Expr(f)] = parts {
+        return Some(expr_udata(f));
+    }
+    if parts.len() < 2 {
+        return None;
+    }
+    let mut inner = Vec::new();
+    for (i, p) in parts.iter().enumerate() {
+        if let Part::Expr(f) = p {
+            tlv(&mut inner, i as u8, &expr_udata(f));
+        }
+    }
+    let mut out = Vec::new();
+    tlv_u32(&mut out, 0, EXPR_CONCAT);
+    tlv(&mut out, 1, &inner);
+    Some(out)
+}
+
+/// A key's byte order as `nft` records it: none for a concatenation, else its type's.
+fn byteorder(parts: &[Part]) -> u32 {
+    match parts {
+        [p] => p.kind().map_or(0, |k| if k.big_endian() { 2 } else { 1 }),
+        _ => 0,
+    }
+}
+
+/// The kernel's view of declaration `d` in a table of `family`.
+pub fn spec(d: &SetDecl, family: Family) -> Result<SetSpec, CompileError> {
+    let key = parts(&d.key, d.typeof_, family)?;
+    let data = parts(&d.data, d.typeof_, family)?;
+    let mut flags = if d.map { MAP } else { 0 };
+    for f in &d.flags {
+        flags |= match f.as_str() {
+            "interval" => INTERVAL,
+            "timeout" => TIMEOUT,
+            "dynamic" => EVAL,
+            other => return Err(CompileError::new(format!("set flag `{other}`"))),
+        };
+    }
+    if d.timeout.is_some() {
+        flags |= TIMEOUT;
+    }
+    let concat = key.len() > 1;
+    if concat && flags & INTERVAL != 0 {
+        flags |= CONCAT;
+    }
+    let mut udata = Vec::new();
+    tlv_u32(&mut udata, 0, byteorder(&key));
+    if d.map {
+        tlv_u32(&mut udata, 1, byteorder(&data));
+    }
+    if let Some(k) = typeof_udata(&key) {
+        tlv(&mut udata, 3, &k);
+    }
+    if let Some(v) = typeof_udata(&data) {
+        tlv(&mut udata, 4, &v);
+    }
+    if d.map {
+        tlv_u32(&mut udata, 6, 0);
+    }
+    if let Some(c) = &d.comment {
+        tlv(&mut udata, 7, &[c.as_bytes(), &[0]].concat());
+    }
+    let desc = match flags & CONCAT {
+        0 => Desc::None,
+        _ => Desc::Concat(key.iter().filter_map(Part::kind).map(Kind::len).collect()),
+    };
+    Ok(SetSpec {
+        name: d.name.clone(),
+        flags,
+        key: folded(&key),
+        data: d.map.then(|| folded(&data)),
+        timeout_ms: d.timeout.map(|s| s * 1000),
+        desc,
+        udata,
+    })
+}
+
+/// An anonymous set a rule declares, with its elements: (key, `NFT_SET_ELEM_*` flags, data).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnonSet {
+    /// How it is declared.
+    pub spec: SetSpec,
+    /// Its id in the batch.
+    pub id: u32,
+    /// Its elements.
+    pub elements: Vec<(Vec<u8>, u32, Option<Data>)>,
+}
+
+/// `INTERVAL_END` on an element that closes a range.
+const ELEM_INTERVAL_END: u32 = 1;
+
+/// The anonymous interval set of `prefixes` (address bytes, prefix length) matched by `f`:
+/// merged ranges, each a start and an end element, after an end element at zero when the
+/// first range starts above it (as `nft` writes an interval set).
+pub fn anon_interval(f: Field, prefixes: &[(Vec<u8>, u32)], id: u32) -> AnonSet {
+    let width = f.kind.len() as usize;
+    let bits = width as u32 * 8;
+    let as_int = |b: &[u8]| b.iter().fold(0u128, |n, x| (n << 8) | u128::from(*x));
+    // A range's end is the first address past it; `None` when it runs to the top.
+    let mut ranges: Vec<(u128, Option<u128>)> = prefixes
+        .iter()
+        .map(|(b, len)| {
+            let host = bits - len.min(&bits);
+            let start = as_int(b).checked_shr(host).unwrap_or(0).checked_shl(host).unwrap_or(0);
+            let size = 1u128.checked_shl(host).filter(|_| host < bits || bits < 128);
+            let end = size.and_then(|n| start.checked_add(n)).filter(|e| bits == 128 || *e < 1u128 << bits);
+            (start, end)
+        })
+        .collect();
+    ranges.sort();
+    let mut merged: Vec<(u128, Option<u128>)> = Vec::new();
+    for (s, e) in ranges {
+        match merged.last_mut() {
+            Some(last) if last.1.is_none_or(|end| s <= end) => {
+                last.1 = match (last.1, e) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    _ => None,
+                }
+            }
+            _ => merged.push((s, e)),
+        }
+    }
+    let bytes = |n: u128| n.to_be_bytes()[16 - width..].to_vec();
+    let mut elements = Vec::new();
+    if merged.first().is_some_and(|r| r.0 > 0) {
+        elements.push((bytes(0), ELEM_INTERVAL_END, None));
+    }
+    for (s, e) in merged {
+        elements.push((bytes(s), 0, None));
+        if let Some(e) = e {
+            elements.push((bytes(e), ELEM_INTERVAL_END, None));
+        }
+    }
+    let mut udata = Vec::new();
+    tlv_u32(&mut udata, 0, if f.kind.big_endian() { 2 } else { 1 });
+    tlv_u32(&mut udata, 2, 1);
+    tlv(&mut udata, 3, &expr_udata(&f));
+    let spec = SetSpec {
+        name: "__set%d".into(),
+        flags: ANONYMOUS | CONSTANT | INTERVAL,
+        key: (f.kind as u32, f.kind.len()),
+        data: None,
+        timeout_ms: None,
+        desc: Desc::Size(elements.len() as u32),
+        udata,
+    };
+    AnonSet { spec, id, elements }
+}
+
+/// The anonymous verdict map `numgen … vmap { k : verdict, … }`.
+pub fn anon_vmap(entries: Vec<(u32, Data)>, id: u32) -> AnonSet {
+    let mut udata = Vec::new();
+    tlv_u32(&mut udata, 0, 1);
+    tlv_u32(&mut udata, 1, 0);
+    let mut verdict = Vec::new();
+    tlv_u32(&mut verdict, 0, EXPR_VERDICT);
+    tlv(&mut verdict, 1, &[]);
+    tlv(&mut udata, 4, &verdict);
+    tlv_u32(&mut udata, 6, 0);
+    let spec = SetSpec {
+        name: "__map%d".into(),
+        flags: ANONYMOUS | CONSTANT | MAP,
+        key: (Kind::Integer as u32, 4),
+        data: Some((VERDICT_TYPE, 0)),
+        timeout_ms: None,
+        desc: Desc::Size(entries.len() as u32),
+        udata,
+    };
+    let elements = entries.into_iter().map(|(k, v)| (k.to_ne_bytes().to_vec(), 0, Some(v))).collect();
+    AnonSet { spec, id, elements }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn saddr(family: Family) -> Field {
+        let t = match family {
+            Family::V4 => [Token::Word("ip".into()), Token::Word("saddr".into())],
+            Family::V6 => [Token::Word("ip6".into()), Token::Word("saddr".into())],
+        };
+        Field::parse(&t, family).unwrap().0
+    }
+
+    fn flags(set: &AnonSet) -> Vec<u32> {
+        set.elements.iter().map(|e| e.1).collect()
+    }
+
+    #[test]
+    fn interval_ends_stop_at_the_top_of_the_address_space() {
+        let all = anon_interval(saddr(Family::V4), &[(vec![0, 0, 0, 0], 0)], 1);
+        assert_eq!(all.elements, [(vec![0, 0, 0, 0], 0, None)], "everything: one start, no end");
+        let top = anon_interval(saddr(Family::V4), &[(vec![255, 255, 255, 0], 24), (vec![10, 0, 0, 0], 8)], 1);
+        assert_eq!(
+            flags(&top),
+            [ELEM_INTERVAL_END, 0, ELEM_INTERVAL_END, 0],
+            "a gap at zero, the last runs to the top"
+        );
+        let v6 = anon_interval(saddr(Family::V6), &[(vec![0; 16], 0)], 1);
+        assert_eq!(v6.elements.len(), 1);
+        let mut high = vec![0xff; 16];
+        high[15] = 0;
+        let v6 = anon_interval(saddr(Family::V6), &[(high.clone(), 120), (high, 121)], 1);
+        assert_eq!(flags(&v6), [ELEM_INTERVAL_END, 0], "nested prefixes merge; the top has no end");
+    }
+}

@@ -1,0 +1,108 @@
+//! The in-process compiler against `nft` itself, for every golden case: each rule compiles
+//! to the expressions `nft` 1.0.6 sends for the same text (`nft --debug=netlink`), and the
+//! kernel's tables after our batch list exactly as after `nft -f` of the same script.
+
+mod common;
+
+use common::net::in_netns;
+use common::{Netns, golden_cases, kernel_available};
+use kube_nftproxy::nft::compile::{Schema, compile, describe};
+use kube_nftproxy::nft::wire::{Batch, Sender};
+
+/// `script` without its element commands (`add element … { … }` over one or more lines):
+/// elements reach the kernel from the desired state, never through the compiler.
+fn without_elements(script: &str) -> String {
+    let mut out = String::new();
+    let mut skipping = false;
+    for line in script.lines() {
+        if line.starts_with("add element ") {
+            skipping = !line.trim_end().ends_with('}');
+            continue;
+        }
+        if skipping {
+            skipping = line.trim() != "}";
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// The rule blocks of `nft --debug=netlink` output (anonymous sets' lines left out).
+fn rule_blocks(debug: &str) -> String {
+    let mut out = String::new();
+    let mut in_rule = false;
+    for line in debug.lines() {
+        if line.starts_with("ip kube-nftproxy ") || line.starts_with("ip6 kube-nftproxy ") {
+            in_rule = true;
+        }
+        if in_rule {
+            out.push_str(line);
+            out.push('\n');
+        }
+        if line.is_empty() {
+            in_rule = false;
+        }
+    }
+    out
+}
+
+#[test]
+fn every_golden_rule_compiles_to_the_expressions_nft_sends() {
+    if !kernel_available() {
+        return;
+    }
+    let ns = Netns::new("compile-dbg");
+    let mut failed = Vec::new();
+    let cases = golden_cases();
+    assert!(cases.len() >= 25, "golden cases: {}", cases.len());
+    for case in cases {
+        let script = without_elements(&std::fs::read_to_string(case.dir.join("expected.nft")).unwrap());
+        let out = ns.run(&["nft", "--debug=netlink", "-c", "-f", "-"], &script);
+        assert!(out.status.success(), "{}: nft -c: {}", case.name, String::from_utf8_lossy(&out.stderr));
+        let want = rule_blocks(&String::from_utf8_lossy(&out.stdout));
+        let got = describe(&script).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        assert!(want.matches("\n\n").count() >= 20, "{}: nft described too few rules:\n{want}", case.name);
+        if got != want {
+            let first = got.lines().zip(want.lines()).position(|(a, b)| a != b).unwrap_or(0);
+            let around = |t: &str| t.lines().skip(first.saturating_sub(6)).take(12).collect::<Vec<_>>().join("\n");
+            eprintln!("--- {}: ours\n{}\n--- nft's\n{}", case.name, around(&got), around(&want));
+            failed.push(case.name.clone());
+        }
+    }
+    assert!(failed.is_empty(), "rules compile differently from nft's: {failed:?}");
+}
+
+#[test]
+fn every_golden_table_loaded_by_our_batch_lists_as_nft_loads_it() {
+    if !kernel_available() {
+        return;
+    }
+    let (ours, theirs) = (Netns::new("compile-ours"), Netns::new("compile-nft"));
+    let mut failed = Vec::new();
+    for case in golden_cases() {
+        let script = without_elements(&std::fs::read_to_string(case.dir.join("expected.nft")).unwrap());
+        for ns in [&ours, &theirs] {
+            ns.nft(&["flush", "ruleset"]);
+        }
+        theirs.nft_apply(&script).unwrap_or_else(|e| panic!("{}: nft -f: {e}", case.name));
+        let sent = in_netns(&ours.name, || {
+            let mut batch = Batch::new();
+            compile(&script, &mut Schema::default(), &mut batch).map_err(|e| e.to_string())?;
+            Sender::default().send(&batch.finish()).map_err(|e| e.to_string())
+        });
+        if let Err(e) = sent {
+            eprintln!("--- {}: the kernel refused our batch: {e}", case.name);
+            failed.push(case.name.clone());
+            continue;
+        }
+        let (got, want) = (ours.nft(&["list", "ruleset"]), theirs.nft(&["list", "ruleset"]));
+        assert!(want.contains("chain services {") && want.contains("map service-ips {"), "{}: {want}", case.name);
+        if got != want {
+            eprintln!("--- {}: ours\n{got}\n--- nft's\n{want}", case.name);
+            failed.push(case.name.clone());
+        }
+    }
+    assert!(failed.is_empty(), "tables differ from nft's: {failed:?}");
+}
