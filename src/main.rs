@@ -157,11 +157,14 @@ fn init_only(flags: &Flags) -> anyhow::Result<()> {
 
 fn daemon(flags: &Flags) -> anyhow::Result<()> {
     let cfg = Config::from_flags(flags)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    // Every `nft` run (the version check, the takeover's listings) is bounded by
+    // --nft-timeout and ended at shutdown.
+    exec::Limits { timeout: flags.nft_timeout, stop: stop.clone() }.configure();
     requirements::check()?;
     let periods =
         Periods { min_sync: flags.min_sync_period, sync: flags.sync_period, full_sync: flags.full_sync_period };
     let inbox = Arc::new(Inbox::default());
-    let stop = Arc::new(AtomicBool::new(false));
     let (events, main_events) = channel::<Event>();
     spawn_signal_thread(inbox.clone(), stop.clone(), events.clone())?;
     let Some(_owner) = lock::own(LOCK_POLL, || stop.load(Ordering::SeqCst)).context("taking the node lock")? else {
@@ -188,8 +191,7 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
         kube::start(api)?;
         sources.extend(kube::REQUIRED);
     }
-    let limits = exec::Limits { timeout: flags.nft_timeout, stop: stop.clone() };
-    let applier = Applier::new(&cfg.node_name, own).with_quiet(Arc::new(quiet)).with_limits(limits);
+    let applier = Applier::new(&cfg.node_name, own).with_quiet(Arc::new(quiet));
     let observe = observers(flags, api.as_deref(), &inbox)?;
     let mut syncer = Syncer::new(cfg, periods, applier, &sources).with_observers(observe);
     if api.is_some() {
@@ -216,6 +218,7 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     {
         log::error!("the sync thread did not stop within {SHUTDOWN_GRACE:?}; exiting anyway, the rules stay in place");
     }
+    exec::end_all();
     Ok(())
 }
 

@@ -147,7 +147,7 @@ impl Observers {
         m.sync_elements.with_label_values(&[&kind]).inc_by(s.elements as u64);
         Metrics::observe_families(&m.sync_duration, s.took);
         match s.kind {
-            SyncKind::Full | SyncKind::Staged | SyncKind::Refresh => {
+            SyncKind::Full | SyncKind::Refresh => {
                 Metrics::observe_families(&m.sync_full_duration, s.took);
             }
             SyncKind::Partial | SyncKind::Unchanged => Metrics::observe_families(&m.sync_partial_duration, s.took),

@@ -4,8 +4,9 @@
 mod common;
 
 use common::cluster::Cluster;
-use common::daemon::{Daemon, fake_nft, wait_for};
+use common::daemon::{Daemon, wait_for};
 use common::net::http_get;
+use common::owner::TableOwner;
 use common::{Netns, Scratch, kernel_available};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -42,18 +43,13 @@ fn write_list(dir: &Path, list: &Value) -> PathBuf {
     path
 }
 
-/// The daemon in a fresh namespace `tag` over this node and one service, running `nft_body`
-/// as its `nft` (given the scratch directory) with health served and `extra` flags.
-fn with_nft(tag: &str, nft_body: impl FnOnce(&Path) -> String, extra: &[&str]) -> (Netns, Scratch, PathBuf, Daemon) {
-    let ns = namespace(tag);
+/// The daemon in `ns` over this node and one service (in a scratch directory named after
+/// `tag`), with health served and a sync period of 1 s, so a proxy is judged after 2 s.
+fn start(ns: &Netns, tag: &str) -> (Scratch, PathBuf, Daemon) {
     let dir = Scratch::new(tag);
-    let nft = fake_nft(&dir.0, &nft_body(&dir.0));
     let path = manifests(&dir.0, json!({}));
-    let healthz = format!("--healthz-bind-address={HEALTHZ}");
-    let flags: Vec<&str> =
-        [&healthz[..], "--sync-period=1s", "--nft-timeout=30s"].into_iter().chain(extra.iter().copied()).collect();
-    let d = Daemon::start(&ns, &path, &flags, &[("NFT", nft.to_str().unwrap())]);
-    (ns, dir, path, d)
+    let d = Daemon::start(ns, &path, &[&format!("--healthz-bind-address={HEALTHZ}"), "--sync-period=1s"], &[]);
+    (dir, path, d)
 }
 
 fn namespace(tag: &str) -> Netns {
@@ -121,10 +117,8 @@ fn a_change_that_cannot_be_applied_makes_the_proxy_unhealthy_after_twice_the_syn
     if !kernel_available() {
         return;
     }
-    // `nft` works until the test creates `hang`; from then on every run hangs. A refresh every
-    // second runs `nft`, so it is where the hang bites.
-    let hang = |dir: &Path| format!("[ -e {} ] && exec sleep 1000\nexec nft \"$@\"", dir.join("hang").display());
-    let (ns, dir, path, d) = with_nft("unhealthy", hang, &["--full-sync-period=1s"]);
+    let ns = namespace("unhealthy");
+    let (dir, path, d) = start(&ns, "unhealthy");
     let code = |p: &str| get(&ns, p).map(|r| r.0);
     assert!(
         wait_for(Duration::from_secs(5), || d.logged().contains("Full sync")).is_some(),
@@ -135,10 +129,12 @@ fn a_change_that_cannot_be_applied_makes_the_proxy_unhealthy_after_twice_the_syn
     assert_eq!(c, 200, "{body}");
     let synced = body["status"]["IPv4"]["lastUpdated"].as_str().unwrap_or_default().to_string();
     assert!(synced.starts_with("20"), "a family that synced reports when: {body}");
-    // The next refresh hangs in `nft`, and a change queued meanwhile waits: past 2 s (twice
-    // --sync-period) the proxy is unhealthy on both endpoints.
-    std::fs::write(dir.0.join("hang"), "").unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    // Another process takes the table: the daemon's repair and every sync after it fail
+    // with EPERM, and a change queued meanwhile waits: past 2 s (twice --sync-period) the
+    // proxy is unhealthy on both endpoints.
+    let owner = TableOwner::take(&ns, "ip");
+    let failing = wait_for(Duration::from_secs(5), || d.logged().contains("sync failed"));
+    assert!(failing.is_some(), "a sync into a table another process owns went through:\n{}", d.logged());
     let mut list: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     list["items"][1]["spec"]["ports"][0]["port"] = json!(81);
     write_list(&dir.0, &list);
@@ -148,6 +144,10 @@ fn a_change_that_cannot_be_applied_makes_the_proxy_unhealthy_after_twice_the_syn
     assert_eq!(body["healthy"], false, "{body}");
     assert_eq!(body["lastUpdated"], synced.as_str(), "the last sync that went through: {body}");
     assert_eq!(body["status"]["IPv6"]["healthy"], false, "{body}");
+    // The table freed, the next retry applies the change and the proxy is healthy again.
+    owner.release();
+    let healed = wait_for(Duration::from_secs(10), || code("/livez") == Some(200));
+    assert!(healed.is_some(), "the proxy stayed unhealthy once its syncs could go through:\n{}", d.logged());
     d.stop();
 }
 
@@ -156,11 +156,19 @@ fn a_proxy_that_has_not_synced_yet_is_healthy_as_upstreams() {
     if !kernel_available() {
         return;
     }
-    let (ns, _dir, _, d) = with_nft("starting", |_| "exec sleep 1000".into(), &[]);
+    // Another process owns the table before the daemon starts, so its first sync (and every
+    // retry) fails with EPERM far past twice the sync period.
+    let ns = namespace("starting");
+    let _owner = TableOwner::take(&ns, "ip");
+    let (_dir, _, d) = start(&ns, "starting");
     assert!(wait_for(Duration::from_secs(5), || get(&ns, "/livez").is_some()).is_some(), "no health server");
-    // The first sync hangs far past twice the sync period; upstream judges only a family
-    // that has synced, so a proxy still starting is not restarted by its liveness probe.
+    let failing = wait_for(Duration::from_secs(5), || d.logged().contains("sync failed"));
+    assert!(failing.is_some(), "the first sync must fail here:\n{}", d.logged());
+    // Upstream judges only a family that has synced, so a proxy still starting is not
+    // restarted by its liveness probe.
     std::thread::sleep(Duration::from_secs(3));
+    // Every sync that goes through logs what it sent.
+    assert!(!d.logged().contains("endpoints; sent"), "a sync went through:\n{}", d.logged());
     let (c, _, body) = get(&ns, "/livez").unwrap();
     assert_eq!((c, body["healthy"].clone(), body["status"].clone()), (200, json!(true), json!({})), "{body}");
     assert_eq!(body["lastUpdated"], body["currentTime"], "a healthy answer says updated now: {body}");

@@ -205,7 +205,7 @@ impl Kernel for Fake {
             return Err(NftError::Rejected { message: "fake failure".into(), line: None });
         }
         let kind = if resync == Resync::Changes { SyncKind::Partial } else { SyncKind::Full };
-        Ok(SyncReport { kind, netlink: false, script: String::new(), deleted_chains: 0, unsure: false })
+        Ok(SyncReport { kind, bytes: 0, script: String::new(), deleted_chains: 0, unsure: false })
     }
     fn cleanup_due(&self) -> Option<Instant> {
         None

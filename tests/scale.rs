@@ -37,7 +37,7 @@ fn thirty_thousand_services_then_partial_syncs_leave_exactly_the_expected_elemen
         }
         kinds.push(proxy.sync(&ns.name, Resync::Changes).unwrap().kind);
     }
-    assert_eq!(kinds, [SyncKind::Staged, SyncKind::Partial, SyncKind::Partial]);
+    assert_eq!(kinds, [SyncKind::Full, SyncKind::Partial, SyncKind::Partial]);
     let seen: Vec<String> = proxy.model.host_addresses().iter().map(ToString::to_string).collect();
     for want in common::node::ADDRESSES.map(|a| a.split('/').next().unwrap()) {
         assert!(seen.iter().any(|s| s == want), "{want} not among the host's addresses {seen:?}");

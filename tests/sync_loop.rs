@@ -88,7 +88,7 @@ impl Kernel for Fake {
                 return Err(NftError::Rejected { message: "fake failure".into(), line: None });
             }
             let kind = if resync == Resync::Changes { SyncKind::Partial } else { SyncKind::Full };
-            Ok(SyncReport { kind, netlink: false, script: s.script.clone(), deleted_chains: 0, unsure: false })
+            Ok(SyncReport { kind, bytes: s.script.len(), script: s.script.clone(), deleted_chains: 0, unsure: false })
         })
     }
 

@@ -1,10 +1,11 @@
 //! The daemon's memory under churn: the real binary on a node-like namespace follows a
 //! manifest of a whole cluster rewritten again and again (every EndpointSlice changed each
-//! time), once with a working `nft` and once with an `nft` that hangs, so the sync thread is
-//! stuck while changes keep coming. Its resident memory must stay flat in both.
+//! time), once syncing and once with every sync failing (another process owns its table), so
+//! changes keep coming while none is applied. Its resident memory must stay flat in both.
 
 use super::common::Netns;
-use super::common::daemon::{Daemon, fake_nft, wait_for};
+use super::common::daemon::{Daemon, wait_for};
+use super::common::owner::TableOwner;
 use super::observe::{is_sync, rss_mb};
 use super::synth::{self, Case};
 use serde_json::{Value, json};
@@ -25,22 +26,19 @@ pub fn write_manifest(case: &Case, generation: u32, path: &Path) {
     std::fs::rename(&tmp, path).expect("rename");
 }
 
-/// One scenario: `rewrites` new generations, one every `every`; the sync thread stuck in a
-/// hung `nft` when `stuck`. Returns the daemon's resident memory before, at most and after.
+/// One scenario: `rewrites` new generations, one every `every`; every sync failing when
+/// `stuck`. Returns the daemon's resident memory before, at most and after.
 fn scenario(case: &Case, rewrites: u32, every: Duration, stuck: bool) -> Value {
     let dir = std::env::temp_dir().join(format!("knp-churn-{}-{stuck}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let manifest = dir.join("cluster.json");
     write_manifest(case, 0, &manifest);
     let ns = Netns::node_like("churn");
-    // The shared stand-in answers `--version`, which the daemon asks at start, and hangs otherwise.
-    let hung = fake_nft(&dir, &format!("touch {}/ran\nexec sleep 600", dir.display()));
-    let env: Vec<(&str, &str)> = if stuck { vec![("NFT", hung.to_str().expect("path"))] } else { vec![] };
-    let d = Daemon::start(&ns, &manifest, &[], &env);
-    let started = if stuck { dir.join("ran") } else { dir.join("never") };
-    let ready =
-        wait_for(Duration::from_secs(60), || if stuck { started.exists() } else { d.logged().contains(" sync") });
-    assert!(ready.is_some(), "the daemon never synced:\n{}", d.logged());
+    let owner = stuck.then(|| TableOwner::take(&ns, "ip"));
+    let d = Daemon::start(&ns, &manifest, &[], &[]);
+    let started = if stuck { "sync failed" } else { " sync" };
+    let ready = wait_for(Duration::from_secs(60), || d.logged().contains(started));
+    assert!(ready.is_some(), "the daemon never tried a sync:\n{}", d.logged());
     std::thread::sleep(Duration::from_secs(1));
     let before = rss_mb(d.pid());
     let mut most = before;
@@ -53,8 +51,9 @@ fn scenario(case: &Case, rewrites: u32, every: Duration, stuck: bool) -> Value {
     let after = rss_mb(d.pid());
     let syncs = d.logged().lines().filter(|l| is_sync(l)).count();
     d.stop();
+    drop(owner);
     let _ = std::fs::remove_dir_all(&dir);
-    json!({"scenario": if stuck { "sync stuck" } else { "syncing" }, "rewrites": rewrites,
+    json!({"scenario": if stuck { "syncs failing" } else { "syncing" }, "rewrites": rewrites,
            "rss_before_mb": before, "rss_most_mb": most.max(after), "rss_after_mb": after, "syncs": syncs})
 }
 

@@ -69,7 +69,7 @@ impl Drop for LogTail {
 
 /// Whether a daemon log line reports a sync (every kind but "Unchanged" is logged).
 pub fn is_sync(line: &str) -> bool {
-    line.contains(" sync: ") || line.contains(" sync (netlink): ")
+    line.contains(" sync: ")
 }
 
 /// A `Duration`'s `Debug` text (`1.2s`, `812.3ms`, `40.1µs`, `900ns`) in ms.
@@ -89,8 +89,7 @@ pub fn ms_between(from: Instant, to: Instant) -> f64 {
     round2(to.saturating_duration_since(from).as_secs_f64() * 1e3)
 }
 
-/// A sync line's figures: kind, elements and bytes sent, time, render and apply (ms), netlink
-/// or not.
+/// A sync line's figures: kind, elements and bytes sent, time, render and apply (ms).
 pub fn sync_figures(line: &str) -> Value {
     let msg = line.split_once("] ").map_or(line, |(_, m)| m);
     let kind = msg.split(" sync").next().unwrap_or("?");
@@ -98,7 +97,7 @@ pub fn sync_figures(line: &str) -> Value {
     let after = |w: &str| words.iter().position(|x| *x == w).and_then(|i| words.get(i + 1)).copied();
     let before = |w: &str| words.iter().position(|x| *x == w).and_then(|i| i.checked_sub(1)).map(|i| words[i]);
     let count = |w: Option<&str>| w.and_then(|n| n.trim_end_matches(',').parse::<u64>().ok());
-    json!({"kind": kind, "netlink": msg.contains("(netlink)"), "elements": count(after("sent")),
+    json!({"kind": kind, "elements": count(after("sent")),
            "bytes": count(before("bytes")),
            "took_ms": after("in").and_then(debug_ms), "render_ms": after("(render").and_then(debug_ms),
            "apply_ms": after("apply").and_then(debug_ms)})

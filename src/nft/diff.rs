@@ -39,23 +39,21 @@ impl TableDiff<'_> {
             && self.delete_sets.is_empty()
     }
 
-    /// Whether only elements changed, all in maps the netlink path can write.
-    pub fn elements_only(&self) -> bool {
-        self.chains_and_sets_unchanged()
-            && self.delete_elements.keys().chain(self.add_elements.keys()).all(super::wire::encodable)
-    }
-
     /// Whether nothing changed.
     pub fn is_empty(&self) -> bool {
         self.chains_and_sets_unchanged() && self.delete_elements.is_empty() && self.add_elements.is_empty()
     }
 }
 
-/// `partial-sync.nft`.
+/// `partial-sync.nft`: its parts in a transaction's order: new sets and chains, rewritten
+/// and stale chains (`head`); the elements; the sets no longer used (`tail`).
 #[derive(Template)]
 #[template(path = "partial-sync.nft")]
-struct PartialSync<'a> {
-    tables: Vec<TableDiff<'a>>,
+struct PartialSync<'a, 'd> {
+    tables: &'a [TableDiff<'d>],
+    head: bool,
+    elements: bool,
+    tail: bool,
 }
 
 /// `delete-chains.nft`.
@@ -159,9 +157,8 @@ pub fn from_journal<'a>(new: &'a Table, j: &'a Journal, stale: &BTreeSet<String>
     Some(d)
 }
 
-/// The element changes of `diffs` as one netlink batch (deletions first, as in the script).
-pub fn element_batch(diffs: &[TableDiff<'_>], families: &[Family]) -> Vec<u8> {
-    let mut batch = super::wire::Batch::new();
+/// Adds the element changes of `diffs` to `batch` (deletions first, as in the script).
+pub fn element_ops(batch: &mut super::wire::Batch, diffs: &[TableDiff<'_>], families: &[Family]) {
     for (d, family) in diffs.iter().zip(families) {
         for (map, keys) in &d.delete_elements {
             let elems = keys.iter().map(|k| (*k, &Value::None));
@@ -171,12 +168,18 @@ pub fn element_batch(diffs: &[TableDiff<'_>], families: &[Family]) -> Vec<u8> {
             batch.elements(*family, crate::render::TABLE_NAME, map, true, entries.iter().copied());
         }
     }
-    batch.finish()
 }
 
-/// Renders the partial-sync transaction for all tables.
-pub fn partial_script(diffs: Vec<TableDiff<'_>>) -> Result<String, crate::render::RenderError> {
-    render_template(&PartialSync { tables: diffs }, "partial-sync.nft")
+/// Renders the partial-sync transaction for all tables, elements included.
+pub fn partial_script(diffs: &[TableDiff<'_>]) -> Result<String, crate::render::RenderError> {
+    render_template(&PartialSync { tables: diffs, head: true, elements: true, tail: true }, "partial-sync.nft")
+}
+
+/// The partial sync's text without elements, in its two parts: what comes before the
+/// element changes, and what after.
+pub fn partial_scripts(diffs: &[TableDiff<'_>]) -> Result<(String, String), crate::render::RenderError> {
+    let part = |head: bool| PartialSync { tables: diffs, head, elements: false, tail: !head };
+    Ok((render_template(&part(true), "partial-sync.nft")?, render_template(&part(false), "partial-sync.nft")?))
 }
 
 /// Renders the deletion of stale chains.

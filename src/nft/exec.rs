@@ -1,5 +1,6 @@
 //! Runs the installed `nft`, every run bounded: a script on stdin (one `nft -f -` is one
-//! atomic transaction), or a listing read back.
+//! atomic transaction), or a listing read back. Syncs never run it; the version check, the
+//! takeover's listings and `--cleanup` do.
 
 use super::NftError;
 use std::io::{Read, Write};
@@ -24,9 +25,24 @@ pub struct Limits {
     pub stop: Arc<AtomicBool>,
 }
 
+/// The daemon's bounds for every run, once set.
+static CONFIGURED: std::sync::OnceLock<Limits> = std::sync::OnceLock::new();
+
+impl Limits {
+    /// Makes `self` the bounds of every run from now on (the daemon's `--nft-timeout` and its
+    /// stop flag), wherever the run starts; the first call wins.
+    pub fn configure(self) {
+        let _ = CONFIGURED.set(self);
+    }
+}
+
 impl Default for Limits {
+    /// The configured bounds, or 60 s and never stopped.
     fn default() -> Limits {
-        Limits { timeout: Duration::from_secs(60), stop: Arc::new(AtomicBool::new(false)) }
+        CONFIGURED
+            .get()
+            .cloned()
+            .unwrap_or(Limits { timeout: Duration::from_secs(60), stop: Arc::new(AtomicBool::new(false)) })
     }
 }
 
@@ -118,9 +134,35 @@ const STDERR_GRACE: Duration = Duration::from_secs(2);
 /// How often a wait for `nft` looks at the stop flag.
 const STOP_CHECK: Duration = Duration::from_millis(100);
 
+/// The process groups of the runs under way, so a stopping daemon can end them however busy
+/// the threads that started them are.
+static RUNNING: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+fn running() -> std::sync::MutexGuard<'static, Vec<i32>> {
+    RUNNING.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Kills every run under way, whole: the daemon's last act on its way out, so no `nft` it
+/// started outlives it.
+pub fn end_all() {
+    for pid in running().drain(..) {
+        if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
 /// Waits for `child` on a thread of its own (so its exit is seen at once), killing its
 /// process group when it outlives `limits`.
 fn wait_bounded(child: Child, limits: &Limits) -> Result<ExitStatus, NftError> {
+    let raw = i32::try_from(child.id()).unwrap_or(0);
+    running().push(raw);
+    let result = wait_for_exit(child, limits);
+    running().retain(|p| *p != raw);
+    result
+}
+
+fn wait_for_exit(child: Child, limits: &Limits) -> Result<ExitStatus, NftError> {
     let pid = i32::try_from(child.id()).ok().and_then(rustix::process::Pid::from_raw);
     let (tell, exited) = std::sync::mpsc::channel();
     let mut child = child;

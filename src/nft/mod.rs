@@ -1,5 +1,6 @@
-//! Applying rulesets to the kernel: full and partial syncs through the installed `nft`,
-//! stale-chain cleanup, and what was applied, kept in memory so no sync lists the table.
+//! Applying rulesets to the kernel: full and partial syncs, each one nf_tables transaction
+//! built in-process (`compile` for the templates' text, `wire` for elements), stale-chain
+//! cleanup, and what was applied, kept in memory so no sync lists the table.
 
 pub mod cleanup;
 pub mod compile;
@@ -32,8 +33,8 @@ pub enum NftError {
         /// Cause.
         source: std::io::Error,
     },
-    /// `nft` refused the transaction; nothing of it was applied.
-    #[error("nft rejected the transaction: {message}{}", line.as_ref().map(|l| format!("\\n  failing line: {l}")).unwrap_or_default())]
+    /// The kernel (or `nft`) refused the transaction; nothing of it was applied.
+    #[error("the transaction was rejected: {message}{}", line.as_ref().map(|l| format!("\\n  failing line: {l}")).unwrap_or_default())]
     Rejected {
         /// nft's message.
         message: String,
@@ -43,6 +44,15 @@ pub enum NftError {
     /// `nft` ran past its time limit and was killed; nothing of it was applied.
     #[error("nft did not finish within {0:?} and was killed")]
     TimedOut(Duration),
+    /// The kernel refused message `seq` of a batch with `errno`; nothing of it was applied
+    /// (`wire::Lines::explain` names the script line).
+    #[error("the kernel rejected the transaction: {}", std::io::Error::from_raw_os_error(*errno))]
+    Kernel {
+        /// The error.
+        errno: i32,
+        /// The refused message's sequence number in the batch.
+        seq: u32,
+    },
     /// The daemon is stopping; the run was ended.
     #[error("stopped: the daemon is shutting down")]
     Stopped,
@@ -52,6 +62,9 @@ pub enum NftError {
     /// The script could not be rendered.
     #[error(transparent)]
     Render(#[from] RenderError),
+    /// The script could not be compiled.
+    #[error(transparent)]
+    Compile(#[from] compile::CompileError),
 }
 
 /// What kind of transaction a sync sent.
@@ -59,8 +72,6 @@ pub enum NftError {
 pub enum SyncKind {
     /// Both tables replaced.
     Full,
-    /// A first full sync built without hooks, then hooks attached.
-    Staged,
     /// Every rule rewritten and every map refilled in place (the periodic full sync).
     Refresh,
     /// Only changes.
@@ -74,9 +85,10 @@ pub enum SyncKind {
 pub struct SyncReport {
     /// Kind of transaction.
     pub kind: SyncKind,
-    /// Sent as one netlink batch of elements rather than through `nft`.
-    pub netlink: bool,
-    /// The script sent (for a staged sync, both parts).
+    /// The batch's size.
+    pub bytes: usize,
+    /// The script compiled into it: a partial sync's with its elements, a full sync's without
+    /// (they go from the ruleset straight into the batch).
     pub script: String,
     /// Stale chains deleted before it.
     pub deleted_chains: usize,
@@ -124,11 +136,13 @@ impl OwnPids {
     }
 }
 
-/// A partial transaction: its `nft` text, a netlink batch when it is elements only, and the
-/// chains it leaves stale and takes back into use.
+/// A partial transaction: its text, its batch (with the script lines its messages came from,
+/// in `compiled`), and the chains it leaves stale and takes back into use.
 struct Partial {
     script: String,
-    batch: Option<Vec<u8>>,
+    batch: Vec<u8>,
+    lines: wire::Lines,
+    compiled: String,
     flushed: Vec<(Family, String)>,
     reused: Vec<(Family, String)>,
 }
@@ -151,21 +165,16 @@ pub struct Applier {
     own: Arc<OwnPids>,
     quiet: Option<Arc<guard::Quiet>>,
     sender: wire::Sender,
-    limits: exec::Limits,
+    /// The sets the kernel holds, for rules compiled between full syncs.
+    schema: compile::Schema,
 }
 
 impl Applier {
     /// An applier for node `node` that knows nothing applied yet (its first sync is full).
     pub fn new(node: &str, own: Arc<OwnPids>) -> Applier {
         let sender = wire::Sender::default();
-        let limits = exec::Limits::default();
-        Applier { node: node.to_string(), in_sync: false, stale: BTreeMap::new(), own, quiet: None, sender, limits }
-    }
-
-    /// Bounds every `nft` run by `limits`.
-    pub fn with_limits(mut self, limits: exec::Limits) -> Applier {
-        self.limits = limits;
-        self
+        let schema = compile::Schema::default();
+        Applier { node: node.to_string(), in_sync: false, stale: BTreeMap::new(), own, quiet: None, sender, schema }
     }
 
     /// Pauses the guard's notifications around full syncs.
@@ -208,25 +217,20 @@ impl Applier {
         let part = match plan {
             Plan::Full => return self.full(desired, deleted_chains),
             Plan::Nothing => {
-                let script = String::new();
-                return Ok(SyncReport {
+                let report = SyncReport {
                     kind: SyncKind::Unchanged,
-                    netlink: false,
-                    script,
+                    bytes: 0,
+                    script: String::new(),
                     deleted_chains,
                     unsure: false,
-                });
+                };
+                return Ok(report);
             }
             Plan::Partial(part) => part,
         };
-        let netlink = part.batch.is_some();
-        match &part.batch {
-            Some(batch) => {
-                self.own.add_current_thread();
-                self.sender.send(batch)?
-            }
-            None => self.apply(&part.script)?,
-        }
+        self.own.add_current_thread();
+        self.sender.send(&part.batch).map_err(|e| part.lines.explain(e, &part.compiled))?;
+        self.schema.sent();
         let now = Instant::now();
         for chain in part.flushed {
             self.stale.entry(chain).or_insert(now);
@@ -234,11 +238,12 @@ impl Applier {
         for chain in &part.reused {
             self.stale.remove(chain);
         }
-        Ok(SyncReport { kind: SyncKind::Partial, netlink, script: part.script, deleted_chains, unsure: false })
+        let bytes = part.batch.len();
+        Ok(SyncReport { kind: SyncKind::Partial, bytes, script: part.script, deleted_chains, unsure: false })
     }
 
     /// The partial transaction for `update`.
-    fn plan(&self, desired: &Ruleset, update: &Update) -> Result<Plan, NftError> {
+    fn plan(&mut self, desired: &Ruleset, update: &Update) -> Result<Plan, NftError> {
         let stale_of = |family: Family| -> BTreeSet<String> {
             self.stale.keys().filter(|(f, _)| *f == family).map(|(_, c)| c.clone()).collect()
         };
@@ -270,13 +275,15 @@ impl Applier {
             flushed.extend(d.stale.iter().map(|c| (*family, c.to_string())));
             reused.extend(d.rewrite.iter().map(|(c, _)| (*family, c.to_string())));
         }
-        let batch = diffs.iter().all(diff::TableDiff::elements_only).then(|| diff::element_batch(&diffs, &families));
-        let script = diff::partial_script(diffs)?;
-        Ok(Plan::Partial(Partial { script, batch, flushed, reused }))
-    }
-
-    fn apply(&self, script: &str) -> Result<(), NftError> {
-        exec::apply(script, &|pid| self.own.add(pid), &self.limits)
+        let (head, tail) = diff::partial_scripts(&diffs)?;
+        let mut batch = wire::Batch::new();
+        compile::compile(&head, &mut self.schema, &mut batch)?;
+        diff::element_ops(&mut batch, &diffs, &families);
+        compile::compile_after(&tail, head.lines().count(), &mut self.schema, &mut batch)?;
+        let script = diff::partial_script(&diffs)?;
+        let compiled = head.lines().chain(tail.lines()).collect::<Vec<_>>().join("\n");
+        let (batch, lines) = batch.finish_with_lines();
+        Ok(Plan::Partial(Partial { script, batch, lines, compiled, flushed, reused }))
     }
 
     /// When the oldest stale chain may be deleted.
@@ -292,7 +299,12 @@ impl Applier {
         if due.is_empty() {
             return Ok(0);
         }
-        diff::delete_chains_script(&due).map_err(NftError::from).and_then(|s| self.apply(&s))?;
+        let script = diff::delete_chains_script(&due)?;
+        let mut batch = wire::Batch::new();
+        compile::compile(&script, &mut self.schema, &mut batch)?;
+        let (batch, lines) = batch.finish_with_lines();
+        self.own.add_current_thread();
+        self.sender.send(&batch).map_err(|e| lines.explain(e, &script))?;
         for k in &due {
             self.stale.remove(k);
         }

@@ -1,11 +1,12 @@
-//! Element-only transactions over netlink: the commonest partial sync (endpoints changed, the
-//! service's chains did not) sent straight to nf_tables as one batch, without running `nft`,
-//! whose cost grows with the table (it reads its cache of the table first). Also the deletion
-//! of foreign stateful objects that `nft` 1.0.6 cannot delete by handle.
+//! nf_tables batches: the messages of one transaction (what `compile` writes, map and set
+//! elements straight from the desired state, flushes, deletions of foreign stateful objects),
+//! and the socket that sends them and reads the kernel's verdict.
 //!
-//! The encoding is nftables' own: concatenated keys are fields padded to 4-byte registers,
-//! addresses and ports in network order, `numgen` slots as host-order 32-bit integers,
-//! verdicts as code plus chain, element comments as userdata. The real-kernel tests compare
+//! The element encoding is nftables' own: concatenated keys are fields padded to 4-byte
+//! registers, addresses and ports in network order, `numgen` slots as host-order 32-bit
+//! integers, verdicts as code plus chain, element comments as userdata, a range of a
+//! concatenation as its first and last key, a range of a single address as a start element
+//! and an interval-end element past it. The real-kernel tests compare
 //! what `nft` lists after this path with what it lists after the same change sent as text.
 
 use super::netlink::sock;
@@ -29,15 +30,12 @@ const NLMSG_ERROR: u16 = 2;
 /// Elements per message: the element list is one attribute, whose length is 16 bits.
 const ELEMENTS_PER_MESSAGE: usize = 256;
 
-/// Whether a map's elements can go over this path (interval sets need ranges; they go via `nft`).
-pub fn encodable(map: &MapName) -> bool {
-    !map.is_interval()
-}
-
 /// One batch of element additions and deletions.
 pub struct Batch {
     buf: Vec<u8>,
     seq: u32,
+    /// Messages written from a script's line, by sequence number: (sequence, line).
+    lines: Vec<(u32, u32)>,
 }
 
 fn put_u16(buf: &mut Vec<u8>, v: u16) {
@@ -76,7 +74,7 @@ impl Default for Batch {
 impl Batch {
     /// An empty batch (begin marker written).
     pub fn new() -> Batch {
-        let mut b = Batch { buf: Vec::new(), seq: 0 };
+        let mut b = Batch { buf: Vec::new(), seq: 0, lines: Vec::new() };
         b.message(NFNL_MSG_BATCH_BEGIN, 0, 0, |_| {});
         b
     }
@@ -121,7 +119,9 @@ impl Batch {
                 str_attr(b, 2, &name);
                 attr(b, 3 | NLA_F_NESTED, |b| {
                     for (key, value) in elems.by_ref().take(ELEMENTS_PER_MESSAGE) {
-                        attr(b, 1 | NLA_F_NESTED, |b| element(b, map, key, if add { Some(value) } else { None }));
+                        for part in parts(key) {
+                            attr(b, 1 | NLA_F_NESTED, |b| element(b, &part, if add { Some(value) } else { None }));
+                        }
                     }
                 });
             });
@@ -156,35 +156,124 @@ impl Batch {
     }
 
     /// The batch with its end marker.
-    pub fn finish(mut self) -> Vec<u8> {
+    pub fn finish(self) -> Vec<u8> {
+        self.finish_with_lines().0
+    }
+
+    /// Notes that the last message came from line `line` of the script being compiled.
+    pub fn label(&mut self, line: usize) {
+        self.lines.push((self.seq, line as u32));
+    }
+
+    /// The batch with its end marker, and the script line of each message that has one.
+    pub fn finish_with_lines(mut self) -> (Vec<u8>, Lines) {
         self.message(NFNL_MSG_BATCH_END, 0, 0, |_| {});
-        self.buf
+        (self.buf, Lines(self.lines))
     }
 }
 
-fn element(b: &mut Vec<u8>, map: &MapName, key: &Key, value: Option<&Value>) {
-    attr(b, 1 | NLA_F_NESTED, |b| attr(b, 1, |b| key_bytes(b, map, key)));
+/// Which script line each message of a batch came from.
+#[derive(Debug, Default)]
+pub struct Lines(Vec<(u32, u32)>);
+
+impl Lines {
+    /// Turns the kernel's refusal of message `seq` into an error naming the line of `script`
+    /// it came from (an element message has none); other errors pass.
+    pub fn explain(&self, e: super::NftError, script: &str) -> super::NftError {
+        let super::NftError::Kernel { errno, seq } = e else { return e };
+        let line = match self.0.binary_search_by_key(&seq, |(s, _)| *s) {
+            Ok(i) => script.lines().nth(self.0[i].1.saturating_sub(1) as usize).map(|l| l.trim().to_string()),
+            Err(_) => Some("(map or set elements)".into()),
+        };
+        super::NftError::Rejected { message: io::Error::from_raw_os_error(errno).to_string(), line }
+    }
+}
+
+/// One kernel element of a key: its key bytes, for a range of a concatenation the last key
+/// it covers, and its `NFT_SET_ELEM_*` flags.
+struct Part {
+    key: Vec<u8>,
+    key_end: Option<Vec<u8>>,
+    flags: u32,
+}
+
+/// `NFTA_SET_ELEM_*` attributes.
+const ELEM_KEY: u16 = 1;
+const ELEM_DATA: u16 = 2;
+const ELEM_FLAGS: u16 = 3;
+const ELEM_USERDATA: u16 = 6;
+const ELEM_KEY_END: u16 = 10;
+/// The element that ends a range of a single-field interval set.
+const ELEM_INTERVAL_END: u32 = 1;
+
+/// The kernel's elements for `key`: one, but for a range of a single-field interval set
+/// (`service-cidrs`), which is a start and, unless it runs to the top, an end one past it; a
+/// range in a concatenation (`firewall-allow`) is one element with its first and last key.
+fn parts(key: &Key) -> Vec<Part> {
+    let mut bytes = Vec::new();
+    match key {
+        Key::Allow(a) => {
+            let (ip, proto, port, net) = &**a;
+            key_bytes(&mut bytes, &Key::IpProtoPort(*ip, *proto, *port));
+            let mut end = bytes.clone();
+            ip_bytes(&mut bytes, &net.network());
+            ip_bytes(&mut end, &net.broadcast());
+            vec![Part { key: bytes, key_end: Some(end), flags: 0 }]
+        }
+        Key::Cidr(net) => {
+            ip_bytes(&mut bytes, &net.network());
+            let mut out = vec![Part { key: bytes, key_end: None, flags: 0 }];
+            if let Some(end) = after(&net.broadcast()) {
+                let mut b = Vec::new();
+                ip_bytes(&mut b, &end);
+                out.push(Part { key: b, key_end: None, flags: ELEM_INTERVAL_END });
+            }
+            out
+        }
+        other => {
+            key_bytes(&mut bytes, other);
+            vec![Part { key: bytes, key_end: None, flags: 0 }]
+        }
+    }
+}
+
+/// The address after `ip`, if there is one.
+fn after(ip: &std::net::IpAddr) -> Option<std::net::IpAddr> {
+    match ip {
+        std::net::IpAddr::V4(v4) => u32::from(*v4).checked_add(1).map(|n| std::net::Ipv4Addr::from(n).into()),
+        std::net::IpAddr::V6(v6) => u128::from(*v6).checked_add(1).map(|n| std::net::Ipv6Addr::from(n).into()),
+    }
+}
+
+fn element(b: &mut Vec<u8>, part: &Part, value: Option<&Value>) {
+    if part.flags != 0 {
+        attr(b, ELEM_FLAGS, |b| b.extend_from_slice(&part.flags.to_be_bytes()));
+    }
+    attr(b, ELEM_KEY | NLA_F_NESTED, |b| attr(b, 1, |b| b.extend_from_slice(&part.key)));
+    if let Some(end) = &part.key_end {
+        attr(b, ELEM_KEY_END | NLA_F_NESTED, |b| attr(b, 1, |b| b.extend_from_slice(end)));
+    }
     let Some(value) = value else { return };
     let comment = match value {
         Value::None => return,
         Value::Goto(chain) => {
-            attr(b, 2 | NLA_F_NESTED, |b| verdict(b, -4, Some(chain)));
+            attr(b, ELEM_DATA | NLA_F_NESTED, |b| verdict(b, -4, Some(chain)));
             None
         }
         Value::Dispatch(chain, owner) => {
-            attr(b, 2 | NLA_F_NESTED, |b| verdict(b, -4, Some(chain)));
+            attr(b, ELEM_DATA | NLA_F_NESTED, |b| verdict(b, -4, Some(chain)));
             Some(owner)
         }
         Value::Drop(owner) => {
-            attr(b, 2 | NLA_F_NESTED, |b| verdict(b, 0, None));
+            attr(b, ELEM_DATA | NLA_F_NESTED, |b| verdict(b, 0, None));
             Some(owner)
         }
         Value::Reject(owner) => {
-            attr(b, 2 | NLA_F_NESTED, |b| verdict(b, -4, Some("reject-chain")));
+            attr(b, ELEM_DATA | NLA_F_NESTED, |b| verdict(b, -4, Some("reject-chain")));
             Some(owner)
         }
         Value::Endpoint(ip, port) => {
-            attr(b, 2 | NLA_F_NESTED, |b| {
+            attr(b, ELEM_DATA | NLA_F_NESTED, |b| {
                 attr(b, 1, |b| {
                     ip_bytes(b, ip);
                     field(b, &port.to_be_bytes());
@@ -195,7 +284,7 @@ fn element(b: &mut Vec<u8>, map: &MapName, key: &Key, value: Option<&Value>) {
     };
     if let Some(text) = comment.map(|o| crate::render::comment(o)) {
         // Userdata TLV: type 0 (comment), length, NUL-terminated text.
-        attr(b, 6, |b| {
+        attr(b, ELEM_USERDATA, |b| {
             b.push(0);
             b.push((text.len() + 1) as u8);
             b.extend_from_slice(text.as_bytes());
@@ -234,7 +323,7 @@ fn proto_byte(p: &crate::model::Protocol) -> u8 {
     }
 }
 
-fn key_bytes(b: &mut Vec<u8>, _map: &MapName, key: &Key) {
+fn key_bytes(b: &mut Vec<u8>, key: &Key) {
     match key {
         Key::IpProtoPort(ip, proto, port) => {
             ip_bytes(b, ip);
@@ -259,7 +348,7 @@ fn key_bytes(b: &mut Vec<u8>, _map: &MapName, key: &Key) {
             field(b, &port.to_be_bytes());
             field(b, &slot.to_ne_bytes());
         }
-        // Not encodable here (see `encodable`); never reached.
+        // Ranges are split by `parts`.
         Key::Allow(..) | Key::Cidr(..) => {}
     }
 }
@@ -329,7 +418,8 @@ fn count_acked(batch: &[u8]) -> usize {
 /// (the kernel then aborts the whole transaction).
 fn acks(fd: &OwnedFd, mut expected: usize) -> Result<(), super::NftError> {
     let mut buf = vec![0u8; 1 << 16];
-    let mut first_error: Option<i32> = None;
+    // The first refusal: its errno and the sequence number of the message refused.
+    let mut first_error: Option<(i32, u32)> = None;
     while expected > 0 {
         let n = sock::recv(fd, &mut buf)?;
         let mut rest = &buf[..n];
@@ -337,8 +427,10 @@ fn acks(fd: &OwnedFd, mut expected: usize) -> Result<(), super::NftError> {
             let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
             if u16::from_ne_bytes([rest[4], rest[5]]) == NLMSG_ERROR {
                 let code = i32::from_ne_bytes([rest[16], rest[17], rest[18], rest[19]]);
+                // The refused message's own header follows the code: its sequence number.
+                let seq = rest.get(28..32).map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
                 if code != 0 && first_error.is_none() {
-                    first_error = Some(-code);
+                    first_error = Some((-code, seq));
                 }
                 expected = expected.saturating_sub(1);
             }
@@ -351,9 +443,6 @@ fn acks(fd: &OwnedFd, mut expected: usize) -> Result<(), super::NftError> {
     }
     match first_error {
         None => Ok(()),
-        Some(errno) => Err(super::NftError::Rejected {
-            message: format!("netlink element batch: {}", io::Error::from_raw_os_error(errno)),
-            line: None,
-        }),
+        Some((errno, seq)) => Err(super::NftError::Kernel { errno, seq }),
     }
 }

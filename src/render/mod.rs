@@ -32,7 +32,7 @@ use crate::model::{Family, Model, NodeInfo, Protocol};
 use askama::Template;
 use ipnet::IpNet;
 use std::net::IpAddr;
-use templates::{AttachHooks, EndpointMapDecl, FullSync, LbChain, TableView};
+use templates::{EndpointMapDecl, FullSync, LbChain, TableView};
 
 /// Rendering failed; only a template that cannot be written out does that.
 #[derive(Debug, thiserror::Error)]
@@ -224,17 +224,25 @@ fn endpoint_maps() -> Vec<EndpointMapDecl> {
         .collect()
 }
 
-/// Writes the full-sync script: both tables created or replaced in one transaction.
+/// Writes the full-sync script: both tables created or replaced in one transaction, with
+/// every element (what `--dry-run` prints).
 pub fn full_sync_script(ruleset: &Ruleset, node: &str) -> Result<String, RenderError> {
-    let sync = FullSync { node, hooks: true, refresh: false, tables: table_views(ruleset, false) };
+    let sync = FullSync { node, refresh: false, tables: table_views(ruleset, false) };
     render_template(&sync, "full-sync.nft")
 }
 
-/// Writes a refresh: every chain's rules rewritten in place in one transaction (`flush table`
-/// keeps sets, maps and their elements), and the interval sets' elements with them; the
-/// caller refills the other maps over netlink, one map per transaction. `foreign` (per table)
-/// is deleted by handle, in kind order, after the flush has dropped the rules that referred to
-/// it; kinds `nft` cannot delete by handle are left to the caller.
+/// The full-sync script without elements, which the daemon sends from `ruleset` itself in
+/// the same transaction (`nft::wire`): what it compiles.
+pub fn full_sync_script_without_elements(ruleset: &Ruleset, node: &str) -> Result<String, RenderError> {
+    let sync = FullSync { node, refresh: false, tables: table_views(ruleset, true) };
+    render_template(&sync, "full-sync.nft")
+}
+
+/// Writes a refresh: every chain's rules rewritten in place (`flush table` keeps sets, maps
+/// and their elements) and every map emptied; the caller adds the elements again in the same
+/// transaction. `foreign` (per table) is deleted by handle, in kind order, after the flush has
+/// dropped the rules that referred to it; kinds `nft` cannot delete by handle are left to the
+/// caller.
 pub fn refresh_script(ruleset: &Ruleset, node: &str, foreign: &[Vec<Foreign>]) -> Result<String, RenderError> {
     let mut tables = table_views(ruleset, true);
     for (view, found) in tables.iter_mut().zip(foreign) {
@@ -242,21 +250,10 @@ pub fn refresh_script(ruleset: &Ruleset, node: &str, foreign: &[Vec<Foreign>]) -
         found.sort_unstable();
         view.foreign = found.iter().filter_map(|f| Some((f.kind.nft_words()?, f.handle))).collect();
     }
-    render_template(&FullSync { node, hooks: true, refresh: true, tables }, "full-sync.nft")
+    render_template(&FullSync { node, refresh: true, tables }, "full-sync.nft")
 }
 
-/// Writes a first sync in steps: the tables without base chains (no traffic passes them while
-/// they fill), then the base chains alone, which switch traffic over. The map elements (but
-/// interval sets') are left out of the first script: the caller sends them over netlink in
-/// between, which costs a fraction of what `nft` needs to parse them.
-pub fn staged_full_sync_scripts(ruleset: &Ruleset, node: &str) -> Result<(String, String), RenderError> {
-    let build = FullSync { node, hooks: false, refresh: false, tables: table_views(ruleset, true) };
-    let build = render_template(&build, "full-sync.nft")?;
-    let attach = render_template(&AttachHooks { tables: table_views(ruleset, false) }, "attach-hooks.nft")?;
-    Ok((build, attach))
-}
-
-fn table_views(ruleset: &Ruleset, netlink_elements: bool) -> Vec<TableView<'_>> {
+fn table_views(ruleset: &Ruleset, without_elements: bool) -> Vec<TableView<'_>> {
     ruleset
         .tables
         .iter()
@@ -271,7 +268,7 @@ fn table_views(ruleset: &Ruleset, netlink_elements: bool) -> Vec<TableView<'_>> 
                 nodeport_all: table.fixed.nodeport_all,
                 endpoint_maps: endpoint_maps(),
                 table,
-                netlink_elements,
+                without_elements,
                 foreign: Vec::new(),
             }
         })

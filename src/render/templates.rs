@@ -126,8 +126,8 @@ pub struct TableView<'a> {
     pub endpoint_maps: Vec<EndpointMapDecl>,
     /// The rendered content.
     pub table: &'a Table,
-    /// Elements of maps other than interval sets are sent over netlink, not in the script.
-    pub netlink_elements: bool,
+    /// The elements are left out of the script (the daemon sends them from the ruleset).
+    pub without_elements: bool,
     /// What someone else added, deleted by a refresh: the kind as `nft` names it in `delete`,
     /// and the handle.
     pub foreign: Vec<(&'static str, u64)>,
@@ -136,13 +136,13 @@ pub struct TableView<'a> {
 impl TableView<'_> {
     /// The maps whose elements the script writes.
     pub fn text_elements(&self) -> impl Iterator<Item = (&MapName, &BTreeMap<Key, Entry>)> {
-        self.table.elements.iter().filter(|(map, _)| !self.netlink_elements || map.is_interval())
+        self.table.elements.iter().filter(|_| !self.without_elements)
     }
 
-    /// The interval sets, which a refresh empties and the script fills again (their elements
-    /// never go over netlink).
-    pub fn interval_sets(&self) -> Vec<String> {
-        MapName::all().into_iter().filter(|m| m.is_interval()).map(|m| m.to_string()).collect()
+    /// Every map and set with static elements, which a refresh empties (its caller fills
+    /// them again in the same transaction).
+    pub fn maps(&self) -> Vec<String> {
+        MapName::all().into_iter().map(|m| m.to_string()).collect()
     }
 }
 
@@ -152,18 +152,8 @@ impl TableView<'_> {
 pub struct FullSync<'a> {
     /// Node name, for the header.
     pub node: &'a str,
-    /// Include the base chains; false when building big tables first and attaching later.
-    pub hooks: bool,
     /// Rewrite the rules of tables in place (`flush table`) rather than replace them.
     pub refresh: bool,
-    /// One view per family.
-    pub tables: Vec<TableView<'a>>,
-}
-
-/// `attach-hooks.nft`: adds the base chains to tables built without them.
-#[derive(Template)]
-#[template(path = "attach-hooks.nft")]
-pub struct AttachHooks<'a> {
     /// One view per family.
     pub tables: Vec<TableView<'a>>,
 }

@@ -340,7 +340,7 @@ impl<K: Kernel> Syncer<K> {
         let (all, elements) = applied.unwrap_or_default();
         match result {
             Ok(report) => {
-                let s = Synced { kind: report.kind, took: end - started, bytes: report.script.len(), elements };
+                let s = Synced { kind: report.kind, took: end - started, bytes: report.bytes, elements };
                 self.succeeded(&report, &s, (rendered_at - started, end - rendered_at), end);
                 self.observe.synced(&s, &changes, SystemTime::now());
                 self.observe.local(&self.model, &self.cfg, &changes, all);
@@ -362,17 +362,16 @@ impl<K: Kernel> Syncer<K> {
     fn succeeded(&mut self, report: &SyncReport, s: &Synced, (render, apply): (Duration, Duration), end: Instant) {
         let took = render + apply;
         if report.kind != SyncKind::Unchanged {
-            let via = if report.netlink { " (netlink)" } else { "" };
             let (services, endpoints) = (self.model.services.len(), self.model.endpoint_count());
             log::info!(
-                "{:?} sync{via}: {services} services, {endpoints} endpoints; sent {} elements, {} bytes in {took:?} (render {render:?}, apply {apply:?})",
+                "{:?} sync: {services} services, {endpoints} endpoints; sent {} elements, {} bytes in {took:?} (render {render:?}, apply {apply:?})",
                 s.kind,
                 s.elements,
                 s.bytes
             );
         }
         self.last = Some((report.kind, took, end));
-        let full = matches!(report.kind, SyncKind::Full | SyncKind::Staged | SyncKind::Refresh);
+        let full = matches!(report.kind, SyncKind::Full | SyncKind::Refresh);
         if full {
             self.last_full = end;
         }

@@ -205,6 +205,7 @@ pub mod emulator;
 pub mod layouts;
 pub mod net;
 pub mod node;
+pub mod owner;
 pub mod packaging;
 pub mod proxy;
 pub mod tables;

@@ -115,7 +115,18 @@ fn u64_attr(b: &mut Vec<u8>, kind: u16, v: u64) {
 /// Compiles `script` into `batch`, learning its sets into `schema`; returns the messages
 /// added.
 pub fn compile(script: &str, schema: &mut Schema, batch: &mut Batch) -> Result<usize, CompileError> {
-    let mut out = Out { batch, schema, messages: 0, trace: None };
+    compile_after(script, 0, schema, batch)
+}
+
+/// As [`compile`], for a script that continues another of `lines_before` lines in the same
+/// batch: its messages are labelled with lines counted from the start of the first.
+pub fn compile_after(
+    script: &str,
+    lines_before: usize,
+    schema: &mut Schema,
+    batch: &mut Batch,
+) -> Result<usize, CompileError> {
+    let mut out = Out { batch, schema, messages: 0, trace: None, line: 0, base: lines_before };
     out.script(script)?;
     Ok(out.messages)
 }
@@ -124,7 +135,8 @@ pub fn compile(script: &str, schema: &mut Schema, batch: &mut Batch) -> Result<u
 /// family, table and chain, then the expressions, then a blank line.
 pub fn describe(script: &str) -> Result<String, CompileError> {
     let (mut batch, mut schema) = (Batch::new(), Schema::default());
-    let mut out = Out { batch: &mut batch, schema: &mut schema, messages: 0, trace: Some(String::new()) };
+    let mut out =
+        Out { batch: &mut batch, schema: &mut schema, messages: 0, trace: Some(String::new()), line: 0, base: 0 };
     out.script(script)?;
     Ok(out.trace.unwrap_or_default())
 }
@@ -135,11 +147,16 @@ struct Out<'a> {
     messages: usize,
     /// Each rule's expressions as text, when asked for.
     trace: Option<String>,
+    /// The script line the next messages come from, which names a message the kernel refuses.
+    line: usize,
+    /// Lines of the scripts compiled into the batch before this one.
+    base: usize,
 }
 
 impl Out<'_> {
     fn script(&mut self, script: &str) -> Result<(), CompileError> {
-        for c in parse::parse(&lex::tokens(script)?)? {
+        for (c, line) in parse::parse(&lex::tokens(script)?)? {
+            self.line = line;
             self.command(c)?;
         }
         Ok(())
@@ -148,6 +165,7 @@ impl Out<'_> {
     fn msg(&mut self, kind: u16, flags: u16, family: Family, f: impl FnOnce(&mut Vec<u8>)) {
         self.messages += 1;
         self.batch.message(kind, flags | NLM_F_ACK, NfFamily::from(family) as u8, f);
+        self.batch.label(self.base + self.line);
     }
 
     /// A message about `obj`'s table whose other attributes `f` writes.
@@ -167,13 +185,16 @@ impl Out<'_> {
             Command::Table { obj, comment, sets, chains } => {
                 self.table(&obj, comment.as_deref());
                 for chain in &chains {
+                    self.line = chain.line;
                     self.chain(&obj, &chain.name, chain.hook.as_ref());
                 }
                 for s in &sets {
+                    self.line = s.line;
                     self.set(&obj, s)?;
                 }
                 for chain in &chains {
-                    for r in &chain.rules {
+                    for (line, r) in &chain.rules {
+                        self.line = *line;
                         self.rule(&obj, &chain.name, r)?;
                     }
                 }

@@ -36,6 +36,8 @@ pub struct SetDecl {
     pub timeout: Option<u64>,
     /// `comment`.
     pub comment: Option<String>,
+    /// The line of its declaration.
+    pub line: usize,
 }
 
 /// A base chain's hook.
@@ -56,8 +58,10 @@ pub struct ChainDecl {
     pub name: String,
     /// For a base chain.
     pub hook: Option<Hook>,
-    /// Its rules, each a token list.
-    pub rules: Vec<Vec<Token>>,
+    /// Its rules, each a token list with its line.
+    pub rules: Vec<(usize, Vec<Token>)>,
+    /// The line of its declaration.
+    pub line: usize,
 }
 
 /// One command of a script.
@@ -185,8 +189,8 @@ impl Cursor<'_> {
     }
 }
 
-/// Parses a whole script.
-pub fn parse(toks: &[(Token, usize)]) -> Result<Vec<Command>, CompileError> {
+/// Parses a whole script: each command with the line it starts on.
+pub fn parse(toks: &[(Token, usize)]) -> Result<Vec<(Command, usize)>, CompileError> {
     let mut c = Cursor { toks, at: 0 };
     let mut out = Vec::new();
     loop {
@@ -194,7 +198,8 @@ pub fn parse(toks: &[(Token, usize)]) -> Result<Vec<Command>, CompileError> {
         if c.peek().is_none() {
             return Ok(out);
         }
-        out.push(command(&mut c)?);
+        let line = c.line();
+        out.push((command(&mut c)?, line));
     }
 }
 
@@ -263,7 +268,7 @@ fn table_block(c: &mut Cursor) -> Result<Command, CompileError> {
 }
 
 fn set_body(c: &mut Cursor, name: String) -> Result<SetDecl, CompileError> {
-    let mut d = SetDecl { name, ..SetDecl::default() };
+    let mut d = SetDecl { name, line: c.line(), ..SetDecl::default() };
     loop {
         c.skip_ends();
         match c.next() {
@@ -301,7 +306,7 @@ fn seconds(w: &str) -> Option<u64> {
 fn chain_body(c: &mut Cursor) -> Result<ChainDecl, CompileError> {
     let name = c.word()?;
     c.expect(Token::Open)?;
-    let mut chain = ChainDecl { name, hook: None, rules: Vec::new() };
+    let mut chain = ChainDecl { name, hook: None, rules: Vec::new(), line: c.line() };
     loop {
         c.skip_ends();
         match c.peek() {
@@ -321,7 +326,10 @@ fn chain_body(c: &mut Cursor) -> Result<ChainDecl, CompileError> {
                 c.keyword("accept")?;
                 chain.hook = Some(Hook { kind, hook, priority });
             }
-            Some(_) => chain.rules.push(c.statement()),
+            Some(_) => {
+                let line = c.line();
+                chain.rules.push((line, c.statement()));
+            }
             None => return Err(c.err("a chain without its end")),
         }
     }
