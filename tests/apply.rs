@@ -332,3 +332,42 @@ fn a_refresh_deletes_every_foreign_object_by_handle() {
     assert!(!report.script.contains("injected"), "a kernel name reached the script:\n{}", report.script);
     assert_only(&ns, &clean, "the refresh");
 }
+
+#[test]
+fn a_big_batch_of_long_named_elements_is_split_and_lists_as_nft_loads_it() {
+    if !kernel_available() {
+        return;
+    }
+    // 300 dual-stack services with long names: each IPv6 dispatch element (address, chain,
+    // 128-byte comment) takes ~220 bytes, so the map's elements go in several messages (split
+    // by size: see `wire`'s unit test for elements long enough to overflow a 16-bit length).
+    let long = |i: u32, tag: &str| format!("{tag}{i:05}-{}", "x".repeat(50));
+    let mut objects = Vec::new();
+    for i in 0..300 {
+        let name = long(i, "s");
+        let spec = json!({"clusterIP": format!("172.31.{}.{}", i / 250, i % 250 + 1),
+            "clusterIPs": [format!("172.31.{}.{}", i / 250, i % 250 + 1), format!("fd00:31::{:x}", i + 1)],
+            "ipFamilies": ["IPv4", "IPv6"], "ipFamilyPolicy": "RequireDualStack",
+            "ports": [{"name": long(i, "p"), "port": 80, "targetPort": ECHO_PORT}]});
+        let mut svc = service(&name, spec, json!({}));
+        svc["metadata"]["namespace"] = json!(long(i, "n"));
+        objects.push(svc);
+        for v6 in [false, true] {
+            let addr = if v6 { format!("fd00:5::{:x}", i + 1) } else { format!("10.5.{}.{}", i / 250, i % 250 + 1) };
+            let mut s = slice(&name, v6, "TCP", vec![json!({"addresses": [addr], "nodeName": "node-b"})]);
+            s["metadata"]["namespace"] = json!(long(i, "n"));
+            s["ports"][0]["name"] = json!(long(i, "p"));
+            objects.push(s);
+        }
+    }
+    let ns = Netns::new("long-names");
+    let mut proxy = Proxy::new(config());
+    proxy.model.replace(model_of(&objects));
+    let report = proxy.sync(&ns.name, Resync::Changes).expect("the kernel takes the batch");
+    assert_eq!(report.kind, SyncKind::Full);
+    let listed = ns.nft(&["list", "ruleset"]);
+    assert!(listed.matches("s00299-").count() >= 2, "the last service is in both families");
+    let by_nft = Netns::new("long-names-nft");
+    by_nft.nft_apply(&kube_nftproxy::render::full_sync_script(proxy.ruleset(), "node-a").unwrap()).unwrap();
+    assert_eq!(listed, by_nft.nft(&["list", "ruleset"]), "our batch built another ruleset than nft -f");
+}

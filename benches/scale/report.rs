@@ -35,7 +35,7 @@ pub fn print_case(r: &Value, run: usize) {
     eprintln!("run {run}: {} (full sync {first:.1} ms)", r["case"].as_str().unwrap_or("?"));
 }
 
-const HEADER: &str = "case,render_ms,full_first_ms,full_refresh_ms,full_repair_ms,partial1_ms,partial1_lines,partial100_ms,partial100_lines,peak_first_mb,peak_refresh_mb,peak_repair_mb,upstream_ga_ms,upstream_newest_ms";
+const HEADER: &str = "case,render_ms,full_first_ms,full_refresh_ms,full_repair_ms,full_txns,partial1_ms,partial1_lines,partial100_ms,partial100_lines,peak_first_mb,peak_refresh_mb,peak_repair_mb,upstream_ga_ms,upstream_newest_ms";
 
 /// Peak RSS of the proxy plus that of the `nft` it ran (medians), for one kind of full sync.
 fn peak(r: &Value, proxy: &str, nft: &str) -> String {
@@ -52,6 +52,7 @@ fn row(r: &Value) -> Vec<String> {
         cell(r, &["full_first_ms"]),
         cell(r, &["full_refresh_ms"]),
         cell(r, &["full_repair_ms"]),
+        ["full_first_txns", "full_refresh_txns", "full_repair_txns"].map(|k| count(&r["median"][k])).join("/"),
         cell(r, &["partial_1", "total_ms"]),
         count(&r["median"]["partial_1"]["lines"]),
         cell(r, &["partial_100", "total_ms"]),

@@ -27,8 +27,9 @@ const NLM_F_ACK: u16 = 4;
 const NLM_F_CREATE: u16 = 0x400;
 const NLA_F_NESTED: u16 = 0x8000;
 const NLMSG_ERROR: u16 = 2;
-/// Elements per message: the element list is one attribute, whose length is 16 bits.
-const ELEMENTS_PER_MESSAGE: usize = 256;
+/// Bytes of elements per message: the element list is one attribute, whose length is 16
+/// bits, and one element (key, data, chain name, comment) takes well under 1 KiB.
+pub(crate) const ELEMENT_LIST_BUDGET: usize = 48 * 1024;
 
 /// One batch of element additions and deletions.
 pub struct Batch {
@@ -51,6 +52,8 @@ pub(crate) fn attr(buf: &mut Vec<u8>, kind: u16, f: impl FnOnce(&mut Vec<u8>)) {
     let start = buf.len();
     buf.extend_from_slice(&[0, 0, 0, 0]);
     f(buf);
+    // Callers keep attributes short (element lists are split by `ELEMENT_LIST_BUDGET`).
+    debug_assert!(buf.len() - start <= usize::from(u16::MAX), "a netlink attribute over 64 KiB");
     let len = (buf.len() - start) as u16;
     buf[start..start + 2].copy_from_slice(&len.to_ne_bytes());
     buf[start + 2..start + 4].copy_from_slice(&kind.to_ne_bytes());
@@ -118,7 +121,9 @@ impl Batch {
                 str_attr(b, 1, table);
                 str_attr(b, 2, &name);
                 attr(b, 3 | NLA_F_NESTED, |b| {
-                    for (key, value) in elems.by_ref().take(ELEMENTS_PER_MESSAGE) {
+                    let start = b.len();
+                    while b.len() - start < ELEMENT_LIST_BUDGET {
+                        let Some((key, value)) = elems.next() else { break };
                         for part in parts(key) {
                             attr(b, 1 | NLA_F_NESTED, |b| element(b, &part, if add { Some(value) } else { None }));
                         }
@@ -444,5 +449,56 @@ fn acks(fd: &OwnedFd, mut expected: usize) -> Result<(), super::NftError> {
     match first_error {
         None => Ok(()),
         Some((errno, seq)) => Err(super::NftError::Kernel { errno, seq }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Protocol;
+    use std::sync::Arc;
+
+    /// The attributes of `body` (after the nfgenmsg): (type, length field, payload).
+    fn attrs(body: &[u8]) -> Vec<(u16, usize, &[u8])> {
+        let mut out = Vec::new();
+        let mut rest = &body[4..];
+        while rest.len() >= 4 {
+            let len = usize::from(u16::from_ne_bytes([rest[0], rest[1]]));
+            let kind = u16::from_ne_bytes([rest[2], rest[3]]) & 0x3fff;
+            out.push((kind, len, &rest[4..len.max(4).min(rest.len())]));
+            rest = &rest[len.next_multiple_of(4).clamp(4, rest.len())..];
+        }
+        out
+    }
+
+    #[test]
+    fn long_elements_are_split_so_no_element_list_outgrows_its_16_bit_length() {
+        let chain: Arc<str> = Arc::from("c".repeat(250));
+        let owner: Arc<str> = Arc::from("o".repeat(200));
+        let entries: Vec<(Key, Value)> = (0..300u16)
+            .map(|i| {
+                let ip = std::net::IpAddr::V6(std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, i));
+                (Key::IpProtoPort(ip, Protocol::Tcp, 80), Value::Dispatch(chain.clone(), owner.clone()))
+            })
+            .collect();
+        let mut batch = Batch::new();
+        batch.elements(Family::V6, "t", &MapName::ServiceIps, true, entries.iter().map(|(k, v)| (k, v)));
+        let bytes = batch.finish();
+        assert!(bytes.len() > 2 * usize::from(u16::MAX), "the test needs elements worth several lists");
+        let (mut rest, mut elements, mut messages) = (&bytes[..], 0, 0);
+        while rest.len() >= 16 {
+            let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+            let kind = u16::from_ne_bytes([rest[4], rest[5]]);
+            if kind == (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWSETELEM {
+                messages += 1;
+                let body = &rest[16..len];
+                let list = attrs(body).into_iter().find(|a| a.0 == 3).expect("an element list");
+                assert!(4 + list.2.len() == list.1, "the list's length field must hold its whole size");
+                elements += attrs(&[&[0u8; 4][..], list.2].concat()).len();
+            }
+            rest = &rest[len..];
+        }
+        assert_eq!(elements, 300);
+        assert!(messages >= 3, "{messages} messages");
     }
 }

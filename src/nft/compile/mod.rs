@@ -17,7 +17,7 @@ use set::AnonSet;
 
 use crate::model::Family;
 use crate::nft::netlink::NfFamily;
-use crate::nft::wire::{Batch, attr, str_attr};
+use crate::nft::wire::{Batch, ELEMENT_LIST_BUDGET, attr, str_attr};
 use expr::Data;
 use parse::{Command, Obj};
 use std::collections::BTreeMap;
@@ -83,6 +83,24 @@ impl Schema {
             info.id = None;
         }
         self.next_id = 0;
+    }
+}
+
+/// One element of an anonymous set: its flags, key and verdict.
+fn anon_element(b: &mut Vec<u8>, key: &[u8], flags: u32, data: Option<&Data>) {
+    if flags != 0 {
+        u32_attr(b, 3, flags);
+    }
+    attr(b, 1 | NESTED, |b| attr(b, 1, |b| b.extend_from_slice(key)));
+    if let Some(Data::Verdict(code, chain)) = data {
+        attr(b, 2 | NESTED, |b| {
+            attr(b, 2 | NESTED, |b| {
+                attr(b, 1, |b| b.extend_from_slice(&code.to_be_bytes()));
+                if let Some(c) = chain {
+                    str_attr(b, 2, c);
+                }
+            })
+        });
     }
 }
 
@@ -308,31 +326,22 @@ impl Out<'_> {
         Ok(())
     }
 
+    /// An anonymous set's elements, in as many messages as their size takes.
     fn anon_elements(&mut self, obj: &Obj, anon: &AnonSet) {
-        self.on(NEWSETELEM, NLM_F_CREATE, obj, |b| {
-            str_attr(b, 2, &anon.spec.name);
-            u32_attr(b, 4, anon.id);
-            attr(b, 3 | NESTED, |b| {
-                for (key, flags, data) in &anon.elements {
-                    attr(b, 1 | NESTED, |b| {
-                        if *flags != 0 {
-                            u32_attr(b, 3, *flags);
-                        }
-                        attr(b, 1 | NESTED, |b| attr(b, 1, |b| b.extend_from_slice(key)));
-                        if let Some(Data::Verdict(code, chain)) = data {
-                            attr(b, 2 | NESTED, |b| {
-                                attr(b, 2 | NESTED, |b| {
-                                    attr(b, 1, |b| b.extend_from_slice(&code.to_be_bytes()));
-                                    if let Some(c) = chain {
-                                        str_attr(b, 2, c);
-                                    }
-                                })
-                            });
-                        }
-                    });
-                }
+        let mut elements = anon.elements.iter().peekable();
+        while elements.peek().is_some() {
+            self.on(NEWSETELEM, NLM_F_CREATE, obj, |b| {
+                str_attr(b, 2, &anon.spec.name);
+                u32_attr(b, 4, anon.id);
+                attr(b, 3 | NESTED, |b| {
+                    let start = b.len();
+                    while b.len() - start < ELEMENT_LIST_BUDGET {
+                        let Some((key, flags, data)) = elements.next() else { break };
+                        attr(b, 1 | NESTED, |b| anon_element(b, key, *flags, data.as_ref()));
+                    }
+                });
             });
-        });
+        }
     }
 
     /// `delete KIND … handle N`: chains, sets and flowtables by their own messages, stateful
