@@ -8,7 +8,7 @@ use kube_nftproxy::http::{self, Route};
 use kube_nftproxy::inbox::Inbox;
 use kube_nftproxy::metrics::Metrics;
 use kube_nftproxy::model::Model;
-use kube_nftproxy::nft::{Applier, OwnPids, cleanup, exec, guard};
+use kube_nftproxy::nft::{Applier, OwnPorts, cleanup, exec, guard};
 use kube_nftproxy::observe::Observers;
 use kube_nftproxy::sync::{Periods, Syncer};
 use kube_nftproxy::{conntrack, kube, lock, manifests, render, requirements, takeover};
@@ -173,7 +173,7 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     };
     conntrack::sysctl::apply_to_node(&conntrack::sysctl::Settings::from_flags(flags));
     set_oom_score_adj(flags.oom_score_adj);
-    let own = Arc::new(OwnPids::default());
+    let own = Arc::new(OwnPorts::default());
     let alarms = inbox.clone();
     let (_guard, quiet) = guard::spawn(own.clone(), stop.clone(), move |alarm| match alarm {
         guard::Alarm::Tampered(why) => alarms.request(|r| r.tampered = Some(why)),

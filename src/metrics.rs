@@ -70,7 +70,7 @@ pub struct Metrics {
     pub conntrack_duration: HistogramVec,
     /// `kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family}`.
     pub conntrack_deleted: IntCounterVec,
-    /// `kube_nftproxy_syncs_total{kind}`: syncs by kind (full, staged, refresh, partial, unchanged).
+    /// `kube_nftproxy_syncs_total{kind}`: syncs by kind (full, refresh, partial, unchanged).
     pub syncs: IntCounterVec,
     /// `kube_nftproxy_sync_bytes_total{kind}`: bytes of `nft` script sent.
     pub sync_bytes: IntCounterVec,
@@ -220,7 +220,7 @@ impl Metrics {
             )?,
             syncs: a.counters(
                 "kube_nftproxy_syncs_total",
-                "Syncs by kind: full, staged, refresh, partial, unchanged",
+                "Syncs by kind: full, refresh, partial, unchanged",
                 &["kind"],
             )?,
             sync_bytes: a.counters(

@@ -12,7 +12,7 @@ use common::{Netns, kernel_available};
 use kube_nftproxy::config::{Config, Flags};
 use kube_nftproxy::model::Model;
 use kube_nftproxy::nft::netlink::Socket;
-use kube_nftproxy::nft::{Applier, OwnPids, Resync, SyncKind, SyncReport};
+use kube_nftproxy::nft::{Applier, OwnPorts, Resync, SyncKind, SyncReport};
 use kube_nftproxy::render::Update;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -210,7 +210,7 @@ fn elements_sent_over_netlink_list_like_elements_sent_by_nft() {
         let by_text = Netns::new("text");
         by_text.nft_apply(&kube_nftproxy::render::full_sync_script(&desired, "node-a").unwrap()).unwrap();
         let by_netlink = Netns::new("netlink");
-        let mut applier = Applier::new("node-a", Arc::new(OwnPids::default()));
+        let mut applier = Applier::new("node-a", Arc::new(OwnPorts::default()));
         in_netns(&by_netlink.name, || applier.sync(&bare, &Update::Replaced, Resync::Changes)).unwrap();
         let update = Update::Rebuilt(bare.clone());
         let report = in_netns(&by_netlink.name, || applier.sync(&desired, &update, Resync::Changes)).unwrap();

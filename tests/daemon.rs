@@ -61,6 +61,42 @@ fn the_periodic_full_sync_refreshes_in_place_unnoticed_by_the_guard() {
 }
 
 #[test]
+fn in_a_pid_namespace_its_own_commits_are_not_tampering_and_others_are() {
+    if !kernel_available() {
+        return;
+    }
+    // As in a pod without hostPID: the kernel's notifications name the committing thread by
+    // the initial namespace's numbers, which the daemon cannot see; the socket's port it can.
+    let c = Cluster::new(2, 0);
+    let manifests = write_manifests(&c, web(&c, &["pod-1"]));
+    let mut argv: Vec<std::ffi::OsString> = ["unshare", "--pid", "--fork", "--kill-child"].map(Into::into).to_vec();
+    argv.extend(
+        [env!("CARGO_BIN_EXE_kube-nftproxy"), "--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8"]
+            .map(Into::into),
+    );
+    argv.extend(["--manifests".into(), manifests.clone().into_os_string()]);
+    let d = Daemon::start_argv(&c.node, &argv, &manifests, &[]);
+    assert!(wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some());
+    // Partial syncs of its own: the endpoint moves twice.
+    for pods in [&["pod-2"][..], &["pod-1"]] {
+        write_manifests(&c, web(&c, pods));
+        let served = wait_for(Duration::from_secs(5), || who(&c.client, "172.30.0.40:80") == pods[0]);
+        assert!(served.is_some(), "{}", d.logged());
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let log = d.logged();
+    assert!(log.matches("Partial sync").count() >= 2, "{log}");
+    assert!(!log.contains("restoring the tables"), "its own partial syncs were taken for tampering:\n{log}");
+    // Someone else's change still is.
+    c.node.nft(&["delete", "element", "ip", "kube-nftproxy", "service-ips", "{ 172.30.0.40 . tcp . 80 }"]);
+    let repaired = wait_for(Duration::from_secs(3), || d.logged().contains("restoring the tables"));
+    assert!(repaired.is_some(), "tampering went unnoticed:\n{}", d.logged());
+    assert!(wait_for(Duration::from_secs(3), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some());
+    drop(d);
+    std::fs::remove_file(manifests).unwrap();
+}
+
+#[test]
 fn manifest_changes_restart_and_cleanup() {
     if !kernel_available() {
         return;

@@ -46,15 +46,6 @@ impl Default for Limits {
     }
 }
 
-/// Applies `script` in one transaction; `on_spawn` learns the child's pid before it commits,
-/// so change notifications from this commit can be told apart from other programs'. The
-/// script is written and nft's messages read on their own threads, so a child that stops
-/// reading cannot block the caller past `limits`; a child past them is killed. (The child
-/// starts with an empty signal mask and default handlers: the standard library resets them.)
-pub fn apply(script: &str, on_spawn: &dyn Fn(u32), limits: &Limits) -> Result<(), NftError> {
-    run(&["-f", "-"], Some(script), on_spawn, limits).map(drop)
-}
-
 /// Runs `nft ARGS` (a listing, `--version`, or `-j -f -` with `input` on stdin) within
 /// `limits`, as [`apply`] does; returns what it printed.
 pub fn run(args: &[&str], input: Option<&str>, on_spawn: &dyn Fn(u32), limits: &Limits) -> Result<String, NftError> {

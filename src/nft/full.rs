@@ -46,7 +46,12 @@ impl Applier {
             }
         }
         add_elements(&mut batch, desired);
-        self.send_whole(SyncKind::Refresh, batch, script, deleted_chains)
+        let report = self.send_whole(SyncKind::Refresh, batch, script, deleted_chains)?;
+        // A chain flushed as stale and declared again by this refresh is in use once more.
+        self.stale.retain(|(family, chain), _| {
+            !desired.tables.iter().any(|t| t.family == *family && t.declares_chain(chain))
+        });
+        Ok(report)
     }
 
     /// Sends a full sync's batch as one transaction with the guard's notifications paused.
@@ -67,7 +72,7 @@ impl Applier {
     /// committed meanwhile (the generation moved by more than our one transaction).
     fn quietly(&self, batch: &[u8]) -> Result<bool, NftError> {
         let send = || {
-            self.own.add_current_thread();
+            self.own.add(self.sender.port()?);
             self.sender.send(batch).map(|()| 1)
         };
         let Some(quiet) = &self.quiet else {

@@ -2,11 +2,11 @@
 //! alarm when another process changes (edits, flushes, deletes) a kube-nftproxy table.
 //!
 //! Notifications name the table each change touched, and every committed transaction ends
-//! with a generation message naming the committing process. Commits by our own `nft` runs
-//! are ignored. When the kernel drops notifications (a burst overran the buffer) the guard
+//! with a generation message naming the committing socket (and process). Commits from the
+//! sockets the proxy syncs on are ignored. When the kernel drops notifications (a burst overran the buffer) the guard
 //! cannot tell, and asks for a cheap check instead. Nothing here lists the table.
 
-use super::OwnPids;
+use super::OwnPorts;
 use super::netlink::{Event, NfFamily, Socket};
 use crate::render::TABLE_NAME;
 use std::sync::Arc;
@@ -47,7 +47,7 @@ impl Quiet {
 
 /// Starts the `nft-guard` thread; it runs until `stop` is set.
 pub fn spawn(
-    own: Arc<OwnPids>,
+    own: Arc<OwnPorts>,
     stop: Arc<AtomicBool>,
     alarm: impl Fn(Alarm) + Send + 'static,
 ) -> std::io::Result<(JoinHandle<()>, Quiet)> {
@@ -72,9 +72,9 @@ pub fn spawn(
                         touched = Some(if deleted_table { "deleted" } else { "changed" });
                     }
                     Event::Object { .. } => {}
-                    Event::Generation { pid, .. } => {
+                    Event::Generation { pid, port, .. } => {
                         if let Some(what) = touched.take()
-                            && !own.contains(pid)
+                            && !own.contains(port)
                         {
                             alarm(Alarm::Tampered(format!(
                                 "process {pid} ({}) {what} a {TABLE_NAME} table",

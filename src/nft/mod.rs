@@ -105,34 +105,34 @@ pub enum Resync {
     /// Rewrite every rule and element in place: the periodic full sync, repairing drift that
     /// no notification reported.
     Refresh,
-    /// Replace the tables: after tampering or a failure (a big table is repaired in place).
+    /// Bring the tables back whatever they hold, after tampering or a failure: a refresh in
+    /// place where they exist (everything someone else added goes), else a replacement.
     Replace,
 }
 
-/// Process ids of our own `nft` runs, so their change notifications are not taken for tampering.
+/// The netlink port ids of the sockets the proxy commits its transactions on, so their change
+/// notifications are not taken for tampering. (A notification names the committing socket's
+/// port whatever PID namespace the proxy runs in; the thread id it also names is the initial
+/// namespace's, which a containerized proxy cannot know.)
 #[derive(Debug, Default)]
-pub struct OwnPids(Mutex<Vec<u32>>);
+pub struct OwnPorts(Mutex<Vec<u32>>);
 
-impl OwnPids {
-    /// Remembers a pid (the last few are kept).
-    pub fn add(&self, pid: u32) {
-        if let Ok(mut v) = self.0.lock() {
+impl OwnPorts {
+    /// Remembers a port (the last few are kept).
+    pub fn add(&self, port: u32) {
+        if let Ok(mut v) = self.0.lock()
+            && !v.contains(&port)
+        {
             if v.len() >= 64 {
                 v.remove(0);
             }
-            v.push(pid);
+            v.push(port);
         }
     }
 
-    /// Whether `pid` was one of ours.
-    pub fn contains(&self, pid: u32) -> bool {
-        self.0.lock().map(|v| v.contains(&pid)).unwrap_or(false)
-    }
-
-    /// Remembers the calling thread, which is about to commit over netlink itself (the
-    /// kernel names the committing thread, not the process).
-    pub fn add_current_thread(&self) {
-        self.add(rustix::thread::gettid().as_raw_nonzero().get() as u32);
+    /// Whether `port` is one of ours.
+    pub fn contains(&self, port: u32) -> bool {
+        self.0.lock().map(|v| v.contains(&port)).unwrap_or(false)
     }
 }
 
@@ -162,7 +162,7 @@ pub struct Applier {
     node: String,
     in_sync: bool,
     stale: BTreeMap<(Family, String), Instant>,
-    own: Arc<OwnPids>,
+    own: Arc<OwnPorts>,
     quiet: Option<Arc<guard::Quiet>>,
     sender: wire::Sender,
     /// The sets the kernel holds, for rules compiled between full syncs.
@@ -171,7 +171,7 @@ pub struct Applier {
 
 impl Applier {
     /// An applier for node `node` that knows nothing applied yet (its first sync is full).
-    pub fn new(node: &str, own: Arc<OwnPids>) -> Applier {
+    pub fn new(node: &str, own: Arc<OwnPorts>) -> Applier {
         let sender = wire::Sender::default();
         let schema = compile::Schema::default();
         Applier { node: node.to_string(), in_sync: false, stale: BTreeMap::new(), own, quiet: None, sender, schema }
@@ -228,7 +228,7 @@ impl Applier {
             }
             Plan::Partial(part) => part,
         };
-        self.own.add_current_thread();
+        self.own.add(self.sender.port()?);
         self.sender.send(&part.batch).map_err(|e| part.lines.explain(e, &part.compiled))?;
         self.schema.sent();
         let now = Instant::now();
@@ -303,7 +303,7 @@ impl Applier {
         let mut batch = wire::Batch::new();
         compile::compile(&script, &mut self.schema, &mut batch)?;
         let (batch, lines) = batch.finish_with_lines();
-        self.own.add_current_thread();
+        self.own.add(self.sender.port()?);
         self.sender.send(&batch).map_err(|e| lines.explain(e, &script))?;
         for k in &due {
             self.stale.remove(k);

@@ -31,7 +31,7 @@ const NLMSG_ERROR: u16 = 2;
 /// bits, and one element (key, data, chain name, comment) takes well under 1 KiB.
 pub(crate) const ELEMENT_LIST_BUDGET: usize = 48 * 1024;
 
-/// One batch of element additions and deletions.
+/// One batch: the messages of one nf_tables transaction.
 pub struct Batch {
     buf: Vec<u8>,
     seq: u32,
@@ -133,17 +133,6 @@ impl Batch {
         }
     }
 
-    /// Removes every element of `map` in `family`'s table `table`.
-    pub fn flush(&mut self, family: Family, table: &str, map: &MapName) {
-        let fam = NfFamily::from(family) as u8;
-        let name = map.to_string();
-        // A deletion naming no elements flushes the set.
-        self.message(NFT_MSG_DELSETELEM, NLM_F_ACK, fam, |b| {
-            str_attr(b, 1, table);
-            str_attr(b, 2, &name);
-        });
-    }
-
     /// Deletes the stateful object of `NFT_OBJECT_*` type `kind` with handle `handle` from
     /// `family`'s table `table`.
     pub fn delete_object(&mut self, family: Family, table: &str, kind: u32, handle: u64) {
@@ -153,11 +142,6 @@ impl Batch {
             attr(b, NFTA_OBJ_TYPE, |b| b.extend_from_slice(&kind.to_be_bytes()));
             attr(b, NFTA_OBJ_HANDLE, |b| b.extend_from_slice(&handle.to_be_bytes()));
         });
-    }
-
-    /// Whether anything but the begin marker was written.
-    pub fn is_empty(&self) -> bool {
-        self.seq <= 1
     }
 
     /// The batch with its end marker.
@@ -188,7 +172,9 @@ impl Lines {
         let super::NftError::Kernel { errno, seq } = e else { return e };
         let line = match self.0.binary_search_by_key(&seq, |(s, _)| *s) {
             Ok(i) => script.lines().nth(self.0[i].1.saturating_sub(1) as usize).map(|l| l.trim().to_string()),
-            Err(_) => Some("(map or set elements)".into()),
+            // The batch's begin marker stands for the transaction as a whole (its commit).
+            Err(_) if seq <= 1 => Some("(the transaction as a whole)".into()),
+            Err(_) => Some("(map or set elements, or the deletion of a foreign object)".into()),
         };
         super::NftError::Rejected { message: io::Error::from_raw_os_error(errno).to_string(), line }
     }
@@ -383,10 +369,26 @@ impl Sender {
         }
         result
     }
+
+    /// The port id the next batch is sent from (the socket is opened if it is not): what the
+    /// kernel's notification of the commit will name.
+    pub fn port(&self) -> Result<u32, super::NftError> {
+        let mut slot = self.fd.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(open()?);
+        }
+        match slot.as_ref() {
+            Some(fd) => Ok(sock::port_id(fd)?),
+            None => Err(io::Error::other("no socket").into()),
+        }
+    }
 }
 
 fn open() -> Result<OwnedFd, super::NftError> {
-    Ok(sock::open(sock::NETLINK_NETFILTER, super::netlink::RECV_TIMEOUT)?)
+    let fd = sock::open(sock::NETLINK_NETFILTER, super::netlink::RECV_TIMEOUT)?;
+    // Bound now, so its port id is known before the first commit.
+    sock::bind_groups(&fd, 0)?;
+    Ok(fd)
 }
 
 /// Sends a batch on `fd` and reads its acknowledgements.

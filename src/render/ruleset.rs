@@ -79,12 +79,6 @@ impl MapName {
         }
         all
     }
-
-    /// Whether the set holds ranges (`flags interval`): its elements are written by `nft`,
-    /// which splits ranges into the interval ends the kernel stores.
-    pub fn is_interval(self) -> bool {
-        matches!(self, MapName::FirewallAllow | MapName::ServiceCidrs)
-    }
 }
 
 impl fmt::Display for MapName {

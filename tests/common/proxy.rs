@@ -4,7 +4,7 @@
 use super::cluster::Cluster;
 use kube_nftproxy::config::Config;
 use kube_nftproxy::model::{ApiObject, Model};
-use kube_nftproxy::nft::{Applier, OwnPids, Resync, SyncReport};
+use kube_nftproxy::nft::{Applier, OwnPorts, Resync, SyncReport};
 use kube_nftproxy::render::{Rendered, Ruleset, Update};
 use kube_nftproxy::sync::Kernel;
 use std::sync::Arc;
@@ -33,7 +33,7 @@ impl Proxy {
         Proxy {
             model,
             rendered: None,
-            applier: Applier::new("node-a", Arc::new(OwnPids::default())),
+            applier: Applier::new("node-a", Arc::new(OwnPorts::default())),
             cfg,
             reads_addresses: false,
         }

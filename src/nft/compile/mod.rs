@@ -67,12 +67,12 @@ impl Schema {
         self.next_id
     }
 
-    fn anon_interval(&mut self, _family: Family, f: field::Field, prefixes: &[(Vec<u8>, u32)]) -> AnonSet {
+    fn anon_interval(&mut self, f: field::Field, prefixes: &[(Vec<u8>, u32)]) -> AnonSet {
         let id = self.id();
         set::anon_interval(f, prefixes, id)
     }
 
-    fn anon_vmap(&mut self, _family: Family, entries: Vec<(u32, Data)>) -> AnonSet {
+    fn anon_vmap(&mut self, entries: Vec<(u32, Data)>) -> AnonSet {
         let id = self.id();
         set::anon_vmap(entries, id)
     }

@@ -343,7 +343,7 @@ impl Rule<'_> {
             let (bytes, prefix) = f.constant(w)?;
             ranges.push((bytes, prefix.unwrap_or(f.kind.len() * 8)));
         }
-        let set = self.schema.anon_interval(self.family, *f, &ranges);
+        let set = self.schema.anon_interval(*f, &ranges);
         let (name, id) = (set.spec.name.clone(), Some(set.id));
         self.out.anon.push(set);
         self.load(fields, false);
@@ -364,7 +364,7 @@ impl Rule<'_> {
                 _ => return Err(self.err("`key : goto chain` in a verdict map")),
             }
         }
-        let set = self.schema.anon_vmap(self.family, entries);
+        let set = self.schema.anon_vmap(entries);
         let (name, id) = (set.spec.name.clone(), Some(set.id));
         self.out.anon.push(set);
         self.load(fields, false);

@@ -103,6 +103,8 @@ fn folded(parts: &[Part]) -> (u32, u32) {
 }
 
 fn tlv(b: &mut Vec<u8>, kind: u8, value: &[u8]) {
+    // Lengths are one byte: the values are the templates' own (types, short comments).
+    debug_assert!(value.len() <= 255, "user data over 255 bytes");
     b.push(kind);
     b.push(value.len() as u8);
     b.extend_from_slice(value);

@@ -60,7 +60,7 @@ fn request(kind: u16, index: i32, flags: u16, attrs: &[u8]) -> io::Result<Option
     let mut buf = vec![0u8; 1 << 16];
     loop {
         let n = sock::recv(&fd, &mut buf)?;
-        for (kind, _, body, seq) in messages(&buf[..n]) {
+        for super::Msg { kind, body, seq, .. } in messages(&buf[..n]) {
             if seq != SEQ {
                 continue;
             }

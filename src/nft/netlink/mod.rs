@@ -69,12 +69,15 @@ pub enum Event {
         /// The table itself was deleted.
         deleted_table: bool,
     },
-    /// A transaction committed as generation `id` by process `pid`.
+    /// A transaction committed as generation `id` by process `pid` over the netlink socket
+    /// with port id `port`.
     Generation {
         /// Generation id.
         id: u32,
-        /// Committing process.
+        /// Committing process (thread), as the kernel's initial PID namespace numbers it.
         pid: u32,
+        /// The committing socket's port id.
+        port: u32,
     },
     /// The kernel dropped notifications (receive buffer overrun): anything may have changed.
     Overrun,
@@ -176,7 +179,7 @@ impl Socket {
         loop {
             let n = self.recv(&mut buf)?;
             // Replies to an earlier request (a late ACK after a dump) carry another sequence number.
-            for (kind, flags, body) in messages(&buf[..n]).filter(|m| m.3 == seq).map(|m| (m.0, m.1, m.2)) {
+            for Msg { kind, flags, body, .. } in messages(&buf[..n]).filter(|m| m.seq == seq) {
                 match kind {
                     NLMSG_DONE => return Ok(out),
                     NLMSG_ERROR => {
@@ -205,7 +208,7 @@ impl Socket {
         }
         let mut buf = vec![0u8; 1 << 16];
         match self.recv(&mut buf) {
-            Ok(n) => Ok(messages(&buf[..n]).filter_map(|(kind, _, body, _)| event(kind, body)).collect()),
+            Ok(n) => Ok(messages(&buf[..n]).filter_map(|m| event(m.kind, m.port, m.body)).collect()),
             Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => Ok(vec![Event::Overrun]),
             Err(e) => Err(e),
         }
@@ -220,22 +223,36 @@ pub fn set_notifications(fd: std::os::fd::RawFd, on: bool) -> io::Result<()> {
     sock::set_option(fd, libc::SOL_NETLINK, opt, NFNLGRP_NFTABLES as libc::c_int)
 }
 
-/// Splits a netlink datagram into (type, flags, payload after the nlmsghdr, sequence).
-fn messages(mut data: &[u8]) -> impl Iterator<Item = (u16, u16, &[u8], u32)> {
+/// One message of a netlink datagram.
+#[derive(Debug, Clone, Copy)]
+struct Msg<'a> {
+    kind: u16,
+    flags: u16,
+    /// The payload after the `nlmsghdr`.
+    body: &'a [u8],
+    seq: u32,
+    /// The sender's port id (`nlmsg_pid`): for a generation notification, the socket that
+    /// committed.
+    port: u32,
+}
+
+/// Splits a netlink datagram into its messages.
+fn messages(mut data: &[u8]) -> impl Iterator<Item = Msg<'_>> {
     std::iter::from_fn(move || {
         if data.len() < 16 {
             return None;
         }
-        let len = u32::from_ne_bytes([data[0], data[1], data[2], data[3]]) as usize;
+        let word = |at: usize| u32::from_ne_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]]);
+        let len = word(0) as usize;
         let kind = u16::from_ne_bytes([data[4], data[5]]);
         let flags = u16::from_ne_bytes([data[6], data[7]]);
-        let seq = u32::from_ne_bytes([data[8], data[9], data[10], data[11]]);
+        let (seq, port) = (word(8), word(12));
         if len < 16 || len > data.len() {
             return None;
         }
         let body = &data[16..len];
         data = &data[len.next_multiple_of(4).min(data.len())..];
-        Some((kind, flags, body, seq))
+        Some(Msg { kind, flags, body, seq, port })
     })
 }
 
@@ -260,7 +277,7 @@ fn be32(b: &[u8]) -> u32 {
     b.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0)
 }
 
-fn event(kind: u16, body: &[u8]) -> Option<Event> {
+fn event(kind: u16, port: u32, body: &[u8]) -> Option<Event> {
     if kind >> 8 != NFNL_SUBSYS_NFTABLES {
         return None;
     }
@@ -268,6 +285,7 @@ fn event(kind: u16, body: &[u8]) -> Option<Event> {
         NFT_MSG_NEWGEN => Some(Event::Generation {
             id: attr(body, NFTA_GEN_ID).map(be32)?,
             pid: attr(body, NFTA_GEN_PROC_PID).map(be32).unwrap_or(0),
+            port,
         }),
         NFT_MSG_TRACE => None,
         msg => {
@@ -297,6 +315,6 @@ mod tests {
             body.extend_from_slice(&v.to_be_bytes());
         }
         let kind = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWGEN;
-        assert_eq!(event(kind, &body), Some(Event::Generation { id: 42, pid: 1234 }));
+        assert_eq!(event(kind, 77, &body), Some(Event::Generation { id: 42, pid: 1234, port: 77 }));
     }
 }

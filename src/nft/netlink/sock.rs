@@ -47,6 +47,17 @@ pub fn bind_groups(fd: &OwnedFd, groups: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// The port id the kernel gave `fd` (bound, or after its first send).
+pub fn port_id(fd: &OwnedFd) -> io::Result<u32> {
+    let mut addr = kernel_address(0);
+    let mut len = ADDRESS_LEN;
+    // SAFETY: getsockname writes at most `len` bytes into our sockaddr_nl and updates `len`.
+    if unsafe { libc::getsockname(fd.as_raw_fd(), (&mut addr as *mut libc::sockaddr_nl).cast(), &mut len) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(addr.nl_pid)
+}
+
 /// Sends `buf` (one or more whole netlink messages) to the kernel.
 pub fn send(fd: &OwnedFd, buf: &[u8]) -> io::Result<()> {
     let addr = kernel_address(0);
@@ -66,9 +77,18 @@ pub fn send(fd: &OwnedFd, buf: &[u8]) -> io::Result<()> {
 
 /// Receives one datagram into `buf`; its length. Bounded by the socket's receive timeout.
 pub fn recv(fd: &impl AsRawFd, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: receiving into our own buffer of the stated length.
-    let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
+    loop {
+        // SAFETY: receiving into our own buffer of the stated length.
+        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        // A receive with a timeout is not restarted after a signal: ask again.
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
 }
 
 /// Waits up to `timeout` for `fd` to have something to read.

@@ -278,7 +278,7 @@ mod tests {
         put(&mut buf, CTA_ZONE, &3u16.to_be_bytes());
         finish(&mut buf, start);
         assert_eq!(buf.len(), 16 + 4 + 8);
-        let (kind, flags, body, seq) = messages(&buf).next().expect("one message");
+        let crate::nft::netlink::Msg { kind, flags, body, seq, .. } = messages(&buf).next().expect("one message");
         assert_eq!((kind, flags, seq), ((1 << 8) | 2, NLM_F_REQUEST | NLM_F_ACK, 9));
         assert_eq!(attr(body, CTA_ZONE), Some(&[0u8, 3][..]));
     }

@@ -134,7 +134,7 @@ impl Batch {
         let mut failure = None;
         while answered < queued {
             let n = receive(&self.sock, &mut self.rx)?;
-            for (kind, _, body, seq) in messages(&self.rx[..n]) {
+            for crate::nft::netlink::Msg { kind, body, seq, .. } in messages(&self.rx[..n]) {
                 if kind != NLMSG_ERROR || seq.wrapping_sub(first) >= queued {
                     continue;
                 }
@@ -231,7 +231,7 @@ impl Socket {
         let (mut scanned, mut malformed, mut partial) = (0, 0, false);
         loop {
             let n = receive(self, &mut buf)?;
-            for (kind, flags, body, s) in messages(&buf[..n]) {
+            for crate::nft::netlink::Msg { kind, flags, body, seq: s, .. } in messages(&buf[..n]) {
                 if s != seq {
                     continue;
                 }
