@@ -67,9 +67,10 @@ impl Drop for LogTail {
     }
 }
 
-/// Whether a daemon log line reports a sync (every kind but "Unchanged" is logged).
+/// Whether a daemon log line reports a sync that went through (every kind but "Unchanged" is
+/// logged; a failed one says so).
 pub fn is_sync(line: &str) -> bool {
-    line.contains(" sync: ")
+    line.contains(" sync: ") && !line.contains("sync failed")
 }
 
 /// A `Duration`'s `Debug` text (`1.2s`, `812.3ms`, `40.1µs`, `900ns`) in ms.
