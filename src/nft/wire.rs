@@ -1,6 +1,6 @@
 //! nf_tables batches: the messages of one transaction (what `compile` writes, map and set
-//! elements straight from the desired state, flushes, deletions of foreign stateful objects),
-//! and the socket that sends them and reads the kernel's verdict.
+//! elements straight from the desired state, deletions of foreign stateful objects), and which
+//! script line each message came from; `netlink::send` sends them.
 //!
 //! The element encoding is nftables' own: concatenated keys are fields padded to 4-byte
 //! registers, addresses and ports in network order, `numgen` slots as host-order 32-bit
@@ -9,12 +9,11 @@
 //! and an interval-end element past it. The real-kernel tests compare
 //! what `nft` lists after this path with what it lists after the same change sent as text.
 
-use super::netlink::sock;
+pub use super::netlink::send::Sender;
 use super::netlink::{NFTA_OBJ_HANDLE, NFTA_OBJ_TABLE, NFTA_OBJ_TYPE, NfFamily};
 use crate::model::Family;
 use crate::render::{Key, MapName, Value};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
 
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
@@ -26,7 +25,6 @@ const NLM_F_REQUEST: u16 = 1;
 const NLM_F_ACK: u16 = 4;
 const NLM_F_CREATE: u16 = 0x400;
 const NLA_F_NESTED: u16 = 0x8000;
-const NLMSG_ERROR: u16 = 2;
 /// Bytes of elements per message: the element list is one attribute, whose length is 16
 /// bits, and one element (key, data, chain name, comment) takes well under 1 KiB.
 pub(crate) const ELEMENT_LIST_BUDGET: usize = 48 * 1024;
@@ -341,116 +339,6 @@ fn key_bytes(b: &mut Vec<u8>, key: &Key) {
         }
         // Ranges are split by `parts`.
         Key::Allow(..) | Key::Cidr(..) => {}
-    }
-}
-
-/// A netlink socket kept open for element batches.
-///
-/// Closing a nf_tables socket makes the kernel wait for the previous commit's cleanup (an RCU
-/// grace period, milliseconds in a VM), so a socket per batch would put that wait into every
-/// partial sync. It is opened on first use, in the network namespace of the calling thread.
-#[derive(Debug, Default)]
-pub struct Sender {
-    fd: std::cell::RefCell<Option<OwnedFd>>,
-}
-
-impl Sender {
-    /// Sends a finished batch as one transaction and waits for the kernel's verdict. After an
-    /// error the socket is dropped (unread answers may be left on it) and reopened next time.
-    pub fn send(&self, batch: &[u8]) -> Result<(), super::NftError> {
-        let mut slot = self.fd.borrow_mut();
-        let fd = match slot.take() {
-            Some(fd) => fd,
-            None => open()?,
-        };
-        let result = send_on(&fd, batch);
-        if result.is_ok() {
-            *slot = Some(fd);
-        }
-        result
-    }
-
-    /// The port id the next batch is sent from (the socket is opened if it is not): what the
-    /// kernel's notification of the commit will name.
-    pub fn port(&self) -> Result<u32, super::NftError> {
-        let mut slot = self.fd.borrow_mut();
-        if slot.is_none() {
-            *slot = Some(open()?);
-        }
-        match slot.as_ref() {
-            Some(fd) => Ok(sock::port_id(fd)?),
-            None => Err(io::Error::other("no socket").into()),
-        }
-    }
-}
-
-fn open() -> Result<OwnedFd, super::NftError> {
-    let fd = sock::open(sock::NETLINK_NETFILTER, super::netlink::RECV_TIMEOUT)?;
-    // Bound now, so its port id is known before the first commit.
-    sock::bind_groups(&fd, 0)?;
-    Ok(fd)
-}
-
-/// Sends a batch on `fd` and reads its acknowledgements.
-fn send_on(fd: &OwnedFd, batch: &[u8]) -> Result<(), super::NftError> {
-    // A big batch needs a big send buffer, and its acknowledgements a big receive buffer: each
-    // is charged at several hundred bytes however small, and an overrun loses them.
-    let acked = count_acked(batch);
-    set_buffer(fd, libc::SO_SNDBUFFORCE, batch.len() + 4096);
-    set_buffer(fd, libc::SO_RCVBUFFORCE, (acked * 2048).max(1 << 20));
-    sock::send(fd, batch)?;
-    acks(fd, acked)
-}
-
-fn set_buffer(fd: &OwnedFd, option: libc::c_int, size: usize) {
-    // Without the privilege the default stays, which fits all but huge batches.
-    let _ = sock::set_option(fd.as_raw_fd(), libc::SOL_SOCKET, option, size.min(i32::MAX as usize) as libc::c_int);
-}
-
-/// How many messages in the batch asked for an acknowledgement.
-fn count_acked(batch: &[u8]) -> usize {
-    let mut rest = batch;
-    let mut n = 0;
-    while rest.len() >= 16 {
-        let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-        if u16::from_ne_bytes([rest[6], rest[7]]) & NLM_F_ACK != 0 {
-            n += 1;
-        }
-        rest = &rest[len.max(16).min(rest.len())..];
-    }
-    n
-}
-
-/// Reads acknowledgements until every acked message answered; the first error fails the batch
-/// (the kernel then aborts the whole transaction).
-fn acks(fd: &OwnedFd, mut expected: usize) -> Result<(), super::NftError> {
-    let mut buf = vec![0u8; 1 << 16];
-    // The first refusal: its errno and the sequence number of the message refused.
-    let mut first_error: Option<(i32, u32)> = None;
-    while expected > 0 {
-        let n = sock::recv(fd, &mut buf)?;
-        let mut rest = &buf[..n];
-        while rest.len() >= 20 {
-            let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-            if u16::from_ne_bytes([rest[4], rest[5]]) == NLMSG_ERROR {
-                let code = i32::from_ne_bytes([rest[16], rest[17], rest[18], rest[19]]);
-                // The refused message's own header follows the code: its sequence number.
-                let seq = rest.get(28..32).map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
-                if code != 0 && first_error.is_none() {
-                    first_error = Some((-code, seq));
-                }
-                expected = expected.saturating_sub(1);
-            }
-            rest = &rest[len.max(16).min(rest.len())..];
-        }
-        if first_error.is_some() && expected > 0 {
-            // An aborted batch may not answer every message; the first error decides.
-            break;
-        }
-    }
-    match first_error {
-        None => Ok(()),
-        Some((errno, seq)) => Err(super::NftError::Kernel { errno, seq }),
     }
 }
 

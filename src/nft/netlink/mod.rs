@@ -11,6 +11,7 @@ use std::time::Duration;
 pub mod conntrack;
 mod dump;
 pub mod link;
+pub mod send;
 #[allow(unsafe_code)]
 pub mod sock;
 
