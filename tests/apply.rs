@@ -371,3 +371,30 @@ fn a_big_batch_of_long_named_elements_is_split_and_lists_as_nft_loads_it() {
     by_nft.nft_apply(&kube_nftproxy::render::full_sync_script(proxy.ruleset(), "node-a").unwrap()).unwrap();
     assert_eq!(listed, by_nft.nft(&["list", "ruleset"]), "our batch built another ruleset than nft -f");
 }
+
+#[test]
+fn a_chain_of_ours_someone_hooked_is_undone_by_replacing_the_tables() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    let mut proxy = Proxy::new(config());
+    let objects = web(&c, &["pod-1"]);
+    sync(&c.node, &mut proxy, &objects, false).unwrap();
+    let clean = c.node.nft(&["list", "ruleset"]);
+    // `services` swapped for a base chain of the same name that drops everything it sees: the
+    // kernel refuses the refresh's redeclaration of a hooked chain without its hook, so the
+    // tables are replaced, and the hooked chain goes with them.
+    let swap = [
+        "flush chain ip kube-nftproxy nat-prerouting",
+        "flush chain ip kube-nftproxy nat-output",
+        "delete chain ip kube-nftproxy services",
+        "add chain ip kube-nftproxy services { type filter hook input priority 5; policy drop; }",
+    ];
+    c.node.nft_apply(&swap.join("\n")).unwrap();
+    assert!(c.node.nft(&["list", "ruleset"]).contains("hook input priority filter + 5; policy drop;"));
+    let repair = sync(&c.node, &mut proxy, &objects, true).unwrap();
+    assert_eq!(repair.kind, SyncKind::Full, "a refresh cannot unhook a chain: the tables were replaced");
+    assert_eq!(c.node.nft(&["list", "ruleset"]), clean, "the hooked chain stayed");
+    assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
+}
