@@ -151,7 +151,7 @@ fn difference(a: &Ruleset, b: &Ruleset) -> String {
         if x.warnings != y.warnings {
             out.push(format!("warnings {:?} vs {:?}", x.warnings, y.warnings));
         }
-        if x.affinity_sets != y.affinity_sets {
+        if x.affinity_maps != y.affinity_maps {
             out.push("affinity sets differ".into());
         }
     }

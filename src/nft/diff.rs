@@ -2,7 +2,7 @@
 //! ones, proportional to what changed, never to the size of the cluster.
 
 use crate::model::Family;
-use crate::render::{Journal, Key, MapName, Table, Value, render_template, words};
+use crate::render::{Affinity, Journal, Key, MapName, Table, Value, render_template, words};
 use askama::Template;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 pub struct TableDiff<'a> {
     /// `ip` or `ip6`.
     pub fam: &'static str,
-    /// Address type, for affinity set declarations.
+    /// Address type, for affinity map declarations.
     pub addr_type: &'static str,
-    /// Affinity sets to create.
+    /// Affinity maps to create, with their timeouts.
     pub new_sets: Vec<(&'a str, u32)>,
     /// Chains to create.
     pub new_chains: Vec<&'a str>,
@@ -25,7 +25,7 @@ pub struct TableDiff<'a> {
     pub delete_elements: BTreeMap<MapName, Vec<&'a Key>>,
     /// Elements to add, per map.
     pub add_elements: BTreeMap<MapName, Vec<(&'a Key, &'a Value)>>,
-    /// Affinity sets to delete (after the rules using them are gone).
+    /// Affinity maps to delete (after the rules using them are gone).
     pub delete_sets: Vec<&'a str>,
 }
 
@@ -87,13 +87,14 @@ impl<'a> TableDiff<'a> {
         }
     }
 
-    /// Files what happened to affinity set `name`; false when its timeout changed, which a set
-    /// cannot be altered to in place (only a full sync can).
-    fn set(&mut self, name: &'a str, old: Option<u32>, new: Option<u32>) -> bool {
+    /// Files what happened to affinity map `name`; false when its timeout changed, which a map
+    /// cannot be altered to in place (only a full sync can). Its endpoints are the rules' and
+    /// the sweep's business, not the declaration's.
+    fn set(&mut self, name: &'a str, old: Option<&Affinity>, new: Option<&Affinity>) -> bool {
         match (old, new) {
-            (None, Some(t)) => self.new_sets.push((name, t)),
+            (None, Some(a)) => self.new_sets.push((name, a.timeout)),
             (Some(_), None) => self.delete_sets.push(name),
-            (Some(o), Some(n)) => return o == n,
+            (Some(o), Some(n)) => return o.timeout == n.timeout,
             (None, None) => {}
         }
         true
@@ -122,9 +123,9 @@ pub fn diff<'a>(old: &'a Table, new: &'a Table, stale: &BTreeSet<String>) -> Opt
     for name in chains {
         d.chain(name, old.chains.get(name), new.chains.get(name), stale);
     }
-    let sets: BTreeSet<&String> = old.affinity_sets.keys().chain(new.affinity_sets.keys()).collect();
+    let sets: BTreeSet<&String> = old.affinity_maps.keys().chain(new.affinity_maps.keys()).collect();
     for name in sets {
-        if !d.set(name, old.affinity_sets.get(name).copied(), new.affinity_sets.get(name).copied()) {
+        if !d.set(name, old.affinity_maps.get(name), new.affinity_maps.get(name)) {
             return None;
         }
     }
@@ -147,7 +148,7 @@ pub fn from_journal<'a>(new: &'a Table, j: &'a Journal, stale: &BTreeSet<String>
         d.chain(name, old.as_ref(), new.chains.get(name), stale);
     }
     for (name, old) in &j.sets {
-        if !d.set(name, *old, new.affinity_sets.get(name).copied()) {
+        if !d.set(name, old.as_ref(), new.affinity_maps.get(name)) {
             return None;
         }
     }

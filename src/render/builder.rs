@@ -3,7 +3,7 @@
 //! update, the old value of everything touched is journaled (so the partial sync is the
 //! difference on those keys alone, never a walk over the whole table).
 
-use super::ruleset::{Inserted, Key, MapName, Scope, Table, Value};
+use super::ruleset::{Affinity, Inserted, Key, MapName, Scope, Table, Value};
 use super::{FamilyContext, RenderError, lb_chain};
 use crate::model::{ObjectKey, Protocol};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -57,8 +57,8 @@ impl Index {
 pub struct Journal {
     /// Chain bodies.
     pub chains: BTreeMap<String, Option<String>>,
-    /// Affinity set timeouts.
-    pub sets: BTreeMap<String, Option<u32>>,
+    /// Affinity maps.
+    pub sets: BTreeMap<String, Option<Affinity>>,
     /// Element values.
     pub elements: BTreeMap<(MapName, Key), Option<Value>>,
 }
@@ -159,12 +159,12 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Adds an affinity set of the current port.
-    pub(super) fn set(&mut self, name: &str, timeout: u32) {
+    /// Adds an affinity map of the current port.
+    pub(super) fn set(&mut self, name: &str, affinity: Affinity) {
         if let Some(j) = &mut self.journal {
-            j.sets.entry(name.to_string()).or_insert_with(|| self.table.affinity_sets.get(name).copied());
+            j.sets.entry(name.to_string()).or_insert_with(|| self.table.affinity_maps.get(name).cloned());
         }
-        if self.table.affinity_sets.insert(name.to_string(), timeout).is_none() {
+        if self.table.affinity_maps.insert(name.to_string(), affinity).is_none() {
             self.record().sets.push(name.to_string());
         }
     }
@@ -270,9 +270,9 @@ impl Builder<'_> {
         }
         for name in &record.sets {
             if let Some(j) = &mut self.journal {
-                j.sets.entry(name.clone()).or_insert_with(|| self.table.affinity_sets.get(name).copied());
+                j.sets.entry(name.clone()).or_insert_with(|| self.table.affinity_maps.get(name).cloned());
             }
-            self.table.affinity_sets.remove(name);
+            self.table.affinity_maps.remove(name);
         }
         for (map, first, run) in record.elements {
             // Only slot keys have runs longer than one.

@@ -6,7 +6,9 @@
 //! keyed by the frontend and a random slot. No chain holds an anonymous set, and only as
 //! many rules reference an endpoint map as there are distinct endpoint counts, which keeps
 //! the kernel off its super-linear paths (see `../shared/research/kernel-costs.md`).
-//! Session-affinity services alone get upstream's per-endpoint chains and sets.
+//! A session-affinity service port adds a chain per scope and a map of clients per target
+//! port, not upstream's chain and set per endpoint: every named set costs each later set
+//! lookup of the transaction a walk past it, so thousands of sets grow a sync quadratically.
 
 mod builder;
 mod detect;
@@ -25,7 +27,7 @@ pub use rendered::{Rendered, Update};
 
 pub use templates::FamilyWords;
 
-pub use ruleset::{Entry, Fixed, Inserted, Key, MapName, Ruleset, Scope, Table, Value};
+pub use ruleset::{Affinity, Entry, Fixed, Inserted, Key, MapName, Ruleset, Scope, Table, Value};
 
 use crate::config::{Config, NodePortAddresses};
 use crate::model::{Family, Model, NodeInfo, Protocol};

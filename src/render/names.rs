@@ -6,7 +6,6 @@
 
 use super::ruleset::Scope;
 use crate::model::{Protocol, ServicePortName};
-use std::net::IpAddr;
 
 /// nftables' longest comment in bytes (`NFTNL_UDATA_COMMENT_MAXLEN`); `nft` refuses longer ones.
 pub const COMMENT_MAX: usize = 128;
@@ -50,19 +49,9 @@ pub fn balance_chain(scope: Scope, base: &str) -> String {
     format!("{}-{base}", scope.as_str())
 }
 
-/// `base__ip/port`; IPv6 colons become dots, as upstream writes them.
-fn endpoint_suffix(base: &str, ip: IpAddr, port: u16) -> String {
-    format!("{base}__{}/{port}", ip.to_string().replace(':', "."))
-}
-
-/// A session-affinity endpoint's chain.
-pub fn endpoint_chain(base: &str, ip: IpAddr, port: u16) -> String {
-    format!("endpoint-{}", endpoint_suffix(base, ip, port))
-}
-
-/// A session-affinity endpoint's set of recent clients.
-pub fn affinity_set(base: &str, ip: IpAddr, port: u16) -> String {
-    format!("affinity-{}", endpoint_suffix(base, ip, port))
+/// A session-affinity map of one scope: the clients of the endpoints listening on `port`.
+pub fn affinity_map(scope: Scope, base: &str, port: u16) -> String {
+    format!("affinity-{}-{base}__{port}", scope.as_str())
 }
 
 /// The shared chain that picks one of `n` endpoints from an endpoint map.
@@ -90,13 +79,8 @@ mod tests {
     }
 
     #[test]
-    fn endpoint_names_replace_ipv6_colons() {
-        let ip: IpAddr = "fd00::1:2".parse().expect("test address");
-        assert_eq!(endpoint_chain("a/b/tcp/p", ip, 80), "endpoint-a/b/tcp/p__fd00..1.2/80");
-        assert_eq!(
-            affinity_set("a/b/tcp/p", "10.0.0.1".parse().expect("test address"), 8080),
-            "affinity-a/b/tcp/p__10.0.0.1/8080"
-        );
+    fn affinity_maps_are_named_by_scope_service_port_and_target_port() {
+        assert_eq!(affinity_map(Scope::Cluster, "a/b/tcp/p", 8080), "affinity-cluster-a/b/tcp/p__8080");
     }
 
     #[test]
@@ -104,8 +88,7 @@ mod tests {
         let long = "a".repeat(63);
         let spn =
             ServicePortName { namespace: long.clone(), name: long, port: "p".repeat(63), protocol: Protocol::Sctp };
-        let ip: IpAddr = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff".parse().expect("test address");
-        assert!(endpoint_chain(&base(&spn, 1), ip, 65535).len() < 256);
+        assert!(affinity_map(Scope::Cluster, &base(&spn, 1), 65535).len() < 256);
         assert_eq!(comment(&spn.to_string()).len(), COMMENT_MAX);
         assert_eq!(comment("ns/svc:http"), "ns/svc:http");
     }

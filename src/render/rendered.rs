@@ -126,10 +126,10 @@ fn undone(ruleset: &Ruleset, journals: &[Journal]) -> Ruleset {
                 None => table.chains.remove(name),
             };
         }
-        for (name, timeout) in &journal.sets {
-            match timeout {
-                Some(t) => table.affinity_sets.insert(name.clone(), *t),
-                None => table.affinity_sets.remove(name),
+        for (name, affinity) in &journal.sets {
+            match affinity {
+                Some(a) => table.affinity_maps.insert(name.clone(), a.clone()),
+                None => table.affinity_maps.remove(name),
             };
         }
         for ((map, key), value) in &journal.elements {

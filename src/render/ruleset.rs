@@ -199,6 +199,16 @@ pub struct Fixed {
     pub nodeport_all: bool,
 }
 
+/// A session-affinity map: the clients of one service port, scope and target port, each
+/// with the endpoint address it was sent to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Affinity {
+    /// Seconds an entry lives after its last use (`timeoutSeconds`).
+    pub timeout: u32,
+    /// The endpoint addresses an entry may hold; an entry holding another is stale.
+    pub endpoints: Vec<IpAddr>,
+}
+
 /// Desired state of one family's table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Table {
@@ -208,8 +218,8 @@ pub struct Table {
     pub fixed: Fixed,
     /// Service, external, balancing, endpoint and `lb-` chains: name → rule lines.
     pub chains: BTreeMap<String, String>,
-    /// Per-endpoint session affinity sets: name → timeout in seconds.
-    pub affinity_sets: BTreeMap<String, u32>,
+    /// Session-affinity maps (client address → endpoint address), by name.
+    pub affinity_maps: BTreeMap<String, Affinity>,
     /// Elements of the named sets and maps.
     pub elements: BTreeMap<MapName, BTreeMap<Key, Entry>>,
     /// What rendering had to leave out, and why (for the caller to report).
@@ -223,7 +233,7 @@ impl Table {
             family,
             fixed,
             chains: BTreeMap::new(),
-            affinity_sets: BTreeMap::new(),
+            affinity_maps: BTreeMap::new(),
             elements: BTreeMap::new(),
             warnings: Vec::new(),
         }
@@ -268,7 +278,7 @@ impl Table {
 
     /// Whether the table declares set or map `name`.
     pub fn declares_set(&self, name: &str) -> bool {
-        self.affinity_sets.contains_key(name) || MapName::all().iter().any(|m| m.to_string() == name)
+        self.affinity_maps.contains_key(name) || MapName::all().iter().any(|m| m.to_string() == name)
     }
 
     /// The value an element has, if it is in the table.

@@ -2,8 +2,8 @@
 
 use super::builder::{Builder, PortId};
 use super::names;
-use super::ruleset::{Key, MapName, Scope, Value};
-use super::templates::{AffinityEndpoint, BalanceChain, EndpointChain, ExternalChain, ServiceChain};
+use super::ruleset::{Affinity, Key, MapName, Scope, Value};
+use super::templates::{AffinityEndpoint, AffinityMap, BalanceChain, ExternalChain, ServiceChain};
 use super::{RenderError, render_template};
 use crate::model::{Endpoint, Family, ServicePort};
 use crate::topology::Categorized;
@@ -227,7 +227,11 @@ impl Builder<'_> {
         Ok(Some(names::lb_chain(scope, nodeport, proto, eps.len())))
     }
 
-    /// Session affinity: a balancing chain per scope over per-endpoint chains and client sets.
+    /// Session affinity: one chain per scope that sends a known client back to its endpoint
+    /// (its entry in the scope's map, refreshed on use, as upstream's `update`) and spreads new
+    /// clients evenly, remembering each as it is sent. An entry holds an address alone (`nft`
+    /// 1.0.6 cannot write an IPv6 address and port from a rule), so there is a map per target
+    /// port. No set or chain per endpoint: see the module doc.
     fn affinity_pick(
         &mut self,
         p: &Port,
@@ -239,19 +243,27 @@ impl Builder<'_> {
         if self.table.chains.contains_key(&chain) {
             return Ok(chain);
         }
-        let fam = self.ctx.words.fam;
-        let mut refs = Vec::with_capacity(eps.len());
+        let mut maps: Vec<AffinityMap> = Vec::new();
+        let mut endpoints = Vec::with_capacity(eps.len());
         for ep in eps {
-            let set = names::affinity_set(&p.base, ep.ip, ep.port);
-            let ep_chain = names::endpoint_chain(&p.base, ep.ip, ep.port);
-            let proto = p.sp.name.protocol.as_str();
-            let t = EndpointChain { fam, v6: ep.ip.is_ipv6(), set: &set, proto, ip: ep.ip, port: ep.port };
-            self.chain(&ep_chain, render_template(&t, "endpoint.nft")?);
-            self.set(&set, timeout);
-            refs.push(AffinityEndpoint { chain: ep_chain, set });
+            let map = names::affinity_map(scope, &p.base, ep.port);
+            if !maps.iter().any(|m| m.map == map) {
+                maps.push(AffinityMap { map: map.clone(), port: ep.port, first: ep.ip });
+            }
+            endpoints.push(AffinityEndpoint { map, ip: ep.ip, port: ep.port });
         }
-        let body = render_template(&BalanceChain { fam, endpoints: &refs }, "balance.nft")?;
-        self.chain(&chain, body);
+        for m in &maps {
+            let addresses = endpoints.iter().filter(|e| e.map == m.map).map(|e| e.ip).collect();
+            self.set(&m.map, Affinity { timeout, endpoints: addresses });
+        }
+        let t = BalanceChain {
+            fam: self.ctx.words.fam,
+            v6: self.ctx.family == Family::V6,
+            proto: p.sp.name.protocol.as_str(),
+            maps: &maps,
+            endpoints: &endpoints,
+        };
+        self.chain(&chain, render_template(&t, "balance.nft")?);
         Ok(chain)
     }
 }

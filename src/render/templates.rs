@@ -44,41 +44,42 @@ pub struct ExternalChain<'a> {
     pub local_pick: Option<&'a str>,
 }
 
-/// One endpoint of a session-affinity service, as its balancing chain refers to it.
+/// One endpoint of a session-affinity pick.
 #[derive(Debug, Clone)]
 pub struct AffinityEndpoint {
-    /// The endpoint's chain.
-    pub chain: String,
-    /// The endpoint's set of recent clients.
-    pub set: String,
+    /// The map its clients are remembered in (the one of its target port).
+    pub map: String,
+    /// Its address.
+    pub ip: std::net::IpAddr,
+    /// Its port.
+    pub port: u16,
 }
 
-/// `balance.nft`: a session-affinity service's endpoint pick.
+/// One session-affinity map, as the rule that sends known clients back reads it.
+#[derive(Debug, Clone)]
+pub struct AffinityMap {
+    /// The map.
+    pub map: String,
+    /// The target port of every endpoint it holds.
+    pub port: u16,
+    /// An endpoint of this port, for the rare refresh that finds its entry just expired.
+    pub first: std::net::IpAddr,
+}
+
+/// `balance.nft`: a session-affinity service's endpoint pick for one scope.
 #[derive(Template)]
 #[template(path = "balance.nft")]
 pub struct BalanceChain<'a> {
     /// `ip` or `ip6`.
     pub fam: &'static str,
-    /// Endpoints in slot order.
-    pub endpoints: &'a [AffinityEndpoint],
-}
-
-/// `endpoint.nft`: a session-affinity endpoint: remember the client, then DNAT.
-#[derive(Template)]
-#[template(path = "endpoint.nft")]
-pub struct EndpointChain<'a> {
-    /// `ip` or `ip6`.
-    pub fam: &'static str,
     /// IPv6 addresses need brackets before a port.
     pub v6: bool,
-    /// The affinity set.
-    pub set: &'a str,
     /// Protocol name.
     pub proto: &'static str,
-    /// Endpoint address.
-    pub ip: std::net::IpAddr,
-    /// Endpoint port.
-    pub port: u16,
+    /// The maps, one per target port.
+    pub maps: &'a [AffinityMap],
+    /// The endpoints, in slot order.
+    pub endpoints: &'a [AffinityEndpoint],
 }
 
 /// `lb.nft`: the shared chain that DNATs to slot `numgen mod n` of a frontend in an endpoint map.

@@ -65,7 +65,7 @@ pub enum Expr {
     /// Reject (`kind` 0: ICMP unreachable with `code`, 1: TCP reset).
     Reject { kind: u32, code: u8 },
     /// Adds `sreg` to a set or refreshes its timeout.
-    DynsetUpdate { sreg: u32, set: String, set_id: Option<u32> },
+    DynsetUpdate { sreg: u32, set: String, set_id: Option<u32>, sreg_data: Option<u32> },
 }
 
 fn u32_attr(b: &mut Vec<u8>, kind: u16, v: u32) {
@@ -176,13 +176,16 @@ impl Expr {
                 u32_attr(b, 1, *kind);
                 attr(b, 2, |b| b.push(*code));
             }
-            Expr::DynsetUpdate { sreg, set, set_id } => {
+            Expr::DynsetUpdate { sreg, set, set_id, sreg_data } => {
                 str_attr(b, 1, set);
                 if let Some(id) = set_id {
                     u32_attr(b, 2, *id);
                 }
                 u32_attr(b, 3, 1);
                 u32_attr(b, 4, *sreg);
+                if let Some(data) = sreg_data {
+                    u32_attr(b, 5, *data);
+                }
             }
         }
     }
@@ -266,7 +269,13 @@ impl fmt::Display for Expr {
             }
             Expr::Masq { flags } => write!(f, "[ masq flags 0x{flags:x} ]"),
             Expr::Reject { kind, code } => write!(f, "[ reject type {kind} code {code} ]"),
-            Expr::DynsetUpdate { sreg, set, .. } => write!(f, "[ dynset update reg_key {sreg} set {set} ]"),
+            Expr::DynsetUpdate { sreg, set, sreg_data, .. } => {
+                write!(f, "[ dynset update reg_key {sreg} set {set}")?;
+                if let Some(data) = sreg_data {
+                    write!(f, " sreg_data {data}")?;
+                }
+                write!(f, " ]")
+            }
         }
     }
 }

@@ -272,7 +272,8 @@ impl Rule<'_> {
         Ok(())
     }
 
-    /// `dnat ip to <key> map @m` (an endpoint picked from a map) or `dnat ip to ADDR:PORT`.
+    /// `dnat ip to <key> map @m [: PORT]` (an endpoint, or its address, from a map) or
+    /// `dnat ip to ADDR:PORT`.
     fn dnat(&mut self) -> Result<(), CompileError> {
         let family = if self.word(1) == "ip" { 2 } else { 10 };
         if self.word(2) != "to" {
@@ -294,11 +295,19 @@ impl Rule<'_> {
         self.i += 1;
         self.dependencies(&fields);
         self.lookup(&fields, false, Some(1))?;
+        // `map @m : PORT`: the map gives the address alone.
+        if self.tok(0) == Some(&Token::Colon) {
+            let port: u16 = self.word(1).parse().map_err(|_| self.err("a port after `:`"))?;
+            self.i += 2;
+            self.push(Expr::Immediate { dreg: 2, data: Data::Value(port.to_be_bytes().to_vec()) });
+            self.push(Expr::Dnat { family, addr: 1, proto: 2, flags: 2 });
+            return Ok(());
+        }
         self.push(Expr::Dnat { family, addr: 1, proto: reg(slots(addr_len)), flags: 0 });
         Ok(())
     }
 
-    /// `update @set { field }`.
+    /// `update @set { field }`, or `update @map { field : constant }`.
     fn update(&mut self) -> Result<(), CompileError> {
         if self.tok(1) != Some(&Token::At) || self.tok(3) != Some(&Token::Open) {
             return Err(self.err("`update @set { key }`"));
@@ -306,13 +315,26 @@ impl Rule<'_> {
         let name = self.word(2).to_string();
         self.i += 4;
         let fields = self.concat()?;
+        // A map's data: a constant of the key's type (an affinity map's endpoint address).
+        let data = match (self.tok(0), fields.as_slice()) {
+            (Some(Token::Colon), [key]) => {
+                let (bytes, _) = key.constant(self.word(1))?;
+                self.i += 2;
+                Some(bytes)
+            }
+            _ => None,
+        };
         if self.tok(0) != Some(&Token::Close) {
-            return Err(self.err("`}` after an update's key"));
+            return Err(self.err("`}` after an update's key or data"));
         }
         self.i += 1;
         let set = self.schema.set(self.family, &name).ok_or_else(|| self.err("a set not declared"))?;
         self.load(&fields, false);
-        self.push(Expr::DynsetUpdate { sreg: 1, set: name, set_id: set.id });
+        let sreg_data = data.map(|bytes| {
+            self.push(Expr::Immediate { dreg: 2, data: Data::Value(bytes) });
+            2
+        });
+        self.push(Expr::DynsetUpdate { sreg: 1, set: name, set_id: set.id, sreg_data });
         Ok(())
     }
 
