@@ -2,6 +2,7 @@
 //! built in-process (`compile` for the templates' text, `wire` for elements), stale-chain
 //! cleanup, and what was applied, kept in memory so no sync lists the table.
 
+mod affinity;
 pub mod cleanup;
 pub mod compile;
 mod diff;
@@ -167,6 +168,7 @@ pub struct Applier {
     sender: wire::Sender,
     /// The sets the kernel holds, for rules compiled between full syncs.
     schema: compile::Schema,
+    sweeper: affinity::Sweeper,
 }
 
 impl Applier {
@@ -174,7 +176,8 @@ impl Applier {
     pub fn new(node: &str, own: Arc<OwnPorts>) -> Applier {
         let sender = wire::Sender::default();
         let schema = compile::Schema::default();
-        Applier { node: node.to_string(), in_sync: false, stale: BTreeMap::new(), own, quiet: None, sender, schema }
+        let (stale, sweeper) = (BTreeMap::new(), affinity::Sweeper::default());
+        Applier { node: node.to_string(), in_sync: false, stale, own, quiet: None, sender, schema, sweeper }
     }
 
     /// Pauses the guard's notifications around full syncs.
@@ -196,7 +199,14 @@ impl Applier {
     pub fn sync(&mut self, desired: &Ruleset, update: &Update, resync: Resync) -> Result<SyncReport, NftError> {
         let result = self.try_sync(desired, update, resync);
         match &result {
-            Ok(_) => self.in_sync = true,
+            Ok(report) => {
+                self.in_sync = true;
+                if report.kind != SyncKind::Unchanged
+                    && let Err(e) = self.sweeper.after_sync(desired, report.kind, &self.sender, &self.own)
+                {
+                    log::warn!("sweeping session-affinity entries of gone endpoints failed, will retry: {e}");
+                }
+            }
             Err(_) => self.invalidate(),
         }
         result

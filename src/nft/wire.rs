@@ -131,6 +131,34 @@ impl Batch {
         }
     }
 
+    /// Deletes the elements of set or map `set` whose keys are `keys`, as register bytes (as
+    /// a dump lists them).
+    pub fn delete_keys<'k>(
+        &mut self,
+        family: Family,
+        table: &str,
+        set: &str,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+    ) {
+        let fam = NfFamily::from(family) as u8;
+        let mut keys = keys.into_iter().peekable();
+        while keys.peek().is_some() {
+            self.message(NFT_MSG_DELSETELEM, NLM_F_ACK, fam, |b| {
+                str_attr(b, 1, table);
+                str_attr(b, 2, set);
+                attr(b, 3 | NLA_F_NESTED, |b| {
+                    let start = b.len();
+                    while b.len() - start < ELEMENT_LIST_BUDGET {
+                        let Some(key) = keys.next() else { break };
+                        attr(b, 1 | NLA_F_NESTED, |b| {
+                            attr(b, ELEM_KEY | NLA_F_NESTED, |b| attr(b, 1, |b| b.extend_from_slice(key)))
+                        });
+                    }
+                });
+            });
+        }
+    }
+
     /// Deletes the stateful object of `NFT_OBJECT_*` type `kind` with handle `handle` from
     /// `family`'s table `table`.
     pub fn delete_object(&mut self, family: Family, table: &str, kind: u32, handle: u64) {

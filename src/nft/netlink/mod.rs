@@ -10,6 +10,7 @@ use std::time::Duration;
 
 pub mod conntrack;
 mod dump;
+pub mod elements;
 pub mod link;
 pub mod send;
 #[allow(unsafe_code)]

@@ -1,0 +1,105 @@
+//! Reading the elements of one set or map (a dump): each element's key and, in a map, its
+//! data, as register bytes. The sweep of session-affinity maps reads them.
+
+use super::{NLM_F_DUMP, NfFamily, Socket, attr};
+use std::io;
+
+const NFT_MSG_GETSETELEM: u16 = 13;
+const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
+const NFTA_SET_ELEM_LIST_SET: u16 = 2;
+const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
+const NFTA_LIST_ELEM: u16 = 1;
+const NFTA_SET_ELEM_KEY: u16 = 1;
+const NFTA_SET_ELEM_DATA: u16 = 2;
+const NFTA_DATA_VALUE: u16 = 1;
+
+/// One element of a set or map.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Element {
+    /// The key, as the set's key register holds it.
+    pub key: Vec<u8>,
+    /// A map element's data (absent for a set, or a verdict).
+    pub data: Option<Vec<u8>>,
+}
+
+impl Socket {
+    /// The elements of set or map `set` of `family`'s table `table` (empty if it is missing).
+    pub fn elements(&mut self, family: NfFamily, table: &str, set: &str) -> io::Result<Vec<Element>> {
+        let attrs = [(NFTA_SET_ELEM_LIST_TABLE, table), (NFTA_SET_ELEM_LIST_SET, set)];
+        let replies = match self.request(NFT_MSG_GETSETELEM, family as u8, NLM_F_DUMP, &attrs) {
+            Ok(replies) => replies,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut out = Vec::new();
+        for reply in &replies {
+            let Some(list) = attr(reply, NFTA_SET_ELEM_LIST_ELEMENTS) else { continue };
+            for (kind, elem) in nested(list)? {
+                if kind == NFTA_LIST_ELEM {
+                    out.push(element(elem)?);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// One `NFTA_LIST_ELEM`: its key (required) and data value.
+fn element(elem: &[u8]) -> io::Result<Element> {
+    let value = |outer: u16| -> io::Result<Option<Vec<u8>>> {
+        let Some((_, wrapped)) = nested(elem)?.into_iter().find(|(k, _)| *k == outer) else { return Ok(None) };
+        Ok(nested(wrapped)?.into_iter().find(|(k, _)| *k == NFTA_DATA_VALUE).map(|(_, v)| v.to_vec()))
+    };
+    let key = value(NFTA_SET_ELEM_KEY)?.ok_or_else(|| malformed("an element without a key"))?;
+    Ok(Element { key, data: value(NFTA_SET_ELEM_DATA)? })
+}
+
+/// The attributes nested in `payload`, each with its type (flags cleared); an error when a
+/// length runs past the payload.
+fn nested(mut payload: &[u8]) -> io::Result<Vec<(u16, &[u8])>> {
+    let mut out = Vec::new();
+    while payload.len() >= 4 {
+        let len = usize::from(u16::from_ne_bytes([payload[0], payload[1]]));
+        let kind = u16::from_ne_bytes([payload[2], payload[3]]) & 0x3fff;
+        if len < 4 || len > payload.len() {
+            return Err(malformed("an attribute longer than its message"));
+        }
+        out.push((kind, &payload[4..len]));
+        payload = &payload[len.next_multiple_of(4).min(payload.len())..];
+    }
+    Ok(out)
+}
+
+fn malformed(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("nf_tables listed {what}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(buf: &mut Vec<u8>, t: u16, payload: &[u8]) {
+        buf.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
+        buf.extend_from_slice(&t.to_ne_bytes());
+        buf.extend_from_slice(payload);
+        buf.resize(buf.len().next_multiple_of(4), 0);
+    }
+
+    #[test]
+    fn reads_keys_and_data_and_refuses_overlong_attributes() {
+        let (mut key, mut data, mut elem) = (Vec::new(), Vec::new(), Vec::new());
+        put(&mut key, NFTA_DATA_VALUE, &[10, 0, 0, 1]);
+        put(&mut data, NFTA_DATA_VALUE, &[10, 1, 0, 7]);
+        put(&mut elem, NFTA_SET_ELEM_KEY | 0x8000, &key);
+        put(&mut elem, NFTA_SET_ELEM_DATA | 0x8000, &data);
+        let found = element(&elem).expect("a well-formed element");
+        assert_eq!(found, Element { key: vec![10, 0, 0, 1], data: Some(vec![10, 1, 0, 7]) });
+
+        let mut keyless = Vec::new();
+        put(&mut keyless, NFTA_SET_ELEM_DATA | 0x8000, &data);
+        assert!(element(&keyless).is_err(), "an element needs a key");
+        let mut overlong = elem.clone();
+        overlong[0] = 200;
+        assert!(element(&overlong).is_err(), "a length past the message is malformed");
+    }
+}
