@@ -158,10 +158,15 @@ fn init_only(flags: &Flags) -> anyhow::Result<()> {
 fn daemon(flags: &Flags) -> anyhow::Result<()> {
     let cfg = Config::from_flags(flags)?;
     let stop = Arc::new(AtomicBool::new(false));
-    // Every `nft` run (the version check, the takeover's listings) is bounded by
+    // Every child run (the look at the node's nft, iptables-legacy-save) is bounded by
     // --nft-timeout and ended at shutdown.
-    exec::Limits { timeout: flags.nft_timeout, stop: stop.clone() }.configure();
+    let limits = exec::Limits { timeout: flags.nft_timeout, stop: stop.clone() };
+    limits.clone().configure();
     requirements::check()?;
+    // In the background: a hung nft must not hold up the start, and nothing needs its answer.
+    std::thread::Builder::new()
+        .name("nft-version".into())
+        .spawn(move || requirements::log_node_nft(&requirements::node_nft(&limits)))?;
     let periods =
         Periods { min_sync: flags.min_sync_period, sync: flags.sync_period, full_sync: flags.full_sync_period };
     let inbox = Arc::new(Inbox::default());
@@ -261,7 +266,7 @@ enum Event {
 
 /// Starts the `signals` thread. Signals are handled, not blocked, so children start with
 /// default dispositions and an empty mask.
-/// - SIGTERM, SIGINT: stop (running `nft` children are ended), leaving the rules in place;
+/// - SIGTERM, SIGINT: stop (running children are ended), leaving the rules in place;
 /// - SIGHUP: rewrite the tables in place now (a full sync);
 /// - SIGUSR1: log a summary of the state;
 /// - SIGUSR2, SIGALRM: logged and ignored (their default would end the daemon silently).

@@ -1,13 +1,17 @@
-//! What the node must have for this proxy: a kernel and an `nft` new enough for the rules it
-//! writes. Checked at start by the daemon and `--cleanup` (both run `nft`), never by
-//! `--dry-run`, which touches nothing.
+//! What the node must have for this proxy: a kernel new enough for the rules it writes.
+//! Checked at start by the daemon and `--cleanup`, never by `--dry-run`, which touches nothing.
 //!
 //! Each need names the feature it is for, so a refusal says what would break. The kernel
-//! features are from the templates (`nft-templates/`); the last line of each list is
-//! upstream kube-proxy's own minimum (kernel 5.13, `nft` 1.0.1), kept because this proxy is
-//! its drop-in replacement and writes rules of the same kind: an older node `nft` cannot
-//! read such rules back, and before 1.0.1 `nft` read every table on each run and failed on
-//! ones it did not understand (kubernetes/kubernetes#122743).
+//! features are from the templates (`nft-templates/`); the last line of the list is upstream
+//! kube-proxy's own minimum (kernel 5.13), kept because this proxy is its drop-in replacement
+//! and writes rules of the same kind.
+//!
+//! No `nft` is needed: syncs, the takeover and `--cleanup` all speak netlink. Upstream requires
+//! nft 1.0.1 only because it runs nft. An `nft` on the node is still what people list the
+//! rules with, so the daemon looks at it in the background: its version is logged, with a
+//! warning when it is older than 1.0.1, which may not read these rules back, and before which
+//! nft read every table on each run and failed on ones it did not understand
+//! (kubernetes/kubernetes#122743). Neither its absence nor its age stops anything.
 
 use crate::nft::NftError;
 use crate::nft::exec::Limits;
@@ -71,7 +75,8 @@ pub const KERNEL: &[Need] = &[
     },
 ];
 
-/// What `nft` must support, oldest first.
+/// What an `nft` on the node needs to list this proxy's rules, oldest first (warned about,
+/// never required).
 pub const NFT: &[Need] = &[
     Need { since: &[0, 9, 4], what: "typeof map keys (numgen in the endpoint maps' keys) and concatenated ranges" },
     Need { since: &[0, 9, 7], what: "comments on tables and sets" },
@@ -82,7 +87,7 @@ pub const NFT: &[Need] = &[
 ];
 
 /// The environment variable upstream kube-proxy reads to skip its kernel check; honoured
-/// the same way (non-empty skips the kernel check, never the `nft` one).
+/// the same way (non-empty skips the kernel check).
 pub const SKIP_KERNEL_CHECK: &str = "KUBE_PROXY_NFTABLES_SKIP_KERNEL_VERSION_CHECK";
 
 /// Why the node cannot run the proxy.
@@ -95,24 +100,6 @@ pub enum RequirementError {
         found: Version,
         /// What it lacks.
         missing: Vec<Need>,
-    },
-    /// `nft` is older than something needs.
-    #[error("`{nft}` is nft {found}, too old: kube-nftproxy needs nft {} or later for {}", newest(.missing), list(.missing))]
-    Nft {
-        /// The binary run.
-        nft: String,
-        /// Its version.
-        found: Version,
-        /// What it lacks.
-        missing: Vec<Need>,
-    },
-    /// `nft` could not be run or did not say its version.
-    #[error("cannot tell the version of `{nft}` (nftables {} or later is needed): {why}", newest(NFT))]
-    NftUnknown {
-        /// The binary run.
-        nft: String,
-        /// What went wrong.
-        why: String,
     },
     /// The kernel release could not be read.
     #[error("cannot read the kernel release from /proc/sys/kernel/osrelease: {0}")]
@@ -152,43 +139,71 @@ pub fn check_kernel() -> Result<Version, RequirementError> {
     if missing.is_empty() { Ok(found) } else { Err(RequirementError::Kernel { found, missing }) }
 }
 
-/// The longest `nft --version` may take: a hung `nft` must not hold up the start forever.
+/// The longest `nft --version` may take: a hung `nft` is killed and reported.
 const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Runs `nft --version` (the binary the proxy runs) and checks it against [`NFT`].
-pub fn check_nft() -> Result<Version, RequirementError> {
-    let nft = crate::nft::exec::nft_binary();
-    let text = nft_version_output(&nft, VERSION_TIMEOUT)
-        .map_err(|why| RequirementError::NftUnknown { nft: nft.clone(), why })?;
-    let found = parse_nft_version(&text).ok_or_else(|| RequirementError::NftUnknown {
-        nft: nft.clone(),
-        why: format!("`{nft} --version` answered {:?}", text.trim()),
-    })?;
-    let missing = missing(&found, NFT);
-    if missing.is_empty() { Ok(found) } else { Err(RequirementError::Nft { nft, found, missing }) }
+/// What an `nft` on the node is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeNft {
+    /// None on `PATH` (or at `NFT`).
+    Absent,
+    /// This version.
+    Version(Version),
+    /// It did not say its version: why.
+    Unknown(String),
 }
 
-/// What `nft --version` prints, within `timeout` (then it is killed with its process group).
-fn nft_version_output(nft: &str, timeout: Duration) -> Result<String, String> {
-    let limits = Limits { timeout, ..Limits::default() };
-    crate::nft::exec::run_binary(nft, &["--version"], &limits).map_err(|e| match e {
-        NftError::TimedOut(_) => format!("`{nft} --version` did not answer within {timeout:?}"),
-        other => format!("`{nft} --version` failed: {other}"),
+/// Runs `nft --version` (the `NFT` binary if set) within `limits`, at most [`VERSION_TIMEOUT`].
+pub fn node_nft(limits: &Limits) -> NodeNft {
+    let nft = crate::nft::exec::nft_binary();
+    let limits = Limits { timeout: limits.timeout.min(VERSION_TIMEOUT), stop: limits.stop.clone() };
+    match nft_version_output(&nft, &limits) {
+        Ok(text) => parse_nft_version(&text).map_or_else(
+            || NodeNft::Unknown(format!("`{nft} --version` answered {:?}", text.trim())),
+            NodeNft::Version,
+        ),
+        Err(None) => NodeNft::Absent,
+        Err(Some(why)) => NodeNft::Unknown(why),
+    }
+}
+
+/// What `nft --version` prints, within `limits` (then it is killed with its process group);
+/// `Err(None)` when there is no such binary.
+fn nft_version_output(nft: &str, limits: &Limits) -> Result<String, Option<String>> {
+    crate::nft::exec::run_binary(nft, &["--version"], limits).map_err(|e| match e {
+        NftError::Spawn { source, .. } if source.kind() == std::io::ErrorKind::NotFound => None,
+        NftError::TimedOut(t) => Some(format!("`{nft} --version` did not answer within {t:?} and was killed")),
+        other => Some(format!("`{nft} --version` failed: {other}")),
     })
 }
 
-/// Checks both, logging what was found; the kernel check is skipped (with a warning) when
+/// Logs what [`node_nft`] found: the version at info, or a warning when it is too old to
+/// list these rules or did not say.
+pub fn log_node_nft(found: &NodeNft) {
+    let unneeded = "kube-nftproxy does not run it";
+    match found {
+        NodeNft::Absent => log::info!("no nft on this node; {unneeded}, it is only for listing the rules by hand"),
+        NodeNft::Version(v) => match missing(v, NFT).as_slice() {
+            [] => log::info!("nft {v} on this node can list these rules; {unneeded}"),
+            lacks => log::warn!(
+                "nft {v} on this node may not list these rules: nft {} or later has {}; {unneeded}",
+                newest(lacks),
+                list(lacks)
+            ),
+        },
+        NodeNft::Unknown(why) => log::warn!("cannot tell which nft is on this node ({why}); {unneeded}"),
+    }
+}
+
+/// Checks the kernel, logging what was found; skipped (with a warning) when
 /// [`SKIP_KERNEL_CHECK`] is set, as upstream allows.
 pub fn check() -> Result<(), RequirementError> {
-    let kernel = if std::env::var_os(SKIP_KERNEL_CHECK).is_some_and(|v| !v.is_empty()) {
+    if std::env::var_os(SKIP_KERNEL_CHECK).is_some_and(|v| !v.is_empty()) {
         log::warn!("{SKIP_KERNEL_CHECK} is set: not checking the kernel version");
-        None
-    } else {
-        Some(check_kernel()?)
-    };
-    let nft = check_nft()?;
-    let kernel = kernel.map_or_else(|| "unchecked".to_string(), |k| k.to_string());
-    log::info!("kernel {kernel}, nft {nft}: as needed");
+        return Ok(());
+    }
+    let kernel = check_kernel()?;
+    log::info!("kernel {kernel}: as needed");
     Ok(())
 }
 
@@ -224,7 +239,7 @@ mod tests {
     }
 
     #[test]
-    fn a_hung_or_failing_nft_is_an_answer_within_the_time_limit() {
+    fn a_hung_failing_or_missing_nft_is_an_answer_within_the_time_limit() {
         use std::os::unix::fs::PermissionsExt;
         let dir = std::env::temp_dir().join(format!("knp-req-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -235,12 +250,17 @@ mod tests {
             path.to_str().unwrap().to_string()
         };
         let start = std::time::Instant::now();
-        let hung = nft_version_output(&script("hung", "sleep 1000"), Duration::from_millis(200)).unwrap_err();
+        let limits = |ms| Limits { timeout: Duration::from_millis(ms), ..Limits::default() };
+        let hung = nft_version_output(&script("hung", "sleep 1000"), &limits(200)).unwrap_err().unwrap();
         assert!(hung.contains("did not answer within 200ms"), "{hung}");
         assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
-        let failed = nft_version_output(&script("failing", "echo broken >&2; exit 3"), VERSION_TIMEOUT).unwrap_err();
+        let failed = nft_version_output(&script("failing", "echo broken >&2; exit 3"), &limits(10_000));
+        let failed = failed.unwrap_err().unwrap();
         assert!(failed.contains("failed") && failed.contains("broken"), "{failed}");
-        assert!(nft_version_output("/nonexistent/nft", VERSION_TIMEOUT).is_err());
+        assert_eq!(nft_version_output("/nonexistent/nft", &limits(10_000)), Err(None), "absent is no error");
+        let old = script("old", "echo 'nftables v0.9.8 (E.D.S.)'");
+        let found = nft_version_output(&old, &limits(10_000)).map(|t| parse_nft_version(&t));
+        assert_eq!(found, Ok(Some(v("0.9.8"))));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -266,8 +286,5 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("reject in the prerouting hook") && text.contains("(since 5.9)"), "{text}");
-        let found = v("0.9.8");
-        let text = RequirementError::Nft { nft: "nft".into(), missing: missing(&found, NFT), found }.to_string();
-        assert!(text.starts_with("`nft` is nft 0.9.8, too old: kube-nftproxy needs nft 1.0.1 or later for "), "{text}");
     }
 }

@@ -1,7 +1,7 @@
 //! What is shipped, as built here: the static binary (`packaging/build-static.sh`) has no
-//! interpreter and needs no library, and prints what this build prints; the image's files
-//! (`packaging/Containerfile`: that binary and `packaging/nft-rootfs.sh`'s `nft` with its
-//! libraries, nothing else) run the daemon, chrooted, through a takeover from kube-proxy;
+//! interpreter and needs no library, and prints what this build prints; the image's one file
+//! (`packaging/Containerfile`: that binary, no `nft`, no shell) runs the daemon, chrooted,
+//! through a takeover from kube-proxy;
 //! the daemon works with the capabilities the DaemonSet and the unit grant (CAP_NET_ADMIN,
 //! and in a pod CAP_SYS_RESOURCE for its OOM score) and no more; the rollback DaemonSet's
 //! `--cleanup` removes only kube-nftproxy's tables. Docker cannot build here (no engine), so
@@ -145,7 +145,7 @@ fn build_inputs() -> Vec<PathBuf> {
 }
 
 #[test]
-fn the_containerfile_copies_what_exists_and_runs_the_tested_scripts() {
+fn the_containerfile_copies_what_exists_and_runs_the_tested_script_into_an_image_of_the_binary_alone() {
     let mut stages = Vec::new();
     let (mut runs, mut from_stages, mut build_sources) = (Vec::new(), Vec::new(), Vec::new());
     for (op, words) in instructions() {
@@ -174,10 +174,10 @@ fn the_containerfile_copies_what_exists_and_runs_the_tested_scripts() {
     for input in build_inputs() {
         assert!(build_sources.iter().any(|s| input.starts_with(s)), "the build stage lacks {}", input.display());
     }
-    // The scripts this test file runs are the ones the stages run, with the outputs copied.
-    assert!(runs.iter().any(|r| r == "packaging/build-static.sh /out"), "{runs:?}");
-    assert!(runs.iter().any(|r| r == "nft-rootfs.sh /rootfs"), "{runs:?}");
-    assert_eq!(from_stages, ["/rootfs/ /", "/out/kube-nftproxy /kube-nftproxy"]);
+    // The script this test file runs is the one the build stage runs, and its binary is all
+    // the image holds.
+    assert_eq!(runs, ["packaging/build-static.sh /out"]);
+    assert_eq!(from_stages, ["/out/kube-nftproxy /kube-nftproxy"]);
     // The entry point is the program the DaemonSet's containers run.
     let entry = instructions().into_iter().find(|(op, _)| op == "ENTRYPOINT").map(|(_, w)| w.join(" "));
     assert_eq!(entry.as_deref(), Some(r#"["/kube-nftproxy"]"#));
@@ -215,10 +215,8 @@ fn the_image_files_run_the_daemon_through_a_takeover() {
     if !iptables_available() {
         return;
     }
-    // The image's root: the Containerfile's last stage, assembled from the same scripts.
+    // The image's root: the Containerfile's last stage, the binary alone.
     let image = Scratch::new("pkg-image");
-    let out = Command::new(root().join("packaging/nft-rootfs.sh")).arg(&image.0).output().expect("nft-rootfs.sh");
-    assert!(out.status.success(), "nft-rootfs.sh: {}", String::from_utf8_lossy(&out.stderr));
     std::fs::copy(static_binary(), image.0.join("kube-nftproxy")).expect("copy the binary in");
     // What a container runtime adds (/proc, /dev) and the test's manifests.
     for dir in ["proc", "dev", "manifests"] {
@@ -246,6 +244,7 @@ fn the_image_files_run_the_daemon_through_a_takeover() {
     wait_logged(&d, "left `inet user KUBE-SERVICES`");
     let log = d.stop();
     assert!(!log.contains(" ERROR ") && !log.contains(" WARN "), "{log}");
+    assert!(log.contains("no nft on this node"), "the image holds an nft:\n{log}");
     assert!(node.nft(&["list", "tables"]).contains("table ip kube-nftproxy"));
     assert_eq!(state(&node), state(&expected), "kube-proxy's rules are not gone as they should be\n{log}");
 }

@@ -11,9 +11,10 @@ mod common;
 
 use common::check::{probe_during, web_on, who};
 use common::cluster::Cluster;
-use common::daemon::{Daemon, fake_nft, wait_for, write_manifests};
+use common::daemon::{Daemon, wait_for, write_manifests};
 use common::layouts::{iptables_available, load, state};
 use common::net::in_netns;
+use common::owner::TableOwner;
 use common::{Netns, Scratch};
 use kube_nftproxy::nft::netlink::link;
 use kube_nftproxy::takeover::{Interface, remove_ipvs_interface};
@@ -160,20 +161,20 @@ fn a_failed_takeover_is_retried_while_the_proxy_serves() {
     }
     let c = Cluster::new(1, 0);
     load(&c.node, &["nftables-web.nft"], true);
-    // The real nft, except that the first listing in JSON (the takeover's first step) fails.
-    let dir = Scratch::new("retry");
-    let once = dir.0.join("failed-once");
-    let body = format!(
-        "case \"$*\" in *-j*) if [ ! -e {0} ]; then touch {0}; echo 'Error: stand-in failure' >&2; exit 1; fi;; esac\nexec nft \"$@\"",
-        once.display()
-    );
-    let nft = fake_nft(&dir.0, &body);
+    // A real refusal: an `ip6 kube-proxy` table another process owns cannot be deleted, and the
+    // takeover's one transaction (with `ip kube-proxy`, which serves the traffic) fails whole.
+    let owner = TableOwner::take_table(&c.node, "ip6", "kube-proxy");
     let manifests = write_manifests(&c, web_on(&c, &["pod-1"]));
-    let d = Daemon::start(&c.node, &manifests, &[], &[("NFT", nft.to_str().expect("utf-8 path"))]);
+    let d = Daemon::start(&c.node, &manifests, &[], &[]);
     let retrying = "retrying the takeover from upstream kube-proxy in 2s";
     assert!(wait_for(Duration::from_secs(10), || d.logged().contains(retrying)).is_some(), "{}", d.logged());
-    assert!(d.logged().contains("stand-in failure"), "the failure's cause is not logged:\n{}", d.logged());
+    let log = d.logged();
+    let cause = ["Operation not permitted", "failing line: delete table ip6 kube-proxy"];
+    assert!(cause.iter().all(|c| log.contains(c)), "the refusal and its step are not logged:\n{log}");
+    assert!(c.node.nft(&["list", "tables"]).contains("table ip kube-proxy\n"), "a failed transaction removed part");
     assert_eq!(who(&c.client, WEB), "pod-1", "the proxy must serve while the takeover waits");
+    // The owner's exit drops its table; the retry finds the rest and removes it.
+    owner.release();
     let done = wait_for(Duration::from_secs(5), || d.logged().contains("removed nftables table `ip kube-proxy`"));
     assert!(done.is_some(), "the takeover was not retried:\n{}", d.logged());
     assert!(!c.node.nft(&["list", "tables"]).contains("kube-proxy\n"));

@@ -109,7 +109,9 @@ pub struct Flags {
     /// Interval of full syncs that replace the tables whole, repairing any drift.
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_period, help_heading = NFTABLES)]
     pub full_sync_period: Duration,
-    /// Longest one `nft` run may take before it is killed and the sync counts as failed.
+    /// Longest a helper command may run before it is killed: `nft --version` (at most 10s; the
+    /// version is only logged) and `iptables-legacy-save` (looking for kube-proxy's legacy
+    /// chains). Syncs and the takeover go over netlink and run none.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_period, help_heading = NFTABLES)]
     pub nft_timeout: Duration,
 

@@ -26,24 +26,34 @@ pub const STALE_CHAIN_DELAY: Duration = Duration::from_secs(1);
 /// Errors talking to nftables.
 #[derive(Debug, thiserror::Error)]
 pub enum NftError {
-    /// `nft` could not be started.
-    #[error("cannot run {nft}: {source}")]
+    /// A helper command (`exec`) could not be started.
+    #[error("cannot run {program}: {source}")]
     Spawn {
         /// The binary.
-        nft: String,
+        program: String,
         /// Cause.
         source: std::io::Error,
     },
-    /// The kernel (or `nft`) refused the transaction; nothing of it was applied.
+    /// A helper command (`exec`) ended with a failure.
+    #[error("`{program}` failed ({status}): {message}")]
+    Failed {
+        /// The binary.
+        program: String,
+        /// How it ended.
+        status: std::process::ExitStatus,
+        /// What it said on stderr.
+        message: String,
+    },
+    /// The kernel refused the transaction; nothing of it was applied.
     #[error("the transaction was rejected: {message}{}", line.as_ref().map(|l| format!("\\n  failing line: {l}")).unwrap_or_default())]
     Rejected {
-        /// nft's message.
+        /// The kernel's message.
         message: String,
-        /// The script line the error points at, when nft names one.
+        /// The script line (or removal step) of the refused message, when there is one.
         line: Option<String>,
     },
-    /// `nft` ran past its time limit and was killed; nothing of it was applied.
-    #[error("nft did not finish within {0:?} and was killed")]
+    /// A helper command ran past its time limit and was killed.
+    #[error("the command did not finish within {0:?} and was killed")]
     TimedOut(Duration),
     /// The kernel refused message `seq` of a batch with `errno`; nothing of it was applied
     /// (`wire::Lines::explain` names the script line).
@@ -57,7 +67,7 @@ pub enum NftError {
     /// The daemon is stopping; the run was ended.
     #[error("stopped: the daemon is shutting down")]
     Stopped,
-    /// I/O with `nft` or netlink failed.
+    /// I/O with netlink or a helper command failed.
     #[error("nft I/O: {0}")]
     Io(#[from] std::io::Error),
     /// The script could not be rendered.

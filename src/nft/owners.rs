@@ -5,7 +5,7 @@
 //! `pkg/proxy/userspace`, and `pkg/kubelet/kubelet_network_linux.go` for what kubelet makes).
 //! A chain kubelet may own is never kube-proxy's unless the table proves otherwise.
 
-use nftables::types::NfFamily;
+use super::netlink::NfFamily;
 
 /// Why a `KUBE-*` object is left in place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -111,7 +111,7 @@ const KUBE_ROUTER_PREFIXES: &[&str] = &["KUBE-ROUTER-", "KUBE-NWPLCY-", "KUBE-PO
 
 /// Whether `(family, table)` is an iptables-nft table kube-proxy writes to.
 fn is_kube_proxy_iptables_table(family: NfFamily, table: &str) -> bool {
-    matches!(family, NfFamily::IP | NfFamily::IP6) && matches!(table, "nat" | "filter" | "mangle")
+    matches!(family, NfFamily::Ip | NfFamily::Ip6) && matches!(table, "nat" | "filter" | "mangle")
 }
 
 /// Judges the `KUBE-*` chain `name` in `family table`. `mark_drop_here`: the same table
@@ -146,7 +146,7 @@ mod tests {
     use super::*;
 
     fn ip(table: &str, name: &str) -> Verdict {
-        classify(NfFamily::IP, table, name, false)
+        classify(NfFamily::Ip, table, name, false)
     }
 
     #[test]
@@ -156,7 +156,7 @@ mod tests {
         }
         assert_eq!(ip("mangle", "KUBE-IPTABLES-HINT"), Verdict::Keep(Keep::Kubelet));
         assert_eq!(ip("filter", "KUBE-FIREWALL"), Verdict::Keep(Keep::Kubelet));
-        assert_eq!(classify(NfFamily::IP6, "filter", "KUBE-FIREWALL", true), Verdict::Keep(Keep::Kubelet));
+        assert_eq!(classify(NfFamily::Ip6, "filter", "KUBE-FIREWALL", true), Verdict::Keep(Keep::Kubelet));
     }
 
     #[test]
@@ -167,14 +167,14 @@ mod tests {
         assert_eq!(ip("mangle", "KUBE-SERVICES"), Verdict::Keep(Keep::UnknownName));
         assert_eq!(ip("mangle", "KUBE-PROXY-CANARY"), Verdict::KubeProxy);
         assert_eq!(ip("raw", "KUBE-SERVICES"), Verdict::Keep(Keep::OtherTable));
-        assert_eq!(classify(NfFamily::INet, "nat", "KUBE-SERVICES", false), Verdict::Keep(Keep::OtherTable));
+        assert_eq!(classify(NfFamily::Inet, "nat", "KUBE-SERVICES", false), Verdict::Keep(Keep::OtherTable));
     }
 
     #[test]
     fn shared_nat_chains_follow_the_trace_of_an_old_kubelet() {
         for name in NAT_SHARED {
-            assert_eq!(classify(NfFamily::IP, "nat", name, false), Verdict::KubeProxy);
-            assert_eq!(classify(NfFamily::IP, "nat", name, true), Verdict::Keep(Keep::OldKubelet));
+            assert_eq!(classify(NfFamily::Ip, "nat", name, false), Verdict::KubeProxy);
+            assert_eq!(classify(NfFamily::Ip, "nat", name, true), Verdict::Keep(Keep::OldKubelet));
         }
         assert_eq!(ip("nat", MARK_DROP), Verdict::Keep(Keep::MarkDrop));
     }

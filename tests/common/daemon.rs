@@ -161,17 +161,20 @@ pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> Option<Durat
     None
 }
 
-/// A stand-in for `nft` in `dir`: a shell script with `body` (set `NFT` to its path), which
-/// answers `--version` as nft 1.0.6 does (the daemon checks it at start).
+/// A stand-in for `nft` in `dir`: a shell script running `body` however it is called (set `NFT`
+/// to its path). The daemon runs only `nft --version`, in the background, to log it.
 pub fn fake_nft(dir: &Path, body: &str) -> PathBuf {
-    fake_nft_reporting(dir, "nftables v1.0.6 (Lester Gooch #5)", body)
+    stand_in(dir, &format!("#!/bin/sh\n{body}\n"))
 }
 
 /// A stand-in for `nft` that answers `--version` with `version` and runs `body` otherwise.
 pub fn fake_nft_reporting(dir: &Path, version: &str, body: &str) -> PathBuf {
+    stand_in(dir, &format!("#!/bin/sh\nif [ \"$1\" = --version ]; then echo '{version}'; exit 0; fi\n{body}\n"))
+}
+
+fn stand_in(dir: &Path, script: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let path = dir.join("nft");
-    let script = format!("#!/bin/sh\nif [ \"$1\" = --version ]; then echo '{version}'; exit 0; fi\n{body}\n");
     std::fs::write(&path, script).expect("write the stand-in");
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod the stand-in");
     path

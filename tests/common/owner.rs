@@ -1,7 +1,7 @@
-//! A real fault for the daemon's syncs: another process owns its table. nftables lets a
-//! netlink socket own a table (`flags owner`): every other process's change to it fails with
-//! EPERM, and the kernel drops the table when the owner exits. An interactive `nft -i` kept
-//! running with its stdin open is such an owner.
+//! A real fault for the daemon's syncs (and its takeover): another process owns a table it
+//! changes. nftables lets a netlink socket own a table (`flags owner`): every other process's
+//! change to it fails with EPERM, and the kernel drops the table when the owner exits. An
+//! interactive `nft -i` kept running with its stdin open is such an owner.
 
 use super::Netns;
 use super::daemon::wait_for;
@@ -27,7 +27,12 @@ impl TableOwner {
     /// empty one this owner holds; returns once `nft list table` shows it owned.
     pub fn take(ns: &Netns, family: &str) -> TableOwner {
         assert!(matches!(family, "ip" | "ip6"), "the daemon has no {family} table");
-        let what = format!("{family} {TABLE}");
+        TableOwner::take_table(ns, family, TABLE)
+    }
+
+    /// As [`TableOwner::take`], for `table FAMILY TABLE` of any name.
+    pub fn take_table(ns: &Netns, family: &str, table: &str) -> TableOwner {
+        let what = format!("{family} {table}");
         let mut child = Command::new("ip")
             .args(["netns", "exec", &ns.name, "nft", "-i"])
             .stdin(Stdio::piped())
@@ -51,8 +56,8 @@ impl TableOwner {
 
     /// Whether the table in `ns` is the owned one (listing it works for anyone).
     fn held(&self, ns: &Netns) -> bool {
-        let family = self.what.split(' ').next().unwrap_or_default();
-        let out = ns.run(&["nft", "list", "table", family, TABLE], "");
+        let (family, table) = self.what.split_once(' ').unwrap_or_default();
+        let out = ns.run(&["nft", "list", "table", family, table], "");
         out.status.success() && String::from_utf8_lossy(&out.stdout).contains("flags owner")
     }
 

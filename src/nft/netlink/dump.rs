@@ -1,7 +1,8 @@
 //! Listing what a table holds besides rules and elements (chains, named sets, stateful objects,
-//! flowtables), each with its handle, which is what deleting it takes.
+//! flowtables), each with its handle, which is what deleting it takes; and the tables of every
+//! family and a table's chains by name, which is what the takeover looks through.
 
-use super::{NLM_F_DUMP, NfFamily, Socket, attr, be32};
+use super::{NFT_MSG_GETTABLE, NLM_F_DUMP, NfFamily, Socket, attr, be32};
 use crate::render::ObjectKind;
 use std::io;
 
@@ -9,6 +10,9 @@ const NFT_MSG_GETCHAIN: u16 = 4;
 const NFT_MSG_GETSET: u16 = 10;
 const NFT_MSG_GETOBJ: u16 = 19;
 const NFT_MSG_GETFLOWTABLE: u16 = 23;
+/// A dump request of this family lists the tables of every family.
+const NFPROTO_UNSPEC: u8 = 0;
+const NFTA_TABLE_NAME: u16 = 1;
 const NFTA_CHAIN_TABLE: u16 = 1;
 const NFTA_CHAIN_HANDLE: u16 = 2;
 const NFTA_CHAIN_NAME: u16 = 3;
@@ -26,6 +30,8 @@ pub(in crate::nft) const NFTA_OBJ_TABLE: u16 = 1;
 const NFTA_OBJ_NAME: u16 = 2;
 pub(in crate::nft) const NFTA_OBJ_TYPE: u16 = 3;
 pub(in crate::nft) const NFTA_OBJ_HANDLE: u16 = 6;
+const NFTA_RULE_TABLE: u16 = 1;
+const NFTA_RULE_HANDLE: u16 = 3;
 const NFTA_FLOWTABLE_TABLE: u16 = 1;
 const NFTA_FLOWTABLE_NAME: u16 = 2;
 const NFTA_FLOWTABLE_HANDLE: u16 = 5;
@@ -54,6 +60,12 @@ const CHAINS: Dump =
     Dump { msg: NFT_MSG_GETCHAIN, table: NFTA_CHAIN_TABLE, name: NFTA_CHAIN_NAME, handle: NFTA_CHAIN_HANDLE };
 const SETS: Dump = Dump { msg: NFT_MSG_GETSET, table: NFTA_SET_TABLE, name: NFTA_SET_NAME, handle: NFTA_SET_HANDLE };
 const OBJECTS: Dump = Dump { msg: NFT_MSG_GETOBJ, table: NFTA_OBJ_TABLE, name: NFTA_OBJ_NAME, handle: NFTA_OBJ_HANDLE };
+const RULES: Dump = Dump {
+    msg: super::NFT_MSG_GETRULE,
+    table: NFTA_RULE_TABLE,
+    name: super::NFTA_RULE_CHAIN,
+    handle: NFTA_RULE_HANDLE,
+};
 const FLOWTABLES: Dump = Dump {
     msg: NFT_MSG_GETFLOWTABLE,
     table: NFTA_FLOWTABLE_TABLE,
@@ -87,6 +99,40 @@ impl Socket {
         Ok(all)
     }
 
+    /// Every table of every family this proxy knows, as `(family, name)`. A name that is not
+    /// UTF-8 is left out: no table of kube-proxy's or this proxy's has one, and what is read
+    /// back lossily could not be named again.
+    pub fn tables(&mut self) -> io::Result<Vec<(NfFamily, String)>> {
+        let mut out = Vec::new();
+        for m in self.request(NFT_MSG_GETTABLE, NFPROTO_UNSPEC, NLM_F_DUMP, &[])? {
+            let number = *m.first().ok_or_else(|| malformed("family"))?;
+            let name = attr(&m, NFTA_TABLE_NAME).ok_or_else(|| malformed("table name"))?;
+            if let (Some(family), Some(name)) = (NfFamily::from_number(number), utf8(name)) {
+                out.push((family, name));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The names of `table`'s chains (empty if the table is missing), a rule's anonymous
+    /// chains and names that are not UTF-8 left out, as by [`Socket::tables`].
+    pub fn chains(&mut self, family: NfFamily, table: &str) -> io::Result<Vec<String>> {
+        let mut out = Vec::new();
+        for m in self.dump(&CHAINS, family, table)? {
+            if flags(&m, NFTA_CHAIN_FLAGS)? & NFT_CHAIN_BINDING != 0 {
+                continue;
+            }
+            let name = attr(&m, NFTA_CHAIN_NAME).ok_or_else(|| malformed("chain name"))?;
+            out.extend(utf8(name));
+        }
+        Ok(out)
+    }
+
+    /// The replies of a dump of `table`'s rules (empty if the table is missing).
+    pub(super) fn rule_replies(&mut self, family: NfFamily, table: &str) -> io::Result<Vec<Vec<u8>>> {
+        self.dump(&RULES, family, table)
+    }
+
     /// The replies of one dump that belong to `table`: not every kernel filters every dump
     /// by table, but each reply names its table.
     fn dump(&mut self, dump: &Dump, family: NfFamily, table: &str) -> io::Result<Vec<Vec<u8>>> {
@@ -113,15 +159,20 @@ fn flags(m: &[u8], t: u16) -> io::Result<u32> {
     attr(m, t).map_or(Ok(0), |f| exact_be32(f).ok_or_else(|| malformed("flags")))
 }
 
-fn malformed(what: &str) -> io::Error {
+/// A NUL-terminated name attribute as text; `None` if it is not UTF-8.
+pub(super) fn utf8(name: &[u8]) -> Option<String> {
+    String::from_utf8(name.strip_suffix(&[0]).unwrap_or(name).to_vec()).ok()
+}
+
+pub(super) fn malformed(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("nf_tables listed an object with no valid {what}"))
 }
 
-fn exact_be32(b: &[u8]) -> Option<u32> {
+pub(super) fn exact_be32(b: &[u8]) -> Option<u32> {
     (b.len() == 4).then(|| be32(b))
 }
 
-fn be64(b: &[u8]) -> Option<u64> {
+pub(super) fn be64(b: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(b.try_into().ok()?))
 }
 

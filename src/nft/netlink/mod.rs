@@ -1,6 +1,6 @@
 //! A minimal nfnetlink client for the cheap questions the proxy asks the kernel without `nft`:
 //! the ruleset generation, whether a table or chain holds what it should, what a table holds
-//! (`dump`), and the stream of nftables change events (with the process that committed each
+//! and which tables and chains exist (`dump`), where rules jump (`rules`), and the stream of nftables change events (with the process that committed each
 //! generation); over rtnetlink, finding and deleting a network interface (`link`); and
 //! ctnetlink, the conntrack table (`conntrack`).
 
@@ -12,12 +12,14 @@ pub mod conntrack;
 mod dump;
 pub mod elements;
 pub mod link;
+mod rules;
 pub mod send;
 #[allow(unsafe_code)]
 pub mod sock;
 
 pub use dump::Listed;
 pub(super) use dump::{NFTA_OBJ_HANDLE, NFTA_OBJ_TABLE, NFTA_OBJ_TYPE};
+pub use rules::RuleJumps;
 
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNLGRP_NFTABLES: u32 = 7;
@@ -40,13 +42,48 @@ const NFTA_RULE_CHAIN: u16 = 2;
 const NFTA_GEN_ID: u16 = 1;
 const NFTA_GEN_PROC_PID: u16 = 2;
 
-/// Address family of a table, as nfnetlink numbers it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Address family of a table, as nfnetlink numbers it (`NFPROTO_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NfFamily {
+    /// `inet`: IPv4 and IPv6 together.
+    Inet = 1,
     /// `ip`.
     Ip = 2,
+    /// `arp`.
+    Arp = 3,
+    /// `netdev`.
+    Netdev = 5,
+    /// `bridge`.
+    Bridge = 7,
     /// `ip6`.
     Ip6 = 10,
+}
+
+impl NfFamily {
+    /// The family of a table the kernel reported; `None` for a number this proxy does not know.
+    pub fn from_number(n: u8) -> Option<NfFamily> {
+        [NfFamily::Inet, NfFamily::Ip, NfFamily::Arp, NfFamily::Netdev, NfFamily::Bridge, NfFamily::Ip6]
+            .into_iter()
+            .find(|f| *f as u8 == n)
+    }
+
+    /// The family as nft writes it (`ip`, `ip6`…).
+    pub fn word(self) -> &'static str {
+        match self {
+            NfFamily::Inet => "inet",
+            NfFamily::Ip => "ip",
+            NfFamily::Arp => "arp",
+            NfFamily::Netdev => "netdev",
+            NfFamily::Bridge => "bridge",
+            NfFamily::Ip6 => "ip6",
+        }
+    }
+}
+
+impl std::fmt::Display for NfFamily {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.word())
+    }
 }
 
 impl From<crate::model::Family> for NfFamily {

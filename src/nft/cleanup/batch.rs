@@ -1,0 +1,88 @@
+//! The one transaction of a removal: rules deleted by handle, chains flushed and deleted by
+//! name, tables added and deleted by name, as nf_tables messages. Each message keeps a line
+//! saying what it does, so a refused transaction names the step the kernel refused.
+
+use super::ChainRef;
+use crate::nft::NftError;
+use crate::nft::netlink::NfFamily;
+use crate::nft::wire::{self, Batch};
+
+const NFT_MSG_NEWTABLE: u16 = 0;
+const NFT_MSG_DELTABLE: u16 = 2;
+const NFT_MSG_DELCHAIN: u16 = 5;
+const NFT_MSG_DELRULE: u16 = 8;
+const NFTA_TABLE_NAME: u16 = 1;
+const NFTA_CHAIN_TABLE: u16 = 1;
+const NFTA_CHAIN_NAME: u16 = 3;
+const NFTA_RULE_TABLE: u16 = 1;
+const NFTA_RULE_CHAIN: u16 = 2;
+const NFTA_RULE_HANDLE: u16 = 3;
+const NLM_F_ACK: u16 = 4;
+const NLM_F_CREATE: u16 = 0x400;
+
+/// A removal being written: the batch and, per message, what it does.
+pub(super) struct Removal {
+    batch: Batch,
+    steps: Vec<String>,
+}
+
+impl Removal {
+    /// An empty removal.
+    pub(super) fn new() -> Removal {
+        Removal { batch: Batch::new(), steps: Vec::new() }
+    }
+
+    /// Appends one message; every one is acknowledged, so a refusal names its sequence number.
+    fn push(&mut self, kind: u16, flags: u16, family: NfFamily, step: String, f: impl FnOnce(&mut Vec<u8>)) {
+        self.batch.message(kind, NLM_F_ACK | flags, family as u8, f);
+        // Names come from the kernel and may hold anything: one step stays one line.
+        self.steps.push(step.escape_debug().to_string());
+        self.batch.label(self.steps.len());
+    }
+
+    /// Adds `family name` unless it exists, so that deleting it next cannot fail for its absence.
+    pub(super) fn add_table(&mut self, family: NfFamily, name: &str) {
+        let step = format!("add table {family} {name}");
+        self.push(NFT_MSG_NEWTABLE, NLM_F_CREATE, family, step, |b| wire::str_attr(b, NFTA_TABLE_NAME, name));
+    }
+
+    /// Deletes table `family name` with everything in it.
+    pub(super) fn delete_table(&mut self, family: NfFamily, name: &str) {
+        let step = format!("delete table {family} {name}");
+        self.push(NFT_MSG_DELTABLE, 0, family, step, |b| wire::str_attr(b, NFTA_TABLE_NAME, name));
+    }
+
+    /// Deletes the rule with `handle` in chain `c`.
+    pub(super) fn delete_rule(&mut self, c: &ChainRef, handle: u64) {
+        let step = format!("delete rule {c} handle {handle}");
+        self.push(NFT_MSG_DELRULE, 0, c.family, step, |b| {
+            wire::str_attr(b, NFTA_RULE_TABLE, &c.table);
+            wire::str_attr(b, NFTA_RULE_CHAIN, &c.name);
+            wire::attr(b, NFTA_RULE_HANDLE, |b| b.extend_from_slice(&handle.to_be_bytes()));
+        });
+    }
+
+    /// Deletes every rule of chain `c` (a rule deletion naming no rule).
+    pub(super) fn flush_chain(&mut self, c: &ChainRef) {
+        self.push(NFT_MSG_DELRULE, 0, c.family, format!("flush chain {c}"), |b| {
+            wire::str_attr(b, NFTA_RULE_TABLE, &c.table);
+            wire::str_attr(b, NFTA_RULE_CHAIN, &c.name);
+        });
+    }
+
+    /// Deletes chain `c`, which must be empty and unreferenced by then.
+    pub(super) fn delete_chain(&mut self, c: &ChainRef) {
+        self.push(NFT_MSG_DELCHAIN, 0, c.family, format!("delete chain {c}"), |b| {
+            wire::str_attr(b, NFTA_CHAIN_TABLE, &c.table);
+            wire::str_attr(b, NFTA_CHAIN_NAME, &c.name);
+        });
+    }
+
+    /// Sends it as one transaction: all of it is applied or, if the kernel refuses a step,
+    /// nothing, and the error names that step.
+    pub(super) fn send(self) -> Result<(), NftError> {
+        let (bytes, lines) = self.batch.finish_with_lines();
+        let steps = self.steps.join("\n");
+        wire::Sender::default().send(&bytes).map_err(|e| lines.explain(e, &steps))
+    }
+}

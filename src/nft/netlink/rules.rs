@@ -1,0 +1,171 @@
+//! Where a table's rules lead: the takeover deletes every rule that jumps or goes to a chain
+//! it removes. iptables-nft writes `-j CHAIN` as nft writes `jump CHAIN`: an `immediate`
+//! expression whose data is a jump or goto verdict naming the chain. Every length is checked:
+//! a malformed reply is an error.
+
+use super::dump::{be64, exact_be32, malformed, utf8};
+use super::{NFTA_RULE_CHAIN, NfFamily, Socket};
+use std::io;
+
+const NFTA_RULE_HANDLE: u16 = 3;
+const NFTA_RULE_EXPRESSIONS: u16 = 4;
+const NFTA_LIST_ELEM: u16 = 1;
+const NFTA_EXPR_NAME: u16 = 1;
+const NFTA_EXPR_DATA: u16 = 2;
+const NFTA_IMMEDIATE_DATA: u16 = 2;
+const NFTA_DATA_VERDICT: u16 = 2;
+const NFTA_VERDICT_CODE: u16 = 1;
+const NFTA_VERDICT_CHAIN: u16 = 2;
+const NFT_JUMP: i32 = -3;
+const NFT_GOTO: i32 = -4;
+/// The attribute type without the nested and byte-order flags.
+const NLA_TYPE_MASK: u16 = 0x3fff;
+
+/// One rule of a table and the chains it jumps or goes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleJumps {
+    /// The chain holding the rule (lossily shown if not UTF-8).
+    pub chain: String,
+    /// The rule's handle, which deleting it takes.
+    pub handle: u64,
+    /// The chains its `immediate` verdicts jump or go to, in order.
+    pub targets: Vec<String>,
+}
+
+impl Socket {
+    /// Every rule of `table` (none if the table is missing), with where it jumps or goes.
+    pub fn rule_jumps(&mut self, family: NfFamily, table: &str) -> io::Result<Vec<RuleJumps>> {
+        self.rule_replies(family, table)?.iter().map(|m| rule(m)).collect()
+    }
+}
+
+/// Reads one rule message (nfgenmsg, then attributes).
+fn rule(body: &[u8]) -> io::Result<RuleJumps> {
+    let attrs = nested(body.get(4..).ok_or_else(|| malformed("rule header"))?)?;
+    let chain = get(&attrs, NFTA_RULE_CHAIN).ok_or_else(|| malformed("chain"))?;
+    let chain = String::from_utf8_lossy(chain.strip_suffix(&[0]).unwrap_or(chain)).into_owned();
+    let handle = get(&attrs, NFTA_RULE_HANDLE).and_then(be64).ok_or_else(|| malformed("rule handle"))?;
+    let mut targets = Vec::new();
+    if let Some(list) = get(&attrs, NFTA_RULE_EXPRESSIONS) {
+        for (kind, expr) in nested(list)? {
+            if kind == NFTA_LIST_ELEM
+                && let Some(target) = jump_target(expr)?
+            {
+                targets.push(target);
+            }
+        }
+    }
+    Ok(RuleJumps { chain, handle, targets })
+}
+
+/// The chain an expression jumps or goes to, if it is an `immediate` verdict that does.
+fn jump_target(expr: &[u8]) -> io::Result<Option<String>> {
+    let attrs = nested(expr)?;
+    let name = get(&attrs, NFTA_EXPR_NAME).ok_or_else(|| malformed("expression name"))?;
+    if name.strip_suffix(&[0]).unwrap_or(name) != b"immediate" {
+        return Ok(None);
+    }
+    let data = get(&attrs, NFTA_EXPR_DATA).ok_or_else(|| malformed("immediate's data"))?;
+    let value = get(&nested(data)?, NFTA_IMMEDIATE_DATA).ok_or_else(|| malformed("immediate's value"))?;
+    // A value loaded into a register rather than a verdict.
+    let Some(verdict) = get(&nested(value)?, NFTA_DATA_VERDICT) else { return Ok(None) };
+    let verdict = nested(verdict)?;
+    let code = get(&verdict, NFTA_VERDICT_CODE).and_then(exact_be32).ok_or_else(|| malformed("verdict code"))?;
+    if !matches!(code as i32, NFT_JUMP | NFT_GOTO) {
+        return Ok(None);
+    }
+    let chain = get(&verdict, NFTA_VERDICT_CHAIN).ok_or_else(|| malformed("verdict's chain"))?;
+    // A chain named in bytes that are not UTF-8 is none of kube-proxy's.
+    Ok(utf8(chain))
+}
+
+/// The attributes in `data`, each `(type, payload)`; an error if one overruns it.
+fn nested(mut data: &[u8]) -> io::Result<Vec<(u16, &[u8])>> {
+    let mut out = Vec::new();
+    while !data.is_empty() {
+        let header = data.get(..4).ok_or_else(|| malformed("attribute header"))?;
+        let len = usize::from(u16::from_ne_bytes([header[0], header[1]]));
+        let kind = u16::from_ne_bytes([header[2], header[3]]) & NLA_TYPE_MASK;
+        // A length under the header's own makes the range empty-backwards: `get` refuses it.
+        let payload = data.get(4..len).ok_or_else(|| malformed("attribute length"))?;
+        out.push((kind, payload));
+        data = data.get(len.next_multiple_of(4)..).unwrap_or_default();
+    }
+    Ok(out)
+}
+
+/// The payload of the first attribute of type `t`.
+fn get<'a>(attrs: &[(u16, &'a [u8])], t: u16) -> Option<&'a [u8]> {
+    attrs.iter().find(|(kind, _)| *kind == t).map(|(_, payload)| *payload)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nft::wire::{attr, str_attr};
+
+    const NESTED: u16 = 0x8000;
+
+    fn expr(b: &mut Vec<u8>, name: &str, data: impl FnOnce(&mut Vec<u8>)) {
+        attr(b, NFTA_LIST_ELEM | NESTED, |b| {
+            str_attr(b, NFTA_EXPR_NAME, name);
+            attr(b, NFTA_EXPR_DATA | NESTED, data);
+        });
+    }
+
+    fn verdict(b: &mut Vec<u8>, code: i32, chain: Option<&str>) {
+        attr(b, 1, |b| b.extend_from_slice(&0u32.to_be_bytes()));
+        attr(b, NFTA_IMMEDIATE_DATA | NESTED, |b| {
+            attr(b, NFTA_DATA_VERDICT | NESTED, |b| {
+                attr(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
+                if let Some(chain) = chain {
+                    str_attr(b, NFTA_VERDICT_CHAIN, chain);
+                }
+            })
+        });
+    }
+
+    /// `-A INPUT -m comment -j KUBE-FIREWALL` as iptables-nft writes it, with an accept and a
+    /// goto besides.
+    fn message() -> Vec<u8> {
+        let mut b = vec![2u8, 0, 0, 0];
+        str_attr(&mut b, 1, "filter");
+        str_attr(&mut b, NFTA_RULE_CHAIN, "INPUT");
+        attr(&mut b, NFTA_RULE_HANDLE, |b| b.extend_from_slice(&9u64.to_be_bytes()));
+        attr(&mut b, NFTA_RULE_EXPRESSIONS | NESTED, |b| {
+            expr(b, "counter", |b| attr(b, 1, |b| b.extend_from_slice(&0u64.to_be_bytes())));
+            expr(b, "immediate", |b| verdict(b, 1, None));
+            expr(b, "immediate", |b| {
+                attr(b, 1, |b| b.extend_from_slice(&1u32.to_be_bytes()));
+                attr(b, NFTA_IMMEDIATE_DATA | NESTED, |b| attr(b, 1, |b| b.extend_from_slice(&[0; 4])));
+            });
+            expr(b, "immediate", |b| verdict(b, NFT_JUMP, Some("KUBE-FIREWALL")));
+            expr(b, "immediate", |b| verdict(b, NFT_GOTO, Some("KUBE-SERVICES")));
+        });
+        b
+    }
+
+    #[test]
+    fn finds_jumps_and_gotos_and_nothing_else() {
+        let found = rule(&message()).expect("a well-formed rule");
+        assert_eq!((found.chain.as_str(), found.handle), ("INPUT", 9));
+        assert_eq!(found.targets, ["KUBE-FIREWALL", "KUBE-SERVICES"]);
+    }
+
+    #[test]
+    fn a_truncated_or_overrunning_reply_is_an_error_not_a_panic() {
+        let whole = message();
+        for end in 0..whole.len() {
+            // Some cuts fall between attributes and still read; none may panic.
+            let _ = rule(&whole[..end]);
+        }
+        assert!(rule(&whole[..whole.len() - 3]).is_err(), "a cut inside the expressions");
+        let mut overrun = whole.clone();
+        // The first attribute claims more bytes than the message holds.
+        overrun[4..6].copy_from_slice(&u16::MAX.to_ne_bytes());
+        assert!(rule(&overrun).is_err());
+        let mut short = whole;
+        short[4..6].copy_from_slice(&2u16.to_ne_bytes());
+        assert!(rule(&short).is_err(), "a length under the header's");
+    }
+}
