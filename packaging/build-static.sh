@@ -10,15 +10,19 @@ out=${1:-dist}
 profile=${PROFILE:-release}
 
 rustup target list --installed | grep -qx "$target" || rustup target add "$target"
-# ring compiles C for the target: musl's compiler wrapper (Debian's musl-tools) does that.
-if ! command -v musl-gcc >/dev/null 2>&1; then
+# ring and jemalloc (the static build's allocator) compile C for the target: musl's compiler
+# wrapper (Debian's musl-tools) does that, and jemalloc's build runs make.
+need=()
+command -v musl-gcc >/dev/null 2>&1 || need+=(musl-tools)
+command -v make >/dev/null 2>&1 || need+=(make)
+if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then
-    echo "build-static.sh: needs musl-gcc (Debian/Ubuntu: musl-tools)" >&2
+    echo "build-static.sh: needs musl-gcc and make (Debian/Ubuntu: ${need[*]})" >&2
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends musl-tools >/dev/null
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 export CC_x86_64_unknown_linux_musl=musl-gcc
 

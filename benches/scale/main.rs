@@ -9,7 +9,9 @@
 //! `target/bench/api.{csv,json}`), `-- --api-idle SECONDS` runs the daemon idle that long
 //! against it and reports the requests it made. `-- --health-only` measures health-check node
 //! ports alone (`health.rs`). `-- --conntrack` times the conntrack cleanup over tables of 10k
-//! and 100k UDP flows (`conntrack.rs`; results in `target/bench/conntrack.json`).
+//! and 100k UDP flows (`conntrack.rs`; results in `target/bench/conntrack.json`). Every full run
+//! also has the static musl binary and the glibc build each do a first sync at 30k services
+//! (`musl.rs`; `-- --musl-only` runs that part alone, `-- --no-musl` leaves it out).
 
 mod api;
 mod churn;
@@ -18,6 +20,7 @@ mod common;
 mod conntrack;
 mod health;
 mod measure;
+mod musl;
 mod observe;
 mod report;
 mod runs;
@@ -319,6 +322,18 @@ fn main() {
         report::finish_api(&runs::combine(&apis), &machine);
         return;
     }
+    // The static build takes minutes; --smoke leaves it out unless asked for.
+    let statics = if args.iter().any(|a| a == "--no-musl") || (smoke && !args.iter().any(|a| a == "--musl-only")) {
+        None
+    } else {
+        musl::binaries()
+    };
+    if args.iter().any(|a| a == "--musl-only") {
+        let Some(bins) = statics else { return };
+        let all: Vec<Value> = (1..=runs).map(|run| musl::run(&daemon_case, &bins, run)).collect();
+        musl::print(&runs::combine(&all));
+        return;
+    }
     if args.iter().any(|a| a == "--health-only") {
         let runs: Vec<Value> = (0..runs).map(|_| in_child(&[mode.clone(), vec!["--health".into()]].concat())).collect();
         health::print(&runs::combine(&runs));
@@ -330,6 +345,7 @@ fn main() {
     let mut churns = Vec::new();
     let mut apis = Vec::new();
     let mut healths = Vec::new();
+    let mut musls = Vec::new();
     let large = if smoke { "1000" } else { "30000" };
     // Runs interleave the cases, so a slow spell on the machine does not land on one case.
     for run in 1..=runs {
@@ -345,9 +361,16 @@ fn main() {
         apis.push(in_child(&[mode.clone(), vec!["--api".into()]].concat()));
         eprintln!("run {run}: the daemon following the API server");
         healths.push(in_child(&[mode.clone(), vec!["--health".into()]].concat()));
+        if let Some(bins) = &statics {
+            musls.push(musl::run(&daemon_case, bins, run));
+            eprintln!("run {run}: the static binary and the glibc build");
+        }
     }
     let results: Vec<Value> = per_case.iter().map(|r| runs::combine(r)).collect();
     let api = runs::combine(&apis);
     report::finish(&results, &runs::combine_lists(&latencies), &runs::combine_lists(&churns), &api, &machine);
     health::print(&runs::combine(&healths));
+    if !musls.is_empty() {
+        musl::print(&runs::combine(&musls));
+    }
 }

@@ -233,9 +233,18 @@ pub fn share(before: f64, after: f64, wall: Duration) -> f64 {
 }
 
 pub fn rss_mb(pid: i32) -> f64 {
+    status_mb(pid, "VmRSS:")
+}
+
+/// The most `pid` has had resident so far (the kernel's high-water mark), in MB.
+pub fn peak_rss_of(pid: i32) -> f64 {
+    status_mb(pid, "VmHWM:")
+}
+
+/// A size field of `/proc/PID/status` (given in kB there), in MB.
+fn status_mb(pid: i32, field: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb =
-        status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().split(' ').next()?.parse().ok());
+    let kb = status.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.trim().split(' ').next()?.parse().ok());
     kb.map_or(f64::NAN, |kb: f64| (kb / 1024.0 * 10.0).round() / 10.0)
 }
 
