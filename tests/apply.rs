@@ -148,15 +148,7 @@ fn a_big_first_sync_is_one_transaction_and_a_big_table_is_repaired_in_place() {
     }
     let c = Cluster::new(1, 0);
     let mut objects = web(&c, &["pod-1"]);
-    for i in 0..2100u32 {
-        let ip = format!("172.31.{}.{}", i / 250, i % 250 + 1);
-        let spec = json!({"clusterIP": ip, "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
-        let name = format!("bulk-{i}");
-        let eps: Vec<Value> =
-            (1..=5).map(|e| json!({"addresses": [format!("10.5.{}.{e}", i % 250)], "nodeName": "node-b"})).collect();
-        objects.push(service(&name, spec, json!({})));
-        objects.push(slice(&name, false, "TCP", eps));
-    }
+    objects.extend(bulk(0..2100));
     let mut proxy = Proxy::new(config());
     let generation = || in_netns(&c.node.name, || Socket::open().and_then(|mut s| s.generation())).unwrap();
     let before = generation();
@@ -177,13 +169,39 @@ fn a_big_first_sync_is_one_transaction_and_a_big_table_is_repaired_in_place() {
     let repair = sync(&c.node, &mut proxy, &objects, true).unwrap();
     assert_eq!(repair.kind, SyncKind::Refresh, "a big table is repaired in place");
     assert_only(&c.node, &staged, "the repair");
-    // ...and when that cannot work (a map redefined), the tables are rebuilt.
+    // ...a map someone redefined included: a refresh declares every map of ours anew.
     c.node.nft(&["delete", "map", "ip", "kube-nftproxy", "local-endpoints-sctp"]);
     c.node.nft(&["add", "map", "ip", "kube-nftproxy", "local-endpoints-sctp", "{ type ipv4_addr : ipv4_addr; }"]);
-    let rebuild = sync(&c.node, &mut proxy, &objects, true).unwrap();
-    assert_eq!(rebuild.kind, SyncKind::Full, "a table that cannot be repaired in place is replaced");
-    assert!(sorted_lines(c.node.nft(&["list", "ruleset"])) == staged, "the rebuild left drift behind");
+    let redefined = sync(&c.node, &mut proxy, &objects, true).unwrap();
+    assert_eq!(redefined.kind, SyncKind::Refresh, "a redefined map is declared anew in place");
+    assert!(sorted_lines(c.node.nft(&["list", "ruleset"])) == staged, "the refresh left drift behind");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
+    // The endpoint map's 10,500 elements were declared room for 16,384; growing past that
+    // takes a full sync, which declares it anew, larger.
+    let sized = |ns: &Netns| ns.nft(&["list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp"]);
+    assert!(sized(&c.node).contains("size 16384"), "{}", &sized(&c.node)[..300]);
+    objects.extend(bulk(2100..3300));
+    let grown = sync(&c.node, &mut proxy, &objects, false).unwrap();
+    assert_eq!(grown.kind, SyncKind::Refresh, "16,500 endpoint slots do not fit a map declared for 16,384");
+    assert!(sized(&c.node).contains("size 32768"), "{}", &sized(&c.node)[..300]);
+    let smaller = sync(&c.node, &mut proxy, &objects[..objects.len() - 200], false).unwrap();
+    assert_eq!(smaller.kind, SyncKind::Partial, "shrinking fits");
+    assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
+}
+
+/// Services `bulk-N` for `range`, each with five endpoints.
+fn bulk(range: std::ops::Range<u32>) -> Vec<Value> {
+    let mut objects = Vec::new();
+    for i in range {
+        let ip = format!("172.31.{}.{}", i / 250, i % 250 + 1);
+        let spec = json!({"clusterIP": ip, "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
+        let name = format!("bulk-{i}");
+        let eps: Vec<Value> =
+            (1..=5).map(|e| json!({"addresses": [format!("10.5.{}.{e}", i % 250)], "nodeName": "node-b"})).collect();
+        objects.push(service(&name, spec, json!({})));
+        objects.push(slice(&name, false, "TCP", eps));
+    }
+    objects
 }
 
 /// The desired ruleset of a golden case, rendered from its manifests and flags.

@@ -106,3 +106,28 @@ fn every_golden_table_loaded_by_our_batch_lists_as_nft_loads_it() {
     }
     assert!(failed.is_empty(), "tables differ from nft's: {failed:?}");
 }
+
+#[test]
+fn a_declared_size_loads_as_nft_loads_it() {
+    if !kernel_available() {
+        return;
+    }
+    // Maps of thousands of elements are declared with a size (`MapName::size_for`), which no
+    // golden case is big enough for: one is given a size here, a plain map and a typeof one.
+    let case = golden_cases().into_iter().find(|c| c.name == "affinity").expect("the affinity case");
+    let script = without_elements(&std::fs::read_to_string(case.dir.join("expected.nft")).unwrap())
+        .replace("inet_service : verdict\n", "inet_service : verdict\n\t\tsize 8192\n")
+        .replace(": ip daddr . tcp dport\n", ": ip daddr . tcp dport\n\t\tsize 262144\n");
+    assert!(script.matches("size 8192").count() >= 2 && script.contains("size 262144"), "{script}");
+    let (ours, theirs) = (Netns::new("size-ours"), Netns::new("size-nft"));
+    theirs.nft_apply(&script).unwrap_or_else(|e| panic!("nft -f: {e}"));
+    in_netns(&ours.name, || {
+        let mut batch = Batch::new();
+        compile(&script, &mut Schema::default(), &mut batch).map_err(|e| e.to_string())?;
+        Sender::default().send(&batch.finish()).map_err(|e| e.to_string())
+    })
+    .unwrap_or_else(|e| panic!("the kernel refused our batch: {e}"));
+    let (got, want) = (ours.nft(&["list", "ruleset"]), theirs.nft(&["list", "ruleset"]));
+    assert!(want.contains("size 8192") && want.contains("size 262144"), "{want}");
+    assert_eq!(got, want, "a sized table lists differently from nft's");
+}

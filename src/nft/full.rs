@@ -6,7 +6,7 @@
 use super::compile::compile;
 use super::wire::Batch;
 use super::{Applier, NftError, SyncKind, SyncReport, netlink};
-use crate::render::{self, Foreign, MapName, ObjectKind, Ruleset, TABLE_NAME};
+use crate::render::{self, Foreign, Found, MapName, ObjectKind, Ruleset, TABLE_NAME};
 
 impl Applier {
     /// Brings the kernel to `desired` whatever it holds: refreshes the tables in place when
@@ -31,15 +31,15 @@ impl Applier {
     /// Rewrites every rule in place, deletes whatever someone else added to the tables, and
     /// empties and refills every map: the periodic full sync, and the repair of the tables.
     pub(super) fn refresh(&mut self, desired: &Ruleset, deleted_chains: usize) -> Result<SyncReport, NftError> {
-        let foreign = self.foreign(desired)?;
-        let script = render::refresh_script(desired, &self.node, &foreign)?;
+        let found = self.found(desired)?;
+        let script = render::refresh_script(desired, &self.node, &found)?;
         let mut batch = Batch::new();
         self.schema = Default::default();
         compile(&script, &mut self.schema, &mut batch)?;
         // What the script cannot delete goes next, once the script has dropped the rules and
         // sets that used it.
-        for (t, found) in desired.tables.iter().zip(&foreign) {
-            for f in found.iter().filter(|f| f.kind.nft_words().is_none()) {
+        for (t, found) in desired.tables.iter().zip(&found) {
+            for f in found.foreign.iter().filter(|f| f.kind.nft_words().is_none()) {
                 if let Some(kind) = f.kind.object_type() {
                     batch.delete_object(t.family, TABLE_NAME, kind, f.handle);
                 }
@@ -86,25 +86,37 @@ impl Applier {
         Ok(after.wrapping_sub(before) != ours)
     }
 
-    /// What someone else added to each of our tables: everything but the chains and sets
-    /// `desired` declares and our own stale chains (deleted later, when the kernel no longer
-    /// holds them busy). Only names of ours are compared; the others are only logged.
-    fn foreign(&self, desired: &Ruleset) -> Result<Vec<Vec<Foreign>>, NftError> {
+    /// What each of our tables holds that a refresh must know of: what someone else added
+    /// (everything but the chains and sets `desired` declares and our own stale chains, which
+    /// are deleted later, when the kernel no longer holds them busy), and which of our maps
+    /// are there to be declared anew. Only names of ours are compared; the others are only
+    /// logged.
+    fn found(&self, desired: &Ruleset) -> Result<Vec<Found>, NftError> {
         let mut sock = netlink::Socket::open()?;
         let mut all = Vec::new();
+        let ours_static: Vec<String> = MapName::all().iter().map(MapName::to_string).collect();
         for t in &desired.tables {
             let ours = |o: &netlink::Listed| match o.kind {
                 ObjectKind::Chain => t.declares_chain(&o.name) || self.stale.contains_key(&(t.family, o.name.clone())),
                 ObjectKind::Set => t.declares_set(&o.name),
                 ObjectKind::Flowtable | ObjectKind::Stateful(_) => false,
             };
-            let listed = sock.table_objects(netlink::NfFamily::from(t.family), TABLE_NAME)?;
-            let found = listed.into_iter().filter(|o| !ours(o)).map(|o| {
-                let fam = render::words(t.family).fam;
-                log::warn!("deleting {} {:?} (handle {}) from {fam} {TABLE_NAME}: not ours", o.kind, o.name, o.handle);
-                Foreign { kind: o.kind, handle: o.handle }
-            });
-            all.push(found.collect());
+            let mut found = Found::default();
+            for o in sock.table_objects(netlink::NfFamily::from(t.family), TABLE_NAME)? {
+                if o.kind == ObjectKind::Set && ours_static.contains(&o.name) {
+                    found.maps.push(o.name);
+                } else if !ours(&o) {
+                    let fam = render::words(t.family).fam;
+                    log::warn!(
+                        "deleting {} {:?} (handle {}) from {fam} {TABLE_NAME}: not ours",
+                        o.kind,
+                        o.name,
+                        o.handle
+                    );
+                    found.foreign.push(Foreign { kind: o.kind, handle: o.handle });
+                }
+            }
+            all.push(found);
         }
         Ok(all)
     }

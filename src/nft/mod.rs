@@ -14,7 +14,7 @@ pub mod owners;
 pub mod wire;
 
 use crate::model::Family;
-use crate::render::{RenderError, Ruleset, Update};
+use crate::render::{MapName, RenderError, Ruleset, Update};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -179,6 +179,9 @@ pub struct Applier {
     /// The sets the kernel holds, for rules compiled between full syncs.
     schema: compile::Schema,
     sweeper: affinity::Sweeper,
+    /// The sizes the kernel's maps were declared with at the last full sync: a partial sync
+    /// may not pass them.
+    sizes: BTreeMap<(Family, MapName), u32>,
 }
 
 impl Applier {
@@ -187,7 +190,8 @@ impl Applier {
         let sender = wire::Sender::default();
         let schema = compile::Schema::default();
         let (stale, sweeper) = (BTreeMap::new(), affinity::Sweeper::default());
-        Applier { node: node.to_string(), in_sync: false, stale, own, quiet: None, sender, schema, sweeper }
+        let sizes = BTreeMap::new();
+        Applier { node: node.to_string(), in_sync: false, stale, own, quiet: None, sender, schema, sweeper, sizes }
     }
 
     /// Pauses the guard's notifications around full syncs.
@@ -211,6 +215,9 @@ impl Applier {
         match &result {
             Ok(report) => {
                 self.in_sync = true;
+                if matches!(report.kind, SyncKind::Full | SyncKind::Refresh) {
+                    self.sizes = declared_sizes(desired);
+                }
                 if report.kind != SyncKind::Unchanged
                     && let Err(e) = self.sweeper.after_sync(desired, report.kind, &self.sender, &self.own)
                 {
@@ -285,6 +292,9 @@ impl Applier {
             Update::Replaced | Update::Rebuilt(_) | Update::Patched(_) => None,
         };
         let Some(diffs) = diffs else { return Ok(Plan::Full) };
+        if self.outgrown(desired) {
+            return Ok(Plan::Full);
+        }
         if diffs.iter().all(diff::TableDiff::is_empty) {
             return Ok(Plan::Nothing);
         }
@@ -304,6 +314,14 @@ impl Applier {
         let compiled = head.lines().chain(tail.lines()).collect::<Vec<_>>().join("\n");
         let (batch, lines) = batch.finish_with_lines();
         Ok(Plan::Partial(Partial { script, batch, lines, compiled, flushed, reused }))
+    }
+
+    /// Whether a map of `desired` holds more elements than the kernel's was declared for.
+    fn outgrown(&self, desired: &Ruleset) -> bool {
+        self.sizes.iter().any(|((family, map), size)| {
+            let t = desired.tables.iter().find(|t| t.family == *family);
+            t.and_then(|t| t.elements.get(map)).is_some_and(|e| e.len() > *size as usize)
+        })
     }
 
     /// When the oldest stale chain may be deleted.
@@ -330,6 +348,19 @@ impl Applier {
         }
         Ok(due.len())
     }
+}
+
+/// The sizes `desired`'s maps are declared with at a full sync.
+fn declared_sizes(desired: &Ruleset) -> BTreeMap<(Family, MapName), u32> {
+    let mut sizes = BTreeMap::new();
+    for t in &desired.tables {
+        for map in MapName::all() {
+            if let Some(size) = t.declared_size(map) {
+                sizes.insert((t.family, map), size);
+            }
+        }
+    }
+    sizes
 }
 
 impl crate::sync::Kernel for Applier {

@@ -240,17 +240,29 @@ pub fn full_sync_script_without_elements(ruleset: &Ruleset, node: &str) -> Resul
     render_template(&sync, "full-sync.nft")
 }
 
+/// What a refresh finds in one of our tables: what someone else added, and which of our
+/// maps (`MapName`s) are there.
+#[derive(Debug, Clone, Default)]
+pub struct Found {
+    /// Objects that are not ours.
+    pub foreign: Vec<Foreign>,
+    /// Our maps the table holds.
+    pub maps: Vec<String>,
+}
+
 /// Writes a refresh: every chain's rules rewritten in place (`flush table` keeps sets, maps
-/// and their elements) and every map emptied; the caller adds the elements again in the same
-/// transaction. `foreign` (per table) is deleted by handle, in kind order, after the flush has
-/// dropped the rules that referred to it; kinds `nft` cannot delete by handle are left to the
-/// caller.
-pub fn refresh_script(ruleset: &Ruleset, node: &str, foreign: &[Vec<Foreign>]) -> Result<String, RenderError> {
+/// and their elements) and every map deleted and declared anew, with the size its elements
+/// call for; the caller adds the elements again in the same transaction. Affinity maps stay,
+/// with their entries. What is not ours (per table) is deleted by handle, in kind order, after
+/// the flush has dropped the rules that referred to it; kinds `nft` cannot delete by handle
+/// are left to the caller.
+pub fn refresh_script(ruleset: &Ruleset, node: &str, found: &[Found]) -> Result<String, RenderError> {
     let mut tables = table_views(ruleset, true);
-    for (view, found) in tables.iter_mut().zip(foreign) {
-        let mut found = found.clone();
-        found.sort_unstable();
-        view.foreign = found.iter().filter_map(|f| Some((f.kind.nft_words()?, f.handle))).collect();
+    for (view, found) in tables.iter_mut().zip(found) {
+        let mut foreign = found.foreign.clone();
+        foreign.sort_unstable();
+        view.foreign = foreign.iter().filter_map(|f| Some((f.kind.nft_words()?, f.handle))).collect();
+        view.recreate = found.maps.clone();
     }
     render_template(&FullSync { node, refresh: true, tables }, "full-sync.nft")
 }
@@ -272,6 +284,7 @@ fn table_views(ruleset: &Ruleset, without_elements: bool) -> Vec<TableView<'_>> 
                 table,
                 without_elements,
                 foreign: Vec::new(),
+                recreate: Vec::new(),
             }
         })
         .collect()
@@ -310,7 +323,8 @@ mod tests {
             found(ObjectKind::Stateful(1), 6),
             found(ObjectKind::Set, 5),
         ];
-        let script = refresh_script(&ruleset, "n", &[ip, vec![]]).expect("script");
+        let found = [Found { foreign: ip, maps: vec![] }, Found::default()];
+        let script = refresh_script(&ruleset, "n", &found).expect("script");
         let deletes: Vec<&str> = script.lines().filter(|l| l.starts_with("delete ")).collect();
         assert_eq!(
             deletes,

@@ -81,6 +81,25 @@ impl MapName {
     }
 }
 
+/// Hash maps with fewer elements than this are declared without a size: the kernel starts
+/// their table small and grows it as elements come.
+pub const SIZED_FROM: usize = 4096;
+
+impl MapName {
+    /// The `size` this map is declared with at a full sync when it holds `elements`: room for
+    /// half as many again, as a power of two. A declared size lets the kernel build its hash
+    /// table once, where growing it element by element was a third of a 30k-service sync; it
+    /// is also a limit, so a partial sync that would pass it is a full sync instead, which
+    /// declares the map anew. `None` for small maps and for interval sets, whose backend is
+    /// not a hash.
+    pub fn size_for(self, elements: usize) -> Option<u32> {
+        if matches!(self, MapName::FirewallAllow | MapName::ServiceCidrs) || elements < SIZED_FROM {
+            return None;
+        }
+        u32::try_from((elements + elements / 2).next_power_of_two()).ok()
+    }
+}
+
 impl fmt::Display for MapName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -279,6 +298,11 @@ impl Table {
     /// Whether the table declares set or map `name`.
     pub fn declares_set(&self, name: &str) -> bool {
         self.affinity_maps.contains_key(name) || MapName::all().iter().any(|m| m.to_string() == name)
+    }
+
+    /// The size map `map` is declared with at a full sync (see `MapName::size_for`).
+    pub fn declared_size(&self, map: MapName) -> Option<u32> {
+        map.size_for(self.elements.get(&map).map_or(0, BTreeMap::len))
     }
 
     /// The value an element has, if it is in the table.

@@ -132,6 +132,8 @@ pub struct TableView<'a> {
     /// What someone else added, deleted by a refresh: the kind as `nft` names it in `delete`,
     /// and the handle.
     pub foreign: Vec<(&'static str, u64)>,
+    /// Our maps the kernel holds, deleted by a refresh before it declares them again.
+    pub recreate: Vec<String>,
 }
 
 impl TableView<'_> {
@@ -140,10 +142,9 @@ impl TableView<'_> {
         self.table.elements.iter().filter(|_| !self.without_elements)
     }
 
-    /// Every map and set with static elements, which a refresh empties (its caller fills
-    /// them again in the same transaction).
-    pub fn maps(&self) -> Vec<String> {
-        MapName::all().into_iter().map(|m| m.to_string()).collect()
+    /// The `size` map `name` is declared with, if any.
+    pub fn size(&self, name: &str) -> Option<u32> {
+        MapName::all().into_iter().find(|m| m.to_string() == name).and_then(|m| self.table.declared_size(m))
     }
 }
 

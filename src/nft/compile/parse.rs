@@ -34,6 +34,8 @@ pub struct SetDecl {
     pub flags: Vec<String>,
     /// `timeout` in seconds.
     pub timeout: Option<u64>,
+    /// `size`: the most elements it may hold (the kernel sizes its hash table for them).
+    pub size: Option<u32>,
     /// `comment`.
     pub comment: Option<String>,
     /// The line of its declaration.
@@ -290,6 +292,7 @@ fn set_body(c: &mut Cursor, name: String) -> Result<SetDecl, CompileError> {
                         toks.into_iter().filter_map(|t| if let Token::Word(w) = t { Some(w) } else { None }).collect();
                 }
                 "timeout" => d.timeout = Some(seconds(&c.word()?).ok_or_else(|| c.err("a timeout in seconds"))?),
+                "size" => d.size = Some(c.word()?.parse().map_err(|_| c.err("a size"))?),
                 "comment" => d.comment = Some(c.string()?),
                 other => return Err(c.err(format!("`{other}` in a set"))),
             },

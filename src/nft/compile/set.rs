@@ -203,8 +203,9 @@ pub fn spec(d: &SetDecl, family: Family) -> Result<SetSpec, CompileError> {
     if let Some(c) = &d.comment {
         tlv(&mut udata, 7, &[c.as_bytes(), &[0]].concat());
     }
-    let desc = match flags & CONCAT {
-        0 => Desc::None,
+    let desc = match (flags & CONCAT, d.size) {
+        (0, None) => Desc::None,
+        (0, Some(n)) => Desc::Size(n),
         _ => Desc::Concat(key.iter().filter_map(Part::kind).map(Kind::len).collect()),
     };
     Ok(SetSpec {
