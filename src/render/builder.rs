@@ -41,6 +41,8 @@ pub struct Index {
     lb: BTreeMap<LbKey, u32>,
     /// Elements one port holds while another was refused them.
     contested: HashSet<(MapName, Key)>,
+    /// The ports with warnings, so finishing a table does not walk every port's record.
+    warned: BTreeSet<PortId>,
 }
 
 impl Index {
@@ -114,6 +116,11 @@ impl<'a> Builder<'a> {
             record.elements.shrink_to_fit();
             record.lb.shrink_to_fit();
             record.claims.shrink_to_fit();
+            if record.warnings.is_empty() {
+                self.index.warned.remove(&id);
+            } else {
+                self.index.warned.insert(id.clone());
+            }
             self.index.ports.insert(id, record);
         }
     }
@@ -264,6 +271,7 @@ impl Builder<'_> {
     /// again, since it may hold that frontend now.
     pub(super) fn remove_port(&mut self, id: &PortId) {
         let Some(record) = self.index.ports.remove(id) else { return };
+        self.index.warned.remove(id);
         for name in &record.chains {
             self.journal_chain(name);
             self.table.chains.remove(name);
@@ -309,7 +317,8 @@ impl Builder<'_> {
     /// index to update it by later, and the journal of an update.
     pub(super) fn finish(mut self) -> (Table, Index, Option<Journal>) {
         let mut warnings = self.ctx.warnings.clone();
-        warnings.extend(self.index.ports.values().flat_map(|r| r.warnings.iter().cloned()));
+        let warned = self.index.warned.iter().filter_map(|id| self.index.ports.get(id));
+        warnings.extend(warned.flat_map(|r| r.warnings.iter().cloned()));
         self.table.warnings = warnings;
         (self.table, self.index, self.journal)
     }
