@@ -79,11 +79,10 @@ fn a_client_keeps_its_endpoint_across_frontends_partial_and_periodic_syncs() {
         sticks(&c, frontends, &first, "after a periodic full sync");
         assert_eq!(sync(&c.node, &mut proxy, &objects(&c, &pods, false)).kind, SyncKind::Partial);
     }
-    // One entry per client and family, in the cluster scope's map, naming the endpoint.
+    // One entry per client and family, naming the endpoint.
     for family in ["ip", "ip6"] {
-        let name = format!("affinity-cluster-test/web/tcp/http__{ECHO_PORT}");
-        let map = c.node.nft(&["list", "map", family, "kube-nftproxy", &name]);
-        assert_eq!(map.matches(" expires ").count(), 1, "{map}");
+        let table = c.node.nft(&["list", "table", family, "kube-nftproxy"]);
+        assert_eq!(table.matches(" expires ").count(), 1, "{family}: {table}");
     }
 }
 
@@ -105,8 +104,13 @@ fn a_client_whose_endpoint_went_is_spread_anew_and_stays_there() {
         let second = who(&c.client, frontends[0]);
         assert!(rest.contains(&second.as_str()), "{} still sent the client to {second}", frontends[0]);
         sticks(&c, frontends, &second, "after its endpoint went");
-        // Back again: the client stays where it was spread to.
+        // Back again: the client stays where it was spread to, and its entry for the endpoint
+        // that went is gone (left, it would lead the client back whenever its endpoint's rule
+        // comes first).
         sync(&c.node, &mut proxy, &objects(&c, &pods, false));
         sticks(&c, frontends, &second, "after the endpoint came back");
+        let family = if frontends[0].starts_with('[') { "ip6" } else { "ip" };
+        let table = c.node.nft(&["list", "table", family, "kube-nftproxy"]);
+        assert_eq!(table.matches(" expires ").count(), 1, "one entry per client: {table}");
     }
 }

@@ -64,7 +64,7 @@ fn example_cluster_renders_every_feature_without_warnings() {
     for feature in [
         "goto external-shop/web/tcp/http",
         "nodeport-shop/web/tcp/http",
-        "map @affinity-cluster-shop/checkout/tcp/http__8080 : 8080",
+        "@affinity-36 update @affinity-36 {",
         "goto lb-local-tcp-1",
         "comment \"shop/local-none:http\" : drop",
         "comment \"shop/empty:http\" : goto reject-chain",

@@ -1,9 +1,11 @@
-//! The sweep of session-affinity maps. An entry holds the endpoint address a client was
-//! sent to; when that endpoint stops serving, upstream's per-endpoint set goes with it and
-//! the client is spread anew. Here the entry would stay and lead to the gone endpoint, so
-//! after each sync the maps whose endpoints may have shrunk are read and such entries
-//! deleted, in one transaction. Entries still being refreshed by use cannot point at a gone
-//! endpoint for longer than the sync that removed it and this sweep.
+//! The sweep of session-affinity entries. An entry names the endpoint a client was sent to;
+//! when that endpoint stops serving, upstream's per-endpoint set goes with it, and a client
+//! is spread anew for good. Here the entry would stay, unused, and lead the client back if
+//! the endpoint returned within the timeout; so after each sync the maps holding groups that
+//! lost endpoints (or that are unknown since the start, over tables that were kept) are read
+//! and such entries deleted, with those of groups that went, in one transaction. An entry's
+//! key ends in a number hashed from its group and endpoint, so a number no current group's
+//! endpoint has marks it stale.
 
 use super::netlink::{NfFamily, Socket, elements::Element};
 use super::wire::{Batch, Sender};
@@ -11,21 +13,19 @@ use super::{NftError, OwnPorts, SyncKind};
 use crate::model::Family;
 use crate::render::{Ruleset, TABLE_NAME};
 use std::collections::{BTreeSet, HashMap};
-use std::net::IpAddr;
 
-/// What each affinity map may hold, as of the last sync: the endpoints its entries can name.
+/// A group of a family, by id.
+type Group = (Family, u32);
+
+/// The endpoints each affinity group's entries may name, as of the last sweep or sync.
 #[derive(Debug, Default)]
 pub struct Sweeper {
-    known: HashMap<(Family, String), BTreeSet<IpAddr>>,
+    known: HashMap<Group, BTreeSet<u32>>,
 }
-
-/// A map to read, and the endpoints its entries may name.
-type Due = (Family, String, BTreeSet<IpAddr>);
 
 impl Sweeper {
     /// After a sync of `kind` that applied `desired`: deletes the entries of endpoints no
-    /// longer serving. Returns how many went. A map that could not be swept is read again
-    /// after the next sync.
+    /// longer serving. Returns how many went; a group not swept is swept after the next sync.
     pub fn after_sync(
         &mut self,
         desired: &Ruleset,
@@ -33,105 +33,87 @@ impl Sweeper {
         sender: &Sender,
         own: &OwnPorts,
     ) -> Result<usize, NftError> {
-        let due = self.due(desired, kind == SyncKind::Full);
-        if due.is_empty() {
-            return Ok(0);
-        }
-        let mut sock = Socket::open()?;
-        let mut batch = Batch::new();
-        let mut stale = 0;
-        for (family, map, endpoints) in &due {
-            let found = sock.elements(NfFamily::from(*family), TABLE_NAME, map)?;
-            let gone: Vec<&Element> = found.iter().filter(|e| !holds_one_of(e, endpoints)).collect();
-            stale += gone.len();
-            batch.delete_keys(*family, TABLE_NAME, map, gone.iter().map(|e| e.key.as_slice()));
-        }
-        if stale > 0 {
-            own.add(sender.port()?);
-            sender.send(&batch.finish())?;
-            log::info!("deleted {stale} session-affinity entries that led to endpoints no longer serving");
-        }
-        for (family, map, endpoints) in due {
-            self.known.insert((family, map), endpoints);
-        }
-        Ok(stale)
-    }
-
-    /// The maps whose entries may name an endpoint `desired` no longer has: those not seen
-    /// since the start (unless the tables were just created, `fresh`), and those that lost
-    /// endpoints. Maps that went are forgotten; maps that only grew are noted.
-    fn due(&mut self, desired: &Ruleset, fresh: bool) -> Vec<Due> {
-        let mut due = Vec::new();
-        let mut current = HashMap::new();
-        for t in &desired.tables {
-            for (name, affinity) in &t.affinity_maps {
-                let endpoints: BTreeSet<IpAddr> = affinity.endpoints.iter().copied().collect();
-                let key = (t.family, name.clone());
-                match self.known.get(&key) {
-                    Some(old) if old.is_subset(&endpoints) => {}
-                    None if fresh => {}
-                    _ => due.push((t.family, name.clone(), endpoints.clone())),
-                }
-                current.insert(key, endpoints);
-            }
-        }
-        // Maps being swept keep their old endpoints until the sweep succeeds.
-        for (family, name, _) in &due {
-            if let Some(old) = self.known.get(&(*family, name.clone())) {
-                current.insert((*family, name.clone()), old.clone());
-            } else {
-                current.remove(&(*family, name.clone()));
-            }
-        }
+        let current = groups(desired);
+        let fresh = kind == SyncKind::Full;
+        let due: BTreeSet<(Family, &str)> = desired
+            .tables
+            .iter()
+            .flat_map(|t| t.affinity_maps.iter().map(move |(name, groups)| (t.family, name, groups)))
+            .filter(|(family, _, groups)| {
+                groups.iter().any(|g| match self.known.get(&(*family, g.id)) {
+                    Some(old) => !old.iter().all(|e| current[&(*family, g.id)].contains(e)),
+                    None => !fresh,
+                })
+            })
+            .map(|(family, name, _)| (family, name.as_str()))
+            .collect();
+        let stale = if due.is_empty() { 0 } else { sweep(&due, &current, sender, own)? };
         self.known = current;
-        due
+        Ok(stale)
     }
 }
 
-/// Whether a map element's data is one of `endpoints` (an address of its own length).
-fn holds_one_of(e: &Element, endpoints: &BTreeSet<IpAddr>) -> bool {
-    let Some(data) = &e.data else { return false };
-    let ip = match data.len() {
-        4 => <[u8; 4]>::try_from(data.as_slice()).map(IpAddr::from).ok(),
-        16 => <[u8; 16]>::try_from(data.as_slice()).map(IpAddr::from).ok(),
-        _ => None,
-    };
-    ip.is_some_and(|ip| endpoints.contains(&ip))
+/// Every group of `desired`, with its endpoints (groups whose ids collide pooled).
+fn groups(desired: &Ruleset) -> HashMap<Group, BTreeSet<u32>> {
+    let mut all: HashMap<Group, BTreeSet<u32>> = HashMap::new();
+    for t in &desired.tables {
+        for g in t.affinity_maps.values().flatten() {
+            all.entry((t.family, g.id)).or_default().extend(g.endpoints.iter().copied());
+        }
+    }
+    all
+}
+
+/// Reads the maps `due` and deletes every entry that names an endpoint or group not in
+/// `current`, in one transaction.
+fn sweep(
+    due: &BTreeSet<(Family, &str)>,
+    current: &HashMap<Group, BTreeSet<u32>>,
+    sender: &Sender,
+    own: &OwnPorts,
+) -> Result<usize, NftError> {
+    let mut serving: HashMap<Family, BTreeSet<u32>> = HashMap::new();
+    for ((family, _), endpoints) in current {
+        serving.entry(*family).or_default().extend(endpoints);
+    }
+    let mut sock = Socket::open()?;
+    let mut batch = Batch::new();
+    let mut stale = 0;
+    for (family, map) in due {
+        let found = sock.elements(NfFamily::from(*family), TABLE_NAME, map)?;
+        let valid = serving.get(family);
+        let gone: Vec<&Element> = found.iter().filter(|e| !valid.is_some_and(|v| names_one_of(e, v))).collect();
+        stale += gone.len();
+        batch.delete_keys(*family, TABLE_NAME, map, gone.iter().map(|e| e.key.as_slice()));
+    }
+    if stale > 0 {
+        own.add(sender.port()?);
+        sender.send(&batch.finish())?;
+        log::info!("deleted {stale} session-affinity entries of endpoints no longer serving");
+    }
+    Ok(stale)
+}
+
+/// Whether entry `e` (client address . number of its group and endpoint, in 4-byte
+/// registers) names one of the endpoint numbers `valid`.
+fn names_one_of(e: &Element, valid: &BTreeSet<u32>) -> bool {
+    let last = e.key.len().checked_sub(4).and_then(|at| e.key.get(at..));
+    last.and_then(|b| <[u8; 4]>::try_from(b).ok()).is_some_and(|b| valid.contains(&u32::from_ne_bytes(b)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::render::{Affinity, Fixed, Table};
 
-    fn ruleset(endpoints: &[&str]) -> Ruleset {
-        let fixed = Fixed { mark: 0x4000, local: crate::render::Detector::None, nodeport_all: false };
-        let mut t = Table::new(Family::V4, fixed);
-        let endpoints = endpoints.iter().map(|e| e.parse().expect("test address")).collect();
-        t.affinity_maps.insert("m".into(), Affinity { timeout: 10, endpoints });
-        Ruleset { tables: vec![t] }
+    fn entry(endpoint: u32) -> Element {
+        Element { key: [[192, 168, 0, 9], endpoint.to_ne_bytes()].concat(), data: None }
     }
 
     #[test]
-    fn reads_a_map_when_unknown_or_shrunk_never_when_it_grew_or_was_just_created() {
-        let mut s = Sweeper::default();
-        assert!(s.due(&ruleset(&["10.0.0.1", "10.0.0.2"]), true).is_empty(), "fresh tables hold no entries");
-        assert!(s.due(&ruleset(&["10.0.0.1", "10.0.0.2", "10.0.0.3"]), false).is_empty(), "it only grew");
-        let due = s.due(&ruleset(&["10.0.0.3"]), false);
-        assert_eq!(due.len(), 1, "it lost two endpoints");
-        assert_eq!(due[0].2.len(), 1);
-        assert_eq!(s.due(&ruleset(&["10.0.0.3"]), false).len(), 1, "not swept yet: still due");
-        let mut restarted = Sweeper::default();
-        assert_eq!(restarted.due(&ruleset(&["10.0.0.1"]), false).len(), 1, "what a refresh keeps is unknown");
-    }
-
-    #[test]
-    fn an_entry_is_kept_only_when_it_names_a_serving_endpoint() {
-        let serving: BTreeSet<IpAddr> = ["10.0.0.1".parse().expect("test address")].into();
-        let entry = |data: Option<Vec<u8>>| Element { key: vec![192, 168, 0, 9], data };
-        assert!(holds_one_of(&entry(Some(vec![10, 0, 0, 1])), &serving));
-        assert!(!holds_one_of(&entry(Some(vec![10, 0, 0, 2])), &serving));
-        assert!(!holds_one_of(&entry(Some(vec![10, 0, 0])), &serving), "a malformed address is stale");
-        assert!(!holds_one_of(&entry(None), &serving));
+    fn an_entry_stays_only_while_it_names_a_serving_endpoint_of_its_group() {
+        let valid: BTreeSet<u32> = [1, 2].into();
+        assert!(names_one_of(&entry(2), &valid));
+        assert!(!names_one_of(&entry(3), &valid), "its endpoint (or group) went");
+        assert!(!names_one_of(&Element { key: vec![7, 0], data: None }, &valid), "malformed");
     }
 }

@@ -2,7 +2,7 @@
 //! ones, proportional to what changed, never to the size of the cluster.
 
 use crate::model::Family;
-use crate::render::{Affinity, Journal, Key, MapName, Table, Value, render_template, words};
+use crate::render::{AffinityGroup, Journal, Key, MapName, Table, Value, render_template, words};
 use askama::Template;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -11,10 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 pub struct TableDiff<'a> {
     /// `ip` or `ip6`.
     pub fam: &'static str,
-    /// Address type, for affinity map declarations.
-    pub addr_type: &'static str,
-    /// Affinity maps to create, with their timeouts.
-    pub new_sets: Vec<(&'a str, u32)>,
+    /// Affinity maps to create.
+    pub new_sets: Vec<&'a str>,
     /// Chains to create.
     pub new_chains: Vec<&'a str>,
     /// Chains (new or changed) whose rules are (re)written.
@@ -67,7 +65,7 @@ impl<'a> TableDiff<'a> {
     /// An empty diff of a family's table.
     fn of(family: Family) -> TableDiff<'a> {
         let w = words(family);
-        TableDiff { fam: w.fam, addr_type: w.addr_type, ..TableDiff::default() }
+        TableDiff { fam: w.fam, ..TableDiff::default() }
     }
 
     /// Files what happened to chain `name`. `existing_stale` are chains still in the kernel
@@ -87,17 +85,14 @@ impl<'a> TableDiff<'a> {
         }
     }
 
-    /// Files what happened to affinity map `name`; false when its timeout changed, which a map
-    /// cannot be altered to in place (only a full sync can). Its endpoints are the rules' and
-    /// the sweep's business, not the declaration's.
-    fn set(&mut self, name: &'a str, old: Option<&Affinity>, new: Option<&Affinity>) -> bool {
+    /// Files what happened to affinity map `name`: created when first used, deleted when no
+    /// longer (after the rules that used it).
+    fn set(&mut self, name: &'a str, old: Option<&Vec<AffinityGroup>>, new: Option<&Vec<AffinityGroup>>) {
         match (old, new) {
-            (None, Some(a)) => self.new_sets.push((name, a.timeout)),
+            (None, Some(_)) => self.new_sets.push(name),
             (Some(_), None) => self.delete_sets.push(name),
-            (Some(o), Some(n)) => return o.timeout == n.timeout,
-            (None, None) => {}
+            _ => {}
         }
-        true
     }
 
     /// Files what happened to one element; a changed value is a delete and an add in the
@@ -125,9 +120,7 @@ pub fn diff<'a>(old: &'a Table, new: &'a Table, stale: &BTreeSet<String>) -> Opt
     }
     let sets: BTreeSet<&String> = old.affinity_maps.keys().chain(new.affinity_maps.keys()).collect();
     for name in sets {
-        if !d.set(name, old.affinity_maps.get(name), new.affinity_maps.get(name)) {
-            return None;
-        }
+        d.set(name, old.affinity_maps.get(name), new.affinity_maps.get(name));
     }
     let maps: BTreeSet<&MapName> = old.elements.keys().chain(new.elements.keys()).collect();
     for map in maps {
@@ -148,9 +141,7 @@ pub fn from_journal<'a>(new: &'a Table, j: &'a Journal, stale: &BTreeSet<String>
         d.chain(name, old.as_ref(), new.chains.get(name), stale);
     }
     for (name, old) in &j.sets {
-        if !d.set(name, old.as_ref(), new.affinity_maps.get(name)) {
-            return None;
-        }
+        d.set(name, old.as_ref(), new.affinity_maps.get(name));
     }
     for ((map, key), old) in &j.elements {
         d.element(*map, key, old.as_ref(), new.value(*map, key));

@@ -189,8 +189,7 @@ impl Applier {
     pub fn new(node: &str, own: Arc<OwnPorts>) -> Applier {
         let sender = wire::Sender::default();
         let schema = compile::Schema::default();
-        let (stale, sweeper) = (BTreeMap::new(), affinity::Sweeper::default());
-        let sizes = BTreeMap::new();
+        let (stale, sizes, sweeper) = (BTreeMap::new(), BTreeMap::new(), affinity::Sweeper::default());
         Applier { node: node.to_string(), in_sync: false, stale, own, quiet: None, sender, schema, sweeper, sizes }
     }
 

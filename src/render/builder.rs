@@ -3,7 +3,7 @@
 //! update, the old value of everything touched is journaled (so the partial sync is the
 //! difference on those keys alone, never a walk over the whole table).
 
-use super::ruleset::{Affinity, Inserted, Key, MapName, Scope, Table, Value};
+use super::ruleset::{AffinityGroup, Inserted, Key, MapName, Scope, Table, Value};
 use super::{FamilyContext, RenderError, lb_chain};
 use crate::model::{ObjectKey, Protocol};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -21,7 +21,7 @@ pub(super) type LbKey = (Scope, bool, Protocol, usize);
 struct PortRecord {
     owner: Arc<str>,
     chains: Vec<String>,
-    sets: Vec<String>,
+    sets: Vec<(String, AffinityGroup)>,
     /// Elements held, a run of consecutive endpoint slots as its first key and length.
     elements: Vec<(MapName, Key, u32)>,
     lb: Vec<LbKey>,
@@ -59,8 +59,8 @@ impl Index {
 pub struct Journal {
     /// Chain bodies.
     pub chains: BTreeMap<String, Option<String>>,
-    /// Affinity maps.
-    pub sets: BTreeMap<String, Option<Affinity>>,
+    /// Affinity maps' groups.
+    pub sets: BTreeMap<String, Option<Vec<AffinityGroup>>>,
     /// Element values.
     pub elements: BTreeMap<(MapName, Key), Option<Value>>,
 }
@@ -166,14 +166,13 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Adds an affinity map of the current port.
-    pub(super) fn set(&mut self, name: &str, affinity: Affinity) {
+    /// The current port keeps the entries of affinity group `group` in map `name`.
+    pub(super) fn set(&mut self, name: &str, group: AffinityGroup) {
         if let Some(j) = &mut self.journal {
             j.sets.entry(name.to_string()).or_insert_with(|| self.table.affinity_maps.get(name).cloned());
         }
-        if self.table.affinity_maps.insert(name.to_string(), affinity).is_none() {
-            self.record().sets.push(name.to_string());
-        }
+        self.table.affinity_maps.entry(name.to_string()).or_default().push(group.clone());
+        self.record().sets.push((name.to_string(), group));
     }
 
     /// The current port uses a shared `lb-*` chain; the first user creates it.
@@ -276,11 +275,18 @@ impl Builder<'_> {
             self.journal_chain(name);
             self.table.chains.remove(name);
         }
-        for name in &record.sets {
+        for (name, group) in &record.sets {
             if let Some(j) = &mut self.journal {
                 j.sets.entry(name.clone()).or_insert_with(|| self.table.affinity_maps.get(name).cloned());
             }
-            self.table.affinity_maps.remove(name);
+            if let Some(groups) = self.table.affinity_maps.get_mut(name) {
+                if let Some(at) = groups.iter().position(|g| g == group) {
+                    groups.remove(at);
+                }
+                if groups.is_empty() {
+                    self.table.affinity_maps.remove(name);
+                }
+            }
         }
         for (map, first, run) in record.elements {
             // Only slot keys have runs longer than one.

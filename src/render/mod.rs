@@ -27,7 +27,7 @@ pub use rendered::{Rendered, Update};
 
 pub use templates::FamilyWords;
 
-pub use ruleset::{Affinity, Entry, Fixed, Inserted, Key, MapName, Ruleset, Scope, Table, Value};
+pub use ruleset::{AffinityGroup, Entry, Fixed, Inserted, Key, MapName, Ruleset, Scope, Table, Value};
 
 use crate::config::{Config, NodePortAddresses};
 use crate::model::{Family, Model, NodeInfo, Protocol};

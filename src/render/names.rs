@@ -6,6 +6,7 @@
 
 use super::ruleset::Scope;
 use crate::model::{Protocol, ServicePortName};
+use std::net::IpAddr;
 
 /// nftables' longest comment in bytes (`NFTNL_UDATA_COMMENT_MAXLEN`); `nft` refuses longer ones.
 pub const COMMENT_MAX: usize = 128;
@@ -49,9 +50,36 @@ pub fn balance_chain(scope: Scope, base: &str) -> String {
     format!("{}-{base}", scope.as_str())
 }
 
-/// A session-affinity map of one scope: the clients of the endpoints listening on `port`.
-pub fn affinity_map(scope: Scope, base: &str, port: u16) -> String {
-    format!("affinity-{}-{base}__{port}", scope.as_str())
+/// How many maps session-affinity entries are spread over: few, because every named set
+/// makes each later reference to a set in a transaction walk past it, and more than one,
+/// because the kernel caps a map that rules fill at 65,535 entries.
+pub const AFFINITY_SHARDS: u32 = 64;
+
+/// A 32-bit FNV-1a hash: stable across restarts and builds, as the entries it keys outlive
+/// the process.
+fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u32 {
+    bytes.into_iter().fold(0x811c_9dc5, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
+}
+
+/// The id of a session-affinity group (one scope of a service port) in its entries' keys.
+pub fn affinity_id(scope: Scope, base: &str) -> u32 {
+    fnv1a(scope.as_str().bytes().chain([b'/']).chain(base.bytes()))
+}
+
+/// An endpoint's number in the entries of affinity group `id`: the group and the endpoint's
+/// address and port hashed, so it is the same after a restart, and an entry of an endpoint
+/// that went leads nowhere.
+pub fn endpoint_index(id: u32, ip: IpAddr, port: u16) -> u32 {
+    let addr = match ip {
+        IpAddr::V4(v4) => v4.octets().to_vec(),
+        IpAddr::V6(v6) => v6.octets().to_vec(),
+    };
+    fnv1a(id.to_be_bytes().into_iter().chain(addr).chain(port.to_be_bytes()))
+}
+
+/// The map holding the entries of affinity group `id`.
+pub fn affinity_map(id: u32) -> String {
+    format!("affinity-{}", id % AFFINITY_SHARDS)
 }
 
 /// The shared chain that picks one of `n` endpoints from an endpoint map.
@@ -79,8 +107,16 @@ mod tests {
     }
 
     #[test]
-    fn affinity_maps_are_named_by_scope_service_port_and_target_port() {
-        assert_eq!(affinity_map(Scope::Cluster, "a/b/tcp/p", 8080), "affinity-cluster-a/b/tcp/p__8080");
+    fn affinity_ids_are_stable_hashes_spread_over_the_shards() {
+        // FNV-1a's published test value, so the ids cannot drift between builds.
+        assert_eq!(fnv1a(*b"a"), 0xe40c_292c);
+        assert_ne!(affinity_id(Scope::Cluster, "a/b/tcp/p"), affinity_id(Scope::Local, "a/b/tcp/p"));
+        let ip: IpAddr = "10.0.0.1".parse().expect("test address");
+        assert_ne!(endpoint_index(1, ip, 80), endpoint_index(1, ip, 81));
+        assert_ne!(endpoint_index(1, ip, 80), endpoint_index(2, ip, 80));
+        let shards: std::collections::BTreeSet<String> =
+            (0..1000).map(|i| affinity_map(affinity_id(Scope::Cluster, &format!("ns/s{i}/tcp/p")))).collect();
+        assert_eq!(shards.len(), AFFINITY_SHARDS as usize, "a thousand groups use every shard");
     }
 
     #[test]
@@ -88,7 +124,6 @@ mod tests {
         let long = "a".repeat(63);
         let spn =
             ServicePortName { namespace: long.clone(), name: long, port: "p".repeat(63), protocol: Protocol::Sctp };
-        assert!(affinity_map(Scope::Cluster, &base(&spn, 1), 65535).len() < 256);
         assert_eq!(comment(&spn.to_string()).len(), COMMENT_MAX);
         assert_eq!(comment("ns/svc:http"), "ns/svc:http");
     }

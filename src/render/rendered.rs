@@ -126,9 +126,9 @@ fn undone(ruleset: &Ruleset, journals: &[Journal]) -> Ruleset {
                 None => table.chains.remove(name),
             };
         }
-        for (name, affinity) in &journal.sets {
-            match affinity {
-                Some(a) => table.affinity_maps.insert(name.clone(), a.clone()),
+        for (name, groups) in &journal.sets {
+            match groups {
+                Some(g) => table.affinity_maps.insert(name.clone(), g.clone()),
                 None => table.affinity_maps.remove(name),
             };
         }

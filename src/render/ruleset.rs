@@ -218,14 +218,13 @@ pub struct Fixed {
     pub nodeport_all: bool,
 }
 
-/// A session-affinity map: the clients of one service port, scope and target port, each
-/// with the endpoint address it was sent to.
+/// A session-affinity group (one scope of a service port) as its entries name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Affinity {
-    /// Seconds an entry lives after its last use (`timeoutSeconds`).
-    pub timeout: u32,
-    /// The endpoint addresses an entry may hold; an entry holding another is stale.
-    pub endpoints: Vec<IpAddr>,
+pub struct AffinityGroup {
+    /// Its id (`names::affinity_id`).
+    pub id: u32,
+    /// Its endpoints' numbers (`names::endpoint_index`); an entry with another is stale.
+    pub endpoints: Vec<u32>,
 }
 
 /// Desired state of one family's table.
@@ -237,8 +236,9 @@ pub struct Table {
     pub fixed: Fixed,
     /// Service, external, balancing, endpoint and `lb-` chains: name → rule lines.
     pub chains: BTreeMap<String, String>,
-    /// Session-affinity maps (client address → endpoint address), by name.
-    pub affinity_maps: BTreeMap<String, Affinity>,
+    /// Session-affinity maps in use (entries of group id . client address . endpoint number):
+    /// name → the groups whose entries it holds.
+    pub affinity_maps: BTreeMap<String, Vec<AffinityGroup>>,
     /// Elements of the named sets and maps.
     pub elements: BTreeMap<MapName, BTreeMap<Key, Entry>>,
     /// What rendering had to leave out, and why (for the caller to report).

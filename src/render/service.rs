@@ -2,8 +2,8 @@
 
 use super::builder::{Builder, PortId};
 use super::names;
-use super::ruleset::{Affinity, Key, MapName, Scope, Value};
-use super::templates::{AffinityEndpoint, AffinityMap, BalanceChain, ExternalChain, ServiceChain};
+use super::ruleset::{AffinityGroup, Key, MapName, Scope, Value};
+use super::templates::{AffinityEndpoint, BalanceChain, ExternalChain, ServiceChain};
 use super::{RenderError, render_template};
 use crate::model::{Endpoint, Family, ServicePort};
 use crate::topology::Categorized;
@@ -227,11 +227,10 @@ impl Builder<'_> {
         Ok(Some(names::lb_chain(scope, nodeport, proto, eps.len())))
     }
 
-    /// Session affinity: one chain per scope that sends a known client back to its endpoint
-    /// (its entry in the scope's map, refreshed on use, as upstream's `update`) and spreads new
-    /// clients evenly, remembering each as it is sent. An entry holds an address alone (`nft`
-    /// 1.0.6 cannot write an IPv6 address and port from a rule), so there is a map per target
-    /// port. No set or chain per endpoint: see the module doc.
+    /// Session affinity: one chain per scope. An entry (client . number of group and endpoint)
+    /// in one of a few shared maps says where a client went; a known client is sent back
+    /// there and its entry refreshed (as upstream's `update`), a new one is spread evenly and
+    /// remembered as it is sent. No set or chain per endpoint or service: see the module doc.
     fn affinity_pick(
         &mut self,
         p: &Port,
@@ -243,24 +242,19 @@ impl Builder<'_> {
         if self.table.chains.contains_key(&chain) {
             return Ok(chain);
         }
-        let mut maps: Vec<AffinityMap> = Vec::new();
-        let mut endpoints = Vec::with_capacity(eps.len());
-        for ep in eps {
-            let map = names::affinity_map(scope, &p.base, ep.port);
-            if !maps.iter().any(|m| m.map == map) {
-                maps.push(AffinityMap { map: map.clone(), port: ep.port, first: ep.ip });
-            }
-            endpoints.push(AffinityEndpoint { map, ip: ep.ip, port: ep.port });
-        }
-        for m in &maps {
-            let addresses = endpoints.iter().filter(|e| e.map == m.map).map(|e| e.ip).collect();
-            self.set(&m.map, Affinity { timeout, endpoints: addresses });
-        }
+        let id = names::affinity_id(scope, &p.base);
+        let map = names::affinity_map(id);
+        let endpoints: Vec<AffinityEndpoint> = eps
+            .iter()
+            .map(|e| AffinityEndpoint { ip: e.ip, port: e.port, index: names::endpoint_index(id, e.ip, e.port) })
+            .collect();
+        self.set(&map, AffinityGroup { id, endpoints: endpoints.iter().map(|e| e.index).collect() });
         let t = BalanceChain {
             fam: self.ctx.words.fam,
             v6: self.ctx.family == Family::V6,
             proto: p.sp.name.protocol.as_str(),
-            maps: &maps,
+            map: &map,
+            timeout,
             endpoints: &endpoints,
         };
         self.chain(&chain, render_template(&t, "balance.nft")?);

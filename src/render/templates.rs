@@ -47,23 +47,12 @@ pub struct ExternalChain<'a> {
 /// One endpoint of a session-affinity pick.
 #[derive(Debug, Clone)]
 pub struct AffinityEndpoint {
-    /// The map its clients are remembered in (the one of its target port).
-    pub map: String,
     /// Its address.
     pub ip: std::net::IpAddr,
     /// Its port.
     pub port: u16,
-}
-
-/// One session-affinity map, as the rule that sends known clients back reads it.
-#[derive(Debug, Clone)]
-pub struct AffinityMap {
-    /// The map.
-    pub map: String,
-    /// The target port of every endpoint it holds.
-    pub port: u16,
-    /// An endpoint of this port, for the rare refresh that finds its entry just expired.
-    pub first: std::net::IpAddr,
+    /// Its number in entries' keys (`names::endpoint_index`).
+    pub index: u32,
 }
 
 /// `balance.nft`: a session-affinity service's endpoint pick for one scope.
@@ -76,8 +65,10 @@ pub struct BalanceChain<'a> {
     pub v6: bool,
     /// Protocol name.
     pub proto: &'static str,
-    /// The maps, one per target port.
-    pub maps: &'a [AffinityMap],
+    /// The map holding the group's entries.
+    pub map: &'a str,
+    /// `timeoutSeconds`.
+    pub timeout: u32,
     /// The endpoints, in slot order.
     pub endpoints: &'a [AffinityEndpoint],
 }

@@ -57,7 +57,7 @@ pub enum Expr {
     /// Loads `data` into `dreg`.
     Immediate { dreg: u32, data: Data },
     /// A random number below `modulus` into `dreg`.
-    Numgen { dreg: u32, modulus: u32 },
+    Numgen { dreg: u32, modulus: u32, offset: u32 },
     /// Destination NAT to the address (and port) in registers.
     Dnat { family: u32, addr: u32, proto: u32, flags: u32 },
     /// Masquerade with `flags`.
@@ -65,7 +65,7 @@ pub enum Expr {
     /// Reject (`kind` 0: ICMP unreachable with `code`, 1: TCP reset).
     Reject { kind: u32, code: u8 },
     /// Adds `sreg` to a set or refreshes its timeout.
-    DynsetUpdate { sreg: u32, set: String, set_id: Option<u32>, sreg_data: Option<u32> },
+    DynsetUpdate { sreg: u32, set: String, set_id: Option<u32>, sreg_data: Option<u32>, timeout_ms: Option<u64> },
 }
 
 fn u32_attr(b: &mut Vec<u8>, kind: u16, v: u32) {
@@ -162,8 +162,8 @@ impl Expr {
                     }),
                 });
             }
-            Expr::Numgen { dreg, modulus } => {
-                [(1, *dreg), (2, *modulus), (3, 1), (4, 0)].iter().for_each(|&(k, v)| u32_attr(b, k, v))
+            Expr::Numgen { dreg, modulus, offset } => {
+                [(1, *dreg), (2, *modulus), (3, 1), (4, *offset)].iter().for_each(|&(k, v)| u32_attr(b, k, v))
             }
             Expr::Dnat { family, addr, proto, flags } => {
                 [(1, 1), (2, *family), (3, *addr), (5, *proto)].iter().for_each(|&(k, v)| u32_attr(b, k, v));
@@ -176,7 +176,7 @@ impl Expr {
                 u32_attr(b, 1, *kind);
                 attr(b, 2, |b| b.push(*code));
             }
-            Expr::DynsetUpdate { sreg, set, set_id, sreg_data } => {
+            Expr::DynsetUpdate { sreg, set, set_id, sreg_data, timeout_ms } => {
                 str_attr(b, 1, set);
                 if let Some(id) = set_id {
                     u32_attr(b, 2, *id);
@@ -185,6 +185,9 @@ impl Expr {
                 u32_attr(b, 4, *sreg);
                 if let Some(data) = sreg_data {
                     u32_attr(b, 5, *data);
+                }
+                if let Some(ms) = timeout_ms {
+                    attr(b, 6, |b| b.extend_from_slice(&ms.to_be_bytes()));
                 }
             }
         }
@@ -258,7 +261,10 @@ impl fmt::Display for Expr {
                     None => write!(f, "[ immediate reg {dreg} {v} ]"),
                 }
             }
-            Expr::Numgen { dreg, modulus } => write!(f, "[ numgen reg {dreg} = random mod {modulus} ]"),
+            Expr::Numgen { dreg, modulus, offset: 0 } => write!(f, "[ numgen reg {dreg} = random mod {modulus} ]"),
+            Expr::Numgen { dreg, modulus, offset } => {
+                write!(f, "[ numgen reg {dreg} = random mod {modulus} offset {offset} ]")
+            }
             Expr::Dnat { family, addr, proto, flags } => {
                 let fam = if *family == 2 { "ip" } else { "ip6" };
                 write!(f, "[ nat dnat {fam} addr_min reg {addr} proto_min reg {proto}")?;
@@ -269,10 +275,13 @@ impl fmt::Display for Expr {
             }
             Expr::Masq { flags } => write!(f, "[ masq flags 0x{flags:x} ]"),
             Expr::Reject { kind, code } => write!(f, "[ reject type {kind} code {code} ]"),
-            Expr::DynsetUpdate { sreg, set, sreg_data, .. } => {
+            Expr::DynsetUpdate { sreg, set, sreg_data, timeout_ms, .. } => {
                 write!(f, "[ dynset update reg_key {sreg} set {set}")?;
                 if let Some(data) = sreg_data {
                     write!(f, " sreg_data {data}")?;
+                }
+                if let Some(ms) = timeout_ms {
+                    write!(f, " timeout {ms}ms")?;
                 }
                 write!(f, " ]")
             }

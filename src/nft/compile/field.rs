@@ -74,8 +74,9 @@ pub enum Load {
     Ct(u32),
     /// A routing lookup's address type, for the source (1) or destination (2).
     Fib(u32),
-    /// A random number below the modulus.
-    Numgen(u32),
+    /// A random number below the modulus, plus an offset (`mod 1 offset N` is the constant
+    /// N, how a rule puts a number into a concatenated key).
+    Numgen(u32, u32),
 }
 
 /// One packet field as a rule or a `typeof` names it.
@@ -161,7 +162,11 @@ impl Field {
             }
             ("numgen", "random") if w(2) == "mod" => {
                 let m = w(3).parse().map_err(|_| CompileError::new(format!("numgen modulus `{}`", w(3))))?;
-                return Ok((Field::new(Load::Numgen(m), Kind::Integer), 4));
+                if w(4) == "offset" {
+                    let o = w(5).parse().map_err(|_| CompileError::new(format!("numgen offset `{}`", w(5))))?;
+                    return Ok((Field::new(Load::Numgen(m, o), Kind::Integer), 6));
+                }
+                return Ok((Field::new(Load::Numgen(m, 0), Kind::Integer), 4));
             }
             (a, b) => return Err(CompileError::new(format!("`{a} {b}` is not a field this compiler knows"))),
         };
@@ -175,7 +180,7 @@ impl Field {
             Load::Meta(key) => Expr::Meta { key, dreg },
             Load::Ct(key) => Expr::Ct { key, dreg },
             Load::Fib(flags) => Expr::Fib { flags, result: 3, dreg },
-            Load::Numgen(modulus) => Expr::Numgen { dreg, modulus },
+            Load::Numgen(modulus, offset) => Expr::Numgen { dreg, modulus, offset },
         }
     }
 

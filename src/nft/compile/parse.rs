@@ -302,7 +302,7 @@ fn set_body(c: &mut Cursor, name: String) -> Result<SetDecl, CompileError> {
 }
 
 /// `30s` or `30` as seconds.
-fn seconds(w: &str) -> Option<u64> {
+pub(super) fn seconds(w: &str) -> Option<u64> {
     w.strip_suffix('s').unwrap_or(w).parse().ok()
 }
 

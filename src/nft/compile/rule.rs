@@ -307,7 +307,7 @@ impl Rule<'_> {
         Ok(())
     }
 
-    /// `update @set { field }`, or `update @map { field : constant }`.
+    /// `update @set { key [timeout Ns] }`, or `update @map { key [timeout Ns] : address }`.
     fn update(&mut self) -> Result<(), CompileError> {
         if self.tok(1) != Some(&Token::At) || self.tok(3) != Some(&Token::Open) {
             return Err(self.err("`update @set { key }`"));
@@ -315,9 +315,18 @@ impl Rule<'_> {
         let name = self.word(2).to_string();
         self.i += 4;
         let fields = self.concat()?;
-        // A map's data: a constant of the key's type (an affinity map's endpoint address).
-        let data = match (self.tok(0), fields.as_slice()) {
-            (Some(Token::Colon), [key]) => {
+        let timeout_ms = match self.word(0) {
+            "timeout" => {
+                let seconds = super::parse::seconds(self.word(1)).ok_or_else(|| self.err("a timeout in seconds"))?;
+                self.i += 2;
+                Some(seconds * 1000)
+            }
+            _ => None,
+        };
+        // A map's data: an address, of the key's last field's type (an affinity entry's
+        // endpoint).
+        let data = match (self.tok(0), fields.last()) {
+            (Some(Token::Colon), Some(key)) => {
                 let (bytes, _) = key.constant(self.word(1))?;
                 self.i += 2;
                 Some(bytes)
@@ -334,7 +343,7 @@ impl Rule<'_> {
             self.push(Expr::Immediate { dreg: 2, data: Data::Value(bytes) });
             2
         });
-        self.push(Expr::DynsetUpdate { sreg: 1, set: name, set_id: set.id, sreg_data });
+        self.push(Expr::DynsetUpdate { sreg: 1, set: name, set_id: set.id, sreg_data, timeout_ms });
         Ok(())
     }
 

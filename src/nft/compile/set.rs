@@ -118,10 +118,10 @@ fn tlv_u32(b: &mut Vec<u8>, kind: u8, v: u32) {
 fn expr_udata(f: &Field) -> Vec<u8> {
     let mut data = Vec::new();
     let ty = match (f.load, f.desc) {
-        (Load::Numgen(modulus), _) => {
+        (Load::Numgen(modulus, offset), _) => {
             tlv_u32(&mut data, 0, 1);
             tlv_u32(&mut data, 1, modulus);
-            tlv_u32(&mut data, 2, 0);
+            tlv_u32(&mut data, 2, offset);
             EXPR_NUMGEN
         }
         (_, Some((desc, tmpl))) => {
