@@ -179,11 +179,11 @@ fn a_big_first_sync_is_one_transaction_and_a_big_table_is_repaired_in_place() {
     // The endpoint map's 10,500 elements were declared room for 16,384; growing past that
     // takes a full sync, which declares it anew, larger.
     let sized = |ns: &Netns| ns.nft(&["list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp"]);
-    assert!(sized(&c.node).contains("size 16384"), "{}", &sized(&c.node)[..300]);
+    assert!(sized(&c.node).contains("size 16384"), "{}", sized(&c.node).chars().take(300).collect::<String>());
     objects.extend(bulk(2100..3300));
     let grown = sync(&c.node, &mut proxy, &objects, false).unwrap();
     assert_eq!(grown.kind, SyncKind::Refresh, "16,500 endpoint slots do not fit a map declared for 16,384");
-    assert!(sized(&c.node).contains("size 32768"), "{}", &sized(&c.node)[..300]);
+    assert!(sized(&c.node).contains("size 32768"), "{}", sized(&c.node).chars().take(300).collect::<String>());
     let smaller = sync(&c.node, &mut proxy, &objects[..objects.len() - 200], false).unwrap();
     assert_eq!(smaller.kind, SyncKind::Partial, "shrinking fits");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");

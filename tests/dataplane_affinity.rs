@@ -114,3 +114,24 @@ fn a_client_whose_endpoint_went_is_spread_anew_and_stays_there() {
         assert_eq!(table.matches(" expires ").count(), 1, "one entry per client: {table}");
     }
 }
+
+#[test]
+fn both_traffic_policy_scopes_share_a_clients_endpoint() {
+    if !kernel_available() {
+        return;
+    }
+    // externalTrafficPolicy Local: the NodePort reaches only this node's pods, the ClusterIP
+    // every pod. A client sent to a local pod through the NodePort is known to the ClusterIP's
+    // chain too (upstream's cluster and local chains share each endpoint's set).
+    let c = Cluster::new(2, 2);
+    let mut proxy = Proxy::new(config());
+    let spec = json!({"type": "NodePort", "clusterIP": "172.30.0.52", "externalTrafficPolicy": "Local",
+        "sessionAffinity": "ClientIP", "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 600}},
+        "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT, "nodePort": 30052}]});
+    let pods = ["pod-1", "pod-2", "rpod-1", "rpod-2"];
+    let eps = pods.iter().map(|p| endpoint(c.pod_named(p), false, json!({}))).collect();
+    sync(&c.node, &mut proxy, &[service("web", spec, json!({})), slice("web", false, "TCP", eps)]);
+    let local = who(&c.client, "192.168.1.1:30052");
+    assert!(local == "pod-1" || local == "pod-2", "the NodePort (Local) sent the client to {local}");
+    sticks(&c, &["192.168.1.1:30052", "172.30.0.52:80"], &local, "through either scope");
+}

@@ -64,7 +64,7 @@ fn example_cluster_renders_every_feature_without_warnings() {
     for feature in [
         "goto external-shop/web/tcp/http",
         "nodeport-shop/web/tcp/http",
-        "@affinity-36 update @affinity-36 {",
+        "@affinity-3 update @affinity-3 {",
         "goto lb-local-tcp-1",
         "comment \"shop/local-none:http\" : drop",
         "comment \"shop/empty:http\" : goto reject-chain",

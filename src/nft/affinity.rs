@@ -1,31 +1,41 @@
 //! The sweep of session-affinity entries. An entry names the endpoint a client was sent to;
 //! when that endpoint stops serving, upstream's per-endpoint set goes with it, and a client
 //! is spread anew for good. Here the entry would stay, unused, and lead the client back if
-//! the endpoint returned within the timeout; so after each sync the maps holding groups that
-//! lost endpoints (or that are unknown since the start, over tables that were kept) are read
-//! and such entries deleted, with those of groups that went, in one transaction. An entry's
-//! key ends in a number hashed from its group and endpoint, so a number no current group's
-//! endpoint has marks it stale.
+//! the endpoint returned within the timeout; so after a sync the sets holding groups that
+//! lost endpoints or went (or, at the first sync over tables kept from before a restart, all
+//! of them) are read, and the entries naming no serving endpoint deleted in one transaction.
+//! An entry's key ends in a number hashed from its group and endpoint, so a number no
+//! current group's endpoint has marks it stale.
 
 use super::netlink::{NfFamily, Socket, elements::Element};
 use super::wire::{Batch, Sender};
 use super::{NftError, OwnPorts, SyncKind};
 use crate::model::Family;
-use crate::render::{Ruleset, TABLE_NAME};
+use crate::render::{Ruleset, TABLE_NAME, affinity_map};
 use std::collections::{BTreeSet, HashMap};
 
 /// A group of a family, by id.
 type Group = (Family, u32);
 
-/// The endpoints each affinity group's entries may name, as of the last sweep or sync.
+/// An entry this close to timing out is left to go by itself: deleting one that times out
+/// before the transaction lands would have the kernel refuse the whole deletion.
+const EXPIRING_MS: u64 = 5000;
+
+/// What the last syncs left the affinity sets holding.
 #[derive(Debug, Default)]
 pub struct Sweeper {
+    /// The endpoints each group's entries may name, as of the last sync.
     known: HashMap<Group, BTreeSet<u32>>,
+    /// Sets a failed sweep left to read, whatever the next sync is.
+    pending: BTreeSet<(Family, String)>,
+    /// A sync has been seen since the start: from then on a group not known is new, so it
+    /// has no entries to read.
+    primed: bool,
 }
 
 impl Sweeper {
     /// After a sync of `kind` that applied `desired`: deletes the entries of endpoints no
-    /// longer serving. Returns how many went; a group not swept is swept after the next sync.
+    /// longer serving. Returns how many went; sets not swept are read after the next sync.
     pub fn after_sync(
         &mut self,
         desired: &Ruleset,
@@ -33,27 +43,43 @@ impl Sweeper {
         sender: &Sender,
         own: &OwnPorts,
     ) -> Result<usize, NftError> {
+        let due = self.due(desired, kind);
+        if due.is_empty() {
+            return Ok(0);
+        }
+        sweep(&due, &self.known, sender, own).inspect_err(|_| self.pending = due)
+    }
+
+    /// The sets to read after a sync of `kind` that applied `desired`: those of groups that
+    /// lost endpoints or went, those a failed sweep left, and at the first sync over kept
+    /// tables all of them. Notes `desired`'s groups as known.
+    fn due(&mut self, desired: &Ruleset, kind: SyncKind) -> BTreeSet<(Family, String)> {
         let current = groups(desired);
-        let fresh = kind == SyncKind::Full;
-        let due: BTreeSet<(Family, &str)> = desired
-            .tables
-            .iter()
-            .flat_map(|t| t.affinity_maps.iter().map(move |(name, groups)| (t.family, name, groups)))
-            .filter(|(family, _, groups)| {
-                groups.iter().any(|g| match self.known.get(&(*family, g.id)) {
-                    Some(old) => !old.iter().all(|e| current[&(*family, g.id)].contains(e)),
-                    None => !fresh,
-                })
-            })
-            .map(|(family, name, _)| (family, name.as_str()))
-            .collect();
-        let stale = if due.is_empty() { 0 } else { sweep(&due, &current, sender, own)? };
+        let mut due = std::mem::take(&mut self.pending);
+        for (group, endpoints) in &current {
+            let stale = match self.known.get(group) {
+                Some(old) => !old.is_subset(endpoints),
+                None => !self.primed,
+            };
+            if stale {
+                due.insert((group.0, affinity_map(group.1)));
+            }
+        }
+        for gone in self.known.keys().filter(|g| !current.contains_key(g)) {
+            due.insert((gone.0, affinity_map(gone.1)));
+        }
+        if kind == SyncKind::Full {
+            // The tables were made anew: every set is empty.
+            due.clear();
+        }
         self.known = current;
-        Ok(stale)
+        self.primed = true;
+        due
     }
 }
 
-/// Every group of `desired`, with its endpoints (groups whose ids collide pooled).
+/// Every group of `desired`, with its endpoints (both scopes, and groups whose ids collide,
+/// pooled).
 fn groups(desired: &Ruleset) -> HashMap<Group, BTreeSet<u32>> {
     let mut all: HashMap<Group, BTreeSet<u32>> = HashMap::new();
     for t in &desired.tables {
@@ -64,10 +90,10 @@ fn groups(desired: &Ruleset) -> HashMap<Group, BTreeSet<u32>> {
     all
 }
 
-/// Reads the maps `due` and deletes every entry that names an endpoint or group not in
-/// `current`, in one transaction.
+/// Reads the sets `due` and deletes every entry that names no endpoint of `current`, in one
+/// transaction.
 fn sweep(
-    due: &BTreeSet<(Family, &str)>,
+    due: &BTreeSet<(Family, String)>,
     current: &HashMap<Group, BTreeSet<u32>>,
     sender: &Sender,
     own: &OwnPorts,
@@ -76,15 +102,16 @@ fn sweep(
     for ((family, _), endpoints) in current {
         serving.entry(*family).or_default().extend(endpoints);
     }
+    let none = BTreeSet::new();
     let mut sock = Socket::open()?;
     let mut batch = Batch::new();
     let mut stale = 0;
-    for (family, map) in due {
-        let found = sock.elements(NfFamily::from(*family), TABLE_NAME, map)?;
-        let valid = serving.get(family);
-        let gone: Vec<&Element> = found.iter().filter(|e| !valid.is_some_and(|v| names_one_of(e, v))).collect();
+    for (family, set) in due {
+        let found = sock.elements(NfFamily::from(*family), TABLE_NAME, set)?;
+        let valid = serving.get(family).unwrap_or(&none);
+        let gone: Vec<&Element> = found.iter().filter(|e| is_stale(e, valid)).collect();
         stale += gone.len();
-        batch.delete_keys(*family, TABLE_NAME, map, gone.iter().map(|e| e.key.as_slice()));
+        batch.delete_keys(*family, TABLE_NAME, set, gone.iter().map(|e| e.key.as_slice()));
     }
     if stale > 0 {
         own.add(sender.port()?);
@@ -95,25 +122,56 @@ fn sweep(
 }
 
 /// Whether entry `e` (client address . number of its group and endpoint, in 4-byte
-/// registers) names one of the endpoint numbers `valid`.
-fn names_one_of(e: &Element, valid: &BTreeSet<u32>) -> bool {
-    let last = e.key.len().checked_sub(4).and_then(|at| e.key.get(at..));
-    last.and_then(|b| <[u8; 4]>::try_from(b).ok()).is_some_and(|b| valid.contains(&u32::from_ne_bytes(b)))
+/// registers) names none of the endpoint numbers `valid`. An entry about to time out, or
+/// one that is not of this shape (the kernel would refuse its deletion again and again),
+/// is left alone.
+fn is_stale(e: &Element, valid: &BTreeSet<u32>) -> bool {
+    if e.key.len() < 8 || e.expires_ms.is_some_and(|ms| ms < EXPIRING_MS) {
+        return false;
+    }
+    let last = <[u8; 4]>::try_from(&e.key[e.key.len() - 4..]).map(u32::from_ne_bytes);
+    last.is_ok_and(|n| !valid.contains(&n))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::render::{AffinityGroup, Fixed, Table};
 
-    fn entry(endpoint: u32) -> Element {
-        Element { key: [[192, 168, 0, 9], endpoint.to_ne_bytes()].concat(), data: None }
+    fn entry(endpoint: u32, expires_ms: Option<u64>) -> Element {
+        Element { key: [[192, 168, 0, 9], endpoint.to_ne_bytes()].concat(), data: None, expires_ms }
     }
 
     #[test]
-    fn an_entry_stays_only_while_it_names_a_serving_endpoint_of_its_group() {
+    fn an_entry_goes_when_it_names_no_serving_endpoint_unless_about_to_time_out() {
         let valid: BTreeSet<u32> = [1, 2].into();
-        assert!(names_one_of(&entry(2), &valid));
-        assert!(!names_one_of(&entry(3), &valid), "its endpoint (or group) went");
-        assert!(!names_one_of(&Element { key: vec![7, 0], data: None }, &valid), "malformed");
+        assert!(!is_stale(&entry(2, Some(60_000)), &valid));
+        assert!(is_stale(&entry(3, Some(60_000)), &valid), "its endpoint (or group) went");
+        assert!(!is_stale(&entry(3, Some(1000)), &valid), "about to time out by itself");
+        assert!(!is_stale(&Element { key: vec![7, 0], data: None, expires_ms: None }, &valid), "malformed");
+    }
+
+    fn ruleset(groups: &[(u32, &[u32])]) -> Ruleset {
+        let fixed = Fixed { mark: 0x4000, local: crate::render::Detector::None, nodeport_all: false };
+        let mut t = Table::new(Family::V4, fixed);
+        for (id, eps) in groups {
+            let g = AffinityGroup { id: *id, endpoints: eps.to_vec() };
+            t.affinity_maps.entry(affinity_map(*id)).or_default().push(g);
+        }
+        Ruleset { tables: vec![t] }
+    }
+
+    #[test]
+    fn reads_sets_of_groups_that_lost_endpoints_or_went_never_of_new_or_grown_ones() {
+        let set = |id: u32| (Family::V4, affinity_map(id));
+        let mut s = Sweeper::default();
+        assert_eq!(s.due(&ruleset(&[(7, &[1, 2])]), SyncKind::Refresh), [set(7)].into(), "kept tables: unknown");
+        assert!(s.due(&ruleset(&[(7, &[1, 2]), (8, &[5])]), SyncKind::Partial).is_empty(), "a new group");
+        assert!(s.due(&ruleset(&[(7, &[1, 2, 3]), (8, &[5])]), SyncKind::Partial).is_empty(), "it only grew");
+        assert_eq!(s.due(&ruleset(&[(7, &[3]), (8, &[5])]), SyncKind::Partial), [set(7)].into(), "it lost two");
+        assert_eq!(s.due(&ruleset(&[(7, &[3])]), SyncKind::Partial), [set(8)].into(), "group 8 went");
+        s.pending = [set(9)].into();
+        assert_eq!(s.due(&ruleset(&[(7, &[3])]), SyncKind::Unchanged), [set(9)].into(), "a failed sweep's sets");
+        assert!(s.due(&ruleset(&[(7, &[])]), SyncKind::Full).is_empty(), "tables made anew hold no entries");
     }
 }

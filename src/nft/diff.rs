@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub struct TableDiff<'a> {
     /// `ip` or `ip6`.
     pub fam: &'static str,
-    /// Affinity maps to create.
+    /// Affinity sets to create.
     pub new_sets: Vec<&'a str>,
     /// Chains to create.
     pub new_chains: Vec<&'a str>,
@@ -23,7 +23,7 @@ pub struct TableDiff<'a> {
     pub delete_elements: BTreeMap<MapName, Vec<&'a Key>>,
     /// Elements to add, per map.
     pub add_elements: BTreeMap<MapName, Vec<(&'a Key, &'a Value)>>,
-    /// Affinity maps to delete (after the rules using them are gone).
+    /// Affinity sets to delete (after the rules using them are gone).
     pub delete_sets: Vec<&'a str>,
 }
 
@@ -85,7 +85,7 @@ impl<'a> TableDiff<'a> {
         }
     }
 
-    /// Files what happened to affinity map `name`: created when first used, deleted when no
+    /// Files what happened to affinity set `name`: created when first used, deleted when no
     /// longer (after the rules that used it).
     fn set(&mut self, name: &'a str, old: Option<&Vec<AffinityGroup>>, new: Option<&Vec<AffinityGroup>>) {
         match (old, new) {

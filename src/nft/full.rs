@@ -1,5 +1,5 @@
 //! Full syncs, each one kernel transaction built in-process: where the tables exist, every
-//! rule rewritten and every map refilled in place (so dynamic affinity entries live on), and
+//! rule and map written anew in place (the affinity sets, with their entries, stay), and
 //! otherwise, or when that fails, both tables replaced. Elements go from the ruleset itself
 //! into the same batch as the compiled rules; the guard's notifications are paused meanwhile.
 
@@ -29,7 +29,8 @@ impl Applier {
     }
 
     /// Rewrites every rule in place, deletes whatever someone else added to the tables, and
-    /// empties and refills every map: the periodic full sync, and the repair of the tables.
+    /// declares every map of ours anew (sized for its elements) and fills it; the affinity
+    /// sets stay, with their entries: the periodic full sync, and the repair of the tables.
     pub(super) fn refresh(&mut self, desired: &Ruleset, deleted_chains: usize) -> Result<SyncReport, NftError> {
         let found = self.found(desired)?;
         let script = render::refresh_script(desired, &self.node, &found)?;

@@ -217,9 +217,7 @@ impl Applier {
                 if matches!(report.kind, SyncKind::Full | SyncKind::Refresh) {
                     self.sizes = declared_sizes(desired);
                 }
-                if report.kind != SyncKind::Unchanged
-                    && let Err(e) = self.sweeper.after_sync(desired, report.kind, &self.sender, &self.own)
-                {
+                if let Err(e) = self.sweeper.after_sync(desired, report.kind, &self.sender, &self.own) {
                     log::warn!("sweeping session-affinity entries of gone endpoints failed, will retry: {e}");
                 }
             }

@@ -59,7 +59,7 @@ impl Index {
 pub struct Journal {
     /// Chain bodies.
     pub chains: BTreeMap<String, Option<String>>,
-    /// Affinity maps' groups.
+    /// Affinity sets' groups.
     pub sets: BTreeMap<String, Option<Vec<AffinityGroup>>>,
     /// Element values.
     pub elements: BTreeMap<(MapName, Key), Option<Value>>,
@@ -166,12 +166,15 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// The current port keeps the entries of affinity group `group` in map `name`.
+    /// The current port keeps the entries of affinity group `group` in set `name`.
     pub(super) fn set(&mut self, name: &str, group: AffinityGroup) {
         if let Some(j) = &mut self.journal {
             j.sets.entry(name.to_string()).or_insert_with(|| self.table.affinity_maps.get(name).cloned());
         }
-        self.table.affinity_maps.entry(name.to_string()).or_default().push(group.clone());
+        // Sorted, so a table patched in any order equals one rendered from scratch.
+        let groups = self.table.affinity_maps.entry(name.to_string()).or_default();
+        let at = groups.partition_point(|g| *g < group);
+        groups.insert(at, group.clone());
         self.record().sets.push((name.to_string(), group));
     }
 

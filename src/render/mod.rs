@@ -6,15 +6,15 @@
 //! keyed by the frontend and a random slot. No chain holds an anonymous set, and only as
 //! many rules reference an endpoint map as there are distinct endpoint counts, which keeps
 //! the kernel off its super-linear paths (see `../shared/research/kernel-costs.md`).
-//! A session-affinity service port adds a chain per scope and a map of clients per target
-//! port, not upstream's chain and set per endpoint: every named set costs each later set
+//! A session-affinity service port adds a chain per scope, its clients kept in a few shared
+//! sets, not upstream's chain and set per endpoint: every named set costs each later set
 //! lookup of the transaction a walk past it, so thousands of sets grow a sync quadratically.
 
 mod builder;
 mod detect;
 mod foreign;
 mod names;
-pub use names::comment;
+pub use names::{affinity_map, comment};
 mod rendered;
 mod ruleset;
 mod service;

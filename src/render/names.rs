@@ -50,9 +50,9 @@ pub fn balance_chain(scope: Scope, base: &str) -> String {
     format!("{}-{base}", scope.as_str())
 }
 
-/// How many maps session-affinity entries are spread over: few, because every named set
+/// How many sets session-affinity entries are spread over: few, because every named set
 /// makes each later reference to a set in a transaction walk past it, and more than one,
-/// because the kernel caps a map that rules fill at 65,535 entries.
+/// because the kernel caps a set that rules fill at 65,535 entries.
 pub const AFFINITY_SHARDS: u32 = 64;
 
 /// A 32-bit FNV-1a hash: stable across restarts and builds, as the entries it keys outlive
@@ -61,9 +61,11 @@ fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u32 {
     bytes.into_iter().fold(0x811c_9dc5, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
 }
 
-/// The id of a session-affinity group (one scope of a service port) in its entries' keys.
-pub fn affinity_id(scope: Scope, base: &str) -> u32 {
-    fnv1a(scope.as_str().bytes().chain([b'/']).chain(base.bytes()))
+/// The id of a service port's session-affinity group in its entries' keys. Both scopes
+/// share it, as upstream's cluster and local chains share each endpoint's set: a client sent
+/// to an endpoint through one is known to the other.
+pub fn affinity_id(base: &str) -> u32 {
+    fnv1a(base.bytes())
 }
 
 /// An endpoint's number in the entries of affinity group `id`: the group and the endpoint's
@@ -77,7 +79,7 @@ pub fn endpoint_index(id: u32, ip: IpAddr, port: u16) -> u32 {
     fnv1a(id.to_be_bytes().into_iter().chain(addr).chain(port.to_be_bytes()))
 }
 
-/// The map holding the entries of affinity group `id`.
+/// The set holding the entries of affinity group `id`.
 pub fn affinity_map(id: u32) -> String {
     format!("affinity-{}", id % AFFINITY_SHARDS)
 }
@@ -110,12 +112,12 @@ mod tests {
     fn affinity_ids_are_stable_hashes_spread_over_the_shards() {
         // FNV-1a's published test value, so the ids cannot drift between builds.
         assert_eq!(fnv1a(*b"a"), 0xe40c_292c);
-        assert_ne!(affinity_id(Scope::Cluster, "a/b/tcp/p"), affinity_id(Scope::Local, "a/b/tcp/p"));
+        assert_ne!(affinity_id("a/b/tcp/p"), affinity_id("a/b/tcp/q"));
         let ip: IpAddr = "10.0.0.1".parse().expect("test address");
         assert_ne!(endpoint_index(1, ip, 80), endpoint_index(1, ip, 81));
         assert_ne!(endpoint_index(1, ip, 80), endpoint_index(2, ip, 80));
         let shards: std::collections::BTreeSet<String> =
-            (0..1000).map(|i| affinity_map(affinity_id(Scope::Cluster, &format!("ns/s{i}/tcp/p")))).collect();
+            (0..1000).map(|i| affinity_map(affinity_id(&format!("ns/s{i}/tcp/p")))).collect();
         assert_eq!(shards.len(), AFFINITY_SHARDS as usize, "a thousand groups use every shard");
     }
 

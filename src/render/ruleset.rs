@@ -219,7 +219,7 @@ pub struct Fixed {
 }
 
 /// A session-affinity group (one scope of a service port) as its entries name it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct AffinityGroup {
     /// Its id (`names::affinity_id`).
     pub id: u32,
@@ -236,8 +236,8 @@ pub struct Table {
     pub fixed: Fixed,
     /// Service, external, balancing, endpoint and `lb-` chains: name → rule lines.
     pub chains: BTreeMap<String, String>,
-    /// Session-affinity maps in use (entries of group id . client address . endpoint number):
-    /// name → the groups whose entries it holds.
+    /// Session-affinity sets in use (entries of client address . number of group and
+    /// endpoint): name → the groups whose entries it holds, sorted.
     pub affinity_maps: BTreeMap<String, Vec<AffinityGroup>>,
     /// Elements of the named sets and maps.
     pub elements: BTreeMap<MapName, BTreeMap<Key, Entry>>,

@@ -242,7 +242,7 @@ impl Builder<'_> {
         if self.table.chains.contains_key(&chain) {
             return Ok(chain);
         }
-        let id = names::affinity_id(scope, &p.base);
+        let id = names::affinity_id(&p.base);
         let map = names::affinity_map(id);
         let endpoints: Vec<AffinityEndpoint> = eps
             .iter()

@@ -65,7 +65,7 @@ pub enum Expr {
     /// Reject (`kind` 0: ICMP unreachable with `code`, 1: TCP reset).
     Reject { kind: u32, code: u8 },
     /// Adds `sreg` to a set or refreshes its timeout.
-    DynsetUpdate { sreg: u32, set: String, set_id: Option<u32>, sreg_data: Option<u32>, timeout_ms: Option<u64> },
+    DynsetUpdate { sreg: u32, set: String, set_id: Option<u32>, timeout_ms: Option<u64> },
 }
 
 fn u32_attr(b: &mut Vec<u8>, kind: u16, v: u32) {
@@ -176,16 +176,13 @@ impl Expr {
                 u32_attr(b, 1, *kind);
                 attr(b, 2, |b| b.push(*code));
             }
-            Expr::DynsetUpdate { sreg, set, set_id, sreg_data, timeout_ms } => {
+            Expr::DynsetUpdate { sreg, set, set_id, timeout_ms } => {
                 str_attr(b, 1, set);
                 if let Some(id) = set_id {
                     u32_attr(b, 2, *id);
                 }
                 u32_attr(b, 3, 1);
                 u32_attr(b, 4, *sreg);
-                if let Some(data) = sreg_data {
-                    u32_attr(b, 5, *data);
-                }
                 if let Some(ms) = timeout_ms {
                     attr(b, 6, |b| b.extend_from_slice(&ms.to_be_bytes()));
                 }
@@ -275,11 +272,8 @@ impl fmt::Display for Expr {
             }
             Expr::Masq { flags } => write!(f, "[ masq flags 0x{flags:x} ]"),
             Expr::Reject { kind, code } => write!(f, "[ reject type {kind} code {code} ]"),
-            Expr::DynsetUpdate { sreg, set, sreg_data, timeout_ms, .. } => {
+            Expr::DynsetUpdate { sreg, set, timeout_ms, .. } => {
                 write!(f, "[ dynset update reg_key {sreg} set {set}")?;
-                if let Some(data) = sreg_data {
-                    write!(f, " sreg_data {data}")?;
-                }
                 if let Some(ms) = timeout_ms {
                     write!(f, " timeout {ms}ms")?;
                 }

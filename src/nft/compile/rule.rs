@@ -272,8 +272,7 @@ impl Rule<'_> {
         Ok(())
     }
 
-    /// `dnat ip to <key> map @m [: PORT]` (an endpoint, or its address, from a map) or
-    /// `dnat ip to ADDR:PORT`.
+    /// `dnat ip to <key> map @m` (an endpoint picked from a map) or `dnat ip to ADDR:PORT`.
     fn dnat(&mut self) -> Result<(), CompileError> {
         let family = if self.word(1) == "ip" { 2 } else { 10 };
         if self.word(2) != "to" {
@@ -295,19 +294,11 @@ impl Rule<'_> {
         self.i += 1;
         self.dependencies(&fields);
         self.lookup(&fields, false, Some(1))?;
-        // `map @m : PORT`: the map gives the address alone.
-        if self.tok(0) == Some(&Token::Colon) {
-            let port: u16 = self.word(1).parse().map_err(|_| self.err("a port after `:`"))?;
-            self.i += 2;
-            self.push(Expr::Immediate { dreg: 2, data: Data::Value(port.to_be_bytes().to_vec()) });
-            self.push(Expr::Dnat { family, addr: 1, proto: 2, flags: 2 });
-            return Ok(());
-        }
         self.push(Expr::Dnat { family, addr: 1, proto: reg(slots(addr_len)), flags: 0 });
         Ok(())
     }
 
-    /// `update @set { key [timeout Ns] }`, or `update @map { key [timeout Ns] : address }`.
+    /// `update @set { key [timeout Ns] }`.
     fn update(&mut self) -> Result<(), CompileError> {
         if self.tok(1) != Some(&Token::At) || self.tok(3) != Some(&Token::Open) {
             return Err(self.err("`update @set { key }`"));
@@ -323,27 +314,13 @@ impl Rule<'_> {
             }
             _ => None,
         };
-        // A map's data: an address, of the key's last field's type (an affinity entry's
-        // endpoint).
-        let data = match (self.tok(0), fields.last()) {
-            (Some(Token::Colon), Some(key)) => {
-                let (bytes, _) = key.constant(self.word(1))?;
-                self.i += 2;
-                Some(bytes)
-            }
-            _ => None,
-        };
         if self.tok(0) != Some(&Token::Close) {
-            return Err(self.err("`}` after an update's key or data"));
+            return Err(self.err("`}` after an update's key"));
         }
         self.i += 1;
         let set = self.schema.set(self.family, &name).ok_or_else(|| self.err("a set not declared"))?;
         self.load(&fields, false);
-        let sreg_data = data.map(|bytes| {
-            self.push(Expr::Immediate { dreg: 2, data: Data::Value(bytes) });
-            2
-        });
-        self.push(Expr::DynsetUpdate { sreg: 1, set: name, set_id: set.id, sreg_data, timeout_ms });
+        self.push(Expr::DynsetUpdate { sreg: 1, set: name, set_id: set.id, timeout_ms });
         Ok(())
     }
 

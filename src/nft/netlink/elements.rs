@@ -11,6 +11,7 @@ const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
 const NFTA_LIST_ELEM: u16 = 1;
 const NFTA_SET_ELEM_KEY: u16 = 1;
 const NFTA_SET_ELEM_DATA: u16 = 2;
+const NFTA_SET_ELEM_EXPIRATION: u16 = 5;
 const NFTA_DATA_VALUE: u16 = 1;
 
 /// One element of a set or map.
@@ -20,6 +21,8 @@ pub struct Element {
     pub key: Vec<u8>,
     /// A map element's data (absent for a set, or a verdict).
     pub data: Option<Vec<u8>>,
+    /// Milliseconds until it times out, for an element with a timeout.
+    pub expires_ms: Option<u64>,
 }
 
 impl Socket {
@@ -51,7 +54,9 @@ fn element(elem: &[u8]) -> io::Result<Element> {
         Ok(nested(wrapped)?.into_iter().find(|(k, _)| *k == NFTA_DATA_VALUE).map(|(_, v)| v.to_vec()))
     };
     let key = value(NFTA_SET_ELEM_KEY)?.ok_or_else(|| malformed("an element without a key"))?;
-    Ok(Element { key, data: value(NFTA_SET_ELEM_DATA)? })
+    let expires = nested(elem)?.into_iter().find(|(k, _)| *k == NFTA_SET_ELEM_EXPIRATION);
+    let expires_ms = expires.and_then(|(_, v)| <[u8; 8]>::try_from(v).ok()).map(u64::from_be_bytes);
+    Ok(Element { key, data: value(NFTA_SET_ELEM_DATA)?, expires_ms })
 }
 
 /// The attributes nested in `payload`, each with its type (flags cleared); an error when a
@@ -92,8 +97,10 @@ mod tests {
         put(&mut data, NFTA_DATA_VALUE, &[10, 1, 0, 7]);
         put(&mut elem, NFTA_SET_ELEM_KEY | 0x8000, &key);
         put(&mut elem, NFTA_SET_ELEM_DATA | 0x8000, &data);
+        put(&mut elem, NFTA_SET_ELEM_EXPIRATION, &9000u64.to_be_bytes());
         let found = element(&elem).expect("a well-formed element");
-        assert_eq!(found, Element { key: vec![10, 0, 0, 1], data: Some(vec![10, 1, 0, 7]) });
+        let want = Element { key: vec![10, 0, 0, 1], data: Some(vec![10, 1, 0, 7]), expires_ms: Some(9000) };
+        assert_eq!(found, want);
 
         let mut keyless = Vec::new();
         put(&mut keyless, NFTA_SET_ELEM_DATA | 0x8000, &data);

@@ -111,9 +111,10 @@ pub fn set_option(fd: RawFd, level: i32, name: i32, value: libc::c_int) -> io::R
 
 /// Bounds every receive on `fd` by `timeout`.
 pub fn set_receive_timeout(fd: &impl AsRawFd, timeout: Duration) -> io::Result<()> {
+    // The field types are left to `timeval` (libc deprecates naming them on musl).
     let tv = libc::timeval {
-        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+        tv_sec: timeout.as_secs().try_into().unwrap_or(i64::MAX),
+        tv_usec: timeout.subsec_micros().into(),
     };
     let len = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
     // SAFETY: setsockopt with a pointer to a live timeval of the stated length.
