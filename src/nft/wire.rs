@@ -9,22 +9,20 @@
 //! and an interval-end element past it. The real-kernel tests compare
 //! what `nft` lists after this path with what it lists after the same change sent as text.
 
+use super::netlink::NfFamily;
+use super::netlink::abi::{
+    NF_DROP, NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NFT_GOTO, NFT_MSG_DELOBJ,
+    NFT_MSG_DELSETELEM, NFT_MSG_NEWSETELEM, NFT_SET_ELEM_INTERVAL_END, NFTA_DATA_VALUE, NFTA_DATA_VERDICT,
+    NFTA_LIST_ELEM, NFTA_OBJ_HANDLE, NFTA_OBJ_TABLE, NFTA_OBJ_TYPE, NFTA_SET_ELEM_DATA, NFTA_SET_ELEM_FLAGS,
+    NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_KEY_END, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET,
+    NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA, NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE, NLA_F_NESTED, NLM_F_ACK,
+    NLM_F_CREATE, NLM_F_REQUEST,
+};
 pub use super::netlink::send::Sender;
-use super::netlink::{NFTA_OBJ_HANDLE, NFTA_OBJ_TABLE, NFTA_OBJ_TYPE, NfFamily};
 use crate::model::Family;
 use crate::render::{Key, MapName, Value};
 use std::io;
 
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
-const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
-const NFNL_MSG_BATCH_END: u16 = 0x11;
-const NFT_MSG_NEWSETELEM: u16 = 12;
-const NFT_MSG_DELSETELEM: u16 = 14;
-const NFT_MSG_DELOBJ: u16 = 20;
-const NLM_F_REQUEST: u16 = 1;
-const NLM_F_ACK: u16 = 4;
-const NLM_F_CREATE: u16 = 0x400;
-const NLA_F_NESTED: u16 = 0x8000;
 /// Bytes of elements per message: the element list is one attribute, whose length is 16
 /// bits, and one element (key, data, chain name, comment) takes well under 1 KiB.
 pub(crate) const ELEMENT_LIST_BUDGET: usize = 48 * 1024;
@@ -116,14 +114,16 @@ impl Batch {
         let mut elems = elems.into_iter().peekable();
         while elems.peek().is_some() {
             self.message(kind, flags | NLM_F_ACK, fam, |b| {
-                str_attr(b, 1, table);
-                str_attr(b, 2, &name);
-                attr(b, 3 | NLA_F_NESTED, |b| {
+                str_attr(b, NFTA_SET_ELEM_LIST_TABLE, table);
+                str_attr(b, NFTA_SET_ELEM_LIST_SET, &name);
+                attr(b, NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED, |b| {
                     let start = b.len();
                     while b.len() - start < ELEMENT_LIST_BUDGET {
                         let Some((key, value)) = elems.next() else { break };
                         for part in parts(key) {
-                            attr(b, 1 | NLA_F_NESTED, |b| element(b, &part, if add { Some(value) } else { None }));
+                            attr(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| {
+                                element(b, &part, if add { Some(value) } else { None })
+                            });
                         }
                     }
                 });
@@ -144,14 +144,16 @@ impl Batch {
         let mut keys = keys.into_iter().peekable();
         while keys.peek().is_some() {
             self.message(NFT_MSG_DELSETELEM, NLM_F_ACK, fam, |b| {
-                str_attr(b, 1, table);
-                str_attr(b, 2, set);
-                attr(b, 3 | NLA_F_NESTED, |b| {
+                str_attr(b, NFTA_SET_ELEM_LIST_TABLE, table);
+                str_attr(b, NFTA_SET_ELEM_LIST_SET, set);
+                attr(b, NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED, |b| {
                     let start = b.len();
                     while b.len() - start < ELEMENT_LIST_BUDGET {
                         let Some(key) = keys.next() else { break };
-                        attr(b, 1 | NLA_F_NESTED, |b| {
-                            attr(b, ELEM_KEY | NLA_F_NESTED, |b| attr(b, 1, |b| b.extend_from_slice(key)))
+                        attr(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| {
+                            attr(b, NFTA_SET_ELEM_KEY | NLA_F_NESTED, |b| {
+                                attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(key))
+                            })
                         });
                     }
                 });
@@ -214,15 +216,6 @@ struct Part {
     flags: u32,
 }
 
-/// `NFTA_SET_ELEM_*` attributes.
-const ELEM_KEY: u16 = 1;
-const ELEM_DATA: u16 = 2;
-const ELEM_FLAGS: u16 = 3;
-const ELEM_USERDATA: u16 = 6;
-const ELEM_KEY_END: u16 = 10;
-/// The element that ends a range of a single-field interval set.
-const ELEM_INTERVAL_END: u32 = 1;
-
 /// The kernel's elements for `key`: one, but for a range of a single-field interval set
 /// (`service-cidrs`), which is a start and, unless it runs to the top, an end one past it; a
 /// range in a concatenation (`firewall-allow`) is one element with its first and last key.
@@ -243,7 +236,7 @@ fn parts(key: &Key) -> Vec<Part> {
             if let Some(end) = after(&net.broadcast()) {
                 let mut b = Vec::new();
                 ip_bytes(&mut b, &end);
-                out.push(Part { key: b, key_end: None, flags: ELEM_INTERVAL_END });
+                out.push(Part { key: b, key_end: None, flags: NFT_SET_ELEM_INTERVAL_END });
             }
             out
         }
@@ -264,34 +257,34 @@ fn after(ip: &std::net::IpAddr) -> Option<std::net::IpAddr> {
 
 fn element(b: &mut Vec<u8>, part: &Part, value: Option<&Value>) {
     if part.flags != 0 {
-        attr(b, ELEM_FLAGS, |b| b.extend_from_slice(&part.flags.to_be_bytes()));
+        attr(b, NFTA_SET_ELEM_FLAGS, |b| b.extend_from_slice(&part.flags.to_be_bytes()));
     }
-    attr(b, ELEM_KEY | NLA_F_NESTED, |b| attr(b, 1, |b| b.extend_from_slice(&part.key)));
+    attr(b, NFTA_SET_ELEM_KEY | NLA_F_NESTED, |b| attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(&part.key)));
     if let Some(end) = &part.key_end {
-        attr(b, ELEM_KEY_END | NLA_F_NESTED, |b| attr(b, 1, |b| b.extend_from_slice(end)));
+        attr(b, NFTA_SET_ELEM_KEY_END | NLA_F_NESTED, |b| attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(end)));
     }
     let Some(value) = value else { return };
     let comment = match value {
         Value::None => return,
         Value::Goto(chain) => {
-            attr(b, ELEM_DATA | NLA_F_NESTED, |b| verdict(b, -4, Some(chain)));
+            attr(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| verdict(b, NFT_GOTO, Some(chain)));
             None
         }
         Value::Dispatch(chain, owner) => {
-            attr(b, ELEM_DATA | NLA_F_NESTED, |b| verdict(b, -4, Some(chain)));
+            attr(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| verdict(b, NFT_GOTO, Some(chain)));
             Some(owner)
         }
         Value::Drop(owner) => {
-            attr(b, ELEM_DATA | NLA_F_NESTED, |b| verdict(b, 0, None));
+            attr(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| verdict(b, NF_DROP, None));
             Some(owner)
         }
         Value::Reject(owner) => {
-            attr(b, ELEM_DATA | NLA_F_NESTED, |b| verdict(b, -4, Some("reject-chain")));
+            attr(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| verdict(b, NFT_GOTO, Some("reject-chain")));
             Some(owner)
         }
         Value::Endpoint(ip, port) => {
-            attr(b, ELEM_DATA | NLA_F_NESTED, |b| {
-                attr(b, 1, |b| {
+            attr(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| {
+                attr(b, NFTA_DATA_VALUE, |b| {
                     ip_bytes(b, ip);
                     field(b, &port.to_be_bytes());
                 })
@@ -301,7 +294,7 @@ fn element(b: &mut Vec<u8>, part: &Part, value: Option<&Value>) {
     };
     if let Some(text) = comment.map(|o| crate::render::comment(o)) {
         // Userdata TLV: type 0 (comment), length, NUL-terminated text.
-        attr(b, ELEM_USERDATA, |b| {
+        attr(b, NFTA_SET_ELEM_USERDATA, |b| {
             b.push(0);
             b.push((text.len() + 1) as u8);
             b.extend_from_slice(text.as_bytes());
@@ -311,10 +304,10 @@ fn element(b: &mut Vec<u8>, part: &Part, value: Option<&Value>) {
 }
 
 fn verdict(b: &mut Vec<u8>, code: i32, chain: Option<&str>) {
-    attr(b, 2 | NLA_F_NESTED, |b| {
-        attr(b, 1, |b| b.extend_from_slice(&code.to_be_bytes()));
+    attr(b, NFTA_DATA_VERDICT | NLA_F_NESTED, |b| {
+        attr(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
         if let Some(chain) = chain {
-            str_attr(b, 2, chain);
+            str_attr(b, NFTA_VERDICT_CHAIN, chain);
         }
     });
 }

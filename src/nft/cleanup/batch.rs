@@ -5,20 +5,11 @@
 use super::ChainRef;
 use crate::nft::NftError;
 use crate::nft::netlink::NfFamily;
+use crate::nft::netlink::abi::{
+    NFT_MSG_DELCHAIN, NFT_MSG_DELRULE, NFT_MSG_DELTABLE, NFT_MSG_NEWTABLE, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE,
+    NFTA_RULE_CHAIN, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_TABLE_NAME, NLM_F_ACK, NLM_F_CREATE,
+};
 use crate::nft::wire::{self, Batch};
-
-const NFT_MSG_NEWTABLE: u16 = 0;
-const NFT_MSG_DELTABLE: u16 = 2;
-const NFT_MSG_DELCHAIN: u16 = 5;
-const NFT_MSG_DELRULE: u16 = 8;
-const NFTA_TABLE_NAME: u16 = 1;
-const NFTA_CHAIN_TABLE: u16 = 1;
-const NFTA_CHAIN_NAME: u16 = 3;
-const NFTA_RULE_TABLE: u16 = 1;
-const NFTA_RULE_CHAIN: u16 = 2;
-const NFTA_RULE_HANDLE: u16 = 3;
-const NLM_F_ACK: u16 = 4;
-const NLM_F_CREATE: u16 = 0x400;
 
 /// A removal being written: the batch and, per message, what it does.
 pub(super) struct Removal {

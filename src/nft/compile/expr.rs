@@ -2,6 +2,7 @@
 //! netlink attributes, and printed as libnftnl prints them (`nft --debug=netlink`), which is
 //! what the tests compare against `nft`'s own compilation of the same text.
 
+use crate::nft::netlink::abi::*;
 use crate::nft::wire::{attr, str_attr};
 use std::fmt;
 
@@ -23,15 +24,6 @@ pub enum Data {
     /// A verdict code and, for jump and goto, the chain.
     Verdict(i32, Option<String>),
 }
-
-/// Verdict codes.
-pub const NF_DROP: i32 = 0;
-/// Accept.
-pub const NF_ACCEPT: i32 = 1;
-/// Jump to a chain.
-pub const NFT_JUMP: i32 = -3;
-/// Go to a chain.
-pub const NFT_GOTO: i32 = -4;
 
 /// One expression. Registers are nf_tables' numbers (0: verdict, 1-4: 16-byte, 8-23: 4-byte).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,10 +65,10 @@ fn u32_attr(b: &mut Vec<u8>, kind: u16, v: u32) {
 }
 
 fn value_attr(b: &mut Vec<u8>, kind: u16, bytes: &[u8]) {
-    attr(b, kind | NESTED, |b| attr(b, 1, |b| b.extend_from_slice(bytes)));
+    attr(b, kind | NESTED, |b| attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(bytes)));
 }
 
-const NESTED: u16 = 0x8000;
+const NESTED: u16 = NLA_F_NESTED;
 
 impl Expr {
     /// The expression's name in the kernel.
@@ -101,90 +93,121 @@ impl Expr {
 
     /// Appends the expression as one `NFTA_LIST_ELEM` of a rule's expression list.
     pub fn encode(&self, b: &mut Vec<u8>) {
-        attr(b, 1 | NESTED, |b| {
-            str_attr(b, 1, self.name());
-            attr(b, 2 | NESTED, |b| self.encode_data(b));
+        attr(b, NFTA_LIST_ELEM | NESTED, |b| {
+            str_attr(b, NFTA_EXPR_NAME, self.name());
+            attr(b, NFTA_EXPR_DATA | NESTED, |b| self.encode_data(b));
         });
     }
 
     fn encode_data(&self, b: &mut Vec<u8>) {
         match self {
             Expr::Payload { base, offset, len, dreg } => {
-                for (k, v) in [(1, *dreg), (2, *base as u32), (3, *offset), (4, *len)] {
+                for (k, v) in [
+                    (NFTA_PAYLOAD_DREG, *dreg),
+                    (NFTA_PAYLOAD_BASE, *base as u32),
+                    (NFTA_PAYLOAD_OFFSET, *offset),
+                    (NFTA_PAYLOAD_LEN, *len),
+                ] {
                     u32_attr(b, k, v);
                 }
             }
-            Expr::Meta { key, dreg } => [(2, *key), (1, *dreg)].iter().for_each(|&(k, v)| u32_attr(b, k, v)),
-            Expr::MetaSet { key, sreg } => [(2, *key), (3, *sreg)].iter().for_each(|&(k, v)| u32_attr(b, k, v)),
-            Expr::Ct { key, dreg } => [(2, *key), (1, *dreg)].iter().for_each(|&(k, v)| u32_attr(b, k, v)),
+            Expr::Meta { key, dreg } => {
+                [(NFTA_META_KEY, *key), (NFTA_META_DREG, *dreg)].iter().for_each(|&(k, v)| u32_attr(b, k, v))
+            }
+            Expr::MetaSet { key, sreg } => {
+                [(NFTA_META_KEY, *key), (NFTA_META_SREG, *sreg)].iter().for_each(|&(k, v)| u32_attr(b, k, v))
+            }
+            Expr::Ct { key, dreg } => {
+                [(NFTA_CT_KEY, *key), (NFTA_CT_DREG, *dreg)].iter().for_each(|&(k, v)| u32_attr(b, k, v))
+            }
             Expr::Fib { flags, result, dreg } => {
-                [(1, *dreg), (2, *result), (3, *flags)].iter().for_each(|&(k, v)| u32_attr(b, k, v))
+                [(NFTA_FIB_DREG, *dreg), (NFTA_FIB_RESULT, *result), (NFTA_FIB_FLAGS, *flags)]
+                    .iter()
+                    .for_each(|&(k, v)| u32_attr(b, k, v))
             }
             Expr::Cmp { sreg, op, data } => {
-                u32_attr(b, 1, *sreg);
-                u32_attr(b, 2, *op);
-                value_attr(b, 3, data);
+                u32_attr(b, NFTA_CMP_SREG, *sreg);
+                u32_attr(b, NFTA_CMP_OP, *op);
+                value_attr(b, NFTA_CMP_DATA, data);
             }
             Expr::Bitwise { sreg, dreg, mask, xor } => {
-                u32_attr(b, 1, *sreg);
-                u32_attr(b, 2, *dreg);
-                u32_attr(b, 3, mask.len() as u32);
-                value_attr(b, 4, mask);
-                value_attr(b, 5, xor);
+                u32_attr(b, NFTA_BITWISE_SREG, *sreg);
+                u32_attr(b, NFTA_BITWISE_DREG, *dreg);
+                u32_attr(b, NFTA_BITWISE_LEN, mask.len() as u32);
+                value_attr(b, NFTA_BITWISE_MASK, mask);
+                value_attr(b, NFTA_BITWISE_XOR, xor);
             }
             Expr::Byteorder { sreg, dreg, op, len, size } => {
-                for (k, v) in [(1, *sreg), (2, *dreg), (3, *op), (4, *len), (5, *size)] {
+                for (k, v) in [
+                    (NFTA_BYTEORDER_SREG, *sreg),
+                    (NFTA_BYTEORDER_DREG, *dreg),
+                    (NFTA_BYTEORDER_OP, *op),
+                    (NFTA_BYTEORDER_LEN, *len),
+                    (NFTA_BYTEORDER_SIZE, *size),
+                ] {
                     u32_attr(b, k, v);
                 }
             }
             Expr::Lookup { sreg, set, set_id, dreg, invert } => {
-                u32_attr(b, 2, *sreg);
+                u32_attr(b, NFTA_LOOKUP_SREG, *sreg);
                 if let Some(d) = dreg {
-                    u32_attr(b, 3, *d);
+                    u32_attr(b, NFTA_LOOKUP_DREG, *d);
                 }
-                str_attr(b, 1, set);
+                str_attr(b, NFTA_LOOKUP_SET, set);
                 if let Some(id) = set_id {
-                    u32_attr(b, 4, *id);
+                    u32_attr(b, NFTA_LOOKUP_SET_ID, *id);
                 }
                 if *invert {
-                    u32_attr(b, 5, 1);
+                    u32_attr(b, NFTA_LOOKUP_FLAGS, NFT_LOOKUP_F_INV);
                 }
             }
             Expr::Immediate { dreg, data } => {
-                u32_attr(b, 1, *dreg);
-                attr(b, 2 | NESTED, |b| match data {
-                    Data::Value(v) => attr(b, 1, |b| b.extend_from_slice(v)),
-                    Data::Verdict(code, chain) => attr(b, 2 | NESTED, |b| {
-                        attr(b, 1, |b| b.extend_from_slice(&code.to_be_bytes()));
+                u32_attr(b, NFTA_IMMEDIATE_DREG, *dreg);
+                attr(b, NFTA_IMMEDIATE_DATA | NESTED, |b| match data {
+                    Data::Value(v) => attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(v)),
+                    Data::Verdict(code, chain) => attr(b, NFTA_DATA_VERDICT | NESTED, |b| {
+                        attr(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
                         if let Some(c) = chain {
-                            str_attr(b, 2, c);
+                            str_attr(b, NFTA_VERDICT_CHAIN, c);
                         }
                     }),
                 });
             }
-            Expr::Numgen { dreg, modulus, offset } => {
-                [(1, *dreg), (2, *modulus), (3, 1), (4, *offset)].iter().for_each(|&(k, v)| u32_attr(b, k, v))
-            }
+            Expr::Numgen { dreg, modulus, offset } => [
+                (NFTA_NG_DREG, *dreg),
+                (NFTA_NG_MODULUS, *modulus),
+                (NFTA_NG_TYPE, NFT_NG_RANDOM),
+                (NFTA_NG_OFFSET, *offset),
+            ]
+            .iter()
+            .for_each(|&(k, v)| u32_attr(b, k, v)),
             Expr::Dnat { family, addr, proto, flags } => {
-                [(1, 1), (2, *family), (3, *addr), (5, *proto)].iter().for_each(|&(k, v)| u32_attr(b, k, v));
+                [
+                    (NFTA_NAT_TYPE, NFT_NAT_DNAT),
+                    (NFTA_NAT_FAMILY, *family),
+                    (NFTA_NAT_REG_ADDR_MIN, *addr),
+                    (NFTA_NAT_REG_PROTO_MIN, *proto),
+                ]
+                .iter()
+                .for_each(|&(k, v)| u32_attr(b, k, v));
                 if *flags != 0 {
-                    u32_attr(b, 7, *flags);
+                    u32_attr(b, NFTA_NAT_FLAGS, *flags);
                 }
             }
-            Expr::Masq { flags } => u32_attr(b, 1, *flags),
+            Expr::Masq { flags } => u32_attr(b, NFTA_MASQ_FLAGS, *flags),
             Expr::Reject { kind, code } => {
-                u32_attr(b, 1, *kind);
-                attr(b, 2, |b| b.push(*code));
+                u32_attr(b, NFTA_REJECT_TYPE, *kind);
+                attr(b, NFTA_REJECT_ICMP_CODE, |b| b.push(*code));
             }
             Expr::DynsetUpdate { sreg, set, set_id, timeout_ms } => {
-                str_attr(b, 1, set);
+                str_attr(b, NFTA_DYNSET_SET_NAME, set);
                 if let Some(id) = set_id {
-                    u32_attr(b, 2, *id);
+                    u32_attr(b, NFTA_DYNSET_SET_ID, *id);
                 }
-                u32_attr(b, 3, 1);
-                u32_attr(b, 4, *sreg);
+                u32_attr(b, NFTA_DYNSET_OP, NFT_DYNSET_OP_UPDATE);
+                u32_attr(b, NFTA_DYNSET_SREG_KEY, *sreg);
                 if let Some(ms) = timeout_ms {
-                    attr(b, 6, |b| b.extend_from_slice(&ms.to_be_bytes()));
+                    attr(b, NFTA_DYNSET_TIMEOUT, |b| b.extend_from_slice(&ms.to_be_bytes()));
                 }
             }
         }

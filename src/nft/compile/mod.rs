@@ -17,6 +17,7 @@ use set::AnonSet;
 
 use crate::model::Family;
 use crate::nft::netlink::NfFamily;
+use crate::nft::netlink::abi::*;
 use crate::nft::wire::{Batch, ELEMENT_LIST_BUDGET, attr, str_attr};
 use expr::Data;
 use parse::{Command, Obj};
@@ -89,38 +90,22 @@ impl Schema {
 /// One element of an anonymous set: its flags, key and verdict.
 fn anon_element(b: &mut Vec<u8>, key: &[u8], flags: u32, data: Option<&Data>) {
     if flags != 0 {
-        u32_attr(b, 3, flags);
+        u32_attr(b, NFTA_SET_ELEM_FLAGS, flags);
     }
-    attr(b, 1 | NESTED, |b| attr(b, 1, |b| b.extend_from_slice(key)));
+    attr(b, NFTA_SET_ELEM_KEY | NESTED, |b| attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(key)));
     if let Some(Data::Verdict(code, chain)) = data {
-        attr(b, 2 | NESTED, |b| {
-            attr(b, 2 | NESTED, |b| {
-                attr(b, 1, |b| b.extend_from_slice(&code.to_be_bytes()));
+        attr(b, NFTA_SET_ELEM_DATA | NESTED, |b| {
+            attr(b, NFTA_DATA_VERDICT | NESTED, |b| {
+                attr(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
                 if let Some(c) = chain {
-                    str_attr(b, 2, c);
+                    str_attr(b, NFTA_VERDICT_CHAIN, c);
                 }
             })
         });
     }
 }
 
-/// nf_tables message types.
-const NEWTABLE: u16 = 0;
-const DELTABLE: u16 = 2;
-const NEWCHAIN: u16 = 3;
-const DELCHAIN: u16 = 5;
-const NEWRULE: u16 = 6;
-const DELRULE: u16 = 8;
-const NEWSET: u16 = 9;
-const DELSET: u16 = 11;
-const NEWSETELEM: u16 = 12;
-const DELSETELEM: u16 = 14;
-const DELOBJ: u16 = 20;
-const DELFLOWTABLE: u16 = 24;
-const NLM_F_ACK: u16 = 0x4;
-const NLM_F_CREATE: u16 = 0x400;
-const NLM_F_APPEND: u16 = 0x800;
-const NESTED: u16 = 0x8000;
+const NESTED: u16 = NLA_F_NESTED;
 
 fn u32_attr(b: &mut Vec<u8>, kind: u16, v: u32) {
     attr(b, kind, |b| b.extend_from_slice(&v.to_be_bytes()));
@@ -190,7 +175,8 @@ impl Out<'_> {
     fn on(&mut self, kind: u16, flags: u16, obj: &Obj, f: impl FnOnce(&mut Vec<u8>)) {
         let table = obj.table.clone();
         self.msg(kind, flags, obj.family, move |b| {
-            str_attr(b, 1, &table);
+            // Every object's table is its attribute 1 (`NFTA_TABLE_NAME`, `NFTA_CHAIN_TABLE`…).
+            str_attr(b, NFTA_TABLE_NAME, &table);
             f(b);
         });
     }
@@ -198,8 +184,8 @@ impl Out<'_> {
     fn command(&mut self, c: Command) -> Result<(), CompileError> {
         match c {
             Command::AddTable(obj) => self.table(&obj, None),
-            Command::DeleteTable(obj) => self.on(DELTABLE, 0, &obj, |_| {}),
-            Command::FlushTable(obj) => self.on(DELRULE, 0, &obj, |_| {}),
+            Command::DeleteTable(obj) => self.on(NFT_MSG_DELTABLE, 0, &obj, |_| {}),
+            Command::FlushTable(obj) => self.on(NFT_MSG_DELRULE, 0, &obj, |_| {}),
             Command::Table { obj, comment, sets, chains } => {
                 self.table(&obj, comment.as_deref());
                 for chain in &chains {
@@ -218,14 +204,20 @@ impl Out<'_> {
                 }
             }
             Command::AddChain(obj, name) => self.chain(&obj, &name, None),
-            Command::FlushChain(obj, name) => self.on(DELRULE, 0, &obj, |b| str_attr(b, 2, &name)),
-            Command::DeleteChain(obj, name) => self.on(DELCHAIN, 0, &obj, |b| str_attr(b, 3, &name)),
+            Command::FlushChain(obj, name) => {
+                self.on(NFT_MSG_DELRULE, 0, &obj, |b| str_attr(b, NFTA_RULE_CHAIN, &name))
+            }
+            Command::DeleteChain(obj, name) => {
+                self.on(NFT_MSG_DELCHAIN, 0, &obj, |b| str_attr(b, NFTA_CHAIN_NAME, &name))
+            }
             Command::AddRule(obj, chain, r) => self.rule(&obj, &chain, &r)?,
             Command::AddSet(obj, s) => self.set(&obj, &s)?,
-            Command::FlushSet(obj, name) => self.on(DELSETELEM, 0, &obj, |b| str_attr(b, 2, &name)),
+            Command::FlushSet(obj, name) => {
+                self.on(NFT_MSG_DELSETELEM, 0, &obj, |b| str_attr(b, NFTA_SET_ELEM_LIST_SET, &name))
+            }
             Command::DeleteSet(obj, name) => {
                 self.schema.sets.remove(&(obj.family, name.clone()));
-                self.on(DELSET, 0, &obj, |b| str_attr(b, 2, &name));
+                self.on(NFT_MSG_DELSET, 0, &obj, |b| str_attr(b, NFTA_SET_NAME, &name));
             }
             Command::DeleteHandle(obj, kind, handle) => self.delete_handle(&obj, &kind, handle)?,
         }
@@ -233,11 +225,11 @@ impl Out<'_> {
     }
 
     fn table(&mut self, obj: &Obj, comment: Option<&str>) {
-        self.on(NEWTABLE, NLM_F_CREATE, obj, |b| {
-            u32_attr(b, 2, 0);
+        self.on(NFT_MSG_NEWTABLE, NLM_F_CREATE, obj, |b| {
+            u32_attr(b, NFTA_TABLE_FLAGS, 0);
             if let Some(c) = comment {
                 // User data: a comment, NUL-terminated.
-                attr(b, 6, |b| {
+                attr(b, NFTA_TABLE_USERDATA, |b| {
                     b.push(0);
                     b.push((c.len() + 1) as u8);
                     b.extend_from_slice(c.as_bytes());
@@ -248,11 +240,11 @@ impl Out<'_> {
     }
 
     fn chain(&mut self, obj: &Obj, name: &str, hook: Option<&parse::Hook>) {
-        self.on(NEWCHAIN, NLM_F_CREATE, obj, |b| {
-            str_attr(b, 3, name);
+        self.on(NFT_MSG_NEWCHAIN, NLM_F_CREATE, obj, |b| {
+            str_attr(b, NFTA_CHAIN_NAME, name);
             let Some(h) = hook else { return };
-            str_attr(b, 7, &h.kind);
-            u32_attr(b, 5, 1);
+            str_attr(b, NFTA_CHAIN_TYPE, &h.kind);
+            u32_attr(b, NFTA_CHAIN_POLICY, NF_ACCEPT as u32);
             let num = match h.hook.as_str() {
                 "prerouting" => 0,
                 "input" => 1,
@@ -260,9 +252,9 @@ impl Out<'_> {
                 "output" => 3,
                 _ => 4,
             };
-            attr(b, 4 | NESTED, |b| {
-                u32_attr(b, 1, num);
-                u32_attr(b, 2, h.priority as u32);
+            attr(b, NFTA_CHAIN_HOOK | NESTED, |b| {
+                u32_attr(b, NFTA_HOOK_HOOKNUM, num);
+                u32_attr(b, NFTA_HOOK_PRIORITY, h.priority as u32);
             });
         });
     }
@@ -270,38 +262,38 @@ impl Out<'_> {
     fn set(&mut self, obj: &Obj, d: &parse::SetDecl) -> Result<(), CompileError> {
         let spec = set::spec(d, obj.family)?;
         let id = self.schema.id();
-        let interval = spec.flags & 0x4 != 0;
+        let interval = spec.flags & NFT_SET_INTERVAL != 0;
         self.schema.sets.insert((obj.family, d.name.clone()), SetInfo { id: Some(id), interval });
         self.new_set(obj, &spec, id);
         Ok(())
     }
 
     fn new_set(&mut self, obj: &Obj, s: &set::SetSpec, id: u32) {
-        self.on(NEWSET, NLM_F_CREATE, obj, |b| {
-            str_attr(b, 2, &s.name);
-            u32_attr(b, 3, s.flags);
-            u32_attr(b, 4, s.key.0);
-            u32_attr(b, 5, s.key.1);
+        self.on(NFT_MSG_NEWSET, NLM_F_CREATE, obj, |b| {
+            str_attr(b, NFTA_SET_NAME, &s.name);
+            u32_attr(b, NFTA_SET_FLAGS, s.flags);
+            u32_attr(b, NFTA_SET_KEY_TYPE, s.key.0);
+            u32_attr(b, NFTA_SET_KEY_LEN, s.key.1);
             if let Some((ty, len)) = s.data {
-                u32_attr(b, 6, ty);
-                u32_attr(b, 7, len);
+                u32_attr(b, NFTA_SET_DATA_TYPE, ty);
+                u32_attr(b, NFTA_SET_DATA_LEN, len);
             }
-            u32_attr(b, 10, id);
+            u32_attr(b, NFTA_SET_ID, id);
             if let Some(ms) = s.timeout_ms {
-                u64_attr(b, 11, ms);
+                u64_attr(b, NFTA_SET_TIMEOUT, ms);
             }
             match &s.desc {
                 set::Desc::None => {}
-                set::Desc::Size(n) => attr(b, 9 | NESTED, |b| u32_attr(b, 1, *n)),
-                set::Desc::Concat(lens) => attr(b, 9 | NESTED, |b| {
-                    attr(b, 2 | NESTED, |b| {
+                set::Desc::Size(n) => attr(b, NFTA_SET_DESC | NESTED, |b| u32_attr(b, NFTA_SET_DESC_SIZE, *n)),
+                set::Desc::Concat(lens) => attr(b, NFTA_SET_DESC | NESTED, |b| {
+                    attr(b, NFTA_SET_DESC_CONCAT | NESTED, |b| {
                         for len in lens {
-                            attr(b, 1 | NESTED, |b| u32_attr(b, 1, *len));
+                            attr(b, NFTA_LIST_ELEM | NESTED, |b| u32_attr(b, NFTA_SET_FIELD_LEN, *len));
                         }
                     })
                 }),
             }
-            attr(b, 13, |b| b.extend_from_slice(&s.udata));
+            attr(b, NFTA_SET_USERDATA, |b| b.extend_from_slice(&s.udata));
         });
     }
 
@@ -319,9 +311,9 @@ impl Out<'_> {
             self.new_set(obj, &anon.spec, anon.id);
             self.anon_elements(obj, anon);
         }
-        self.on(NEWRULE, NLM_F_CREATE | NLM_F_APPEND, obj, |b| {
-            str_attr(b, 2, chain);
-            attr(b, 4 | NESTED, |b| compiled.exprs.iter().for_each(|e| e.encode(b)));
+        self.on(NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, obj, |b| {
+            str_attr(b, NFTA_RULE_CHAIN, chain);
+            attr(b, NFTA_RULE_EXPRESSIONS | NESTED, |b| compiled.exprs.iter().for_each(|e| e.encode(b)));
         });
         Ok(())
     }
@@ -330,14 +322,14 @@ impl Out<'_> {
     fn anon_elements(&mut self, obj: &Obj, anon: &AnonSet) {
         let mut elements = anon.elements.iter().peekable();
         while elements.peek().is_some() {
-            self.on(NEWSETELEM, NLM_F_CREATE, obj, |b| {
-                str_attr(b, 2, &anon.spec.name);
-                u32_attr(b, 4, anon.id);
-                attr(b, 3 | NESTED, |b| {
+            self.on(NFT_MSG_NEWSETELEM, NLM_F_CREATE, obj, |b| {
+                str_attr(b, NFTA_SET_ELEM_LIST_SET, &anon.spec.name);
+                u32_attr(b, NFTA_SET_ELEM_LIST_SET_ID, anon.id);
+                attr(b, NFTA_SET_ELEM_LIST_ELEMENTS | NESTED, |b| {
                     let start = b.len();
                     while b.len() - start < ELEMENT_LIST_BUDGET {
                         let Some((key, flags, data)) = elements.next() else { break };
-                        attr(b, 1 | NESTED, |b| anon_element(b, key, *flags, data.as_ref()));
+                        attr(b, NFTA_LIST_ELEM | NESTED, |b| anon_element(b, key, *flags, data.as_ref()));
                     }
                 });
             });
@@ -348,19 +340,19 @@ impl Out<'_> {
     /// objects by type.
     fn delete_handle(&mut self, obj: &Obj, kind: &str, handle: u64) -> Result<(), CompileError> {
         let (msg, attr_handle, obj_type) = match kind {
-            "chain" => (DELCHAIN, 2, None),
-            "set" | "map" => (DELSET, 16, None),
-            "flowtable" => (DELFLOWTABLE, 5, None),
-            "counter" => (DELOBJ, 6, Some(1)),
-            "quota" => (DELOBJ, 6, Some(2)),
-            "limit" => (DELOBJ, 6, Some(4)),
-            "secmark" => (DELOBJ, 6, Some(8)),
-            "synproxy" => (DELOBJ, 6, Some(10)),
+            "chain" => (NFT_MSG_DELCHAIN, NFTA_CHAIN_HANDLE, None),
+            "set" | "map" => (NFT_MSG_DELSET, NFTA_SET_HANDLE, None),
+            "flowtable" => (NFT_MSG_DELFLOWTABLE, NFTA_FLOWTABLE_HANDLE, None),
+            "counter" => (NFT_MSG_DELOBJ, NFTA_OBJ_HANDLE, Some(NFT_OBJECT_COUNTER)),
+            "quota" => (NFT_MSG_DELOBJ, NFTA_OBJ_HANDLE, Some(NFT_OBJECT_QUOTA)),
+            "limit" => (NFT_MSG_DELOBJ, NFTA_OBJ_HANDLE, Some(NFT_OBJECT_LIMIT)),
+            "secmark" => (NFT_MSG_DELOBJ, NFTA_OBJ_HANDLE, Some(NFT_OBJECT_SECMARK)),
+            "synproxy" => (NFT_MSG_DELOBJ, NFTA_OBJ_HANDLE, Some(NFT_OBJECT_SYNPROXY)),
             other => return Err(CompileError::new(format!("deleting a {other} by handle"))),
         };
         self.on(msg, 0, obj, |b| {
             if let Some(t) = obj_type {
-                u32_attr(b, 3, t);
+                u32_attr(b, NFTA_OBJ_TYPE, t);
             }
             u64_attr(b, attr_handle, handle);
         });

@@ -4,11 +4,12 @@
 //! a `tcp dport` is preceded by the `meta l4proto tcp` match it depends on unless the rule
 //! already matched the protocol; an interval set's host-order key fields are converted.
 
-use super::expr::{Data, Expr, NF_ACCEPT, NF_DROP, NFT_GOTO, NFT_JUMP};
+use super::expr::{Data, Expr};
 use super::field::{Field, Kind, META_L4PROTO, META_MARK, reg, slots};
 use super::lex::Token;
 use super::{AnonSet, CompileError, Schema};
 use crate::model::Family;
+use crate::nft::netlink::abi::{NF_ACCEPT, NF_DROP, NFT_GOTO, NFT_JUMP};
 
 /// A compiled rule: the anonymous sets it needs first, and its expressions.
 #[derive(Debug, Default)]

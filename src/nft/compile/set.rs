@@ -9,15 +9,11 @@ use super::field::{Field, Kind, Load, slots};
 use super::lex::Token;
 use super::parse::SetDecl;
 use crate::model::Family;
+use crate::nft::netlink::abi::{
+    NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT, NFT_SET_ELEM_INTERVAL_END, NFT_SET_EVAL, NFT_SET_INTERVAL,
+    NFT_SET_MAP, NFT_SET_TIMEOUT,
+};
 
-/// `NFT_SET_*` flags.
-const ANONYMOUS: u32 = 0x1;
-const CONSTANT: u32 = 0x2;
-const INTERVAL: u32 = 0x4;
-const MAP: u32 = 0x8;
-const TIMEOUT: u32 = 0x10;
-const EVAL: u32 = 0x20;
-const CONCAT: u32 = 0x80;
 /// The data type of verdicts.
 const VERDICT_TYPE: u32 = 0xffff_ff00;
 /// Bits per type in a concatenation's folded type.
@@ -170,21 +166,21 @@ fn byteorder(parts: &[Part]) -> u32 {
 pub fn spec(d: &SetDecl, family: Family) -> Result<SetSpec, CompileError> {
     let key = parts(&d.key, d.typeof_, family)?;
     let data = parts(&d.data, d.typeof_, family)?;
-    let mut flags = if d.map { MAP } else { 0 };
+    let mut flags = if d.map { NFT_SET_MAP } else { 0 };
     for f in &d.flags {
         flags |= match f.as_str() {
-            "interval" => INTERVAL,
-            "timeout" => TIMEOUT,
-            "dynamic" => EVAL,
+            "interval" => NFT_SET_INTERVAL,
+            "timeout" => NFT_SET_TIMEOUT,
+            "dynamic" => NFT_SET_EVAL,
             other => return Err(CompileError::new(format!("set flag `{other}`"))),
         };
     }
     if d.timeout.is_some() {
-        flags |= TIMEOUT;
+        flags |= NFT_SET_TIMEOUT;
     }
     let concat = key.len() > 1;
-    if concat && flags & INTERVAL != 0 {
-        flags |= CONCAT;
+    if concat && flags & NFT_SET_INTERVAL != 0 {
+        flags |= NFT_SET_CONCAT;
     }
     let mut udata = Vec::new();
     tlv_u32(&mut udata, 0, byteorder(&key));
@@ -203,7 +199,7 @@ pub fn spec(d: &SetDecl, family: Family) -> Result<SetSpec, CompileError> {
     if let Some(c) = &d.comment {
         tlv(&mut udata, 7, &[c.as_bytes(), &[0]].concat());
     }
-    let desc = match (flags & CONCAT, d.size) {
+    let desc = match (flags & NFT_SET_CONCAT, d.size) {
         (0, None) => Desc::None,
         (0, Some(n)) => Desc::Size(n),
         _ => Desc::Concat(key.iter().filter_map(Part::kind).map(Kind::len).collect()),
@@ -229,9 +225,6 @@ pub struct AnonSet {
     /// Its elements.
     pub elements: Vec<(Vec<u8>, u32, Option<Data>)>,
 }
-
-/// `INTERVAL_END` on an element that closes a range.
-const ELEM_INTERVAL_END: u32 = 1;
 
 /// The anonymous interval set of `prefixes` (address bytes, prefix length) matched by `f`:
 /// merged ranges, each a start and an end element, after an end element at zero when the
@@ -267,12 +260,12 @@ pub fn anon_interval(f: Field, prefixes: &[(Vec<u8>, u32)], id: u32) -> AnonSet 
     let bytes = |n: u128| n.to_be_bytes()[16 - width..].to_vec();
     let mut elements = Vec::new();
     if merged.first().is_some_and(|r| r.0 > 0) {
-        elements.push((bytes(0), ELEM_INTERVAL_END, None));
+        elements.push((bytes(0), NFT_SET_ELEM_INTERVAL_END, None));
     }
     for (s, e) in merged {
         elements.push((bytes(s), 0, None));
         if let Some(e) = e {
-            elements.push((bytes(e), ELEM_INTERVAL_END, None));
+            elements.push((bytes(e), NFT_SET_ELEM_INTERVAL_END, None));
         }
     }
     let mut udata = Vec::new();
@@ -281,7 +274,7 @@ pub fn anon_interval(f: Field, prefixes: &[(Vec<u8>, u32)], id: u32) -> AnonSet 
     tlv(&mut udata, 3, &expr_udata(&f));
     let spec = SetSpec {
         name: "__set%d".into(),
-        flags: ANONYMOUS | CONSTANT | INTERVAL,
+        flags: NFT_SET_ANONYMOUS | NFT_SET_CONSTANT | NFT_SET_INTERVAL,
         key: (f.kind as u32, f.kind.len()),
         data: None,
         timeout_ms: None,
@@ -303,7 +296,7 @@ pub fn anon_vmap(entries: Vec<(u32, Data)>, id: u32) -> AnonSet {
     tlv_u32(&mut udata, 6, 0);
     let spec = SetSpec {
         name: "__map%d".into(),
-        flags: ANONYMOUS | CONSTANT | MAP,
+        flags: NFT_SET_ANONYMOUS | NFT_SET_CONSTANT | NFT_SET_MAP,
         key: (Kind::Integer as u32, 4),
         data: Some((VERDICT_TYPE, 0)),
         timeout_ms: None,
@@ -337,7 +330,7 @@ mod tests {
         let top = anon_interval(saddr(Family::V4), &[(vec![255, 255, 255, 0], 24), (vec![10, 0, 0, 0], 8)], 1);
         assert_eq!(
             flags(&top),
-            [ELEM_INTERVAL_END, 0, ELEM_INTERVAL_END, 0],
+            [NFT_SET_ELEM_INTERVAL_END, 0, NFT_SET_ELEM_INTERVAL_END, 0],
             "a gap at zero, the last runs to the top"
         );
         let v6 = anon_interval(saddr(Family::V6), &[(vec![0; 16], 0)], 1);
@@ -345,6 +338,6 @@ mod tests {
         let mut high = vec![0xff; 16];
         high[15] = 0;
         let v6 = anon_interval(saddr(Family::V6), &[(high.clone(), 120), (high, 121)], 1);
-        assert_eq!(flags(&v6), [ELEM_INTERVAL_END, 0], "nested prefixes merge; the top has no end");
+        assert_eq!(flags(&v6), [NFT_SET_ELEM_INTERVAL_END, 0], "nested prefixes merge; the top has no end");
     }
 }

@@ -2,39 +2,16 @@
 //! flowtables), each with its handle, which is what deleting it takes; and the tables of every
 //! family and a table's chains by name, which is what the takeover looks through.
 
-use super::{NFT_MSG_GETTABLE, NLM_F_DUMP, NfFamily, Socket, attr, be32};
+use super::abi::{
+    NFPROTO_UNSPEC, NFT_CHAIN_BINDING, NFT_MSG_GETCHAIN, NFT_MSG_GETFLOWTABLE, NFT_MSG_GETOBJ, NFT_MSG_GETRULE,
+    NFT_MSG_GETSET, NFT_MSG_GETTABLE, NFT_SET_ANONYMOUS, NFTA_CHAIN_FLAGS, NFTA_CHAIN_HANDLE, NFTA_CHAIN_NAME,
+    NFTA_CHAIN_TABLE, NFTA_FLOWTABLE_HANDLE, NFTA_FLOWTABLE_NAME, NFTA_FLOWTABLE_TABLE, NFTA_OBJ_HANDLE, NFTA_OBJ_NAME,
+    NFTA_OBJ_TABLE, NFTA_OBJ_TYPE, NFTA_RULE_CHAIN, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_SET_FLAGS, NFTA_SET_HANDLE,
+    NFTA_SET_NAME, NFTA_SET_TABLE, NFTA_TABLE_NAME, NLM_F_DUMP,
+};
+use super::{NfFamily, Socket, attr, be32};
 use crate::render::ObjectKind;
 use std::io;
-
-const NFT_MSG_GETCHAIN: u16 = 4;
-const NFT_MSG_GETSET: u16 = 10;
-const NFT_MSG_GETOBJ: u16 = 19;
-const NFT_MSG_GETFLOWTABLE: u16 = 23;
-/// A dump request of this family lists the tables of every family.
-const NFPROTO_UNSPEC: u8 = 0;
-const NFTA_TABLE_NAME: u16 = 1;
-const NFTA_CHAIN_TABLE: u16 = 1;
-const NFTA_CHAIN_HANDLE: u16 = 2;
-const NFTA_CHAIN_NAME: u16 = 3;
-const NFTA_CHAIN_FLAGS: u16 = 10;
-/// A rule's anonymous chain (`jump { … }`): it goes with its rule, and deleting it alone fails.
-const NFT_CHAIN_BINDING: u32 = 4;
-const NFTA_SET_TABLE: u16 = 1;
-const NFTA_SET_NAME: u16 = 2;
-const NFTA_SET_FLAGS: u16 = 3;
-const NFTA_SET_HANDLE: u16 = 16;
-/// A rule's anonymous set: it goes with its rule.
-const NFT_SET_ANONYMOUS: u32 = 1;
-/// Stateful object attributes (also written by `wire` to delete one).
-pub(in crate::nft) const NFTA_OBJ_TABLE: u16 = 1;
-const NFTA_OBJ_NAME: u16 = 2;
-pub(in crate::nft) const NFTA_OBJ_TYPE: u16 = 3;
-pub(in crate::nft) const NFTA_OBJ_HANDLE: u16 = 6;
-const NFTA_RULE_TABLE: u16 = 1;
-const NFTA_RULE_HANDLE: u16 = 3;
-const NFTA_FLOWTABLE_TABLE: u16 = 1;
-const NFTA_FLOWTABLE_NAME: u16 = 2;
-const NFTA_FLOWTABLE_HANDLE: u16 = 5;
 
 /// One object listed in a table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,12 +37,8 @@ const CHAINS: Dump =
     Dump { msg: NFT_MSG_GETCHAIN, table: NFTA_CHAIN_TABLE, name: NFTA_CHAIN_NAME, handle: NFTA_CHAIN_HANDLE };
 const SETS: Dump = Dump { msg: NFT_MSG_GETSET, table: NFTA_SET_TABLE, name: NFTA_SET_NAME, handle: NFTA_SET_HANDLE };
 const OBJECTS: Dump = Dump { msg: NFT_MSG_GETOBJ, table: NFTA_OBJ_TABLE, name: NFTA_OBJ_NAME, handle: NFTA_OBJ_HANDLE };
-const RULES: Dump = Dump {
-    msg: super::NFT_MSG_GETRULE,
-    table: NFTA_RULE_TABLE,
-    name: super::NFTA_RULE_CHAIN,
-    handle: NFTA_RULE_HANDLE,
-};
+const RULES: Dump =
+    Dump { msg: NFT_MSG_GETRULE, table: NFTA_RULE_TABLE, name: NFTA_RULE_CHAIN, handle: NFTA_RULE_HANDLE };
 const FLOWTABLES: Dump = Dump {
     msg: NFT_MSG_GETFLOWTABLE,
     table: NFTA_FLOWTABLE_TABLE,

@@ -1,18 +1,13 @@
 //! Reading the elements of one set or map (a dump): each element's key and, in a map, its
 //! data, as register bytes. The sweep of session-affinity maps reads them.
 
-use super::{NLM_F_DUMP, NfFamily, Socket, attr};
+use super::abi::{
+    NFT_MSG_GETSETELEM, NFTA_DATA_VALUE, NFTA_LIST_ELEM, NFTA_SET_ELEM_DATA, NFTA_SET_ELEM_EXPIRATION,
+    NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NLM_F_DUMP,
+};
+use super::nla::nested;
+use super::{NfFamily, Socket, attr};
 use std::io;
-
-const NFT_MSG_GETSETELEM: u16 = 13;
-const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
-const NFTA_SET_ELEM_LIST_SET: u16 = 2;
-const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
-const NFTA_LIST_ELEM: u16 = 1;
-const NFTA_SET_ELEM_KEY: u16 = 1;
-const NFTA_SET_ELEM_DATA: u16 = 2;
-const NFTA_SET_ELEM_EXPIRATION: u16 = 5;
-const NFTA_DATA_VALUE: u16 = 1;
 
 /// One element of a set or map.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,22 +54,6 @@ fn element(elem: &[u8]) -> io::Result<Element> {
     Ok(Element { key, data: value(NFTA_SET_ELEM_DATA)?, expires_ms })
 }
 
-/// The attributes nested in `payload`, each with its type (flags cleared); an error when a
-/// length runs past the payload.
-fn nested(mut payload: &[u8]) -> io::Result<Vec<(u16, &[u8])>> {
-    let mut out = Vec::new();
-    while payload.len() >= 4 {
-        let len = usize::from(u16::from_ne_bytes([payload[0], payload[1]]));
-        let kind = u16::from_ne_bytes([payload[2], payload[3]]) & 0x3fff;
-        if len < 4 || len > payload.len() {
-            return Err(malformed("an attribute longer than its message"));
-        }
-        out.push((kind, &payload[4..len]));
-        payload = &payload[len.next_multiple_of(4).min(payload.len())..];
-    }
-    Ok(out)
-}
-
 fn malformed(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("nf_tables listed {what}"))
 }
@@ -82,6 +61,7 @@ fn malformed(what: &str) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nft::netlink::abi::NLA_F_NESTED;
 
     fn put(buf: &mut Vec<u8>, t: u16, payload: &[u8]) {
         buf.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
@@ -95,15 +75,15 @@ mod tests {
         let (mut key, mut data, mut elem) = (Vec::new(), Vec::new(), Vec::new());
         put(&mut key, NFTA_DATA_VALUE, &[10, 0, 0, 1]);
         put(&mut data, NFTA_DATA_VALUE, &[10, 1, 0, 7]);
-        put(&mut elem, NFTA_SET_ELEM_KEY | 0x8000, &key);
-        put(&mut elem, NFTA_SET_ELEM_DATA | 0x8000, &data);
+        put(&mut elem, NFTA_SET_ELEM_KEY | NLA_F_NESTED, &key);
+        put(&mut elem, NFTA_SET_ELEM_DATA | NLA_F_NESTED, &data);
         put(&mut elem, NFTA_SET_ELEM_EXPIRATION, &9000u64.to_be_bytes());
         let found = element(&elem).expect("a well-formed element");
         let want = Element { key: vec![10, 0, 0, 1], data: Some(vec![10, 1, 0, 7]), expires_ms: Some(9000) };
         assert_eq!(found, want);
 
         let mut keyless = Vec::new();
-        put(&mut keyless, NFTA_SET_ELEM_DATA | 0x8000, &data);
+        put(&mut keyless, NFTA_SET_ELEM_DATA | NLA_F_NESTED, &data);
         assert!(element(&keyless).is_err(), "an element needs a key");
         let mut overlong = elem.clone();
         overlong[0] = 200;

@@ -8,55 +8,43 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
 
+pub(crate) mod abi;
 pub mod conntrack;
 mod dump;
 pub mod elements;
 pub mod link;
+mod nla;
 mod rules;
 pub mod send;
 #[allow(unsafe_code)]
 pub mod sock;
 
 pub use dump::Listed;
-pub(super) use dump::{NFTA_OBJ_HANDLE, NFTA_OBJ_TABLE, NFTA_OBJ_TYPE};
 pub use rules::RuleJumps;
 
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
-const NFNLGRP_NFTABLES: u32 = 7;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 1;
-/// A reply that is one part of several (a dump's), ended by `NLMSG_DONE`.
-const NLM_F_MULTI: u16 = 2;
-const NLM_F_ACK: u16 = 4;
-const NLM_F_DUMP: u16 = 0x300;
-const NFT_MSG_GETTABLE: u16 = 1;
-const NFT_MSG_DELTABLE: u16 = 2;
-const NFT_MSG_GETRULE: u16 = 7;
-const NFT_MSG_NEWGEN: u16 = 15;
-const NFT_MSG_GETGEN: u16 = 16;
-const NFT_MSG_TRACE: u16 = 17;
+use abi::{
+    NFNL_SUBSYS_NFTABLES, NFNLGRP_NFTABLES, NFT_MSG_DELTABLE, NFT_MSG_GETGEN, NFT_MSG_GETRULE, NFT_MSG_GETTABLE,
+    NFT_MSG_NEWGEN, NFT_MSG_TRACE, NFTA_GEN_ID, NFTA_GEN_PROC_PID, NFTA_RULE_CHAIN, NLM_F_ACK, NLM_F_DUMP, NLM_F_MULTI,
+    NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR,
+};
 /// Every object message carries its table's name as attribute 1.
-const NFTA_TABLE_ATTR: u16 = 1;
-const NFTA_RULE_CHAIN: u16 = 2;
-const NFTA_GEN_ID: u16 = 1;
-const NFTA_GEN_PROC_PID: u16 = 2;
+const NFTA_TABLE_ATTR: u16 = abi::NFTA_TABLE_NAME;
 
 /// Address family of a table, as nfnetlink numbers it (`NFPROTO_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NfFamily {
     /// `inet`: IPv4 and IPv6 together.
-    Inet = 1,
+    Inet = abi::NFPROTO_INET as isize,
     /// `ip`.
-    Ip = 2,
+    Ip = abi::NFPROTO_IPV4 as isize,
     /// `arp`.
-    Arp = 3,
+    Arp = abi::NFPROTO_ARP as isize,
     /// `netdev`.
-    Netdev = 5,
+    Netdev = abi::NFPROTO_NETDEV as isize,
     /// `bridge`.
-    Bridge = 7,
+    Bridge = abi::NFPROTO_BRIDGE as isize,
     /// `ip6`.
-    Ip6 = 10,
+    Ip6 = abi::NFPROTO_IPV6 as isize,
 }
 
 impl NfFamily {

@@ -3,23 +3,14 @@
 //! expression whose data is a jump or goto verdict naming the chain. Every length is checked:
 //! a malformed reply is an error.
 
+use super::abi::{
+    NFT_GOTO, NFT_JUMP, NFTA_DATA_VERDICT, NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_IMMEDIATE_DATA, NFTA_LIST_ELEM,
+    NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE,
+};
 use super::dump::{be64, exact_be32, malformed, utf8};
-use super::{NFTA_RULE_CHAIN, NfFamily, Socket};
+use super::nla::{get, nested};
+use super::{NfFamily, Socket};
 use std::io;
-
-const NFTA_RULE_HANDLE: u16 = 3;
-const NFTA_RULE_EXPRESSIONS: u16 = 4;
-const NFTA_LIST_ELEM: u16 = 1;
-const NFTA_EXPR_NAME: u16 = 1;
-const NFTA_EXPR_DATA: u16 = 2;
-const NFTA_IMMEDIATE_DATA: u16 = 2;
-const NFTA_DATA_VERDICT: u16 = 2;
-const NFTA_VERDICT_CODE: u16 = 1;
-const NFTA_VERDICT_CHAIN: u16 = 2;
-const NFT_JUMP: i32 = -3;
-const NFT_GOTO: i32 = -4;
-/// The attribute type without the nested and byte-order flags.
-const NLA_TYPE_MASK: u16 = 0x3fff;
 
 /// One rule of a table and the chains it jumps or goes to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,32 +70,13 @@ fn jump_target(expr: &[u8]) -> io::Result<Option<String>> {
     Ok(utf8(chain))
 }
 
-/// The attributes in `data`, each `(type, payload)`; an error if one overruns it.
-fn nested(mut data: &[u8]) -> io::Result<Vec<(u16, &[u8])>> {
-    let mut out = Vec::new();
-    while !data.is_empty() {
-        let header = data.get(..4).ok_or_else(|| malformed("attribute header"))?;
-        let len = usize::from(u16::from_ne_bytes([header[0], header[1]]));
-        let kind = u16::from_ne_bytes([header[2], header[3]]) & NLA_TYPE_MASK;
-        // A length under the header's own makes the range empty-backwards: `get` refuses it.
-        let payload = data.get(4..len).ok_or_else(|| malformed("attribute length"))?;
-        out.push((kind, payload));
-        data = data.get(len.next_multiple_of(4)..).unwrap_or_default();
-    }
-    Ok(out)
-}
-
-/// The payload of the first attribute of type `t`.
-fn get<'a>(attrs: &[(u16, &'a [u8])], t: u16) -> Option<&'a [u8]> {
-    attrs.iter().find(|(kind, _)| *kind == t).map(|(_, payload)| *payload)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nft::netlink::abi::{
+        NF_ACCEPT, NFTA_DATA_VALUE, NFTA_IMMEDIATE_DREG, NFTA_RULE_TABLE, NLA_F_NESTED as NESTED,
+    };
     use crate::nft::wire::{attr, str_attr};
-
-    const NESTED: u16 = 0x8000;
 
     fn expr(b: &mut Vec<u8>, name: &str, data: impl FnOnce(&mut Vec<u8>)) {
         attr(b, NFTA_LIST_ELEM | NESTED, |b| {
@@ -114,7 +86,7 @@ mod tests {
     }
 
     fn verdict(b: &mut Vec<u8>, code: i32, chain: Option<&str>) {
-        attr(b, 1, |b| b.extend_from_slice(&0u32.to_be_bytes()));
+        attr(b, NFTA_IMMEDIATE_DREG, |b| b.extend_from_slice(&0u32.to_be_bytes()));
         attr(b, NFTA_IMMEDIATE_DATA | NESTED, |b| {
             attr(b, NFTA_DATA_VERDICT | NESTED, |b| {
                 attr(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
@@ -129,15 +101,15 @@ mod tests {
     /// goto besides.
     fn message() -> Vec<u8> {
         let mut b = vec![2u8, 0, 0, 0];
-        str_attr(&mut b, 1, "filter");
+        str_attr(&mut b, NFTA_RULE_TABLE, "filter");
         str_attr(&mut b, NFTA_RULE_CHAIN, "INPUT");
         attr(&mut b, NFTA_RULE_HANDLE, |b| b.extend_from_slice(&9u64.to_be_bytes()));
         attr(&mut b, NFTA_RULE_EXPRESSIONS | NESTED, |b| {
             expr(b, "counter", |b| attr(b, 1, |b| b.extend_from_slice(&0u64.to_be_bytes())));
-            expr(b, "immediate", |b| verdict(b, 1, None));
+            expr(b, "immediate", |b| verdict(b, NF_ACCEPT, None));
             expr(b, "immediate", |b| {
-                attr(b, 1, |b| b.extend_from_slice(&1u32.to_be_bytes()));
-                attr(b, NFTA_IMMEDIATE_DATA | NESTED, |b| attr(b, 1, |b| b.extend_from_slice(&[0; 4])));
+                attr(b, NFTA_IMMEDIATE_DREG, |b| b.extend_from_slice(&1u32.to_be_bytes()));
+                attr(b, NFTA_IMMEDIATE_DATA | NESTED, |b| attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(&[0; 4])));
             });
             expr(b, "immediate", |b| verdict(b, NFT_JUMP, Some("KUBE-FIREWALL")));
             expr(b, "immediate", |b| verdict(b, NFT_GOTO, Some("KUBE-SERVICES")));

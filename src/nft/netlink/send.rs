@@ -3,13 +3,11 @@
 //! acknowledgements, and the kernel's verdict read back: the first refused message's error
 //! and sequence number, which `wire::Lines` turns into the script line it came from.
 
+use super::abi::{NLM_F_ACK, NLMSG_ERROR};
 use super::sock;
 use crate::nft::NftError;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-
-const NLM_F_ACK: u16 = 4;
-const NLMSG_ERROR: u16 = 2;
 
 /// A netlink socket kept open for element batches.
 ///

@@ -4,7 +4,7 @@
 use super::super::{NLM_F_REQUEST, NfFamily};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-pub(super) const NFNL_SUBSYS_CTNETLINK: u16 = 1;
+pub(super) use crate::nft::netlink::abi::NFNL_SUBSYS_CTNETLINK;
 /// Top-level attributes of an entry.
 pub(super) const CTA_TUPLE_ORIG: u16 = 1;
 pub(super) const CTA_TUPLE_REPLY: u16 = 2;
@@ -24,7 +24,7 @@ const CTA_PROTO_NUM: u16 = 1;
 const CTA_PROTO_SRC_PORT: u16 = 2;
 const CTA_PROTO_DST_PORT: u16 = 3;
 /// Set on attributes that hold attributes.
-pub(super) const NLA_F_NESTED: u16 = 0x8000;
+pub(super) use crate::nft::netlink::abi::NLA_F_NESTED;
 /// The type bits of an attribute's type field.
 const NLA_TYPE_MASK: u16 = 0x3fff;
 

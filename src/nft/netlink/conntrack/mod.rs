@@ -23,9 +23,7 @@ const IPCTNL_MSG_CT_GET_STATS: u16 = 5;
 /// The reply to `IPCTNL_MSG_CT_GET_STATS`.
 const CTA_STATS_GLOBAL_ENTRIES: u16 = 1;
 /// The table changed while it was dumped: some entries may be missing or repeated.
-const NLM_F_DUMP_INTR: u16 = 0x10;
-const NLM_F_EXCL: u16 = 0x200;
-const NLM_F_CREATE: u16 = 0x400;
+use crate::nft::netlink::abi::{NLM_F_CREATE, NLM_F_DUMP_INTR, NLM_F_EXCL};
 /// Entry status bits a created entry gets: it has seen replies and is assured; and it is
 /// confirmed, which the kernel sets on entries it creates for ctnetlink (a status that
 /// differs in that bit is refused with EBUSY).

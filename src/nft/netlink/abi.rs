@@ -1,0 +1,392 @@
+//! The kernel's numbers from linux/netfilter/nf_tables.h, nfnetlink.h and netlink.h, named as
+//! there: message types, flags and attribute numbers that the encoders and decoders share.
+
+// netlink.h: message header and attribute header.
+
+/// `nlmsg_type` of an error or acknowledgement.
+pub(crate) const NLMSG_ERROR: u16 = 2;
+/// `nlmsg_type` ending a multipart reply.
+pub(crate) const NLMSG_DONE: u16 = 3;
+/// A request.
+pub(crate) const NLM_F_REQUEST: u16 = 0x1;
+/// A reply that is one part of several (a dump's), ended by `NLMSG_DONE`.
+pub(crate) const NLM_F_MULTI: u16 = 0x2;
+/// Ask for an acknowledgement.
+pub(crate) const NLM_F_ACK: u16 = 0x4;
+/// A dump whose contents changed while it ran.
+pub(crate) const NLM_F_DUMP_INTR: u16 = 0x10;
+/// Fail if the object exists.
+pub(crate) const NLM_F_EXCL: u16 = 0x200;
+/// Create the object if it does not exist.
+pub(crate) const NLM_F_CREATE: u16 = 0x400;
+/// Add at the end (a rule after a chain's last).
+pub(crate) const NLM_F_APPEND: u16 = 0x800;
+/// Dump every object (`NLM_F_ROOT | NLM_F_MATCH`).
+pub(crate) const NLM_F_DUMP: u16 = 0x300;
+/// An attribute holding nested attributes.
+pub(crate) const NLA_F_NESTED: u16 = 0x8000;
+/// The attribute type without the nested and byte-order flags.
+pub(crate) const NLA_TYPE_MASK: u16 = 0x3fff;
+
+// nfnetlink.h: subsystems, groups, batches.
+
+/// The ctnetlink subsystem (conntrack).
+pub(crate) const NFNL_SUBSYS_CTNETLINK: u16 = 1;
+/// The nf_tables subsystem: the high byte of its message types.
+pub(crate) const NFNL_SUBSYS_NFTABLES: u16 = 10;
+/// The multicast group of nftables change notifications.
+pub(crate) const NFNLGRP_NFTABLES: u32 = 7;
+/// Begins a batch (transaction).
+pub(crate) const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
+/// Ends (commits) a batch.
+pub(crate) const NFNL_MSG_BATCH_END: u16 = 0x11;
+
+// netfilter.h: families (`nfgenmsg.nfgen_family`).
+
+/// Any family: a dump of this family lists every family's tables.
+pub(crate) const NFPROTO_UNSPEC: u8 = 0;
+/// `inet`: IPv4 and IPv6 together.
+pub(crate) const NFPROTO_INET: u8 = 1;
+/// `ip`.
+pub(crate) const NFPROTO_IPV4: u8 = 2;
+/// `arp`.
+pub(crate) const NFPROTO_ARP: u8 = 3;
+/// `netdev`.
+pub(crate) const NFPROTO_NETDEV: u8 = 5;
+/// `bridge`.
+pub(crate) const NFPROTO_BRIDGE: u8 = 7;
+/// `ip6`.
+pub(crate) const NFPROTO_IPV6: u8 = 10;
+
+// nf_tables.h: message types (`enum nf_tables_msg_types`).
+
+/// Add a table.
+pub(crate) const NFT_MSG_NEWTABLE: u16 = 0;
+/// Get (or dump) tables.
+pub(crate) const NFT_MSG_GETTABLE: u16 = 1;
+/// Delete a table.
+pub(crate) const NFT_MSG_DELTABLE: u16 = 2;
+/// Add a chain.
+pub(crate) const NFT_MSG_NEWCHAIN: u16 = 3;
+/// Get (or dump) chains.
+pub(crate) const NFT_MSG_GETCHAIN: u16 = 4;
+/// Delete a chain.
+pub(crate) const NFT_MSG_DELCHAIN: u16 = 5;
+/// Add a rule.
+pub(crate) const NFT_MSG_NEWRULE: u16 = 6;
+/// Get (or dump) rules.
+pub(crate) const NFT_MSG_GETRULE: u16 = 7;
+/// Delete a rule (or a chain's or table's rules).
+pub(crate) const NFT_MSG_DELRULE: u16 = 8;
+/// Add a set.
+pub(crate) const NFT_MSG_NEWSET: u16 = 9;
+/// Get (or dump) sets.
+pub(crate) const NFT_MSG_GETSET: u16 = 10;
+/// Delete a set.
+pub(crate) const NFT_MSG_DELSET: u16 = 11;
+/// Add set elements.
+pub(crate) const NFT_MSG_NEWSETELEM: u16 = 12;
+/// Dump a set's elements.
+pub(crate) const NFT_MSG_GETSETELEM: u16 = 13;
+/// Delete set elements (all of them without a list).
+pub(crate) const NFT_MSG_DELSETELEM: u16 = 14;
+/// A committed generation (notification).
+pub(crate) const NFT_MSG_NEWGEN: u16 = 15;
+/// Get the ruleset generation.
+pub(crate) const NFT_MSG_GETGEN: u16 = 16;
+/// A packet trace (notification).
+pub(crate) const NFT_MSG_TRACE: u16 = 17;
+/// Get (or dump) stateful objects.
+pub(crate) const NFT_MSG_GETOBJ: u16 = 19;
+/// Delete a stateful object.
+pub(crate) const NFT_MSG_DELOBJ: u16 = 20;
+/// Get (or dump) flowtables.
+pub(crate) const NFT_MSG_GETFLOWTABLE: u16 = 23;
+/// Delete a flowtable.
+pub(crate) const NFT_MSG_DELFLOWTABLE: u16 = 24;
+
+// Nested lists and expressions.
+
+/// One element of a nested list (expressions, set elements, concatenation fields).
+pub(crate) const NFTA_LIST_ELEM: u16 = 1;
+/// An expression's name.
+pub(crate) const NFTA_EXPR_NAME: u16 = 1;
+/// An expression's own attributes (nested).
+pub(crate) const NFTA_EXPR_DATA: u16 = 2;
+
+// Tables.
+
+/// Table name.
+pub(crate) const NFTA_TABLE_NAME: u16 = 1;
+/// Table flags.
+pub(crate) const NFTA_TABLE_FLAGS: u16 = 2;
+/// Table user data (its comment).
+pub(crate) const NFTA_TABLE_USERDATA: u16 = 6;
+
+// Chains.
+
+/// The chain's table.
+pub(crate) const NFTA_CHAIN_TABLE: u16 = 1;
+/// Chain handle.
+pub(crate) const NFTA_CHAIN_HANDLE: u16 = 2;
+/// Chain name.
+pub(crate) const NFTA_CHAIN_NAME: u16 = 3;
+/// A base chain's hook (nested `NFTA_HOOK_*`).
+pub(crate) const NFTA_CHAIN_HOOK: u16 = 4;
+/// A base chain's policy (a verdict code).
+pub(crate) const NFTA_CHAIN_POLICY: u16 = 5;
+/// A base chain's type (`filter`, `nat`…).
+pub(crate) const NFTA_CHAIN_TYPE: u16 = 7;
+/// Chain flags (`NFT_CHAIN_*`).
+pub(crate) const NFTA_CHAIN_FLAGS: u16 = 10;
+/// Hook number.
+pub(crate) const NFTA_HOOK_HOOKNUM: u16 = 1;
+/// Hook priority.
+pub(crate) const NFTA_HOOK_PRIORITY: u16 = 2;
+/// A rule's anonymous chain (`jump { … }`): it goes with its rule, and deleting it alone fails.
+pub(crate) const NFT_CHAIN_BINDING: u32 = 0x4;
+
+// Rules.
+
+/// The rule's table.
+pub(crate) const NFTA_RULE_TABLE: u16 = 1;
+/// The rule's chain.
+pub(crate) const NFTA_RULE_CHAIN: u16 = 2;
+/// Rule handle.
+pub(crate) const NFTA_RULE_HANDLE: u16 = 3;
+/// The rule's expressions (a nested list).
+pub(crate) const NFTA_RULE_EXPRESSIONS: u16 = 4;
+
+// Sets.
+
+/// The set's table.
+pub(crate) const NFTA_SET_TABLE: u16 = 1;
+/// Set name.
+pub(crate) const NFTA_SET_NAME: u16 = 2;
+/// Set flags (`NFT_SET_*`).
+pub(crate) const NFTA_SET_FLAGS: u16 = 3;
+/// Key data type.
+pub(crate) const NFTA_SET_KEY_TYPE: u16 = 4;
+/// Key length.
+pub(crate) const NFTA_SET_KEY_LEN: u16 = 5;
+/// A map's data type.
+pub(crate) const NFTA_SET_DATA_TYPE: u16 = 6;
+/// A map's data length.
+pub(crate) const NFTA_SET_DATA_LEN: u16 = 7;
+/// Set description (nested `NFTA_SET_DESC_*`).
+pub(crate) const NFTA_SET_DESC: u16 = 9;
+/// The set's id within a transaction.
+pub(crate) const NFTA_SET_ID: u16 = 10;
+/// Default element timeout, in milliseconds.
+pub(crate) const NFTA_SET_TIMEOUT: u16 = 11;
+/// Set user data.
+pub(crate) const NFTA_SET_USERDATA: u16 = 13;
+/// Set handle.
+pub(crate) const NFTA_SET_HANDLE: u16 = 16;
+/// Description: number of elements.
+pub(crate) const NFTA_SET_DESC_SIZE: u16 = 1;
+/// Description: a concatenation's fields (a nested list).
+pub(crate) const NFTA_SET_DESC_CONCAT: u16 = 2;
+/// One concatenation field's length.
+pub(crate) const NFTA_SET_FIELD_LEN: u16 = 1;
+/// A rule's anonymous set: it goes with its rule.
+pub(crate) const NFT_SET_ANONYMOUS: u32 = 0x1;
+/// Elements fixed at creation.
+pub(crate) const NFT_SET_CONSTANT: u32 = 0x2;
+/// Elements are ranges.
+pub(crate) const NFT_SET_INTERVAL: u32 = 0x4;
+/// A map: elements carry data.
+pub(crate) const NFT_SET_MAP: u32 = 0x8;
+/// Elements time out.
+pub(crate) const NFT_SET_TIMEOUT: u32 = 0x10;
+/// Updated from the packet path.
+pub(crate) const NFT_SET_EVAL: u32 = 0x20;
+/// Keys are concatenations.
+pub(crate) const NFT_SET_CONCAT: u32 = 0x80;
+
+// Set elements.
+
+/// The elements' table.
+pub(crate) const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
+/// The elements' set.
+pub(crate) const NFTA_SET_ELEM_LIST_SET: u16 = 2;
+/// The elements (a nested list).
+pub(crate) const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
+/// The set's id, for a set added in the same transaction.
+pub(crate) const NFTA_SET_ELEM_LIST_SET_ID: u16 = 4;
+/// Element key (nested data).
+pub(crate) const NFTA_SET_ELEM_KEY: u16 = 1;
+/// A map element's data (nested data).
+pub(crate) const NFTA_SET_ELEM_DATA: u16 = 2;
+/// Element flags (`NFT_SET_ELEM_*`).
+pub(crate) const NFTA_SET_ELEM_FLAGS: u16 = 3;
+/// Milliseconds until the element times out.
+pub(crate) const NFTA_SET_ELEM_EXPIRATION: u16 = 5;
+/// Element user data (its comment).
+pub(crate) const NFTA_SET_ELEM_USERDATA: u16 = 6;
+/// The last key of a range (nested data).
+pub(crate) const NFTA_SET_ELEM_KEY_END: u16 = 10;
+/// The element that ends a range of an interval set.
+pub(crate) const NFT_SET_ELEM_INTERVAL_END: u32 = 0x1;
+
+// Data and verdicts.
+
+/// A value.
+pub(crate) const NFTA_DATA_VALUE: u16 = 1;
+/// A verdict (nested `NFTA_VERDICT_*`).
+pub(crate) const NFTA_DATA_VERDICT: u16 = 2;
+/// Verdict code.
+pub(crate) const NFTA_VERDICT_CODE: u16 = 1;
+/// A jump's or goto's chain.
+pub(crate) const NFTA_VERDICT_CHAIN: u16 = 2;
+/// Drop the packet.
+pub(crate) const NF_DROP: i32 = 0;
+/// Accept the packet.
+pub(crate) const NF_ACCEPT: i32 = 1;
+/// Jump to a chain.
+pub(crate) const NFT_JUMP: i32 = -3;
+/// Go to a chain.
+pub(crate) const NFT_GOTO: i32 = -4;
+
+// Stateful objects and flowtables.
+
+/// The object's table.
+pub(crate) const NFTA_OBJ_TABLE: u16 = 1;
+/// Object name.
+pub(crate) const NFTA_OBJ_NAME: u16 = 2;
+/// Object type (`NFT_OBJECT_*`).
+pub(crate) const NFTA_OBJ_TYPE: u16 = 3;
+/// Object handle.
+pub(crate) const NFTA_OBJ_HANDLE: u16 = 6;
+/// A counter.
+pub(crate) const NFT_OBJECT_COUNTER: u32 = 1;
+/// A quota.
+pub(crate) const NFT_OBJECT_QUOTA: u32 = 2;
+/// A limit.
+pub(crate) const NFT_OBJECT_LIMIT: u32 = 4;
+/// A secmark.
+pub(crate) const NFT_OBJECT_SECMARK: u32 = 8;
+/// A synproxy.
+pub(crate) const NFT_OBJECT_SYNPROXY: u32 = 10;
+/// The flowtable's table.
+pub(crate) const NFTA_FLOWTABLE_TABLE: u16 = 1;
+/// Flowtable name.
+pub(crate) const NFTA_FLOWTABLE_NAME: u16 = 2;
+/// Flowtable handle.
+pub(crate) const NFTA_FLOWTABLE_HANDLE: u16 = 5;
+
+// Generations.
+
+/// Generation id.
+pub(crate) const NFTA_GEN_ID: u16 = 1;
+/// The committing process.
+pub(crate) const NFTA_GEN_PROC_PID: u16 = 2;
+
+// Expressions' own attributes (`NFTA_<EXPR>_*`), and the values some of them take.
+
+/// payload: destination register.
+pub(crate) const NFTA_PAYLOAD_DREG: u16 = 1;
+/// payload: header base (`NFT_PAYLOAD_*_HEADER`).
+pub(crate) const NFTA_PAYLOAD_BASE: u16 = 2;
+/// payload: offset in the header.
+pub(crate) const NFTA_PAYLOAD_OFFSET: u16 = 3;
+/// payload: bytes to load.
+pub(crate) const NFTA_PAYLOAD_LEN: u16 = 4;
+/// meta: destination register.
+pub(crate) const NFTA_META_DREG: u16 = 1;
+/// meta: key (`NFT_META_*`).
+pub(crate) const NFTA_META_KEY: u16 = 2;
+/// meta: source register (setting a key).
+pub(crate) const NFTA_META_SREG: u16 = 3;
+/// ct: destination register.
+pub(crate) const NFTA_CT_DREG: u16 = 1;
+/// ct: key (`NFT_CT_*`).
+pub(crate) const NFTA_CT_KEY: u16 = 2;
+/// fib: destination register.
+pub(crate) const NFTA_FIB_DREG: u16 = 1;
+/// fib: result (`NFT_FIB_RESULT_*`).
+pub(crate) const NFTA_FIB_RESULT: u16 = 2;
+/// fib: flags (`NFTA_FIB_F_*`).
+pub(crate) const NFTA_FIB_FLAGS: u16 = 3;
+/// cmp: source register.
+pub(crate) const NFTA_CMP_SREG: u16 = 1;
+/// cmp: operator (`NFT_CMP_*`).
+pub(crate) const NFTA_CMP_OP: u16 = 2;
+/// cmp: data compared with (nested data).
+pub(crate) const NFTA_CMP_DATA: u16 = 3;
+/// bitwise: source register.
+pub(crate) const NFTA_BITWISE_SREG: u16 = 1;
+/// bitwise: destination register.
+pub(crate) const NFTA_BITWISE_DREG: u16 = 2;
+/// bitwise: length.
+pub(crate) const NFTA_BITWISE_LEN: u16 = 3;
+/// bitwise: mask (nested data).
+pub(crate) const NFTA_BITWISE_MASK: u16 = 4;
+/// bitwise: xor (nested data).
+pub(crate) const NFTA_BITWISE_XOR: u16 = 5;
+/// byteorder: source register.
+pub(crate) const NFTA_BYTEORDER_SREG: u16 = 1;
+/// byteorder: destination register.
+pub(crate) const NFTA_BYTEORDER_DREG: u16 = 2;
+/// byteorder: operation (`NFT_BYTEORDER_*`).
+pub(crate) const NFTA_BYTEORDER_OP: u16 = 3;
+/// byteorder: length.
+pub(crate) const NFTA_BYTEORDER_LEN: u16 = 4;
+/// byteorder: size of each unit.
+pub(crate) const NFTA_BYTEORDER_SIZE: u16 = 5;
+/// lookup: set name.
+pub(crate) const NFTA_LOOKUP_SET: u16 = 1;
+/// lookup: source register.
+pub(crate) const NFTA_LOOKUP_SREG: u16 = 2;
+/// lookup: destination register (a map's data).
+pub(crate) const NFTA_LOOKUP_DREG: u16 = 3;
+/// lookup: the set's id within a transaction.
+pub(crate) const NFTA_LOOKUP_SET_ID: u16 = 4;
+/// lookup: flags (`NFT_LOOKUP_F_*`).
+pub(crate) const NFTA_LOOKUP_FLAGS: u16 = 5;
+/// lookup: match when the key is absent.
+pub(crate) const NFT_LOOKUP_F_INV: u32 = 0x1;
+/// immediate: destination register.
+pub(crate) const NFTA_IMMEDIATE_DREG: u16 = 1;
+/// immediate: data (nested data).
+pub(crate) const NFTA_IMMEDIATE_DATA: u16 = 2;
+/// numgen: destination register.
+pub(crate) const NFTA_NG_DREG: u16 = 1;
+/// numgen: modulus.
+pub(crate) const NFTA_NG_MODULUS: u16 = 2;
+/// numgen: type (`NFT_NG_*`).
+pub(crate) const NFTA_NG_TYPE: u16 = 3;
+/// numgen: offset.
+pub(crate) const NFTA_NG_OFFSET: u16 = 4;
+/// numgen: a random number.
+pub(crate) const NFT_NG_RANDOM: u32 = 1;
+/// nat: type (`NFT_NAT_*`).
+pub(crate) const NFTA_NAT_TYPE: u16 = 1;
+/// nat: family.
+pub(crate) const NFTA_NAT_FAMILY: u16 = 2;
+/// nat: register of the lowest address.
+pub(crate) const NFTA_NAT_REG_ADDR_MIN: u16 = 3;
+/// nat: register of the lowest port.
+pub(crate) const NFTA_NAT_REG_PROTO_MIN: u16 = 5;
+/// nat: flags (`NF_NAT_RANGE_*`).
+pub(crate) const NFTA_NAT_FLAGS: u16 = 7;
+/// Destination NAT.
+pub(crate) const NFT_NAT_DNAT: u32 = 1;
+/// masq: flags (`NF_NAT_RANGE_*`).
+pub(crate) const NFTA_MASQ_FLAGS: u16 = 1;
+/// reject: type (`NFT_REJECT_*`).
+pub(crate) const NFTA_REJECT_TYPE: u16 = 1;
+/// reject: ICMP code.
+pub(crate) const NFTA_REJECT_ICMP_CODE: u16 = 2;
+/// dynset: set name.
+pub(crate) const NFTA_DYNSET_SET_NAME: u16 = 1;
+/// dynset: the set's id within a transaction.
+pub(crate) const NFTA_DYNSET_SET_ID: u16 = 2;
+/// dynset: operation (`NFT_DYNSET_OP_*`).
+pub(crate) const NFTA_DYNSET_OP: u16 = 3;
+/// dynset: register of the key.
+pub(crate) const NFTA_DYNSET_SREG_KEY: u16 = 4;
+/// dynset: element timeout, in milliseconds.
+pub(crate) const NFTA_DYNSET_TIMEOUT: u16 = 6;
+/// dynset: add the element or refresh its timeout.
+pub(crate) const NFT_DYNSET_OP_UPDATE: u32 = 1;
