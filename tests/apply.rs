@@ -7,7 +7,7 @@ use clap::Parser;
 use common::check::{web_on as web, who};
 use common::cluster::{Cluster, ECHO_PORT, service, slice};
 use common::net::in_netns;
-use common::proxy::{Proxy, model_of};
+use common::proxy::{Proxy, model_of, node_a_config};
 use common::{Netns, kernel_available};
 use kube_nftproxy::config::{Config, Flags};
 use kube_nftproxy::model::Model;
@@ -17,12 +17,6 @@ use kube_nftproxy::render::Update;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-
-fn config() -> Config {
-    let flags =
-        Flags::parse_from(["kube-nftproxy", "--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8,fd00:10::/32"]);
-    Config::from_flags(&flags).unwrap()
-}
 
 /// Syncs the node to `objects` as the sync loop does after a snapshot: only what changed is
 /// rendered again and sent.
@@ -37,7 +31,7 @@ fn a_partial_sync_is_a_few_lines_and_traffic_follows() {
         return;
     }
     let c = Cluster::new(2, 0);
-    let mut proxy = Proxy::new(config());
+    let mut proxy = Proxy::new(node_a_config());
     let first = sync(&c.node, &mut proxy, &web(&c, &["pod-1"]), false);
     assert_eq!(first.unwrap().kind, SyncKind::Full, "the first sync must be full");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
@@ -85,7 +79,7 @@ fn a_refresh_rewrites_rules_and_maps_in_place_and_keeps_affinity() {
     let c = Cluster::new(2, 0);
     let mut objects = web(&c, &["pod-1", "pod-2"]);
     objects[0]["spec"]["sessionAffinity"] = json!("ClientIP");
-    let mut proxy = Proxy::new(config());
+    let mut proxy = Proxy::new(node_a_config());
     sync(&c.node, &mut proxy, &objects, false).unwrap();
     let first = who(&c.client, "172.30.0.40:80");
     let clean = sorted_lines(c.node.nft(&["list", "ruleset"]));
@@ -117,7 +111,7 @@ fn a_failed_sync_changes_nothing_and_the_next_one_is_full() {
         return;
     }
     let c = Cluster::new(2, 0);
-    let mut proxy = Proxy::new(config());
+    let mut proxy = Proxy::new(node_a_config());
     let first = sync(&c.node, &mut proxy, &web(&c, &["pod-1"]), false);
     first.unwrap();
     // Someone deletes the service's element and the chain it led to behind our back; the next
@@ -149,7 +143,7 @@ fn a_big_first_sync_is_one_transaction_and_a_big_table_is_repaired_in_place() {
     let c = Cluster::new(1, 0);
     let mut objects = web(&c, &["pod-1"]);
     objects.extend(bulk(0..2100));
-    let mut proxy = Proxy::new(config());
+    let mut proxy = Proxy::new(node_a_config());
     let generation = || in_netns(&c.node.name, || Socket::open().and_then(|mut s| s.generation())).unwrap();
     let before = generation();
     let report = sync(&c.node, &mut proxy, &objects, false).unwrap();
@@ -256,7 +250,7 @@ fn one_endpoint_of_many_changing_changes_one_slot() {
         eps[2] = json!({"addresses": [replaced], "nodeName": "node-b"});
         vec![service("big", spec, json!({})), slice("big", false, "TCP", eps)]
     };
-    let mut proxy = Proxy::new(config());
+    let mut proxy = Proxy::new(node_a_config());
     sync(&ns, &mut proxy, &objects("10.9.0.3"), false).unwrap();
     // The replacement sorts last; without stable slots every later slot would shift.
     let script = sync(&ns, &mut proxy, &objects("10.9.0.250"), false).unwrap().script;
@@ -340,7 +334,7 @@ fn a_refresh_deletes_every_foreign_object_by_handle() {
     let spec = json!({"clusterIP": "172.30.0.50", "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
     let eps = vec![json!({"addresses": ["10.9.0.1"], "nodeName": "node-b"})];
     let objects = vec![service("web", spec, json!({})), slice("web", false, "TCP", eps)];
-    let mut proxy = Proxy::new(config());
+    let mut proxy = Proxy::new(node_a_config());
     sync(&ns, &mut proxy, &objects, false).unwrap();
     let clean = sorted_lines(ns.nft(&["list", "ruleset"]));
     add_foreign_objects(&ns);
@@ -379,7 +373,7 @@ fn a_big_batch_of_long_named_elements_is_split_and_lists_as_nft_loads_it() {
         }
     }
     let ns = Netns::new("long-names");
-    let mut proxy = Proxy::new(config());
+    let mut proxy = Proxy::new(node_a_config());
     proxy.model.replace(model_of(&objects));
     let report = proxy.sync(&ns.name, Resync::Changes).expect("the kernel takes the batch");
     assert_eq!(report.kind, SyncKind::Full);
@@ -396,7 +390,7 @@ fn a_chain_of_ours_someone_hooked_is_undone_by_replacing_the_tables() {
         return;
     }
     let c = Cluster::new(1, 0);
-    let mut proxy = Proxy::new(config());
+    let mut proxy = Proxy::new(node_a_config());
     let objects = web(&c, &["pod-1"]);
     sync(&c.node, &mut proxy, &objects, false).unwrap();
     let clean = c.node.nft(&["list", "ruleset"]);

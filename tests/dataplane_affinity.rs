@@ -5,20 +5,12 @@
 
 mod common;
 
-use clap::Parser;
 use common::check::who;
 use common::cluster::{Cluster, ECHO_PORT, endpoint, service, slice};
-use common::proxy::{Proxy, model_of};
+use common::proxy::{Proxy, model_of, node_a_config};
 use common::{Netns, kernel_available};
-use kube_nftproxy::config::{Config, Flags};
 use kube_nftproxy::nft::{Resync, SyncKind, SyncReport};
 use serde_json::{Value, json};
-
-fn config() -> Config {
-    let flags =
-        Flags::parse_from(["kube-nftproxy", "--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8,fd00:10::/32"]);
-    Config::from_flags(&flags).expect("test configuration")
-}
 
 fn sync(ns: &Netns, proxy: &mut Proxy, objects: &[Value]) -> SyncReport {
     proxy.model.replace(model_of(objects));
@@ -51,6 +43,11 @@ fn objects(c: &Cluster, pods: &[&str], other: bool) -> Vec<Value> {
     all
 }
 
+/// How many affinity entries (the only elements with a timeout) `family`'s table holds.
+fn entries(c: &Cluster, family: &str) -> usize {
+    c.node.nft(&["list", "table", family, "kube-nftproxy"]).matches(" expires ").count()
+}
+
 /// Asserts every frontend in `frontends` sends the client to `expected`, a few times over.
 fn sticks(c: &Cluster, frontends: &[&str], expected: &str, when: &str) {
     for round in 0..3 {
@@ -66,7 +63,7 @@ fn a_client_keeps_its_endpoint_across_frontends_partial_and_periodic_syncs() {
         return;
     }
     let c = Cluster::new(3, 0);
-    let mut proxy = Proxy::new(config());
+    let mut proxy = Proxy::new(node_a_config());
     let pods = ["pod-1", "pod-2", "pod-3"];
     assert_eq!(sync(&c.node, &mut proxy, &objects(&c, &pods, false)).kind, SyncKind::Full);
     for frontends in [&V4[..], &V6[..]] {
@@ -81,8 +78,7 @@ fn a_client_keeps_its_endpoint_across_frontends_partial_and_periodic_syncs() {
     }
     // One entry per client and family, naming the endpoint.
     for family in ["ip", "ip6"] {
-        let table = c.node.nft(&["list", "table", family, "kube-nftproxy"]);
-        assert_eq!(table.matches(" expires ").count(), 1, "{family}: {table}");
+        assert_eq!(entries(&c, family), 1, "{family}: one entry per client");
     }
 }
 
@@ -92,7 +88,7 @@ fn a_client_whose_endpoint_went_is_spread_anew_and_stays_there() {
         return;
     }
     let c = Cluster::new(3, 0);
-    let mut proxy = Proxy::new(config());
+    let mut proxy = Proxy::new(node_a_config());
     let pods = ["pod-1", "pod-2", "pod-3"];
     sync(&c.node, &mut proxy, &objects(&c, &pods, false));
     for frontends in [&V4[..], &V6[..]] {
@@ -110,8 +106,7 @@ fn a_client_whose_endpoint_went_is_spread_anew_and_stays_there() {
         sync(&c.node, &mut proxy, &objects(&c, &pods, false));
         sticks(&c, frontends, &second, "after the endpoint came back");
         let family = if frontends[0].starts_with('[') { "ip6" } else { "ip" };
-        let table = c.node.nft(&["list", "table", family, "kube-nftproxy"]);
-        assert_eq!(table.matches(" expires ").count(), 1, "one entry per client: {table}");
+        assert_eq!(entries(&c, family), 1, "{family}: one entry per client");
     }
 }
 
@@ -124,7 +119,7 @@ fn both_traffic_policy_scopes_share_a_clients_endpoint() {
     // every pod. A client sent to a local pod through the NodePort is known to the ClusterIP's
     // chain too (upstream's cluster and local chains share each endpoint's set).
     let c = Cluster::new(2, 2);
-    let mut proxy = Proxy::new(config());
+    let mut proxy = Proxy::new(node_a_config());
     let spec = json!({"type": "NodePort", "clusterIP": "172.30.0.52", "externalTrafficPolicy": "Local",
         "sessionAffinity": "ClientIP", "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 600}},
         "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT, "nodePort": 30052}]});

@@ -9,6 +9,13 @@ use kube_nftproxy::render::{Rendered, Ruleset, Update};
 use kube_nftproxy::sync::Kernel;
 use std::sync::Arc;
 
+/// The configuration of node `node-a` with the test clusters' pod ranges.
+#[allow(dead_code)] // Not every test binary that includes `common` uses it.
+pub fn node_a_config() -> Config {
+    let args = ["kube-nftproxy", "--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8,fd00:10::/32"];
+    Config::from_flags(&<kube_nftproxy::config::Flags as clap::Parser>::parse_from(args)).expect("test configuration")
+}
+
 /// A proxy for node `node-a`, fed by changing its model.
 pub struct Proxy {
     /// The model; change it (`apply`, `replace`), then sync.

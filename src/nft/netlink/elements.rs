@@ -1,11 +1,11 @@
-//! Reading the elements of one set or map (a dump): each element's key and, in a map, its
-//! data, as register bytes. The sweep of session-affinity maps reads them.
+//! Reading the elements of one set or map (a dump): each element's key, as register bytes,
+//! and when it times out. The sweep of session-affinity sets reads them.
 
 use super::abi::{
-    NFT_MSG_GETSETELEM, NFTA_DATA_VALUE, NFTA_LIST_ELEM, NFTA_SET_ELEM_DATA, NFTA_SET_ELEM_EXPIRATION,
-    NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NLM_F_DUMP,
+    NFT_MSG_GETSETELEM, NFTA_DATA_VALUE, NFTA_LIST_ELEM, NFTA_SET_ELEM_EXPIRATION, NFTA_SET_ELEM_KEY,
+    NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NLM_F_DUMP,
 };
-use super::nla::nested;
+use super::nla::{get, nested};
 use super::{NfFamily, Socket, attr};
 use std::io;
 
@@ -14,8 +14,6 @@ use std::io;
 pub struct Element {
     /// The key, as the set's key register holds it.
     pub key: Vec<u8>,
-    /// A map element's data (absent for a set, or a verdict).
-    pub data: Option<Vec<u8>>,
     /// Milliseconds until it times out, for an element with a timeout.
     pub expires_ms: Option<u64>,
 }
@@ -42,16 +40,13 @@ impl Socket {
     }
 }
 
-/// One `NFTA_LIST_ELEM`: its key (required) and data value.
+/// One `NFTA_LIST_ELEM`: its key (required) and when it times out.
 fn element(elem: &[u8]) -> io::Result<Element> {
-    let value = |outer: u16| -> io::Result<Option<Vec<u8>>> {
-        let Some((_, wrapped)) = nested(elem)?.into_iter().find(|(k, _)| *k == outer) else { return Ok(None) };
-        Ok(nested(wrapped)?.into_iter().find(|(k, _)| *k == NFTA_DATA_VALUE).map(|(_, v)| v.to_vec()))
-    };
-    let key = value(NFTA_SET_ELEM_KEY)?.ok_or_else(|| malformed("an element without a key"))?;
-    let expires = nested(elem)?.into_iter().find(|(k, _)| *k == NFTA_SET_ELEM_EXPIRATION);
-    let expires_ms = expires.and_then(|(_, v)| <[u8; 8]>::try_from(v).ok()).map(u64::from_be_bytes);
-    Ok(Element { key, data: value(NFTA_SET_ELEM_DATA)?, expires_ms })
+    let attrs = nested(elem)?;
+    let wrapped = get(&attrs, NFTA_SET_ELEM_KEY).ok_or_else(|| malformed("an element without a key"))?;
+    let key = get(&nested(wrapped)?, NFTA_DATA_VALUE).ok_or_else(|| malformed("a key without a value"))?.to_vec();
+    let expires = get(&attrs, NFTA_SET_ELEM_EXPIRATION).and_then(|v| <[u8; 8]>::try_from(v).ok());
+    Ok(Element { key, expires_ms: expires.map(u64::from_be_bytes) })
 }
 
 fn malformed(what: &str) -> io::Error {
@@ -61,7 +56,7 @@ fn malformed(what: &str) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nft::netlink::abi::NLA_F_NESTED;
+    use crate::nft::netlink::abi::{NFTA_SET_ELEM_DATA, NLA_F_NESTED};
 
     fn put(buf: &mut Vec<u8>, t: u16, payload: &[u8]) {
         buf.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
@@ -79,7 +74,7 @@ mod tests {
         put(&mut elem, NFTA_SET_ELEM_DATA | NLA_F_NESTED, &data);
         put(&mut elem, NFTA_SET_ELEM_EXPIRATION, &9000u64.to_be_bytes());
         let found = element(&elem).expect("a well-formed element");
-        let want = Element { key: vec![10, 0, 0, 1], data: Some(vec![10, 1, 0, 7]), expires_ms: Some(9000) };
+        let want = Element { key: vec![10, 0, 0, 1], expires_ms: Some(9000) };
         assert_eq!(found, want);
 
         let mut keyless = Vec::new();
