@@ -108,6 +108,19 @@ fn api_source(
 
 fn dry_run(flags: &Flags) -> anyhow::Result<()> {
     let cfg = Config::from_flags(flags)?;
+    let model = load_model(flags, &cfg)?;
+    let ruleset = render::render(&model, &cfg)?;
+    for w in ruleset.warnings() {
+        log::warn!("{w}");
+    }
+    let script = render::full_sync_script(&ruleset, &cfg.node_name)?;
+    std::io::stdout().lock().write_all(script.as_bytes()).context("writing the ruleset")?;
+    Ok(())
+}
+
+/// The model a one-shot command (`--dry-run`, `explain`) works from: the manifests and a
+/// listing from the API server, as far as given, and this host's addresses.
+fn load_model(flags: &Flags, cfg: &Config) -> anyhow::Result<Model> {
     let mut model = Model::default();
     if let Some(path) = &flags.manifests {
         let (loaded, warnings) = manifests::load_model(path, &cfg.node_name)?;
@@ -124,13 +137,7 @@ fn dry_run(flags: &Flags) -> anyhow::Result<()> {
         }
     }
     model.set_host_addresses(kube_nftproxy::host::interface_addresses().context("reading interface addresses")?);
-    let ruleset = render::render(&model, &cfg)?;
-    for w in ruleset.warnings() {
-        log::warn!("{w}");
-    }
-    let script = render::full_sync_script(&ruleset, &cfg.node_name)?;
-    std::io::stdout().lock().write_all(script.as_bytes()).context("writing the ruleset")?;
-    Ok(())
+    Ok(model)
 }
 
 fn run_cleanup(flags: &Flags) -> anyhow::Result<()> {

@@ -14,6 +14,7 @@ const SERVING: &str = "Health and metrics";
 const CONNTRACK: &str = "Conntrack";
 const RUN: &str = "Start, stop and clean up";
 const LOGGING: &str = "Logging";
+const EXPLAIN: &str = "Explain a connection (`kube-nftproxy explain`)";
 
 /// `--version`: the version, then how the binary was built.
 const LONG_VERSION: &str = concat!(
@@ -150,6 +151,15 @@ pub struct Flags {
     /// Print the nftables script a full sync would apply, then exit without touching the kernel.
     #[arg(long, help_heading = RUN)]
     pub dry_run: bool,
+    /// With --dry-run: print what a sync would change in the kernel's current tables (grouped
+    /// by service) instead of the script, changing nothing; exit status 0 when there is no
+    /// difference, 1 when there is one, 2 on trouble (as `diff`).
+    #[arg(long, requires = "dry_run", help_heading = RUN)]
+    pub diff: bool,
+    /// How `explain` and `--dry-run --diff` print their answer: `text` (aligned, for people)
+    /// or `json` (for scripts; README, Seeing what the proxy does).
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"], help_heading = RUN)]
+    pub output: String,
     /// Remove everything kube-nftproxy created, report upstream kube-proxy leftovers, and exit.
     #[arg(long, help_heading = RUN)]
     pub cleanup: bool,
@@ -176,6 +186,20 @@ pub struct Flags {
     /// RUST_LOG, else info).
     #[arg(short = 'v', long = "v", value_name = "N", help_heading = LOGGING)]
     pub verbosity: Option<u8>,
+
+    /// `explain`: say where a connection from --from to --to goes through the rules this node
+    /// would apply, and why, then exit.
+    #[arg(value_name = "COMMAND", value_parser = ["explain"], help_heading = EXPLAIN)]
+    pub command: Option<String>,
+    /// The connection's source: a pod IP, `node` (this node itself), or an outside address.
+    #[arg(long, value_name = "SRC", requires = "command", help_heading = EXPLAIN)]
+    pub from: Option<String>,
+    /// The connection's destination, `IP:PORT` (`[IPv6]:PORT`).
+    #[arg(long, value_name = "IP:PORT", requires = "command", help_heading = EXPLAIN)]
+    pub to: Option<String>,
+    /// The connection's protocol.
+    #[arg(long, value_name = "PROTO", default_value = "tcp", value_parser = ["tcp", "udp", "sctp"], help_heading = EXPLAIN)]
+    pub protocol: String,
 }
 
 impl Flags {
