@@ -125,7 +125,14 @@ fn explain(flags: &Flags) -> anyhow::Result<()> {
     let (Some(from), Some(to)) = (&flags.from, &flags.to) else {
         anyhow::bail!("explain needs --from SRC (a pod IP, `node`, or an outside address) and --to IP:PORT");
     };
-    let query = kube_nftproxy::explain::Query::parse(from, to, &flags.protocol)?;
+    let mut query = kube_nftproxy::explain::Query::parse(from, to, &flags.protocol)?;
+    // Where this host routes the source is where its packets come in.
+    if let Some(ip) = query.from {
+        query.arrives_on = kube_nftproxy::host::route_device(ip).unwrap_or_else(|e| {
+            log::warn!("reading the routes: {e}; taking the interface a packet from {ip} comes in on as unknown");
+            None
+        });
+    }
     let cfg = Config::from_flags(flags)?;
     let model = load_model(flags, &cfg)?;
     let answer = kube_nftproxy::explain::explain(&model, &cfg, &query)?;

@@ -6,8 +6,9 @@
 //!
 //! What it takes as given: a new connection (conntrack state new), a client not yet in any
 //! affinity set, routing by the node's own addresses only (an address of the node is local,
-//! anything else leaves it), and, for the interface-based `--detect-local-mode`s, that a pod
-//! of this node sends on a pod interface and anything else arrives on another one.
+//! anything else leaves it), and that a packet from an address comes in on the interface the
+//! host routes that address through (`Query::arrives_on`, which the command reads from the
+//! host's routes; without it, a pod of this node is taken to send on a pod interface).
 
 mod packet;
 mod show;
@@ -26,7 +27,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use vm::{Run, Step, Verdict};
-pub use why::{Reason, Unused};
+pub use why::{Reason, UnusedEndpoint};
 
 /// What went wrong in answering.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +55,8 @@ pub struct Query {
     pub to: SocketAddr,
     /// Its protocol.
     pub protocol: Protocol,
+    /// The interface a packet from `from` comes in on, when known (the route to it).
+    pub arrives_on: Option<String>,
 }
 
 impl Query {
@@ -70,7 +73,7 @@ impl Query {
         if from.is_some_and(|f: IpAddr| f.is_ipv4() != to.is_ipv4()) {
             return Err(bad("--from and --to are of different address families".into()));
         }
-        Ok(Query { from, to, protocol })
+        Ok(Query { from, to, protocol, arrives_on: None })
     }
 }
 
@@ -141,7 +144,7 @@ pub struct Explanation {
     /// Why.
     pub reasons: Vec<Reason>,
     /// The service port's endpoints that take none of this traffic, and why.
-    pub unused: Vec<Unused>,
+    pub unused: Vec<UnusedEndpoint>,
 }
 
 /// Answers `query` for the rules a full sync of `model` under `cfg` would apply.
@@ -153,10 +156,11 @@ pub fn explain(model: &Model, cfg: &Config, query: &Query) -> Result<Explanation
         ExplainError::Query(format!("no {family:?} table: no --cluster-cidr or Service of that family"))
     })?;
     let detector = ruleset.tables.iter().find(|t| t.family == family).map(|t| t.fixed.local.clone());
-    let (kind, packet) = first_packet(model, cfg, query, detector.as_ref(), family);
+    let nodes = why::endpoint_nodes(model, family);
+    let (kind, packet) = first_packet(model, cfg, query, detector.as_ref(), &nodes);
     let source = packet.saddr;
     let paths = follow(table, packet, kind == SourceKind::Node).map_err(ExplainError::Machine)?;
-    let outcomes = outcomes(model, paths);
+    let outcomes = outcomes(&nodes, paths);
     let mut e =
         Explanation { query: query.clone(), source, kind, service: None, outcomes, reasons: vec![], unused: vec![] };
     why::fill(&mut e, model, cfg);
@@ -191,19 +195,23 @@ fn first_packet(
     cfg: &Config,
     query: &Query,
     detector: Option<&Detector>,
-    family: Family,
+    nodes: &BTreeMap<IpAddr, String>,
 ) -> (SourceKind, Packet) {
+    let family = if query.to.is_ipv4() { Family::V4 } else { Family::V6 };
     let local: Vec<IpAddr> = model.host_addresses().to_vec();
     let kind = match query.from {
         None => SourceKind::Node,
         Some(ip) if local.contains(&ip) || ip.is_loopback() => SourceKind::Node,
-        Some(ip) => pod_kind(model, cfg, ip),
+        Some(ip) => pod_kind(model, cfg, nodes, ip, detector, query.arrives_on.as_deref()),
     };
     let saddr = query.from.unwrap_or_else(|| render::node_ip(cfg, model.node.as_ref(), family));
-    let iif = match (kind, detector) {
-        (SourceKind::Node, _) => None,
-        (SourceKind::LocalPod, Some(Detector::Interface(name))) => Some(name.clone()),
-        (SourceKind::LocalPod, Some(Detector::InterfacePrefix(p))) => Some(format!("{p}0").chars().take(15).collect()),
+    let iif = match (kind, detector, &query.arrives_on) {
+        (SourceKind::Node, ..) => None,
+        (_, _, Some(dev)) => Some(dev.clone()),
+        (SourceKind::LocalPod, Some(Detector::Interface(name)), None) => Some(name.clone()),
+        (SourceKind::LocalPod, Some(Detector::InterfacePrefix(p)), None) => {
+            Some(format!("{p}0").chars().take(15).collect())
+        }
         // A name no interface has: no interface match holds for it.
         _ => Some(String::new()),
     };
@@ -226,12 +234,24 @@ fn first_packet(
 
 /// Whether `ip` is a pod of this node, of another node, or neither: an endpoint the slices
 /// place, else this node's pod CIDRs, else the cluster's.
-fn pod_kind(model: &Model, cfg: &Config, ip: IpAddr) -> SourceKind {
+fn pod_kind(
+    model: &Model,
+    cfg: &Config,
+    nodes: &BTreeMap<IpAddr, String>,
+    ip: IpAddr,
+    detector: Option<&Detector>,
+    arrives_on: Option<&str>,
+) -> SourceKind {
     let node = model.node.as_ref();
-    if let Some(on) = why::endpoint_node(model, ip) {
-        return if on == cfg.node_name { SourceKind::LocalPod } else { SourceKind::RemotePod };
+    if let Some(on) = nodes.get(&ip) {
+        return if *on == cfg.node_name { SourceKind::LocalPod } else { SourceKind::RemotePod };
     }
-    if node.is_some_and(|n| n.pod_cidrs.iter().any(|c| c.contains(&ip))) {
+    let pod_interface = match (detector, arrives_on) {
+        (Some(Detector::Interface(name)), Some(dev)) => dev == name,
+        (Some(Detector::InterfacePrefix(p)), Some(dev)) => dev.starts_with(p.as_str()),
+        _ => false,
+    };
+    if pod_interface || node.is_some_and(|n| n.pod_cidrs.iter().any(|c| c.contains(&ip))) {
         return SourceKind::LocalPod;
     }
     if cfg.cluster_cidrs.iter().any(|c| c.contains(&ip)) { SourceKind::RemotePod } else { SourceKind::Outside }
@@ -288,7 +308,7 @@ fn hook(table: &LoadedTable, name: &str, runs: Vec<Run>) -> Result<Vec<(Verdict,
 }
 
 /// The paths grouped by what happens, with their chances summed, most likely first.
-fn outcomes(model: &Model, paths: Vec<(Verdict, Run)>) -> Vec<Outcome> {
+fn outcomes(nodes: &BTreeMap<IpAddr, String>, paths: Vec<(Verdict, Run)>) -> Vec<Outcome> {
     let mut by_fate: BTreeMap<Fate, Outcome> = BTreeMap::new();
     for (v, r) in paths {
         let fate = match v {
@@ -296,7 +316,7 @@ fn outcomes(model: &Model, paths: Vec<(Verdict, Run)>) -> Vec<Outcome> {
             Verdict::Drop { reject: false } => Fate::Dropped,
             Verdict::Accept if r.packet.dnat => Fate::Endpoint {
                 to: SocketAddr::new(r.packet.daddr, r.packet.dport),
-                node: why::endpoint_node(model, r.packet.daddr),
+                node: nodes.get(&r.packet.daddr).cloned(),
                 masquerade: r.packet.masquerade,
             },
             Verdict::Accept => Fate::Unchanged { masquerade: r.packet.masquerade },

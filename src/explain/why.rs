@@ -4,8 +4,9 @@
 
 use super::{Explanation, Fate, SourceKind, Step};
 use crate::config::Config;
-use crate::model::{Endpoint, Family, Model, ServicePort};
-use crate::topology;
+use crate::model::{Family, Model, ServicePort};
+use crate::topology::{self, Choice};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
 /// One reason, with a stable name for scripts.
@@ -20,27 +21,28 @@ pub struct Reason {
 
 /// An endpoint of the service port that takes none of this connection's traffic.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unused {
+pub struct UnusedEndpoint {
     /// The endpoint.
     pub endpoint: SocketAddr,
     /// Its node, when its slice says.
     pub node: Option<String>,
-    /// Why, by name (`not-ready`, `terminating`, `topology`, `other-node`, `policy`).
+    /// Why, by name (`not-ready`, `terminating`, `topology`, `other-node`: `topology::Unused`).
     pub reason: &'static str,
     /// Why, for people.
     pub text: String,
 }
 
-/// The node an endpoint runs on, by its address, as any slice says.
-pub fn endpoint_node(model: &Model, ip: IpAddr) -> Option<String> {
-    let family = Family::of(&ip);
-    model.services.values().flatten().find_map(|sp| {
-        model
-            .endpoints(&sp.name, family)
-            .into_iter()
-            .find(|e| e.ip == ip)
-            .and_then(|e| e.node_name.map(|n| n.to_string()))
-    })
+/// The node each endpoint of `family` runs on, by address, as the slices say.
+pub fn endpoint_nodes(model: &Model, family: Family) -> BTreeMap<IpAddr, String> {
+    let mut nodes = BTreeMap::new();
+    for sp in model.services.values().flatten() {
+        for e in model.endpoints(&sp.name, family) {
+            if let Some(n) = e.node_name {
+                nodes.entry(e.ip).or_insert_with(|| n.to_string());
+            }
+        }
+    }
+    nodes
 }
 
 /// Fills in the service, the reasons and the unused endpoints of `e` from its outcomes.
@@ -163,44 +165,31 @@ fn masquerade(e: &mut Explanation, steps: &[Step]) {
     e.reasons.push(Reason { kind: "masquerade", text: text.into() });
 }
 
-/// The endpoints of `sp` of the query's family that no outcome reaches, with the reason
-/// endpoint selection gives.
-fn unused(e: &Explanation, model: &Model, sp: &ServicePort, cfg: &Config) -> Vec<Unused> {
+/// The endpoints of `sp` (of the query's family) that endpoint selection passes over for
+/// this traffic, with the reason: the Local scope's for traffic a Local policy binds, else
+/// the Cluster scope's.
+fn unused(e: &Explanation, model: &Model, sp: &ServicePort, cfg: &Config) -> Vec<UnusedEndpoint> {
     let family = Family::of(&e.query.to.ip());
     let endpoints = model.endpoints(&sp.name, family);
     let zone = model.node.as_ref().and_then(|n| n.zone.as_deref());
-    let cat = topology::categorize_endpoints(&endpoints, sp, &cfg.node_name, zone);
-    let reached = |ep: &Endpoint| {
-        e.outcomes.iter().any(|o| matches!(o.fate, Fate::Endpoint { to, .. } if to == SocketAddr::new(ep.ip, ep.port)))
-    };
-    let in_list = |list: &[&Endpoint], ep: &Endpoint| list.iter().any(|x| x.ip == ep.ip && x.port == ep.port);
-    endpoints
-        .iter()
-        .filter(|ep| !reached(ep))
-        .map(|ep| {
-            let (reason, text) = if !(ep.ready || ep.serving && ep.terminating) {
-                ("not-ready", "not ready".to_string())
-            } else if ep.terminating && !ep.ready {
-                ("terminating", "terminating, and ready endpoints exist".to_string())
-            } else if in_list(&cat.cluster, ep) || in_list(&cat.local, ep) {
-                ("policy", "not for this traffic (its traffic policy picks other endpoints)".to_string())
-            } else if ep.node_name.as_deref() != Some(cfg.node_name.as_str()) && sp.uses_local_endpoints() {
-                (
-                    "other-node",
-                    format!(
-                        "on {}, not this node (Local traffic policy)",
-                        ep.node_name.as_deref().unwrap_or("another node")
-                    ),
-                )
-            } else {
-                ("topology", "topology hints send this node's traffic to other endpoints".to_string())
+    let external = e.service.as_ref().is_some_and(|(_, f)| *f != "ClusterIP");
+    let inside = matches!(e.kind, SourceKind::Node | SourceKind::LocalPod);
+    let local_scope = if external { sp.external_policy_local && !inside } else { sp.internal_policy_local };
+    topology::endpoint_uses(&endpoints, sp, &cfg.node_name, zone)
+        .into_iter()
+        .filter_map(|u| {
+            let (this, other) = if local_scope { (u.local, u.cluster) } else { (u.cluster, u.local) };
+            let why = match this {
+                Choice::Chosen => return None,
+                Choice::Passed(why) => why,
+                Choice::NotNeeded => other.passed()?,
             };
-            Unused {
-                endpoint: SocketAddr::new(ep.ip, ep.port),
-                node: ep.node_name.as_deref().map(str::to_string),
-                reason,
-                text,
-            }
+            Some(UnusedEndpoint {
+                endpoint: SocketAddr::new(u.endpoint.ip, u.endpoint.port),
+                node: u.endpoint.node_name.as_deref().map(str::to_string),
+                reason: why.name(),
+                text: why.to_string(),
+            })
         })
         .collect()
 }
