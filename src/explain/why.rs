@@ -9,6 +9,10 @@ use crate::topology::{self, Choice};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
+/// The maps whose elements stand for one service port's frontend.
+const DISPATCH: [&str; 5] =
+    ["service-ips", "service-nodeports", "no-endpoint-services", "no-endpoint-nodeports", "firewall-ips"];
+
 /// One reason, with a stable name for scripts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reason {
@@ -48,9 +52,11 @@ pub fn endpoint_nodes(model: &Model, family: Family) -> BTreeMap<IpAddr, String>
 /// Fills in the service, the reasons and the unused endpoints of `e` from its outcomes.
 pub fn fill(e: &mut Explanation, model: &Model, cfg: &Config) {
     let steps: Vec<Step> = e.outcomes.iter().flat_map(|o| o.path.iter().cloned()).collect();
+    // The maps that send a frontend's traffic somewhere name its service port; the address
+    // sets (cluster-ips, nodeport-ips) hold elements that many ports share.
     let owner = steps.iter().find_map(|s| match s {
-        Step::Element { owner, .. } => Some(owner.to_string()),
-        Step::Rule { .. } => None,
+        Step::Element { owner, set } if DISPATCH.contains(&set.as_str()) => Some(owner.to_string()),
+        _ => None,
     });
     let sp = owner.as_ref().and_then(|o| model.services.values().flatten().find(|sp| sp.name.to_string() == *o));
     let frontend = sp.map(|sp| frontend(sp, e.query.to));
