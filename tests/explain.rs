@@ -267,6 +267,28 @@ fn the_command_answers_over_manifests_and_refuses_bad_questions() {
     }
 }
 
+#[test]
+fn the_command_answers_alike_from_a_live_api_server() {
+    let manifests = common::root().join("examples/cluster");
+    let emu = common::emulator::Emulator::start(None, "127.0.0.1:0", Some(&manifests), &[]);
+    let run = |source: &[&std::ffi::OsStr]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-nftproxy"))
+            .args(["explain", "--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8,fd00:10::/48", "--output=json"])
+            .args(["--from", "203.0.113.9", "--to", "172.30.0.22:80"])
+            .args(source)
+            .env("RUST_LOG", "error")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let kubeconfig = emu.kubeconfig();
+    let from_api = run(&["--kubeconfig".as_ref(), kubeconfig.as_os_str()]);
+    let from_files = run(&["--manifests".as_ref(), manifests.as_os_str()]);
+    assert_eq!(from_api["service"], "shop/local-lb:http", "{from_api:#}");
+    assert_eq!(from_api, from_files);
+}
+
 /// The data-plane check is not a formality: when the kernel does something else than the
 /// rules explain reads (here an element deleted by hand), the probe's check fails.
 #[test]
