@@ -77,7 +77,7 @@ mod tests {
     fn route_lines_are_read_as_the_kernel_writes_them() {
         let v4 = "eth0\t000200C0\t00000000\t0001\t0\t0\t5\t00FFFFFF\t0\t0\t0";
         let (net, metric, dev) = super::route4(v4).expect("a route");
-        assert_eq!((net.to_string(), metric, dev.as_str()), ("192.2.0.0/24".to_string(), 5, "eth0"));
+        assert_eq!((net.to_string(), metric, dev.as_str()), ("192.0.2.0/24".to_string(), 5, "eth0"));
         let v6 = "fd000000000000000000000000000000 40 00000000000000000000000000000000 00 \
                   00000000000000000000000000000000 00000100 00000001 00000000 00000001     pod1";
         let (net, metric, dev) = super::route6(v6).expect("a route");

@@ -152,6 +152,7 @@ fn run_case(case: &Case, upstream_limit: Duration) -> Value {
         std::fs::write(file, &script).expect("dump script");
     }
     drop(script);
+    let explain_ms = explain_once(&proxy, case);
     let p1 = partial(&ns, &mut proxy, case, 7..8);
     let p100 = partial(&ns, &mut proxy, case, 100..200);
     verify::verify(&ns, proxy.ruleset());
@@ -165,7 +166,7 @@ fn run_case(case: &Case, upstream_limit: Duration) -> Value {
         measure::nft_load(&ns, &upstream::script(case, shape), upstream_limit).map(ms)
     };
     json!({"case": case.name, "services": case.services, "endpoints": case.endpoints,
-        "render_ms": render_ms, "script_ms": script_ms, "script_mb": script_mb, "live_heap_mb": live_mb, "model_heap_mb": model_mb,
+        "render_ms": render_ms, "explain_ms": explain_ms, "script_ms": script_ms, "script_mb": script_mb, "live_heap_mb": live_mb, "model_heap_mb": model_mb,
         "full_first_ms": ms(first_took), "full_first_kind": format!("{:?}", first.kind), "full_repair_ms": ms(repair_took), "full_repair_kind": format!("{:?}", repair.kind),
         "partial_1": p1, "partial_100": p100, "proxy_rss_repair_mb": proxy_rss_repair, "nft_rss_repair_mb": nft_rss_repair,
         "proxy_rss_first_mb": proxy_rss_first, "nft_rss_first_mb": nft_rss_first,
@@ -173,6 +174,18 @@ fn run_case(case: &Case, upstream_limit: Duration) -> Value {
         "full_repair_txns": repair_txns, "proxy_rss_refresh_mb": proxy_rss_refresh, "nft_rss_refresh_mb": nft_rss_refresh,
         "upstream_ga_ms": up(upstream::Shape::Ga), "upstream_newest_ms": up(upstream::Shape::Newest),
         "upstream_limit_s": upstream_limit.as_secs()})
+}
+
+/// `explain` over the case's model: a pod of another node to service 3's ClusterIP (in the
+/// mix an affinity service, whose cascade it follows); the answer must reach its endpoints.
+fn explain_once(proxy: &Proxy, case: &Case) -> f64 {
+    let to = format!("{}:80", synth::cluster_ip(3));
+    let query = kube_nftproxy::explain::Query::parse("10.250.0.1", &to, "tcp").expect("query");
+    let t = Instant::now();
+    let answer = kube_nftproxy::explain::explain(&proxy.model, &config(), &query).expect("explain");
+    let took = ms(t.elapsed());
+    assert_eq!(answer.outcomes.len() as u32, case.endpoints, "explain at {}: {:?}", case.name, answer.outcomes);
+    took
 }
 
 /// A latency rig whose node holds a table of `services` services (service 0 has one endpoint,

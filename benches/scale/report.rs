@@ -97,6 +97,11 @@ pub fn finish(results: &[Value], latency: &[Value], churn: &[Value], api: &Value
         "\nupstream loads are cut at {} s (`-` = did not finish in some run)",
         results.first().map(|r| r["median"]["upstream_limit_s"].clone()).unwrap_or_default()
     );
+    println!("\n| case | explain ms | render alone ms |\n|---|---|---|");
+    for r in results {
+        let case = r["median"]["case"].as_str().unwrap_or("?");
+        println!("| {case} | {} | {} |", cell(r, &["explain_ms"]), cell(r, &["render_ms"]));
+    }
     println!("\n| services | connect median µs | connect p99 µs |\n|---|---|---|");
     for l in latency {
         println!("| {} | {} | {} |", count(&l["median"]["services"]), cell(l, &["median_us"]), cell(l, &["p99_us"]));
