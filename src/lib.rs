@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod conntrack;
+pub mod debug;
 pub mod health;
 pub mod host;
 pub mod http;
