@@ -78,6 +78,21 @@ impl Traffic {
     }
 }
 
+/// A traffic policy, as a Service's spec spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Policy {
+    /// Over every endpoint the selection allows.
+    Cluster,
+    /// Over this node's endpoints only.
+    Local,
+}
+
+impl Policy {
+    fn of(local: bool) -> Policy {
+        if local { Policy::Local } else { Policy::Cluster }
+    }
+}
+
 /// One endpoint of a service port, and how this node uses it.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -175,10 +190,11 @@ pub struct PortView<'m> {
     pub node_port: Option<u16>,
     /// The health-check node port, if any.
     pub health_check_node_port: Option<u16>,
-    /// `Cluster` or `Local`.
-    pub internal_traffic_policy: &'static str,
-    /// `Cluster` or `Local` (Local only where traffic from outside can reach the port).
-    pub external_traffic_policy: &'static str,
+    /// `internalTrafficPolicy`.
+    pub internal_traffic_policy: Policy,
+    /// `externalTrafficPolicy`, as applied: Local only where traffic from outside can reach
+    /// the port.
+    pub external_traffic_policy: Policy,
     /// `None` or `ClientIP`.
     pub session_affinity: &'static str,
     /// The affinity timeout, with `ClientIP`.
@@ -199,7 +215,6 @@ impl<'m> PortView<'m> {
             endpoint_uses(&endpoints, sp, node, zone).iter().map(|u| ((u.cluster, u.local), u.unused())).collect();
         let endpoints = endpoints.into_iter().zip(uses).map(|(e, (c, u))| EndpointView::new(e, c, u)).collect();
         let of_family = |ips: &[IpAddr]| ips.iter().copied().filter(|ip| Family::of(ip) == family).collect();
-        let policy = |local: bool| if local { "Local" } else { "Cluster" };
         PortView {
             name: sp.name.to_string(),
             namespace: &sp.name.namespace,
@@ -223,8 +238,8 @@ impl<'m> PortView<'m> {
                 .collect(),
             node_port: sp.node_port,
             health_check_node_port: sp.health_check_node_port,
-            internal_traffic_policy: policy(sp.internal_policy_local),
-            external_traffic_policy: policy(sp.external_policy_local),
+            internal_traffic_policy: Policy::of(sp.internal_policy_local),
+            external_traffic_policy: Policy::of(sp.external_policy_local),
             session_affinity: if sp.affinity_timeout.is_some() { "ClientIP" } else { "None" },
             session_affinity_timeout_seconds: sp.affinity_timeout,
             traffic,

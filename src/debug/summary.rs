@@ -2,7 +2,7 @@
 //! the services view, what the tables hold, and a line for each service port whose traffic
 //! finds no endpoint, up to [`MAX_PROBLEMS`] of them, so a big cluster's log stays readable.
 
-use super::services::{PortView, Verdict};
+use super::services::{Policy, PortView, Verdict};
 use crate::render::{FIXED_CHAINS, Ruleset, words};
 use crate::topology::Unused;
 use std::collections::BTreeMap;
@@ -35,12 +35,12 @@ fn problem(p: &PortView) -> Option<String> {
     let mut what = vec![format!("cluster IP traffic {}", fate(p.traffic.cluster_ip))];
     let mut local = Vec::new();
     if p.traffic.cluster_ip != Verdict::Endpoints {
-        local.push(p.internal_traffic_policy == "Local");
+        local.push(p.internal_traffic_policy == Policy::Local);
     }
     if let Some(external) = p.traffic.external {
         what.push(format!("external traffic {}", fate(external)));
         if external != Verdict::Endpoints {
-            local.push(p.external_traffic_policy == "Local");
+            local.push(p.external_traffic_policy == Policy::Local);
         }
     }
     let mut unused = BTreeMap::new();

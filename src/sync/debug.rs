@@ -7,7 +7,6 @@ use crate::debug::services::{self, LastSync, SyncState};
 use crate::debug::{Ask, DebugError, Pieces, View, summary};
 use crate::http::{JSON, Reply, TEXT};
 use crate::model::ObjectKey;
-use std::fmt::Write;
 use std::time::{Duration, SystemTime};
 
 impl<K: Kernel> Syncer<K> {
@@ -46,13 +45,12 @@ impl<K: Kernel> Syncer<K> {
                  and the proxy holds only the state that failed: ask again after the next successful sync"
             ));
         }
-        let mut out = Pieces::default();
         let at = humantime::format_rfc3339_millis(at);
         let pending = if self.dirty { "; changes since wait to be applied" } else { "" };
-        let _ =
-            writeln!(out, "# as applied by the last successful sync ({kind:?}, ended {at}, {ago:.1?} ago){pending}");
-        crate::render::write_full_sync_script(rendered.ruleset(), &self.cfg.node_name, &mut out)?;
-        Ok(Reply::pieces(200, TEXT, String::new(), out.into_vec()))
+        let when = format!("# as applied by the last successful sync ({kind:?}, ended {at}, {ago:.1?} ago){pending}\n");
+        let mut script = Pieces::default();
+        crate::render::write_full_sync_script(rendered.ruleset(), &self.cfg.node_name, &mut script)?;
+        Ok(Reply::pieces(200, TEXT, when, script.into_vec()))
     }
 
     /// What the services view says about the loop.
