@@ -6,6 +6,7 @@
 pub mod config;
 pub mod conntrack;
 pub mod debug;
+pub mod explain;
 pub mod health;
 pub mod host;
 pub mod http;

@@ -56,7 +56,9 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
-    let result = if flags.cleanup {
+    let result = if flags.command.is_some() {
+        explain(&flags)
+    } else if flags.cleanup {
         run_cleanup(&flags)
     } else if flags.dry_run {
         dry_run(&flags)
@@ -115,6 +117,30 @@ fn dry_run(flags: &Flags) -> anyhow::Result<()> {
     }
     let script = render::full_sync_script(&ruleset, &cfg.node_name)?;
     std::io::stdout().lock().write_all(script.as_bytes()).context("writing the ruleset")?;
+    Ok(())
+}
+
+/// `explain`: where a connection goes through the rules a full sync would apply, and why.
+fn explain(flags: &Flags) -> anyhow::Result<()> {
+    let (Some(from), Some(to)) = (&flags.from, &flags.to) else {
+        anyhow::bail!("explain needs --from SRC (a pod IP, `node`, or an outside address) and --to IP:PORT");
+    };
+    let mut query = kube_nftproxy::explain::Query::parse(from, to, &flags.protocol)?;
+    // Where this host routes the source is where its packets come in.
+    if let Some(ip) = query.from {
+        query.arrives_on = kube_nftproxy::host::route_device(ip).unwrap_or_else(|e| {
+            log::warn!("reading the routes: {e}; taking the interface a packet from {ip} comes in on as unknown");
+            None
+        });
+    }
+    let cfg = Config::from_flags(flags)?;
+    let model = load_model(flags, &cfg)?;
+    let answer = kube_nftproxy::explain::explain(&model, &cfg, &query)?;
+    let out = match flags.output.as_str() {
+        "json" => format!("{:#}\n", kube_nftproxy::explain::json(&answer)),
+        _ => kube_nftproxy::explain::text(&answer),
+    };
+    std::io::stdout().lock().write_all(out.as_bytes()).context("writing the answer")?;
     Ok(())
 }
 

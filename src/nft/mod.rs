@@ -6,6 +6,7 @@ mod affinity;
 pub mod cleanup;
 pub mod compile;
 mod diff;
+pub(crate) mod element;
 pub mod exec;
 mod full;
 pub mod guard;

@@ -1,22 +1,17 @@
 //! nf_tables batches: the messages of one transaction (what `compile` writes, map and set
-//! elements straight from the desired state, deletions of foreign stateful objects), and which
-//! script line each message came from; `netlink::send` sends them.
-//!
-//! The element encoding is nftables' own: concatenated keys are fields padded to 4-byte
-//! registers, addresses and ports in network order, `numgen` slots as host-order 32-bit
-//! integers, verdicts as code plus chain, element comments as userdata, a range of a
-//! concatenation as its first and last key, a range of a single address as a start element
-//! and an interval-end element past it. The real-kernel tests compare
-//! what `nft` lists after this path with what it lists after the same change sent as text.
+//! elements straight from the desired state as `element` lays them out, deletions of foreign
+//! stateful objects), and which script line each message came from; `netlink::send` sends
+//! them.
 
+use super::compile::expr::Data;
+use super::element::{self, Element};
 use super::netlink::NfFamily;
 use super::netlink::abi::{
-    NF_DROP, NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NFT_GOTO, NFT_MSG_DELOBJ,
-    NFT_MSG_DELSETELEM, NFT_MSG_NEWSETELEM, NFT_SET_ELEM_INTERVAL_END, NFTA_DATA_VALUE, NFTA_DATA_VERDICT,
-    NFTA_LIST_ELEM, NFTA_OBJ_HANDLE, NFTA_OBJ_TABLE, NFTA_OBJ_TYPE, NFTA_SET_ELEM_DATA, NFTA_SET_ELEM_FLAGS,
-    NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_KEY_END, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET,
-    NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA, NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE, NLA_F_NESTED, NLM_F_ACK,
-    NLM_F_CREATE, NLM_F_REQUEST,
+    NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NFT_MSG_DELOBJ, NFT_MSG_DELSETELEM,
+    NFT_MSG_NEWSETELEM, NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_LIST_ELEM, NFTA_OBJ_HANDLE, NFTA_OBJ_TABLE,
+    NFTA_OBJ_TYPE, NFTA_SET_ELEM_DATA, NFTA_SET_ELEM_FLAGS, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_KEY_END,
+    NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA,
+    NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE, NLA_F_NESTED, NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST,
 };
 pub use super::netlink::send::Sender;
 use crate::model::Family;
@@ -120,10 +115,8 @@ impl Batch {
                     let start = b.len();
                     while b.len() - start < ELEMENT_LIST_BUDGET {
                         let Some((key, value)) = elems.next() else { break };
-                        for part in parts(key) {
-                            attr(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| {
-                                element(b, &part, if add { Some(value) } else { None })
-                            });
+                        for e in element::elements(key, add.then_some(value)) {
+                            attr(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| element(b, &e));
                         }
                     }
                 });
@@ -208,91 +201,30 @@ impl Lines {
     }
 }
 
-/// One kernel element of a key: its key bytes, for a range of a concatenation the last key
-/// it covers, and its `NFT_SET_ELEM_*` flags.
-struct Part {
-    key: Vec<u8>,
-    key_end: Option<Vec<u8>>,
-    flags: u32,
-}
-
-/// The kernel's elements for `key`: one, but for a range of a single-field interval set
-/// (`service-cidrs`), which is a start and, unless it runs to the top, an end one past it; a
-/// range in a concatenation (`firewall-allow`) is one element with its first and last key.
-fn parts(key: &Key) -> Vec<Part> {
-    let mut bytes = Vec::new();
-    match key {
-        Key::Allow(a) => {
-            let (ip, proto, port, net) = &**a;
-            key_bytes(&mut bytes, &Key::IpProtoPort(*ip, *proto, *port));
-            let mut end = bytes.clone();
-            ip_bytes(&mut bytes, &net.network());
-            ip_bytes(&mut end, &net.broadcast());
-            vec![Part { key: bytes, key_end: Some(end), flags: 0 }]
-        }
-        Key::Cidr(net) => {
-            ip_bytes(&mut bytes, &net.network());
-            let mut out = vec![Part { key: bytes, key_end: None, flags: 0 }];
-            if let Some(end) = after(&net.broadcast()) {
-                let mut b = Vec::new();
-                ip_bytes(&mut b, &end);
-                out.push(Part { key: b, key_end: None, flags: NFT_SET_ELEM_INTERVAL_END });
-            }
-            out
-        }
-        other => {
-            key_bytes(&mut bytes, other);
-            vec![Part { key: bytes, key_end: None, flags: 0 }]
-        }
+/// One element's attributes: flags, key, a range's last key, data, and the comment.
+fn element(b: &mut Vec<u8>, e: &Element) {
+    if e.flags != 0 {
+        attr(b, NFTA_SET_ELEM_FLAGS, |b| b.extend_from_slice(&e.flags.to_be_bytes()));
     }
-}
-
-/// The address after `ip`, if there is one.
-fn after(ip: &std::net::IpAddr) -> Option<std::net::IpAddr> {
-    match ip {
-        std::net::IpAddr::V4(v4) => u32::from(*v4).checked_add(1).map(|n| std::net::Ipv4Addr::from(n).into()),
-        std::net::IpAddr::V6(v6) => u128::from(*v6).checked_add(1).map(|n| std::net::Ipv6Addr::from(n).into()),
-    }
-}
-
-fn element(b: &mut Vec<u8>, part: &Part, value: Option<&Value>) {
-    if part.flags != 0 {
-        attr(b, NFTA_SET_ELEM_FLAGS, |b| b.extend_from_slice(&part.flags.to_be_bytes()));
-    }
-    attr(b, NFTA_SET_ELEM_KEY | NLA_F_NESTED, |b| attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(&part.key)));
-    if let Some(end) = &part.key_end {
+    attr(b, NFTA_SET_ELEM_KEY | NLA_F_NESTED, |b| attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(&e.key)));
+    if let Some(end) = &e.key_end {
         attr(b, NFTA_SET_ELEM_KEY_END | NLA_F_NESTED, |b| attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(end)));
     }
-    let Some(value) = value else { return };
-    let comment = match value {
-        Value::None => return,
-        Value::Goto(chain) => {
-            attr(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| verdict(b, NFT_GOTO, Some(chain)));
-            None
+    match &e.data {
+        None => {}
+        Some(Data::Value(v)) => {
+            attr(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(v)))
         }
-        Value::Dispatch(chain, owner) => {
-            attr(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| verdict(b, NFT_GOTO, Some(chain)));
-            Some(owner)
-        }
-        Value::Drop(owner) => {
-            attr(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| verdict(b, NF_DROP, None));
-            Some(owner)
-        }
-        Value::Reject(owner) => {
-            attr(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| verdict(b, NFT_GOTO, Some("reject-chain")));
-            Some(owner)
-        }
-        Value::Endpoint(ip, port) => {
-            attr(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| {
-                attr(b, NFTA_DATA_VALUE, |b| {
-                    ip_bytes(b, ip);
-                    field(b, &port.to_be_bytes());
-                })
-            });
-            None
-        }
-    };
-    if let Some(text) = comment.map(|o| crate::render::comment(o)) {
+        Some(Data::Verdict(code, chain)) => attr(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| {
+            attr(b, NFTA_DATA_VERDICT | NLA_F_NESTED, |b| {
+                attr(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
+                if let Some(chain) = chain {
+                    str_attr(b, NFTA_VERDICT_CHAIN, chain);
+                }
+            })
+        }),
+    }
+    if let Some(text) = &e.comment {
         // Userdata TLV: type 0 (comment), length, NUL-terminated text.
         attr(b, NFTA_SET_ELEM_USERDATA, |b| {
             b.push(0);
@@ -300,66 +232,6 @@ fn element(b: &mut Vec<u8>, part: &Part, value: Option<&Value>) {
             b.extend_from_slice(text.as_bytes());
             b.push(0);
         });
-    }
-}
-
-fn verdict(b: &mut Vec<u8>, code: i32, chain: Option<&str>) {
-    attr(b, NFTA_DATA_VERDICT | NLA_F_NESTED, |b| {
-        attr(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
-        if let Some(chain) = chain {
-            str_attr(b, NFTA_VERDICT_CHAIN, chain);
-        }
-    });
-}
-
-/// One concatenation field, padded to a 4-byte register.
-fn field(b: &mut Vec<u8>, bytes: &[u8]) {
-    b.extend_from_slice(bytes);
-    pad(b);
-}
-
-fn ip_bytes(b: &mut Vec<u8>, ip: &std::net::IpAddr) {
-    match ip {
-        std::net::IpAddr::V4(v4) => field(b, &v4.octets()),
-        std::net::IpAddr::V6(v6) => field(b, &v6.octets()),
-    }
-}
-
-fn proto_byte(p: &crate::model::Protocol) -> u8 {
-    match p {
-        crate::model::Protocol::Tcp => 6,
-        crate::model::Protocol::Udp => 17,
-        crate::model::Protocol::Sctp => 132,
-    }
-}
-
-fn key_bytes(b: &mut Vec<u8>, key: &Key) {
-    match key {
-        Key::IpProtoPort(ip, proto, port) => {
-            ip_bytes(b, ip);
-            field(b, &[proto_byte(proto)]);
-            field(b, &port.to_be_bytes());
-        }
-        Key::ProtoPort(proto, port) => {
-            field(b, &[proto_byte(proto)]);
-            field(b, &port.to_be_bytes());
-        }
-        Key::Ip(ip) => ip_bytes(b, ip),
-        Key::SamePair(ip) => {
-            ip_bytes(b, ip);
-            ip_bytes(b, ip);
-        }
-        Key::IpSlot(ip, port, slot) => {
-            ip_bytes(b, ip);
-            field(b, &port.to_be_bytes());
-            field(b, &slot.to_ne_bytes());
-        }
-        Key::PortSlot(port, slot) => {
-            field(b, &port.to_be_bytes());
-            field(b, &slot.to_ne_bytes());
-        }
-        // Ranges are split by `parts`.
-        Key::Allow(..) | Key::Cidr(..) => {}
     }
 }
 

@@ -11,11 +11,14 @@ use std::time::Duration;
 pub const SHORT: Duration = Duration::from_millis(800);
 pub const LONG: Duration = Duration::from_secs(3);
 
-/// Sends one probe from namespace `ns` (optionally from source `src`).
+/// Sends one probe from namespace `ns` (optionally from source `src`); what it did is checked
+/// against `explain` (`explained`).
 pub fn send(ns: &Netns, proto: Proto, dst: &str, src: Option<&str>, timeout: Duration) -> Probe {
     let dst: SocketAddr = dst.parse().unwrap_or_else(|_| panic!("bad address {dst}"));
     let src: Option<IpAddr> = src.map(|s| s.parse().unwrap());
-    in_netns(&ns.name, move || probe(proto, dst, src, timeout))
+    let seen = in_netns(&ns.name, move || probe(proto, dst, src, timeout));
+    super::explained::check(ns, proto, dst, src, &seen);
+    seen
 }
 
 /// Asserts a probe reached one of `names` and returns the reply.

@@ -232,8 +232,31 @@ impl Cluster {
         let mut all: Vec<String> = vec![format!("--cluster-cidr={CLUSTER_CIDRS}")];
         all.extend(args.iter().map(|a| a.to_string()));
         let script = super::dry_run_in(&self.node, &file, &all);
-        std::fs::remove_file(&file).unwrap();
         self.node.nft_apply(&script).unwrap_or_else(|e| panic!("ruleset does not load: {e}"));
+        super::explained::remember(Some(self.applied(file, all)));
         script
+    }
+
+    /// What `explained` needs to ask explain about this cluster's probes.
+    fn applied(&self, manifests: std::path::PathBuf, args: Vec<String>) -> super::explained::Applied {
+        let mut sources = std::collections::BTreeMap::new();
+        sources.insert(self.node.name.clone(), None);
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        sources.insert(self.client.name.clone(), Some((ip("172.16.0.2"), ip("fd00:172:16::2"))));
+        sources.insert(self.remote.name.clone(), Some((ip("192.168.1.2"), ip("fd00:192:168:1::2"))));
+        let mut pods = std::collections::BTreeMap::new();
+        for p in &self.pods {
+            sources.insert(p.ns.name.clone(), Some((p.ip4, p.ip6)));
+            pods.insert(p.ip4, p.name.clone());
+            pods.insert(p.ip6, p.name.clone());
+        }
+        super::explained::Applied { node: self.node.name.clone(), manifests, args, sources, pods }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        super::explained::remember(None);
+        let _ = std::fs::remove_file(std::env::temp_dir().join(format!("{}.json", self.node.name)));
     }
 }

@@ -202,6 +202,7 @@ pub mod checker;
 pub mod cluster;
 pub mod daemon;
 pub mod emulator;
+pub mod explained;
 pub mod layouts;
 pub mod net;
 pub mod node;

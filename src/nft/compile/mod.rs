@@ -6,14 +6,17 @@
 //! table's elements are never written as text. `tests/compile.rs` holds every golden script's
 //! compilation to `nft`'s own, message by message, and the kernel's tables to `nft -f`'s.
 
-mod expr;
+pub(crate) mod expr;
 mod field;
 mod lex;
+pub(crate) mod load;
 mod parse;
 mod rule;
 mod set;
 
+pub use parse::Hook;
 use set::AnonSet;
+pub use set::{Desc, SetSpec};
 
 use crate::model::Family;
 use crate::nft::netlink::NfFamily;
@@ -38,6 +41,11 @@ impl CompileError {
 
     fn at(line: usize, what: impl Into<String>) -> CompileError {
         CompileError { line: Some(line), what: what.into() }
+    }
+
+    /// The error, placed at `line` unless it already names one.
+    fn line_or(self, line: usize) -> CompileError {
+        CompileError { line: self.line.or(Some(line)), ..self }
     }
 }
 

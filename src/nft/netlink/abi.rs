@@ -247,6 +247,8 @@ pub(crate) const NF_ACCEPT: i32 = 1;
 pub(crate) const NFT_JUMP: i32 = -3;
 /// Go to a chain.
 pub(crate) const NFT_GOTO: i32 = -4;
+/// Return to the calling chain.
+pub(crate) const NFT_RETURN: i32 = -5;
 
 // Stateful objects and flowtables.
 

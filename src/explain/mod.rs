@@ -1,0 +1,333 @@
+//! `kube-nftproxy explain`: where the first packet of a connection goes through the rules this
+//! node would apply, and why. The answer comes from the ruleset a sync sends, compiled as it
+//! is sent (`nft::compile`) and run on a model of the kernel's machine (`vm`) through the
+//! hooks the packet passes (prerouting or output, then input or postrouting); the model of
+//! the cluster says why (which service port, which endpoints were left out and for what).
+//!
+//! What it takes as given: a new connection (conntrack state new), a client not yet in any
+//! affinity set, routing by the node's own addresses only (an address of the node is local,
+//! anything else leaves it), and that a packet from an address comes in on the interface the
+//! host routes that address through (`Query::arrives_on`, which the command reads from the
+//! host's routes; without it, a pod of this node is taken to send on a pod interface).
+
+mod packet;
+mod show;
+mod vm;
+mod why;
+
+use crate::config::Config;
+use crate::model::{Family, Model, Protocol};
+use crate::nft::compile::load::{LoadedElement, LoadedTable, load};
+use crate::nft::compile::{CompileError, Hook};
+use crate::nft::element;
+use crate::render::{self, Detector, RenderError, Ruleset};
+use packet::Packet;
+pub use show::{json, text};
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use vm::{Run, Step, Verdict};
+pub use why::{Reason, UnusedEndpoint};
+
+/// What went wrong in answering.
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainError {
+    /// The question itself.
+    #[error("{0}")]
+    Query(String),
+    /// Rendering the ruleset failed.
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    /// Compiling it failed.
+    #[error(transparent)]
+    Compile(#[from] CompileError),
+    /// The rules hold something the machine cannot run.
+    #[error("following the packet through the rules: {0}")]
+    Machine(String),
+}
+
+/// The question: a connection's source, destination and protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Query {
+    /// Where it comes from: this node (`None`) or an address.
+    pub from: Option<IpAddr>,
+    /// Where it goes.
+    pub to: SocketAddr,
+    /// Its protocol.
+    pub protocol: Protocol,
+    /// The interface a packet from `from` comes in on, when known (the route to it).
+    pub arrives_on: Option<String>,
+}
+
+impl Query {
+    /// Reads `--from` (`node`, or an address), `--to` (`IP:PORT`) and `--protocol`.
+    pub fn parse(from: &str, to: &str, protocol: &str) -> Result<Query, ExplainError> {
+        let bad = |what: String| ExplainError::Query(what);
+        let from = match from {
+            "node" => None,
+            ip => Some(ip.parse().map_err(|_| bad(format!("--from {ip:?}: not `node` or an IP address")))?),
+        };
+        let to: SocketAddr = to.parse().map_err(|_| bad(format!("--to {to:?}: not IP:PORT ([IPv6]:PORT)")))?;
+        let protocol =
+            Protocol::parse(Some(&protocol.to_ascii_uppercase())).map_err(|e| bad(format!("--protocol: {e}")))?;
+        if from.is_some_and(|f: IpAddr| f.is_ipv4() != to.is_ipv4()) {
+            return Err(bad("--from and --to are of different address families".into()));
+        }
+        Ok(Query { from, to, protocol, arrives_on: None })
+    }
+}
+
+/// Where the connection comes from, as the rules see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceKind {
+    /// This node itself.
+    Node,
+    /// A pod on this node.
+    LocalPod,
+    /// A pod on another node.
+    RemotePod,
+    /// Outside the cluster.
+    Outside,
+}
+
+/// One way the connection can end, with its chance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// What happens.
+    pub fate: Fate,
+    /// The chance, 0 to 1.
+    pub chance: f64,
+    /// The chains and rules it went through, and the elements that sent it on.
+    pub path: Vec<PathStep>,
+}
+
+/// What happens to the connection.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fate {
+    /// Sent to an endpoint (DNAT), its source masqueraded or kept.
+    Endpoint {
+        /// The endpoint.
+        to: SocketAddr,
+        /// The endpoint's node, when its slice says.
+        node: Option<String>,
+        /// Whether the source is masqueraded to the node's address.
+        masquerade: bool,
+    },
+    /// Left alone by the proxy (delivered as addressed), masqueraded or not.
+    Unchanged {
+        /// Whether the source is masqueraded.
+        masquerade: bool,
+    },
+    /// Dropped silently.
+    Dropped,
+    /// Rejected: the sender gets a TCP reset or an ICMP unreachable.
+    Rejected,
+}
+
+/// One step of a path as shown: a rule of a chain, or an element of a service port.
+pub type PathStep = Step;
+
+/// The answer.
+#[derive(Debug, Clone)]
+pub struct Explanation {
+    /// The question.
+    pub query: Query,
+    /// The source address the packet carries (this node's, for `node`).
+    pub source: IpAddr,
+    /// What the source is.
+    pub kind: SourceKind,
+    /// The service port whose rules took the packet, as upstream names it, and which of its
+    /// frontends it hit.
+    pub service: Option<(String, &'static str)>,
+    /// The ways it can end, most likely first.
+    pub outcomes: Vec<Outcome>,
+    /// Why.
+    pub reasons: Vec<Reason>,
+    /// The service port's endpoints that take none of this traffic, and why.
+    pub unused: Vec<UnusedEndpoint>,
+}
+
+/// Answers `query` for the rules a full sync of `model` under `cfg` would apply.
+pub fn explain(model: &Model, cfg: &Config, query: &Query) -> Result<Explanation, ExplainError> {
+    let ruleset = render::render(model, cfg)?;
+    let family = if query.to.is_ipv4() { Family::V4 } else { Family::V6 };
+    let tables = loaded(&ruleset, &cfg.node_name)?;
+    let table = tables.iter().find(|t| t.family == family).ok_or_else(|| {
+        ExplainError::Query(format!("no {family:?} table: no --cluster-cidr or Service of that family"))
+    })?;
+    let detector = ruleset.tables.iter().find(|t| t.family == family).map(|t| t.fixed.local.clone());
+    let nodes = why::endpoint_nodes(model, family);
+    let (kind, packet) = first_packet(model, cfg, query, detector.as_ref(), &nodes);
+    let source = packet.saddr;
+    let paths = follow(table, packet, kind == SourceKind::Node).map_err(ExplainError::Machine)?;
+    let outcomes = outcomes(&nodes, paths);
+    let mut e =
+        Explanation { query: query.clone(), source, kind, service: None, outcomes, reasons: vec![], unused: vec![] };
+    why::fill(&mut e, model, cfg);
+    Ok(e)
+}
+
+/// The tables a full sync of `ruleset` creates, with their elements, as the kernel would
+/// hold them.
+fn loaded(ruleset: &Ruleset, node: &str) -> Result<Vec<LoadedTable>, ExplainError> {
+    let script = render::full_sync_script_without_elements(ruleset, node)?;
+    let mut tables = load(&script)?;
+    for (t, desired) in tables.iter_mut().zip(&ruleset.tables) {
+        for (map, entries) in &desired.elements {
+            let Some(set) = t.sets.get_mut(&map.to_string()) else { continue };
+            for (key, entry) in entries {
+                set.elements.extend(element::elements(key, Some(&entry.value)).into_iter().map(|e| LoadedElement {
+                    key: e.key,
+                    key_end: e.key_end,
+                    flags: e.flags,
+                    data: e.data,
+                    owner: Some(entry.owner.clone()),
+                }));
+            }
+        }
+    }
+    Ok(tables)
+}
+
+/// The connection's first packet, and what its source is.
+fn first_packet(
+    model: &Model,
+    cfg: &Config,
+    query: &Query,
+    detector: Option<&Detector>,
+    nodes: &BTreeMap<IpAddr, String>,
+) -> (SourceKind, Packet) {
+    let family = if query.to.is_ipv4() { Family::V4 } else { Family::V6 };
+    let local: Vec<IpAddr> = model.host_addresses().to_vec();
+    let kind = match query.from {
+        None => SourceKind::Node,
+        Some(ip) if local.contains(&ip) || ip.is_loopback() => SourceKind::Node,
+        Some(ip) => pod_kind(model, cfg, nodes, ip, detector, query.arrives_on.as_deref()),
+    };
+    let saddr = query.from.unwrap_or_else(|| render::node_ip(cfg, model.node.as_ref(), family));
+    let iif = match (kind, detector, &query.arrives_on) {
+        (SourceKind::Node, ..) => None,
+        (_, _, Some(dev)) => Some(dev.clone()),
+        (SourceKind::LocalPod, Some(Detector::Interface(name)), None) => Some(name.clone()),
+        (SourceKind::LocalPod, Some(Detector::InterfacePrefix(p)), None) => {
+            Some(format!("{p}0").chars().take(15).collect())
+        }
+        // A name no interface has: no interface match holds for it.
+        _ => Some(String::new()),
+    };
+    let packet = Packet {
+        saddr,
+        daddr: query.to.ip(),
+        proto: element::proto_byte(query.protocol),
+        sport: 40000,
+        dport: query.to.port(),
+        iif,
+        mark: 0,
+        ct_status: 0,
+        local: Arc::new(local),
+        dnat: false,
+        masquerade: false,
+        remembered: Vec::new(),
+    };
+    (kind, packet)
+}
+
+/// Whether `ip` is a pod of this node, of another node, or neither: an endpoint the slices
+/// place, else this node's pod CIDRs, else the cluster's.
+fn pod_kind(
+    model: &Model,
+    cfg: &Config,
+    nodes: &BTreeMap<IpAddr, String>,
+    ip: IpAddr,
+    detector: Option<&Detector>,
+    arrives_on: Option<&str>,
+) -> SourceKind {
+    let node = model.node.as_ref();
+    if let Some(on) = nodes.get(&ip) {
+        return if *on == cfg.node_name { SourceKind::LocalPod } else { SourceKind::RemotePod };
+    }
+    let pod_interface = match (detector, arrives_on) {
+        (Some(Detector::Interface(name)), Some(dev)) => dev == name,
+        (Some(Detector::InterfacePrefix(p)), Some(dev)) => dev.starts_with(p.as_str()),
+        _ => false,
+    };
+    if pod_interface || node.is_some_and(|n| n.pod_cidrs.iter().any(|c| c.contains(&ip))) {
+        return SourceKind::LocalPod;
+    }
+    if cfg.cluster_cidrs.iter().any(|c| c.contains(&ip)) { SourceKind::RemotePod } else { SourceKind::Outside }
+}
+
+/// Every path the packet takes through the hooks it passes: prerouting, or output for one
+/// the node sends; then input when it is for this node (after DNAT), else postrouting.
+fn follow(table: &LoadedTable, packet: Packet, from_node: bool) -> Result<Vec<(Verdict, Run)>, String> {
+    let first = if from_node { "output" } else { "prerouting" };
+    let mut done = Vec::new();
+    for (v, r) in hook(table, first, vec![Run::new(packet, 1.0, Vec::new())])? {
+        if v != Verdict::Accept {
+            done.push((v, r));
+            continue;
+        }
+        let local = r.packet.is_local(r.packet.daddr);
+        let next: &[&str] = match (from_node, local) {
+            (true, true) => &["postrouting", "input"],
+            (true, false) | (false, false) => &["postrouting"],
+            (false, true) => &["input"],
+        };
+        let mut runs = vec![(v, r)];
+        for h in next {
+            let (going, stopped): (Vec<_>, Vec<_>) = runs.into_iter().partition(|(v, _)| *v == Verdict::Accept);
+            done.extend(stopped);
+            runs = hook(table, h, going.into_iter().map(|(_, r)| r).collect())?;
+        }
+        done.extend(runs);
+    }
+    Ok(done)
+}
+
+/// Runs `runs` through the base chains of `hook`, by priority; a drop ends a path there.
+fn hook(table: &LoadedTable, name: &str, runs: Vec<Run>) -> Result<Vec<(Verdict, Run)>, String> {
+    let mut chains: Vec<(&String, &Hook)> = table
+        .chains
+        .iter()
+        .filter_map(|(n, c)| c.hook.as_ref().map(|h| (n, h)))
+        .filter(|(_, h)| h.hook == name)
+        .collect();
+    chains.sort_by_key(|(_, h)| h.priority);
+    let mut live: Vec<(Verdict, Run)> = runs.into_iter().map(|r| (Verdict::Accept, r)).collect();
+    for (chain, _) in chains {
+        let mut next = Vec::new();
+        for (v, r) in live {
+            match v {
+                Verdict::Accept => next.extend(vm::run_chain(table, chain, r)?),
+                dropped => next.push((dropped, r)),
+            }
+        }
+        live = next;
+    }
+    Ok(live)
+}
+
+/// The paths grouped by what happens, with their chances summed, most likely first.
+fn outcomes(nodes: &BTreeMap<IpAddr, String>, paths: Vec<(Verdict, Run)>) -> Vec<Outcome> {
+    let mut by_fate: BTreeMap<Fate, Outcome> = BTreeMap::new();
+    for (v, r) in paths {
+        let fate = match v {
+            Verdict::Drop { reject: true } => Fate::Rejected,
+            Verdict::Drop { reject: false } => Fate::Dropped,
+            Verdict::Accept if r.packet.dnat => Fate::Endpoint {
+                to: SocketAddr::new(r.packet.daddr, r.packet.dport),
+                node: nodes.get(&r.packet.daddr).cloned(),
+                masquerade: r.packet.masquerade,
+            },
+            Verdict::Accept => Fate::Unchanged { masquerade: r.packet.masquerade },
+        };
+        by_fate.entry(fate.clone()).and_modify(|o| o.chance += r.chance).or_insert(Outcome {
+            fate,
+            chance: r.chance,
+            path: r.steps,
+        });
+    }
+    let mut out: Vec<Outcome> = by_fate.into_values().collect();
+    out.sort_by(|a, b| b.chance.total_cmp(&a.chance).then_with(|| a.fate.cmp(&b.fate)));
+    out
+}

@@ -1,0 +1,421 @@
+//! The nf_tables machine, for one packet: registers, the expressions the compiler writes, set
+//! lookups, jumps and gotos, as the kernel runs a rule. A random number is kept as the set of
+//! values it may take until something tells them apart; there the run forks, each fork
+//! weighted by its share of the values, so every path a packet can take is followed once.
+
+use super::packet::Packet;
+use crate::nft::compile::expr::{Data, Expr};
+use crate::nft::compile::load::{LoadedSet, LoadedTable};
+use crate::nft::netlink::abi::{NF_ACCEPT, NF_DROP, NFT_GOTO, NFT_JUMP, NFT_RETURN};
+use std::sync::Arc;
+
+/// Bytes of the data registers (four 16-byte registers, seen also as sixteen 4-byte ones).
+const REG_BYTES: usize = 64;
+
+/// Meta keys the templates read and write (`NFT_META_*`).
+const META_MARK: u32 = 3;
+const META_IIFNAME: u32 = 6;
+const META_L4PROTO: u32 = 16;
+/// Conntrack keys (`NFT_CT_*`).
+const CT_STATE: u32 = 0;
+/// `ct state new`'s bit.
+const CT_STATE_NEW: u32 = 8;
+/// `fib … type` of the source address (else the destination).
+const FIB_SADDR: u32 = 1;
+/// Route types (`RTN_*`).
+const RTN_UNICAST: u32 = 1;
+const RTN_LOCAL: u32 = 2;
+/// Paths one packet may fork into before the machine gives up (a guard against bugs: every
+/// fork narrows a random value, so paths are finite).
+const MAX_PATHS: u32 = 1_000_000;
+
+/// How a base chain left the packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The hook's other chains go on (a NAT statement, an `accept`, the chain's policy).
+    Accept,
+    /// Dropped; `reject` when a reject statement answered the sender first.
+    Drop {
+        /// Whether the sender is told (TCP reset, ICMP unreachable).
+        reject: bool,
+    },
+}
+
+/// One step of a path, for the answer's "why".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// A rule ran to its end or to a verdict.
+    Rule {
+        /// Its chain.
+        chain: String,
+        /// Its text.
+        text: String,
+    },
+    /// A lookup found an element that a service port put there.
+    Element {
+        /// The set or map.
+        set: String,
+        /// The service port.
+        owner: Arc<str>,
+    },
+}
+
+/// A random value in the registers: where, and the values it may still take (the registers
+/// hold the first).
+#[derive(Debug, Clone)]
+struct Random {
+    at: usize,
+    values: Vec<u32>,
+}
+
+/// One path through the rules, forked as randomness decides.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The packet as this path has changed it.
+    pub packet: Packet,
+    /// The path's probability.
+    pub chance: f64,
+    /// What the path did, in order.
+    pub steps: Vec<Step>,
+    regs: [u8; REG_BYTES],
+    random: Vec<Random>,
+    /// Return addresses of jumps: (chain, next rule).
+    stack: Vec<(String, usize)>,
+    chain: String,
+    rule: usize,
+    expr: usize,
+}
+
+/// What one expression did.
+enum Flow {
+    Next,
+    Break,
+    Done(Verdict),
+    Jump(String, bool),
+    Return,
+    Fork(Vec<Run>),
+}
+
+impl Run {
+    /// The start of a path: `packet`, with its probability and steps so far.
+    pub fn new(packet: Packet, chance: f64, steps: Vec<Step>) -> Run {
+        Run {
+            packet,
+            chance,
+            steps,
+            regs: [0; REG_BYTES],
+            random: Vec::new(),
+            stack: Vec::new(),
+            chain: String::new(),
+            rule: 0,
+            expr: 0,
+        }
+    }
+}
+
+/// Runs base chain `chain` of `table` for every path `run` can take; returns each path with
+/// the verdict it ends in. An expression beyond this machine is an error naming it.
+pub fn run_chain(table: &LoadedTable, chain: &str, mut run: Run) -> Result<Vec<(Verdict, Run)>, String> {
+    run.chain = chain.to_string();
+    (run.rule, run.expr) = (0, 0);
+    run.stack.clear();
+    let mut done = Vec::new();
+    let mut todo = vec![run];
+    let mut budget = MAX_PATHS;
+    while let Some(mut r) = todo.pop() {
+        budget = budget.checked_sub(1).ok_or("too many paths through the rules")?;
+        match advance(table, &mut r)? {
+            Ok(v) => done.push((v, r)),
+            Err(forks) => todo.extend(forks),
+        }
+    }
+    Ok(done)
+}
+
+/// Runs `r` to its chain's verdict (`Ok`) or to a fork (`Err` with the forked runs).
+fn advance(table: &LoadedTable, r: &mut Run) -> Result<Result<Verdict, Vec<Run>>, String> {
+    loop {
+        let chain = table.chains.get(&r.chain).ok_or_else(|| format!("no chain {}", r.chain))?;
+        let Some(rule) = chain.rules.get(r.rule) else {
+            // A chain's end: back to the caller; a base chain's policy is accept.
+            match r.stack.pop() {
+                Some((c, next)) => (r.chain, r.rule, r.expr) = (c, next, 0),
+                None => return Ok(Ok(Verdict::Accept)),
+            }
+            continue;
+        };
+        if r.expr == 0 {
+            r.regs = [0; REG_BYTES];
+            r.random.clear();
+        }
+        let mut flow = Flow::Next;
+        while let Some(e) = rule.exprs.get(r.expr) {
+            flow = exec(table, r, e)?;
+            match flow {
+                Flow::Next => r.expr += 1,
+                _ => break,
+            }
+        }
+        let ran = |r: &mut Run| r.steps.push(Step::Rule { chain: r.chain.clone(), text: rule.text.clone() });
+        match flow {
+            Flow::Fork(runs) => return Ok(Err(runs)),
+            Flow::Break => (r.rule, r.expr) = (r.rule + 1, 0),
+            Flow::Next => {
+                ran(r);
+                (r.rule, r.expr) = (r.rule + 1, 0);
+            }
+            Flow::Done(v) => {
+                ran(r);
+                return Ok(Ok(v));
+            }
+            Flow::Jump(target, goto) => {
+                ran(r);
+                if !goto {
+                    r.stack.push((r.chain.clone(), r.rule + 1));
+                }
+                (r.chain, r.rule, r.expr) = (target, 0, 0);
+            }
+            Flow::Return => {
+                ran(r);
+                match r.stack.pop() {
+                    Some((c, next)) => (r.chain, r.rule, r.expr) = (c, next, 0),
+                    None => return Ok(Ok(Verdict::Accept)),
+                }
+            }
+        }
+    }
+}
+
+/// A register's first byte.
+fn offset(reg: u32) -> Result<usize, String> {
+    match reg {
+        1..=4 => Ok((reg as usize - 1) * 16),
+        8..=23 => Ok((reg as usize - 8) * 4),
+        _ => Err(format!("register {reg}")),
+    }
+}
+
+/// The bytes `len` long at register `reg`.
+fn span(reg: u32, len: usize) -> Result<std::ops::Range<usize>, String> {
+    let at = offset(reg)?;
+    if at + len > REG_BYTES {
+        return Err(format!("{len} bytes at register {reg}"));
+    }
+    Ok(at..at + len)
+}
+
+fn exec(table: &LoadedTable, r: &mut Run, e: &Expr) -> Result<Flow, String> {
+    Ok(match e {
+        Expr::Payload { base, offset: at, len, dreg } => {
+            let header = r.packet.header(*base);
+            let (at, len) = (*at as usize, *len as usize);
+            let bytes = header.get(at..at + len).ok_or("a load past the packet's headers")?.to_vec();
+            write(r, *dreg, &bytes)?;
+            Flow::Next
+        }
+        Expr::Meta { key: META_IIFNAME, dreg } => match r.packet.iif.clone() {
+            // A packet the node sends has no input interface: the load ends the rule.
+            None => Flow::Break,
+            Some(name) => {
+                let mut b = name.into_bytes();
+                b.resize(16, 0);
+                write(r, *dreg, &b)?;
+                Flow::Next
+            }
+        },
+        Expr::Meta { key: META_MARK, dreg } => write(r, *dreg, &r.packet.mark.to_ne_bytes()).map(|()| Flow::Next)?,
+        Expr::Meta { key: META_L4PROTO, dreg } => write(r, *dreg, &[r.packet.proto]).map(|()| Flow::Next)?,
+        Expr::MetaSet { key: META_MARK, sreg } => {
+            let b = read(r, *sreg, 4)?;
+            r.packet.mark = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+            Flow::Next
+        }
+        Expr::Ct { key, dreg } => {
+            let v = if *key == CT_STATE { CT_STATE_NEW } else { r.packet.ct_status };
+            write(r, *dreg, &v.to_ne_bytes()).map(|()| Flow::Next)?
+        }
+        Expr::Fib { flags, dreg, .. } => {
+            let addr = if *flags & FIB_SADDR != 0 { r.packet.saddr } else { r.packet.daddr };
+            let t = if r.packet.is_local(addr) { RTN_LOCAL } else { RTN_UNICAST };
+            write(r, *dreg, &t.to_ne_bytes()).map(|()| Flow::Next)?
+        }
+        Expr::Cmp { sreg, op, data } => cmp(r, *sreg, *op, data)?,
+        Expr::Bitwise { sreg, dreg, mask, xor } => {
+            if let Some(forks) = settle(r, span(*sreg, mask.len())?) {
+                return Ok(Flow::Fork(forks));
+            }
+            let b = read(r, *sreg, mask.len())?;
+            let out: Vec<u8> = b.iter().zip(mask).zip(xor).map(|((b, m), x)| (b & m) ^ x).collect();
+            write(r, *dreg, &out).map(|()| Flow::Next)?
+        }
+        Expr::Byteorder { sreg, dreg, len, size, .. } => {
+            if let Some(forks) = settle(r, span(*sreg, *len as usize)?) {
+                return Ok(Flow::Fork(forks));
+            }
+            let mut b = read(r, *sreg, *len as usize)?;
+            // Host and network order differ on a little-endian host only; both ways swap.
+            if cfg!(target_endian = "little") && *size > 1 {
+                b.chunks_mut(*size as usize).for_each(<[u8]>::reverse);
+            }
+            write(r, *dreg, &b).map(|()| Flow::Next)?
+        }
+        Expr::Lookup { sreg, set, set_id, dreg, invert } => lookup(table, r, *sreg, set, *set_id, *dreg, *invert)?,
+        Expr::Immediate { dreg, data: Data::Value(v) } => write(r, *dreg, v).map(|()| Flow::Next)?,
+        Expr::Immediate { data: Data::Verdict(code, chain), .. } => verdict(*code, chain.as_deref())?,
+        Expr::Numgen { dreg, modulus, offset: base } => {
+            let values: Vec<u32> = (0..*modulus).map(|v| v.wrapping_add(*base)).collect();
+            let first = values.first().copied().ok_or("numgen modulus 0")?;
+            write(r, *dreg, &first.to_ne_bytes())?;
+            if values.len() > 1 {
+                r.random.push(Random { at: offset(*dreg)?, values });
+            }
+            Flow::Next
+        }
+        Expr::Dnat { addr, proto, .. } => {
+            let len = if r.packet.saddr.is_ipv4() { 4 } else { 16 };
+            let regs = std::iter::once(span(*addr, len)).chain((*proto != 0).then(|| span(*proto, 2)));
+            for s in regs {
+                if let Some(forks) = settle(r, s?) {
+                    return Ok(Flow::Fork(forks));
+                }
+            }
+            let ip = read(r, *addr, len)?;
+            let port = if *proto == 0 { None } else { Some(read(r, *proto, 2)?) };
+            r.packet.dnat(&ip, port.map(|p| u16::from_be_bytes([p[0], p[1]])))?;
+            Flow::Done(Verdict::Accept)
+        }
+        Expr::Masq { .. } => {
+            r.packet.masquerade = true;
+            Flow::Done(Verdict::Accept)
+        }
+        Expr::Reject { .. } => Flow::Done(Verdict::Drop { reject: true }),
+        // The client is remembered (the set is taken to have room: it holds 65,535).
+        Expr::DynsetUpdate { set, .. } => {
+            r.packet.remembered.push(set.clone());
+            Flow::Next
+        }
+        other => return Err(format!("expression {other}")),
+    })
+}
+
+fn verdict(code: i32, chain: Option<&str>) -> Result<Flow, String> {
+    Ok(match (code, chain) {
+        (NF_ACCEPT, _) => Flow::Done(Verdict::Accept),
+        (NF_DROP, _) => Flow::Done(Verdict::Drop { reject: false }),
+        (NFT_JUMP, Some(c)) => Flow::Jump(c.to_string(), false),
+        (NFT_GOTO, Some(c)) => Flow::Jump(c.to_string(), true),
+        (NFT_RETURN, _) => Flow::Return,
+        (code, _) => return Err(format!("verdict {code}")),
+    })
+}
+
+fn read(r: &Run, reg: u32, len: usize) -> Result<Vec<u8>, String> {
+    Ok(r.regs[span(reg, len)?].to_vec())
+}
+
+/// Writes `bytes` at `reg`, zeroing the rest of the last 32-bit word as the kernel's loads
+/// do; a random value there is gone.
+fn write(r: &mut Run, reg: u32, bytes: &[u8]) -> Result<(), String> {
+    let s = span(reg, bytes.len().next_multiple_of(4))?;
+    r.random.retain(|x| x.at + 4 <= s.start || x.at >= s.end);
+    r.regs[s.clone()].fill(0);
+    r.regs[s.start..s.start + bytes.len()].copy_from_slice(bytes);
+    Ok(())
+}
+
+/// Forks `r` once per value of the first random value in `s` that may still take several
+/// (`None` when `s` holds none: the registers are exact).
+fn settle(r: &Run, s: std::ops::Range<usize>) -> Option<Vec<Run>> {
+    let i = r.random.iter().position(|x| x.at < s.end && x.at + 4 > s.start && x.values.len() > 1)?;
+    let values = &r.random[i].values;
+    Some(values.iter().map(|v| narrow(r, i, vec![*v], values.len())).collect())
+}
+
+/// `r` with random value `i` narrowed to `keep` of `of` values.
+fn narrow(r: &Run, i: usize, keep: Vec<u32>, of: usize) -> Run {
+    let mut n = r.clone();
+    n.chance *= keep.len() as f64 / of as f64;
+    let at = n.random[i].at;
+    n.regs[at..at + 4].copy_from_slice(&keep[0].to_ne_bytes());
+    n.random[i].values = keep;
+    n
+}
+
+/// `cmp`: a random value compared whole forks in two, the values equal to the constant and
+/// the others; anything else about randomness settles it first.
+fn cmp(r: &mut Run, sreg: u32, op: u32, data: &[u8]) -> Result<Flow, String> {
+    let s = span(sreg, data.len())?;
+    if let Some(i) = r.random.iter().position(|x| x.at == s.start && data.len() == 4 && x.values.len() > 1) {
+        let values = &r.random[i].values;
+        let (eq, ne): (Vec<u32>, Vec<u32>) = values.iter().partition(|v| v.to_ne_bytes() == data);
+        if !eq.is_empty() && !ne.is_empty() {
+            return Ok(Flow::Fork(vec![narrow(r, i, eq, values.len()), narrow(r, i, ne, values.len())]));
+        }
+    } else if let Some(forks) = settle(r, s.clone()) {
+        return Ok(Flow::Fork(forks));
+    }
+    let equal = r.regs[s] == *data;
+    Ok(if equal == (op == 0) { Flow::Next } else { Flow::Break })
+}
+
+fn lookup(
+    table: &LoadedTable,
+    r: &mut Run,
+    sreg: u32,
+    name: &str,
+    id: Option<u32>,
+    dreg: Option<u32>,
+    invert: bool,
+) -> Result<Flow, String> {
+    let set = match (table.sets.get(name), id) {
+        (Some(s), _) => s,
+        (None, Some(id)) => table.anon.get(&id).ok_or_else(|| format!("no set {name} ({id})"))?,
+        (None, None) => return Err(format!("no set {name}")),
+    };
+    let s = span(sreg, set.spec.key.1 as usize)?;
+    if let Some(forks) = settle(r, s.clone()) {
+        return Ok(Flow::Fork(forks));
+    }
+    let key = r.regs[s].to_vec();
+    let Some(found) = find(set, &key) else {
+        return Ok(if invert { Flow::Next } else { Flow::Break });
+    };
+    if invert {
+        return Ok(Flow::Break);
+    }
+    if let Some(owner) = &found.owner {
+        r.steps.push(Step::Element { set: name.to_string(), owner: owner.clone() });
+    }
+    Ok(match (dreg, &found.data) {
+        (Some(0), Some(Data::Verdict(code, chain))) => verdict(*code, chain.as_deref())?,
+        (Some(d), Some(Data::Value(v))) => write(r, d, v).map(|()| Flow::Next)?,
+        (None, _) => Flow::Next,
+        _ => return Err(format!("a lookup in {name} whose data does not fit")),
+    })
+}
+
+/// The element of `set` that `key` matches: equal keys in a hash set; in an interval set, a
+/// range that holds it (a concatenation's element spans its first to its last key, field by
+/// field; a single field's ranges are start elements, each ended by the next end element).
+fn find<'s>(set: &'s LoadedSet, key: &[u8]) -> Option<&'s crate::nft::compile::load::LoadedElement> {
+    use crate::nft::netlink::abi::NFT_SET_ELEM_INTERVAL_END;
+    if !set.interval() {
+        return set.elements.iter().find(|e| e.key == key);
+    }
+    if set.elements.iter().any(|e| e.key_end.is_some()) {
+        let fields = super::packet::field_widths(&set.spec);
+        return set.elements.iter().find(|e| {
+            let end = e.key_end.as_deref().unwrap_or(&e.key);
+            let mut at = 0;
+            fields.iter().all(|w| {
+                let f = at..(at + w).min(key.len());
+                at += w;
+                e.key.get(f.clone()) <= key.get(f.clone()) && key.get(f.clone()) <= end.get(f)
+            })
+        });
+    }
+    // Where a range ends exactly where the next starts, the start wins.
+    let below = set.elements.iter().filter(|e| e.key.as_slice() <= key);
+    let top = below.clone().map(|e| &e.key).max()?;
+    below.filter(|e| &e.key == top).find(|e| e.flags & NFT_SET_ELEM_INTERVAL_END == 0)
+}

@@ -1,0 +1,195 @@
+//! The "why" of an answer: which service port's rules took the packet, what about it (no
+//! endpoints, traffic policy, source ranges, affinity, masquerading) decided the outcome,
+//! and which of its endpoints take none of the traffic, for what reason.
+
+use super::{Explanation, Fate, SourceKind, Step};
+use crate::config::Config;
+use crate::model::{Family, Model, ServicePort};
+use crate::topology::{self, Choice};
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+
+/// One reason, with a stable name for scripts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reason {
+    /// Its name (`no-service`, `no-endpoints`, `traffic-policy`, `source-ranges`,
+    /// `cluster-ip-port`, `service-cidr`, `affinity`, `masquerade`).
+    pub kind: &'static str,
+    /// For people.
+    pub text: String,
+}
+
+/// An endpoint of the service port that takes none of this connection's traffic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnusedEndpoint {
+    /// The endpoint.
+    pub endpoint: SocketAddr,
+    /// Its node, when its slice says.
+    pub node: Option<String>,
+    /// Why, by name (`not-ready`, `terminating`, `topology`, `other-node`: `topology::Unused`).
+    pub reason: &'static str,
+    /// Why, for people.
+    pub text: String,
+}
+
+/// The node each endpoint of `family` runs on, by address, as the slices say.
+pub fn endpoint_nodes(model: &Model, family: Family) -> BTreeMap<IpAddr, String> {
+    let mut nodes = BTreeMap::new();
+    for sp in model.services.values().flatten() {
+        for e in model.endpoints(&sp.name, family) {
+            if let Some(n) = e.node_name {
+                nodes.entry(e.ip).or_insert_with(|| n.to_string());
+            }
+        }
+    }
+    nodes
+}
+
+/// Fills in the service, the reasons and the unused endpoints of `e` from its outcomes.
+pub fn fill(e: &mut Explanation, model: &Model, cfg: &Config) {
+    let steps: Vec<Step> = e.outcomes.iter().flat_map(|o| o.path.iter().cloned()).collect();
+    let owner = steps.iter().find_map(|s| match s {
+        Step::Element { owner, .. } => Some(owner.to_string()),
+        Step::Rule { .. } => None,
+    });
+    let sp = owner.as_ref().and_then(|o| model.services.values().flatten().find(|sp| sp.name.to_string() == *o));
+    let frontend = sp.map(|sp| frontend(sp, e.query.to));
+    e.service = owner.zip(frontend);
+    let rule_in = |chain: &str, word: &str| {
+        steps.iter().any(|s| matches!(s, Step::Rule { chain: c, text } if c == chain && text.contains(word)))
+    };
+    let element_in = |set: &str| steps.iter().any(|s| matches!(s, Step::Element { set: s, .. } if s == set));
+    let mut add = |kind, text: String| e.reasons.push(super::Reason { kind, text });
+    let to = format!("{}/{}", e.query.to, e.query.protocol);
+    if e.service.is_none() {
+        if rule_in("cluster-ips-check", "reject-chain") {
+            add(
+                "cluster-ip-port",
+                format!("{} is a ClusterIP, but no service port {to} is on it: rejected", e.query.to.ip()),
+            );
+        } else if rule_in("cluster-ips-check", "service-cidrs") {
+            add("service-cidr", format!("{} is in a ServiceCIDR, but no Service holds it: dropped", e.query.to.ip()));
+        } else {
+            add("no-service", format!("no Service serves {to} on this node: the proxy leaves the packet alone"));
+        }
+        return;
+    }
+    let Some(sp) = sp else { return };
+    if rule_in("firewall-check", "drop") {
+        let ranges: Vec<String> = sp.source_ranges.iter().map(ToString::to_string).collect();
+        add(
+            "source-ranges",
+            format!("{} is not in loadBalancerSourceRanges ({}): dropped", e.source, ranges.join(", ")),
+        );
+    }
+    if element_in("no-endpoint-services") || element_in("no-endpoint-nodeports") {
+        if e.outcomes.iter().any(|o| o.fate == Fate::Rejected) {
+            add("no-endpoints", "the service port has no ready or serving endpoint anywhere: rejected".into());
+        } else {
+            add(
+                "traffic-policy",
+                format!("endpoints exist, but none on {} that the Local traffic policy allows: dropped", cfg.node_name),
+            );
+        }
+    }
+    policy(e, sp, cfg);
+    if let Some(t) = sp.affinity_timeout {
+        let text = format!(
+            "sessionAffinity ClientIP: this first connection is spread as shown; the next ones from {} go to the same endpoint until it has been idle {t}s",
+            e.source
+        );
+        e.reasons.push(Reason { kind: "affinity", text });
+    }
+    masquerade(e, &steps);
+    e.unused = unused(e, model, sp, cfg);
+}
+
+/// Which of the service port's frontends `to` is.
+fn frontend(sp: &ServicePort, to: SocketAddr) -> &'static str {
+    let ip = to.ip();
+    if sp.cluster_ips.contains(&ip) && to.port() == sp.port {
+        "ClusterIP"
+    } else if sp.load_balancer_ips.contains(&ip) && to.port() == sp.port {
+        "LoadBalancer IP"
+    } else if sp.external_ips.contains(&ip) && to.port() == sp.port {
+        "external IP"
+    } else {
+        "NodePort"
+    }
+}
+
+/// The traffic policy that applies to this source and frontend.
+fn policy(e: &mut Explanation, sp: &ServicePort, cfg: &Config) {
+    let external = e.service.as_ref().is_some_and(|(_, f)| *f != "ClusterIP");
+    let inside = matches!(e.kind, SourceKind::Node | SourceKind::LocalPod);
+    let text = if external && sp.external_policy_local && inside {
+        "externalTrafficPolicy Local does not bind traffic from this node or its pods: it may use every endpoint"
+            .to_string()
+    } else if external && sp.external_policy_local {
+        format!("externalTrafficPolicy Local: only endpoints on {}; the client's address is kept", cfg.node_name)
+    } else if !external && sp.internal_policy_local {
+        format!("internalTrafficPolicy Local: only endpoints on {}", cfg.node_name)
+    } else {
+        return;
+    };
+    e.reasons.push(Reason { kind: "traffic-policy", text });
+}
+
+/// Why a masqueraded outcome is masqueraded: the rule that marked it, or a hairpin.
+fn masquerade(e: &mut Explanation, steps: &[Step]) {
+    if !e
+        .outcomes
+        .iter()
+        .any(|o| matches!(o.fate, Fate::Endpoint { masquerade: true, .. } | Fate::Unchanged { masquerade: true }))
+    {
+        return;
+    }
+    let marked_in = steps.iter().find_map(|s| match s {
+        Step::Rule { chain, text } if text.contains("meta mark set") => Some(chain.as_str()),
+        _ => None,
+    });
+    let hairpin = steps.iter().any(|s| matches!(s, Step::Rule { text, .. } if text.contains("@hairpin-connections")));
+    let text = match marked_in {
+        Some("services") => {
+            "the source is not one of this cluster's pods (--detect-local-mode): masqueraded so replies come back through this node"
+        }
+        Some(c) if c.starts_with("service-") => "--masquerade-all: masqueraded",
+        Some(_) => {
+            "traffic to an external frontend under externalTrafficPolicy Cluster is masqueraded, so replies come back through this node"
+        }
+        None if hairpin => {
+            "a pod reaching itself through the service is masqueraded, or it would answer itself directly"
+        }
+        None => "masqueraded",
+    };
+    e.reasons.push(Reason { kind: "masquerade", text: text.into() });
+}
+
+/// The endpoints of `sp` (of the query's family) that endpoint selection passes over for
+/// this traffic, with the reason: the Local scope's for traffic a Local policy binds, else
+/// the Cluster scope's.
+fn unused(e: &Explanation, model: &Model, sp: &ServicePort, cfg: &Config) -> Vec<UnusedEndpoint> {
+    let family = Family::of(&e.query.to.ip());
+    let endpoints = model.endpoints(&sp.name, family);
+    let zone = model.node.as_ref().and_then(|n| n.zone.as_deref());
+    let external = e.service.as_ref().is_some_and(|(_, f)| *f != "ClusterIP");
+    let inside = matches!(e.kind, SourceKind::Node | SourceKind::LocalPod);
+    let local_scope = if external { sp.external_policy_local && !inside } else { sp.internal_policy_local };
+    topology::endpoint_uses(&endpoints, sp, &cfg.node_name, zone)
+        .into_iter()
+        .filter_map(|u| {
+            let (this, other) = if local_scope { (u.local, u.cluster) } else { (u.cluster, u.local) };
+            let why = match this {
+                Choice::Chosen => return None,
+                Choice::Passed(why) => why,
+                Choice::NotNeeded => other.passed()?,
+            };
+            Some(UnusedEndpoint {
+                endpoint: SocketAddr::new(u.endpoint.ip, u.endpoint.port),
+                node: u.endpoint.node_name.as_deref().map(str::to_string),
+                reason: why.name(),
+                text: why.to_string(),
+            })
+        })
+        .collect()
+}
