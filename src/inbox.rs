@@ -2,6 +2,7 @@
 //! state per object rather than a queue of events, so however fast objects change and however
 //! long a sync blocks, what waits is at most one entry per object.
 
+use crate::debug::Ask;
 use crate::model::{ObjectChange, ObjectId, ObjectKind};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -31,12 +32,17 @@ pub struct Delivery {
     pub listed: Vec<&'static str>,
     /// Other requests.
     pub requests: Requests,
+    /// Debug views asked for, each to be answered.
+    pub asks: Vec<Ask>,
 }
 
 impl Delivery {
     /// Whether nothing arrived.
     pub fn is_empty(&self) -> bool {
-        self.changes.is_empty() && self.listed.is_empty() && self.requests == Requests::default()
+        self.changes.is_empty()
+            && self.listed.is_empty()
+            && self.requests == Requests::default()
+            && self.asks.is_empty()
     }
 }
 
@@ -47,11 +53,15 @@ struct Pending {
     oldest: Option<SystemTime>,
     listed: BTreeSet<&'static str>,
     requests: Requests,
+    asks: Vec<Ask>,
 }
 
 impl Pending {
     fn is_empty(&self) -> bool {
-        self.objects.is_empty() && self.listed.is_empty() && self.requests == Requests::default()
+        self.objects.is_empty()
+            && self.listed.is_empty()
+            && self.requests == Requests::default()
+            && self.asks.is_empty()
     }
 }
 
@@ -103,6 +113,11 @@ impl Inbox {
         self.update(|p| f(&mut p.requests));
     }
 
+    /// Asks for a debug view (the `http` thread holds at most one ask at a time).
+    pub fn ask(&self, ask: Ask) {
+        self.update(|p| p.asks.push(ask));
+    }
+
     /// Waits until something arrives or `deadline` passes, then takes everything.
     pub fn wait(&self, deadline: Instant) -> Delivery {
         let mut pending = self.lock();
@@ -121,6 +136,7 @@ impl Inbox {
             changes: taken.objects.into_values().collect(),
             listed: taken.listed.into_iter().collect(),
             requests: taken.requests,
+            asks: taken.asks,
         }
     }
 

@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod conntrack;
+pub mod debug;
 pub mod explain;
 pub mod health;
 pub mod host;

@@ -290,7 +290,7 @@ fn observers(flags: &Flags, api: Option<&kube::Shared>, inbox: &Arc<Inbox>) -> a
     let health = Arc::new(Health::new(flags.sync_period.saturating_mul(2)).watching(inbox.clone()));
     let fixed = [(flags.healthz_bind_address.0, Route::Health), (flags.metrics_bind_address.0, Route::Metrics)];
     let fixed = fixed.into_iter().filter_map(|(addr, route)| addr.map(|a| (a, route))).collect();
-    let server = http::Server::start(fixed, health.clone(), metrics.clone())?;
+    let server = http::Server::start(fixed, health.clone(), metrics.clone(), inbox.clone())?;
     let observe = Observers::default().with_health(health).with_service_health(server);
     Ok(match metrics {
         Some(m) => observe.with_metrics(m),

@@ -107,6 +107,15 @@ impl Choice {
         self == Choice::Chosen
     }
 
+    /// A stable machine name: `chosen`, `not-needed`, or the reason's ([`Unused::name`]).
+    pub fn name(self) -> &'static str {
+        match self {
+            Choice::NotNeeded => "not-needed",
+            Choice::Chosen => "chosen",
+            Choice::Passed(why) => why.name(),
+        }
+    }
+
     /// Why the scope passed the endpoint over, if it did.
     pub fn passed(self) -> Option<Unused> {
         match self {

@@ -120,8 +120,9 @@ pub struct Flags {
     /// them off. `[::]:10256` when --bind-address is IPv6. `0.0.0.0` serves IPv6 too.
     #[arg(long, value_name = "IP:PORT", default_value = "0.0.0.0:10256", value_parser = parse_healthz_bind, help_heading = SERVING)]
     pub healthz_bind_address: BindAddress,
-    /// Where `/metrics`, `/healthz` and `/proxyMode` are served (`IP:port`, or an IP on port
-    /// 10249); empty turns them off. `[::1]:10249` when --bind-address is IPv6.
+    /// Where `/metrics`, `/healthz`, `/proxyMode` and the debug views (`/debug/ruleset`,
+    /// `/debug/services`) are served (`IP:port`, or an IP on port 10249); empty turns them
+    /// off. `[::1]:10249` when --bind-address is IPv6.
     #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:10249", value_parser = parse_metrics_bind, help_heading = SERVING)]
     pub metrics_bind_address: BindAddress,
 

@@ -1,18 +1,22 @@
 //! The `http` thread's event loop: every listener and connection on one mio poll. Each
 //! connection gets one answer and is closed; one that has not sent a whole request head
-//! within [`REQUEST_TIMEOUT`], or sends more than [`MAX_REQUEST`] bytes of it, is dropped.
+//! within [`REQUEST_TIMEOUT`], or sends more than 8 KiB of it, is dropped.
 //! At [`MAX_CONNECTIONS`] the oldest connection still silent makes room for a new one, so
-//! clients that hold connections open cannot keep a checker out.
+//! clients that hold connections open cannot keep a checker out. A debug view's request
+//! waits, without holding up the loop, for the sync thread's answer ([`Desk`]).
 
-use super::{Head, REBIND, Reply, Route, TEXT, bind, encode, request};
+use super::conn::{Conn, read_request, write_out};
+use super::desk::{Desk, WRITE_WAIT};
+use super::{Head, REBIND, Reply, Route, TEXT, bind, encode};
+use crate::debug::View;
 use crate::health::services::{ServiceHealth, Wanted, answer};
 use crate::health::{self, Health};
 use crate::metrics::{self, Metrics};
 use crate::model::Family;
-use mio::net::{TcpListener, TcpStream};
+use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{ErrorKind, Read, Write};
+use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -24,27 +28,11 @@ pub const WAKER: Token = Token(0);
 /// How long a client may take to send its request head.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The longest request head read.
-const MAX_REQUEST: usize = 8192;
-
 /// Connections open at once.
 const MAX_CONNECTIONS: usize = 1024;
 
 /// A listener: where, and what it serves.
 type Key = (SocketAddr, Route);
-
-/// One client connection.
-struct Conn {
-    stream: TcpStream,
-    route: Route,
-    port: u16,
-    /// The family the client connected over (an IPv4 client of a `[::]` listener: IPv4).
-    family: Family,
-    since: Instant,
-    read: Vec<u8>,
-    /// The answer, once the request is in, and how much of it is written.
-    out: Option<(Vec<u8>, usize)>,
-}
 
 /// What a token stands for.
 enum Slot {
@@ -68,11 +56,13 @@ pub struct Loop {
     /// Listeners that could not be bound, retried every [`REBIND`], and when next.
     failing: BTreeSet<Key>,
     retry_at: Option<Instant>,
+    desk: Desk,
 }
 
 impl Loop {
-    /// A loop on `poll` serving `fixed` listeners, answering from `health` and `metrics`.
-    pub fn new(poll: Poll, fixed: Vec<Key>, health: Arc<Health>, metrics: Option<Arc<Metrics>>) -> Loop {
+    /// A loop on `poll` serving `fixed` listeners, answering from `health` and `metrics`,
+    /// and the debug views through `desk`.
+    pub fn new(poll: Poll, fixed: Vec<Key>, health: Arc<Health>, metrics: Option<Arc<Metrics>>, desk: Desk) -> Loop {
         Loop {
             poll,
             health,
@@ -86,6 +76,7 @@ impl Loop {
             next: 1,
             failing: BTreeSet::new(),
             retry_at: None,
+            desk,
         }
     }
 
@@ -110,6 +101,9 @@ impl Loop {
             }
             if news && !self.take_news(rx) {
                 return;
+            }
+            while let Some((token, reply, head)) = self.desk.answered() {
+                self.deliver(token, reply, head, WRITE_WAIT);
             }
             self.expire();
             if news || self.retry_at.is_some_and(|at| Instant::now() >= at) {
@@ -136,10 +130,11 @@ impl Loop {
         true
     }
 
-    /// When the loop must wake without events: a retry, or the oldest request timing out.
+    /// When the loop must wake without events: a retry, or a connection's deadline.
     fn next_deadline(&self) -> Option<Instant> {
-        let oldest = self.slots.values().filter_map(|s| if let Slot::Conn(c) = s { Some(c.since) } else { None }).min();
-        [self.retry_at, oldest.map(|t| t + REQUEST_TIMEOUT)].into_iter().flatten().min()
+        let first =
+            self.slots.values().filter_map(|s| if let Slot::Conn(c) = s { Some(c.deadline) } else { None }).min();
+        [self.retry_at, first].into_iter().flatten().min()
     }
 
     fn token(&mut self) -> Token {
@@ -212,7 +207,8 @@ impl Loop {
                     let token = self.token();
                     if self.poll.registry().register(&mut stream, token, Interest::READABLE).is_ok() {
                         let (route, port, family, since) = (key.1, key.0.port(), Family::of(&local), Instant::now());
-                        let c = Conn { stream, route, port, family, since, read: Vec::new(), out: None };
+                        let deadline = since + REQUEST_TIMEOUT;
+                        let c = Conn { stream, route, port, family, since, deadline, read: Vec::new(), out: None };
                         self.slots.insert(token, Slot::Conn(c));
                         self.conns += 1;
                     }
@@ -233,7 +229,7 @@ impl Loop {
             .slots
             .iter()
             .filter_map(|(t, s)| match s {
-                Slot::Conn(c) if c.out.is_none() => Some((c.since, *t)),
+                Slot::Conn(c) if c.out.is_none() && !self.desk.waits(*t) => Some((c.since, *t)),
                 _ => None,
             })
             .min();
@@ -241,30 +237,86 @@ impl Loop {
     }
 
     /// Reads the request and writes the answer as far as the socket allows; closes the
-    /// connection when done or broken.
+    /// connection when done or broken. While its debug view is being made, whatever else
+    /// the client sends is read, so that closing does not reset the connection, and left:
+    /// its request is in, and the answer will close it.
     fn serve(&mut self, token: Token) {
         let Some(Slot::Conn(c)) = self.slots.get_mut(&token) else { return };
+        if self.desk.waits(token) {
+            if read_request(c).is_err() {
+                self.close(token);
+            }
+            return;
+        }
         let done = if c.out.is_some() {
             !matches!(write_out(c), Ok(false))
         } else {
             match read_request(c) {
                 Ok(Head::Partial) => false,
                 Ok(Head::Bad) => {
-                    c.out = Some((encode(&Reply::new(400, TEXT, "400 Bad Request"), true), 0));
+                    c.out = Some((encode(Reply::new(400, TEXT, "400 Bad Request"), true), 0));
                     self.respond(token)
                 }
-                Ok(Head::Request { head, path }) => {
+                Ok(Head::Request { head, path, query }) => {
                     let (route, port, family) = (c.route, c.port, c.family);
-                    let reply = self.answer(route, port, family, &path);
-                    if let Some(Slot::Conn(c)) = self.slots.get_mut(&token) {
-                        c.out = Some((encode(&reply, !head), 0));
+                    match self.debug_view(token, route, &path, query.as_deref(), head) {
+                        Some(Ok(())) => false,
+                        Some(Err(reply)) => self.out(token, reply, head),
+                        None => {
+                            let reply = self.answer(route, port, family, &path);
+                            self.out(token, reply, head)
+                        }
                     }
-                    self.respond(token)
                 }
                 Err(_) => true,
             }
         };
         if done {
+            self.close(token);
+        }
+    }
+
+    /// Asks the sync thread for the debug view `path` names, if it names one and the
+    /// listener serves metrics: `Ok` when asked (the connection waits), else the reply to
+    /// send at once (a bad query, or another view under way).
+    fn debug_view(
+        &mut self,
+        token: Token,
+        route: Route,
+        path: &str,
+        query: Option<&str>,
+        head: bool,
+    ) -> Option<Result<(), Reply>> {
+        if route != Route::Metrics || self.metrics.is_none() {
+            return None;
+        }
+        let asked = match View::of(path, query)? {
+            Ok(view) => self.desk.ask(token, view, head),
+            Err(why) => Err(Reply::new(400, TEXT, format!("{why}\n"))),
+        };
+        if asked.is_ok()
+            && let Some(Slot::Conn(c)) = self.slots.get_mut(&token)
+        {
+            c.deadline = Instant::now() + self.desk.answer_wait();
+        }
+        Some(asked)
+    }
+
+    /// Sets `reply` as the connection's answer and writes what the socket takes; true when
+    /// the connection is done with.
+    fn out(&mut self, token: Token, reply: Reply, head: bool) -> bool {
+        if let Some(Slot::Conn(c)) = self.slots.get_mut(&token) {
+            c.out = Some((encode(reply, !head), 0));
+        }
+        self.respond(token)
+    }
+
+    /// Answers a connection that waited for a debug view, allowing `write` to write it.
+    fn deliver(&mut self, token: Token, reply: Reply, head: bool, write: Duration) {
+        if let Some(Slot::Conn(c)) = self.slots.get_mut(&token) {
+            c.deadline = Instant::now() + write;
+        }
+        if self.out(token, reply, head) {
             self.close(token);
         }
     }
@@ -300,61 +352,25 @@ impl Loop {
         if let Some(Slot::Conn(mut c)) = self.slots.remove(&token) {
             let _ = self.poll.registry().deregister(&mut c.stream);
             self.conns -= 1;
+            self.desk.closed(token);
         }
     }
 
-    /// Drops connections whose request has not come within the timeout.
+    /// Drops connections past their deadline: those whose request or answer has not gone
+    /// through in time. One that waited too long for a debug view is told to try again.
     fn expire(&mut self) {
         let now = Instant::now();
         let late: Vec<Token> = self
             .slots
             .iter()
-            .filter(|(_, s)| matches!(s, Slot::Conn(c) if now.duration_since(c.since) >= REQUEST_TIMEOUT))
+            .filter(|(_, s)| matches!(s, Slot::Conn(c) if now >= c.deadline))
             .map(|(t, _)| *t)
             .collect();
         for token in late {
-            self.close(token);
-        }
-    }
-}
-
-/// Reads what the socket holds and looks for the request head in it. A client that closes
-/// its side right after its request is answered; one that closes before is done with.
-fn read_request(c: &mut Conn) -> std::io::Result<Head> {
-    let mut buf = [0u8; 2048];
-    let mut ended = false;
-    loop {
-        match c.stream.read(&mut buf) {
-            Ok(0) => {
-                ended = true;
-                break;
+            match self.desk.give_up(token) {
+                Some((reply, head)) => self.deliver(token, reply, head, REQUEST_TIMEOUT),
+                None => self.close(token),
             }
-            Ok(n) => c.read.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-        if c.read.len() > MAX_REQUEST {
-            return Err(ErrorKind::InvalidData.into());
         }
     }
-    match request(&c.read) {
-        Head::Partial if ended => Err(ErrorKind::UnexpectedEof.into()),
-        head => Ok(head),
-    }
-}
-
-/// Writes as much of the answer as the socket takes; true when all of it is written.
-fn write_out(c: &mut Conn) -> std::io::Result<bool> {
-    let Some((out, written)) = &mut c.out else { return Ok(true) };
-    while *written < out.len() {
-        match c.stream.write(&out[*written..]) {
-            Ok(0) => return Err(ErrorKind::WriteZero.into()),
-            Ok(n) => *written += n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(true)
 }

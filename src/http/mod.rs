@@ -1,16 +1,22 @@
 //! The proxy's HTTP endpoints, all served by one thread, `http`: `/healthz` and `/livez`,
-//! `/metrics` (with `/healthz` and `/proxyMode`) and every health-check node port, from one
-//! mio event loop (`event_loop.rs`). A thread per listener or per connection would let a
-//! node with many Local Services, or a client opening connections, cost threads without
-//! bound; the answers are small and decided from memory, so one loop serves them all. This
-//! file holds the framing: the request head parsed by httparse, and an answer that closes.
+//! `/metrics` (with `/healthz`, `/proxyMode` and the debug views) and every health-check
+//! node port, from one mio event loop (`event_loop.rs`). A thread per listener or per
+//! connection would let a node with many Local Services, or a client opening connections,
+//! cost threads without bound; the answers are small and decided from memory, so one loop
+//! serves them all. The debug views are the exception, made by the sync thread: the loop
+//! asks and serves other clients until the answer comes (`desk.rs`). This file holds the
+//! framing: the request head parsed by httparse, and an answer that closes.
 
+mod conn;
+mod desk;
 mod event_loop;
 
 use crate::health::Health;
 use crate::health::services::Wanted;
+use crate::inbox::Inbox;
 use crate::metrics::Metrics;
 use mio::{Poll, Waker};
+use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -37,12 +43,20 @@ pub struct Reply {
     pub headers: Vec<(&'static str, String)>,
     /// The body.
     pub body: String,
+    /// More of the body after `body`, in pieces: a large answer (a whole ruleset) is made,
+    /// handed over and written piece by piece, never joined (or copied) into one buffer.
+    pub more: Vec<Vec<u8>>,
 }
 
 impl Reply {
     /// A reply with no extra headers.
     pub fn new(code: u16, content_type: &'static str, body: impl Into<String>) -> Reply {
-        Reply { code, content_type, headers: Vec::new(), body: body.into() }
+        Reply { code, content_type, headers: Vec::new(), body: body.into(), more: Vec::new() }
+    }
+
+    /// A reply whose body is `body` followed by `more`.
+    pub fn pieces(code: u16, content_type: &'static str, body: impl Into<String>, more: Vec<Vec<u8>>) -> Reply {
+        Reply { more, ..Reply::new(code, content_type, body) }
     }
 
     /// Go's 404 for a path nobody serves.
@@ -80,16 +94,19 @@ pub struct Server {
 
 impl Server {
     /// Starts the `http` thread serving `fixed` listeners at once and, as they are asked for,
-    /// the health-check node ports. It ends, closing every listener, when this is dropped.
+    /// the health-check node ports; the debug views are asked of the sync thread through
+    /// `inbox`. It ends, closing every listener, when this is dropped.
     pub fn start(
         fixed: Vec<(SocketAddr, Route)>,
         health: Arc<Health>,
         metrics: Option<Arc<Metrics>>,
+        inbox: Arc<Inbox>,
     ) -> std::io::Result<Server> {
         let (tx, rx) = channel();
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), event_loop::WAKER)?);
-        let mut l = event_loop::Loop::new(poll, fixed, health, metrics);
+        let desk = desk::Desk::new(inbox, waker.clone());
+        let mut l = event_loop::Loop::new(poll, fixed, health, metrics, desk);
         std::thread::Builder::new().name("http".into()).spawn(move || l.run(&rx))?;
         Ok(Server { wanted: tx, waker })
     }
@@ -117,35 +134,42 @@ enum Head {
     Partial,
     /// A request head that is not HTTP.
     Bad,
-    /// A request for `path`; `head` for the HEAD method, whose answer has no body.
-    Request { head: bool, path: String },
+    /// A request for `path` with `query` (after `?`, if any); `head` for the HEAD method,
+    /// whose answer has no body.
+    Request { head: bool, path: String, query: Option<String> },
 }
 
 /// The most header lines a request may carry (a request head is at most 8 KiB anyway).
 const MAX_HEADERS: usize = 128;
 
-/// Parses a request head in `read` (httparse). Only the method and path matter: no answer
-/// depends on a header.
+/// Parses a request head in `read` (httparse). Only the method and target matter: no
+/// answer depends on a header.
 fn request(read: &[u8]) -> Head {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     match req.parse(read) {
         Ok(httparse::Status::Complete(_)) => {
-            let path = req.path.unwrap_or("/").split('?').next().unwrap_or_default().to_string();
-            Head::Request { head: req.method == Some("HEAD"), path }
+            let target = req.path.unwrap_or("/");
+            let (path, query) = match target.split_once('?') {
+                Some((path, query)) => (path, Some(query.to_string())),
+                None => (target, None),
+            };
+            Head::Request { head: req.method == Some("HEAD"), path: path.to_string(), query }
         }
         Ok(httparse::Status::Partial) => Head::Partial,
         Err(_) => Head::Bad,
     }
 }
 
-/// An HTTP/1.1 response that closes the connection, with its body unless not `with_body`
-/// (an answer to HEAD says how long the body would be and leaves it out).
-fn encode(r: &Reply, with_body: bool) -> Vec<u8> {
+/// An HTTP/1.1 response that closes the connection, in the pieces to write in order: the
+/// head, then the body unless not `with_body` (an answer to HEAD says how long the body
+/// would be and leaves it out). The body's pieces are moved, not copied.
+fn encode(r: Reply, with_body: bool) -> VecDeque<Vec<u8>> {
     let reason = match r.code {
         200 => "OK",
         400 => "Bad Request",
         404 => "Not Found",
+        500 => "Internal Server Error",
         _ => "Service Unavailable",
     };
     let mut head = format!(
@@ -155,10 +179,12 @@ fn encode(r: &Reply, with_body: bool) -> Vec<u8> {
     for (name, value) in &r.headers {
         head.push_str(&format!("{name}: {value}\r\n"));
     }
-    head.push_str(&format!("Content-Length: {}\r\nConnection: close\r\n\r\n", r.body.len()));
-    let mut out = head.into_bytes();
+    let length = r.body.len() + r.more.iter().map(Vec::len).sum::<usize>();
+    head.push_str(&format!("Content-Length: {length}\r\nConnection: close\r\n\r\n"));
+    let mut out = VecDeque::from([head.into_bytes()]);
     if with_body {
-        out.extend_from_slice(r.body.as_bytes());
+        out.push_back(r.body.into_bytes());
+        out.extend(r.more);
     }
     out
 }
@@ -204,12 +230,24 @@ mod tests {
     #[test]
     fn only_the_request_line_is_read() {
         let get = b"GET /livez?x=1 HTTP/1.1\r\nHost: a\r\n\r\n";
-        assert_eq!(request(get), Head::Request { head: false, path: "/livez".into() });
-        assert_eq!(request(b"HEAD / HTTP/1.0\r\n\r\n"), Head::Request { head: true, path: "/".into() });
+        let livez = Head::Request { head: false, path: "/livez".into(), query: Some("x=1".into()) };
+        assert_eq!(request(get), livez);
+        let root = Head::Request { head: true, path: "/".into(), query: None };
+        assert_eq!(request(b"HEAD / HTTP/1.0\r\n\r\n"), root);
         assert_eq!(request(b"GET / HTTP/1.1\r\nHost: a\r\n"), Head::Partial);
         assert_eq!(request(b"\x01\x02 not http\r\n\r\n"), Head::Bad);
-        let head = encode(&Reply::new(503, JSON, "{}"), false);
-        assert!(String::from_utf8_lossy(&head).ends_with("Content-Length: 2\r\nConnection: close\r\n\r\n"));
+        let head = encode(Reply::new(503, JSON, "{}"), false);
+        assert_eq!(head.len(), 1, "no body");
+        assert!(String::from_utf8_lossy(&head[0]).ends_with("Content-Length: 2\r\nConnection: close\r\n\r\n"));
+    }
+
+    #[test]
+    fn a_body_in_pieces_is_counted_whole_and_written_in_order() {
+        let more = vec![b"second ".to_vec(), b"third".to_vec()];
+        let out: Vec<u8> = encode(Reply::pieces(200, TEXT, "first ", more), true).into_iter().flatten().collect();
+        let text = String::from_utf8(out).expect("utf-8");
+        assert!(text.contains("Content-Length: 18\r\n"), "{text}");
+        assert!(text.ends_with("\r\n\r\nfirst second third"), "{text}");
     }
 
     #[test]

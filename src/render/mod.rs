@@ -233,6 +233,17 @@ pub fn full_sync_script(ruleset: &Ruleset, node: &str) -> Result<String, RenderE
     render_template(&sync, "full-sync.nft")
 }
 
+/// Writes the full-sync script (as [`full_sync_script`]) to `out` as it is made, so a caller
+/// that keeps it in pieces never holds it in one growing buffer.
+pub fn write_full_sync_script(
+    ruleset: &Ruleset,
+    node: &str,
+    out: &mut impl std::fmt::Write,
+) -> Result<(), RenderError> {
+    let sync = FullSync { node, refresh: false, tables: table_views(ruleset, false) };
+    sync.render_into(out).map_err(|source| RenderError::Template { template: "full-sync.nft", source })
+}
+
 /// The full-sync script without elements, which the daemon sends from `ruleset` itself in
 /// the same transaction (`nft::wire`): what it compiles.
 pub fn full_sync_script_without_elements(ruleset: &Ruleset, node: &str) -> Result<String, RenderError> {

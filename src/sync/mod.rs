@@ -17,6 +17,7 @@ use pace::{Backoff, Pace, after};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime};
 
+mod debug;
 mod kernel;
 mod pace;
 
@@ -235,7 +236,12 @@ impl<K: Kernel> Syncer<K> {
             self.refresh = true;
         }
         if r.summary {
-            log::info!("{}", self.summary());
+            for line in self.summary_lines() {
+                log::info!("summary: {line}");
+            }
+        }
+        for ask in d.asks {
+            self.answer(ask);
         }
         !r.shutdown
     }
@@ -285,21 +291,6 @@ impl<K: Kernel> Syncer<K> {
             }
             self.conntrack.finish(result);
         }
-    }
-
-    /// A line for the log: what the proxy holds and did last.
-    pub fn summary(&self) -> String {
-        let ports: usize = self.model.services.values().map(Vec::len).sum();
-        let last = match self.last {
-            Some((kind, took, at)) => format!("last sync {kind:?} in {took:?}, {:?} ago", at.elapsed()),
-            None => "no sync yet".into(),
-        };
-        let waiting = if self.unlisted.is_empty() {
-            String::new()
-        } else {
-            format!("; waiting for the first listing of {:?}", self.unlisted)
-        };
-        format!("{} services with {ports} ports; {last}{waiting}", self.model.services.len())
     }
 
     fn sync_once(&mut self) {

@@ -1,0 +1,94 @@
+//! One client connection of the `http` thread: reading its request head, and writing its
+//! answer out piece by piece as the socket takes it.
+
+use super::{Head, Route, request};
+use crate::model::Family;
+use mio::net::TcpStream;
+use std::collections::VecDeque;
+use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::time::Instant;
+
+/// The longest request head read.
+const MAX_REQUEST: usize = 8192;
+
+/// One client connection.
+pub(super) struct Conn {
+    pub(super) stream: TcpStream,
+    /// What the listener it came to serves.
+    pub(super) route: Route,
+    /// That listener's port.
+    pub(super) port: u16,
+    /// The family the client connected over (an IPv4 client of a `[::]` listener: IPv4).
+    pub(super) family: Family,
+    /// When it was accepted: the oldest silent one makes room first.
+    pub(super) since: Instant,
+    /// When it is dropped (or, waiting for a debug view, told to try again).
+    pub(super) deadline: Instant,
+    /// The request head read so far.
+    pub(super) read: Vec<u8>,
+    /// The answer's pieces still to write, once the request is in, and how much of the
+    /// first is written.
+    pub(super) out: Option<(VecDeque<Vec<u8>>, usize)>,
+}
+
+/// Reads what the socket holds and looks for the request head in it. A client that closes
+/// its side right after its request is answered; one that closes before is done with.
+pub(super) fn read_request(c: &mut Conn) -> std::io::Result<Head> {
+    let mut buf = [0u8; 2048];
+    let mut ended = false;
+    loop {
+        match c.stream.read(&mut buf) {
+            Ok(0) => {
+                ended = true;
+                break;
+            }
+            Ok(n) => c.read.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+        if c.read.len() > MAX_REQUEST {
+            return Err(ErrorKind::InvalidData.into());
+        }
+    }
+    match request(&c.read) {
+        Head::Partial if ended => Err(ErrorKind::UnexpectedEof.into()),
+        head => Ok(head),
+    }
+}
+
+/// The most pieces handed to one `writev`.
+const MAX_SLICES: usize = 16;
+
+/// Writes as much of the answer as the socket takes, all pieces at once where it can (a
+/// small answer goes in one write); a piece is freed as soon as it is written. True when
+/// all of it is written.
+pub(super) fn write_out(c: &mut Conn) -> std::io::Result<bool> {
+    let Some((out, written)) = &mut c.out else { return Ok(true) };
+    while !out.is_empty() {
+        let slices: Vec<IoSlice> = out
+            .iter()
+            .enumerate()
+            .take(MAX_SLICES)
+            .map(|(i, piece)| IoSlice::new(if i == 0 { &piece[*written..] } else { piece }))
+            .collect();
+        let mut n = match c.stream.write_vectored(&slices) {
+            Ok(0) if slices.iter().any(|s| !s.is_empty()) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        while let Some(front) = out.front() {
+            let left = front.len() - *written;
+            if n < left {
+                *written += n;
+                break;
+            }
+            n -= left;
+            *written = 0;
+            out.pop_front();
+        }
+    }
+    Ok(true)
+}

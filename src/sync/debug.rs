@@ -1,0 +1,100 @@
+//! The sync thread's answers about itself: the debug views the `http` thread asks for
+//! through the inbox (`crate::debug`), and the summary SIGUSR1 logs. Both read the model and
+//! the rendered state, which this thread alone holds, and are made only when asked.
+
+use super::{Kernel, Syncer};
+use crate::debug::services::{self, LastSync, SyncState};
+use crate::debug::{Ask, DebugError, Pieces, View, summary};
+use crate::http::{JSON, Reply, TEXT};
+use crate::model::ObjectKey;
+use std::time::{Duration, SystemTime};
+
+impl<K: Kernel> Syncer<K> {
+    /// Makes the view `ask` wants and hands it over.
+    pub(super) fn answer(&self, ask: Ask) {
+        let made = match &ask.view {
+            View::Ruleset => self.ruleset_view(),
+            View::Services(only) => self.services_view(only.as_ref()),
+        };
+        ask.answer(made.unwrap_or_else(|e| {
+            log::error!("{e}");
+            Reply::new(500, TEXT, format!("{e}\n"))
+        }));
+    }
+
+    /// When the last successful sync ended, and how long ago.
+    fn last_success(&self) -> Option<(SystemTime, Duration)> {
+        let (_, _, at) = self.last?;
+        let ago = at.elapsed();
+        Some((SystemTime::now().checked_sub(ago).unwrap_or(SystemTime::UNIX_EPOCH), ago))
+    }
+
+    /// `/debug/ruleset`: the tables as the last successful sync left them, as the full-sync
+    /// script `--dry-run` prints, after a comment saying when. Unavailable (503) before the
+    /// first sync and after a failed one: what is rendered then was not applied, and what
+    /// was is not kept apart.
+    fn ruleset_view(&self) -> Result<Reply, DebugError> {
+        let unavailable = |why: String| Ok(Reply::new(503, TEXT, why + "\n"));
+        let (Some((kind, _, _)), Some((at, ago)), Some(rendered)) = (self.last, self.last_success(), &self.rendered)
+        else {
+            return unavailable("no sync has gone through yet".into());
+        };
+        if self.unapplied.is_some() {
+            return unavailable(format!(
+                "the last sync failed (see the log); the kernel holds what the {kind:?} sync {ago:.1?} ago applied, \
+                 and the proxy holds only the state that failed: ask again after the next successful sync"
+            ));
+        }
+        let at = humantime::format_rfc3339_millis(at);
+        let pending = if self.dirty { "; changes since wait to be applied" } else { "" };
+        let when = format!("# as applied by the last successful sync ({kind:?}, ended {at}, {ago:.1?} ago){pending}\n");
+        let mut script = Pieces::default();
+        crate::render::write_full_sync_script(rendered.ruleset(), &self.cfg.node_name, &mut script)?;
+        Ok(Reply::pieces(200, TEXT, when, script.into_vec()))
+    }
+
+    /// What the services view says about the loop.
+    fn sync_state(&self) -> SyncState {
+        let last = self.last.zip(self.last_success()).map(|((kind, _, _), (at, _))| LastSync {
+            kind: format!("{kind:?}").to_lowercase(),
+            at: humantime::format_rfc3339_millis(at).to_string(),
+        });
+        SyncState { last, pending: self.dirty, failing: self.unapplied.is_some() }
+    }
+
+    /// `/debug/services`, of Service `only` if given.
+    fn services_view(&self, only: Option<&ObjectKey>) -> Result<Reply, DebugError> {
+        let mut out = Pieces::default();
+        services::write(&mut out, &self.model, &self.cfg.node_name, &self.sync_state(), only)?;
+        Ok(Reply::pieces(200, JSON, String::new(), out.into_vec()))
+    }
+
+    /// A line for the log: what the proxy holds and did last.
+    pub fn summary(&self) -> String {
+        let ports: usize = self.model.services.values().map(Vec::len).sum();
+        let last = match self.last {
+            Some((kind, took, at)) => format!("last sync {kind:?} in {took:?}, {:?} ago", at.elapsed()),
+            None => "no sync yet".into(),
+        };
+        let waiting = if self.unlisted.is_empty() {
+            String::new()
+        } else {
+            format!("; waiting for the first listing of {:?}", self.unlisted)
+        };
+        format!("{} services with {ports} ports; {last}{waiting}", self.model.services.len())
+    }
+
+    /// The summary SIGUSR1 logs, a line each: [`Syncer::summary`], what the tables hold, the
+    /// services view's totals, and the ports whose traffic finds no endpoint.
+    pub fn summary_lines(&self) -> Vec<String> {
+        let mut lines = vec![self.summary()];
+        if let Some(rendered) = &self.rendered {
+            if self.unapplied.is_some() {
+                lines.push("the last sync failed: the tables below are as rendered, not as applied".into());
+            }
+            lines.extend(summary::tables(rendered.ruleset()));
+        }
+        lines.extend(summary::ports(services::port_views(&self.model, &self.cfg.node_name, None)));
+        lines
+    }
+}
