@@ -9,6 +9,7 @@ mod diff;
 pub mod exec;
 mod full;
 pub mod guard;
+pub mod kdiff;
 pub mod netlink;
 pub mod owners;
 pub mod wire;

@@ -210,16 +210,17 @@ impl Lines {
 
 /// One kernel element of a key: its key bytes, for a range of a concatenation the last key
 /// it covers, and its `NFT_SET_ELEM_*` flags.
-struct Part {
-    key: Vec<u8>,
-    key_end: Option<Vec<u8>>,
-    flags: u32,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Part {
+    pub(crate) key: Vec<u8>,
+    pub(crate) key_end: Option<Vec<u8>>,
+    pub(crate) flags: u32,
 }
 
 /// The kernel's elements for `key`: one, but for a range of a single-field interval set
 /// (`service-cidrs`), which is a start and, unless it runs to the top, an end one past it; a
 /// range in a concatenation (`firewall-allow`) is one element with its first and last key.
-fn parts(key: &Key) -> Vec<Part> {
+pub(crate) fn parts(key: &Key) -> Vec<Part> {
     let mut bytes = Vec::new();
     match key {
         Key::Allow(a) => {
@@ -284,10 +285,7 @@ fn element(b: &mut Vec<u8>, part: &Part, value: Option<&Value>) {
         }
         Value::Endpoint(ip, port) => {
             attr(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| {
-                attr(b, NFTA_DATA_VALUE, |b| {
-                    ip_bytes(b, ip);
-                    field(b, &port.to_be_bytes());
-                })
+                attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(&endpoint_data(ip, *port)))
             });
             None
         }
@@ -301,6 +299,14 @@ fn element(b: &mut Vec<u8>, part: &Part, value: Option<&Value>) {
             b.push(0);
         });
     }
+}
+
+/// A DNAT destination as an endpoint map's data holds it: address, then port.
+pub(crate) fn endpoint_data(ip: &std::net::IpAddr, port: u16) -> Vec<u8> {
+    let mut b = Vec::with_capacity(20);
+    ip_bytes(&mut b, ip);
+    field(&mut b, &port.to_be_bytes());
+    b
 }
 
 fn verdict(b: &mut Vec<u8>, code: i32, chain: Option<&str>) {
@@ -325,7 +331,8 @@ fn ip_bytes(b: &mut Vec<u8>, ip: &std::net::IpAddr) {
     }
 }
 
-fn proto_byte(p: &crate::model::Protocol) -> u8 {
+/// A protocol's number, as keys hold it.
+pub(crate) fn protocol_number(p: crate::model::Protocol) -> u8 {
     match p {
         crate::model::Protocol::Tcp => 6,
         crate::model::Protocol::Udp => 17,
@@ -337,11 +344,11 @@ fn key_bytes(b: &mut Vec<u8>, key: &Key) {
     match key {
         Key::IpProtoPort(ip, proto, port) => {
             ip_bytes(b, ip);
-            field(b, &[proto_byte(proto)]);
+            field(b, &[protocol_number(*proto)]);
             field(b, &port.to_be_bytes());
         }
         Key::ProtoPort(proto, port) => {
-            field(b, &[proto_byte(proto)]);
+            field(b, &[protocol_number(*proto)]);
             field(b, &port.to_be_bytes());
         }
         Key::Ip(ip) => ip_bytes(b, ip),
