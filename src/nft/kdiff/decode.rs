@@ -139,7 +139,8 @@ fn prefix(first: IpAddr, last: IpAddr) -> Option<IpNet> {
 /// An interval set of single addresses: each range a start element and, unless it runs to
 /// the top, an end element one past it.
 fn read_ranges(family: Family, mut elements: Vec<Element>) -> ReadMap {
-    elements.sort_by(|a, b| a.key.cmp(&b.key));
+    // Where one range ends the next begins, at the same key: the end goes first.
+    elements.sort_by_key(|e| (e.key.clone(), e.flags & NFT_SET_ELEM_INTERVAL_END == 0));
     let mut out = ReadMap::default();
     let mut rest = elements.into_iter().peekable();
     // `nft -f` writes an end at address zero before the first range; it matches nothing.

@@ -141,8 +141,10 @@ impl MapDiff<'_> {
         for (k, v) in gone {
             out.push((self.owners.of(self.map, k, &v), self.change(Kind::Removed, text(k, &v))));
         }
+        // The node's addresses and the ServiceCIDRs belong to no service port.
+        let of_service = !matches!(self.map, MapName::NodeportIps | MapName::ServiceCidrs);
         for (k, v, o) in new {
-            out.push((Some(o.to_string()), self.change(Kind::Added, text(k, &v))));
+            out.push((of_service.then(|| o.to_string()), self.change(Kind::Added, text(k, &v))));
         }
         for e in kernel.raw {
             out.push((None, self.change(Kind::Removed, raw_text(&e))));
