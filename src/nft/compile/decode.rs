@@ -164,3 +164,48 @@ fn dynset(a: &Attrs<'_>) -> Option<Expr> {
         timeout_ms: (timeout_ms != 0).then_some(timeout_ms),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nft::netlink::nla;
+
+    /// Every kind the compiler writes, read back from its own encoding.
+    #[test]
+    fn what_the_compiler_encodes_reads_back_as_the_kernel_would_list_it() {
+        let exprs = [
+            Expr::Payload { base: Base::Network, offset: 16, len: 4, dreg: 1 },
+            Expr::Meta { key: 16, dreg: 1 },
+            Expr::MetaSet { key: 3, sreg: 1 },
+            Expr::Ct { key: 0, dreg: 1 },
+            Expr::Fib { flags: 2, result: 3, dreg: 1 },
+            Expr::Cmp { sreg: 1, op: 1, data: vec![6] },
+            Expr::Bitwise { sreg: 1, dreg: 1, mask: vec![0xff, 0, 0, 0], xor: vec![0; 4] },
+            Expr::Byteorder { sreg: 1, dreg: 1, op: 1, len: 2, size: 2 },
+            Expr::Lookup { sreg: 1, set: "s".into(), set_id: Some(3), dreg: Some(0), invert: true },
+            Expr::Immediate { dreg: 0, data: Data::Verdict(NFT_GOTO, Some("c".into())) },
+            Expr::Immediate { dreg: 1, data: Data::Value(vec![10, 0, 0, 1]) },
+            Expr::Numgen { dreg: 1, modulus: 3, offset: 7 },
+            Expr::Dnat { family: 2, addr: 1, proto: 2, flags: 0 },
+            Expr::Masq { flags: 0x10 },
+            Expr::Reject { kind: 1, code: 0 },
+            Expr::DynsetUpdate { sreg: 1, set: "affinity-3".into(), set_id: Some(1), timeout_ms: Some(600_000) },
+        ];
+        for e in exprs {
+            let mut b = Vec::new();
+            e.encode(&mut b);
+            let outer = nla::nested(&b).expect("an attribute");
+            let inner = nla::nested(outer[0].1).expect("an expression");
+            let listed = ListedExpr {
+                name: String::from_utf8(nla::get(&inner, NFTA_EXPR_NAME).expect("name").to_vec())
+                    .expect("utf-8")
+                    .trim_end_matches('\0')
+                    .to_string(),
+                data: nla::get(&inner, NFTA_EXPR_DATA).expect("data").to_vec(),
+            };
+            assert_eq!(read_back(&listed), ReadExpr::Known(e.clone().normal()), "{e}");
+        }
+        let counter = ListedExpr { name: "counter".into(), data: Vec::new() };
+        assert!(matches!(read_back(&counter), ReadExpr::Other(_)));
+    }
+}

@@ -57,7 +57,7 @@ pub(super) fn anon_name(mut elements: Vec<(Vec<u8>, u32, Option<Data>)>) -> Stri
 }
 
 /// A desired chain's rules as the kernel would list them.
-fn desired_rules(chain: &DeclaredChain) -> Vec<Vec<ReadExpr>> {
+pub(super) fn desired_rules(chain: &DeclaredChain) -> Vec<Vec<ReadExpr>> {
     chain
         .rules
         .iter()

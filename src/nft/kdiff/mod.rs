@@ -9,6 +9,8 @@ mod decode;
 mod elements;
 mod kernel;
 mod report;
+#[cfg(test)]
+mod tests;
 
 pub use report::{Change, Kind, Object, Report, ServiceChanges, Summary};
 
