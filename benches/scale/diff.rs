@@ -43,7 +43,7 @@ fn line(r: &Value) -> String {
     format!(
         "--dry-run --diff at {}: read and compared in {} ms (the full sync {} ms, ratio {}), \
          heap peak {} MB above the desired state's, process peak RSS {} MB",
-        r["case"],
+        r["case"].as_str().unwrap_or("?"),
         r["diff_ms"],
         r["full_sync_ms"],
         r["diff_per_sync"],
