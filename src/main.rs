@@ -8,7 +8,7 @@ use kube_nftproxy::http::{self, Route};
 use kube_nftproxy::inbox::Inbox;
 use kube_nftproxy::metrics::Metrics;
 use kube_nftproxy::model::Model;
-use kube_nftproxy::nft::{Applier, OwnPorts, cleanup, exec, guard};
+use kube_nftproxy::nft::{Applier, OwnPorts, cleanup, exec, guard, kdiff};
 use kube_nftproxy::observe::Observers;
 use kube_nftproxy::sync::{Periods, Syncer};
 use kube_nftproxy::{conntrack, kube, lock, manifests, render, requirements, takeover};
@@ -60,6 +60,8 @@ fn main() -> ExitCode {
         explain(&flags)
     } else if flags.cleanup {
         run_cleanup(&flags)
+    } else if flags.dry_run && flags.diff {
+        return dry_run_diff(&flags);
     } else if flags.dry_run {
         dry_run(&flags)
     } else if flags.init_only {
@@ -142,6 +144,29 @@ fn explain(flags: &Flags) -> anyhow::Result<()> {
     };
     std::io::stdout().lock().write_all(out.as_bytes()).context("writing the answer")?;
     Ok(())
+}
+
+/// `--dry-run --diff`: exits as `diff` does, 0 when a sync would change nothing, 1 when it
+/// would change something, 2 on trouble of any kind (1 being taken).
+fn dry_run_diff(flags: &Flags) -> ExitCode {
+    let run = || -> anyhow::Result<bool> {
+        let cfg = Config::from_flags(flags)?;
+        let ruleset = render::render(&load_model(flags, &cfg)?, &cfg)?;
+        for w in ruleset.warnings() {
+            log::warn!("{w}");
+        }
+        let report = kdiff::against_kernel(&ruleset, &cfg.node_name)?;
+        let out = if flags.output == "json" { report.to_json() } else { report.to_text() };
+        std::io::stdout().lock().write_all(out.as_bytes()).context("writing the differences")?;
+        Ok(report.differences)
+    };
+    match run() {
+        Ok(differences) => ExitCode::from(u8::from(differences)),
+        Err(e) => {
+            log::error!("{e:#}");
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+    }
 }
 
 /// The model a one-shot command (`--dry-run`, `explain`) works from: the manifests and a

@@ -11,13 +11,16 @@
 //! ports alone (`health.rs`). `-- --conntrack` times the conntrack cleanup over tables of 10k
 //! and 100k UDP flows (`conntrack.rs`; results in `target/bench/conntrack.json`). Every full run
 //! also has the static musl binary and the glibc build each do a first sync at 30k services
-//! (`musl.rs`; `-- --musl-only` runs that part alone, `-- --no-musl` leaves it out).
+//! (`musl.rs`; `-- --musl-only` runs that part alone, `-- --no-musl` leaves it out). Every full
+//! run also times `--dry-run --diff` against its own full sync at 30k services (`diff.rs`;
+//! `-- --diff-only` runs that part alone).
 
 mod api;
 mod churn;
 #[path = "../../tests/common/mod.rs"]
 mod common;
 mod conntrack;
+mod diff;
 mod health;
 mod measure;
 mod musl;
@@ -248,6 +251,8 @@ fn main() {
         "--health",
         "--conntrack",
         "--conntrack-child",
+        "--diff",
+        "--diff-only",
     ];
     if !all.iter().any(|a| modes.contains(&a.as_str())) {
         println!("scale benchmark: run it with `cargo bench --bench scale [-- --smoke]`");
@@ -305,6 +310,10 @@ fn main() {
         println!("{}", api::run(&daemon_case, api::Sizes::new(smoke)));
         return;
     }
+    if args.iter().any(|a| a == "--diff") {
+        println!("{}", diff::run(&daemon_case));
+        return;
+    }
     let health_services = if smoke { 50 } else { health::SERVICES };
     if args.iter().any(|a| a == "--health") {
         println!("{}", health::run(health_services));
@@ -347,6 +356,11 @@ fn main() {
         musl::print(&runs::combine(&all));
         return;
     }
+    if args.iter().any(|a| a == "--diff-only") {
+        let all: Vec<Value> = (0..runs).map(|_| in_child(&[mode.clone(), vec!["--diff".into()]].concat())).collect();
+        diff::print(&all);
+        return;
+    }
     if args.iter().any(|a| a == "--health-only") {
         let runs: Vec<Value> = (0..runs).map(|_| in_child(&[mode.clone(), vec!["--health".into()]].concat())).collect();
         health::print(&runs::combine(&runs));
@@ -359,6 +373,7 @@ fn main() {
     let mut apis = Vec::new();
     let mut healths = Vec::new();
     let mut musls = Vec::new();
+    let mut diffs = Vec::new();
     let large = if smoke { "1000" } else { "30000" };
     // Runs interleave the cases, so a slow spell on the machine does not land on one case.
     for run in 1..=runs {
@@ -374,6 +389,7 @@ fn main() {
         apis.push(in_child(&[mode.clone(), vec!["--api".into()]].concat()));
         eprintln!("run {run}: the daemon following the API server");
         healths.push(in_child(&[mode.clone(), vec!["--health".into()]].concat()));
+        diffs.push(in_child(&[mode.clone(), vec!["--diff".into()]].concat()));
         if let Some(bins) = &statics {
             musls.push(musl::run(&daemon_case, bins, run));
             eprintln!("run {run}: the static binary and the glibc build");
@@ -383,6 +399,7 @@ fn main() {
     let api = runs::combine(&apis);
     report::finish(&results, &runs::combine_lists(&latencies), &runs::combine_lists(&churns), &api, &machine);
     health::print(&runs::combine(&healths));
+    diff::print(&diffs);
     if !musls.is_empty() {
         musl::print(&runs::combine(&musls));
     }

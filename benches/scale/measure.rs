@@ -138,11 +138,30 @@ impl LatencyRig {
 pub struct Counting;
 
 static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// The most bytes live since `track_peak`, kept only while asked for: the extra atomic step on
+/// every allocation would otherwise weigh on every other figure.
+static PEAK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static TRACKING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Starts keeping the heap's peak, from what is live now.
+pub fn track_peak() {
+    PEAK.store(LIVE.load(std::sync::atomic::Ordering::Relaxed), std::sync::atomic::Ordering::Relaxed);
+    TRACKING.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The heap's peak since `track_peak`, in MB; stops keeping it.
+pub fn tracked_peak_mb() -> f64 {
+    TRACKING.store(false, std::sync::atomic::Ordering::Relaxed);
+    PEAK.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e6 / 1.048576
+}
 
 // SAFETY: forwards to the system allocator unchanged; only counts.
 unsafe impl std::alloc::GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        let live = LIVE.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed) + layout.size();
+        if TRACKING.load(std::sync::atomic::Ordering::Relaxed) {
+            PEAK.fetch_max(live, std::sync::atomic::Ordering::Relaxed);
+        }
         // SAFETY: same contract as ours.
         unsafe { std::alloc::System.alloc(layout) }
     }

@@ -12,20 +12,21 @@
 
 mod packet;
 mod show;
+mod table;
 mod vm;
 mod why;
 
 use crate::config::Config;
 use crate::model::{Family, Model, Protocol};
-use crate::nft::compile::load::{LoadedElement, LoadedTable, load};
-use crate::nft::compile::{CompileError, Hook};
+use crate::nft::compile::CompileError;
 use crate::nft::element;
-use crate::render::{self, Detector, RenderError, Ruleset};
+use crate::render::{self, Detector, RenderError};
 use packet::Packet;
 pub use show::{json, text};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use table::Table;
 use vm::{Run, Step, Verdict};
 pub use why::{Reason, UnusedEndpoint};
 
@@ -151,7 +152,7 @@ pub struct Explanation {
 pub fn explain(model: &Model, cfg: &Config, query: &Query) -> Result<Explanation, ExplainError> {
     let ruleset = render::render(model, cfg)?;
     let family = if query.to.is_ipv4() { Family::V4 } else { Family::V6 };
-    let tables = loaded(&ruleset, &cfg.node_name)?;
+    let tables = table::tables(&ruleset, &cfg.node_name)?;
     let table = tables.iter().find(|t| t.family == family).ok_or_else(|| {
         ExplainError::Query(format!("no {family:?} table: no --cluster-cidr or Service of that family"))
     })?;
@@ -165,28 +166,6 @@ pub fn explain(model: &Model, cfg: &Config, query: &Query) -> Result<Explanation
         Explanation { query: query.clone(), source, kind, service: None, outcomes, reasons: vec![], unused: vec![] };
     why::fill(&mut e, model, cfg);
     Ok(e)
-}
-
-/// The tables a full sync of `ruleset` creates, with their elements, as the kernel would
-/// hold them.
-fn loaded(ruleset: &Ruleset, node: &str) -> Result<Vec<LoadedTable>, ExplainError> {
-    let script = render::full_sync_script_without_elements(ruleset, node)?;
-    let mut tables = load(&script)?;
-    for (t, desired) in tables.iter_mut().zip(&ruleset.tables) {
-        for (map, entries) in &desired.elements {
-            let Some(set) = t.sets.get_mut(&map.to_string()) else { continue };
-            for (key, entry) in entries {
-                set.elements.extend(element::elements(key, Some(&entry.value)).into_iter().map(|e| LoadedElement {
-                    key: e.key,
-                    key_end: e.key_end,
-                    flags: e.flags,
-                    data: e.data,
-                    owner: Some(entry.owner.clone()),
-                }));
-            }
-        }
-    }
-    Ok(tables)
 }
 
 /// The connection's first packet, and what its source is.
@@ -259,8 +238,8 @@ fn pod_kind(
 
 /// Every path the packet takes through the hooks it passes: prerouting, or output for one
 /// the node sends; then input when it is for this node (after DNAT), else postrouting.
-fn follow(table: &LoadedTable, packet: Packet, from_node: bool) -> Result<Vec<(Verdict, Run)>, String> {
-    let first = if from_node { "output" } else { "prerouting" };
+fn follow(table: &Table, packet: Packet, from_node: bool) -> Result<Vec<(Verdict, Run)>, String> {
+    let first = if from_node { OUTPUT } else { PREROUTING };
     let mut done = Vec::new();
     for (v, r) in hook(table, first, vec![Run::new(packet, 1.0, Vec::new())])? {
         if v != Verdict::Accept {
@@ -268,31 +247,37 @@ fn follow(table: &LoadedTable, packet: Packet, from_node: bool) -> Result<Vec<(V
             continue;
         }
         let local = r.packet.is_local(r.packet.daddr);
-        let next: &[&str] = match (from_node, local) {
-            (true, true) => &["postrouting", "input"],
-            (true, false) | (false, false) => &["postrouting"],
-            (false, true) => &["input"],
+        let next: &[u32] = match (from_node, local) {
+            (true, true) => &[POSTROUTING, INPUT],
+            (true, false) | (false, false) => &[POSTROUTING],
+            (false, true) => &[INPUT],
         };
         let mut runs = vec![(v, r)];
         for h in next {
             let (going, stopped): (Vec<_>, Vec<_>) = runs.into_iter().partition(|(v, _)| *v == Verdict::Accept);
             done.extend(stopped);
-            runs = hook(table, h, going.into_iter().map(|(_, r)| r).collect())?;
+            runs = hook(table, *h, going.into_iter().map(|(_, r)| r).collect())?;
         }
         done.extend(runs);
     }
     Ok(done)
 }
 
-/// Runs `runs` through the base chains of `hook`, by priority; a drop ends a path there.
-fn hook(table: &LoadedTable, name: &str, runs: Vec<Run>) -> Result<Vec<(Verdict, Run)>, String> {
-    let mut chains: Vec<(&String, &Hook)> = table
+/// Netfilter's hooks (`NF_INET_*`).
+const PREROUTING: u32 = 0;
+const INPUT: u32 = 1;
+const OUTPUT: u32 = 3;
+const POSTROUTING: u32 = 4;
+
+/// Runs `runs` through the base chains of hook `hooknum`, by priority; a drop ends a path
+/// there.
+fn hook(table: &Table, hooknum: u32, runs: Vec<Run>) -> Result<Vec<(Verdict, Run)>, String> {
+    let mut chains: Vec<(&String, i32)> = table
         .chains
         .iter()
-        .filter_map(|(n, c)| c.hook.as_ref().map(|h| (n, h)))
-        .filter(|(_, h)| h.hook == name)
+        .filter_map(|(n, c)| c.hook.as_ref().filter(|h| h.hooknum == hooknum).map(|h| (n, h.priority)))
         .collect();
-    chains.sort_by_key(|(_, h)| h.priority);
+    chains.sort_by_key(|(_, priority)| *priority);
     let mut live: Vec<(Verdict, Run)> = runs.into_iter().map(|r| (Verdict::Accept, r)).collect();
     for (chain, _) in chains {
         let mut next = Vec::new();

@@ -4,8 +4,9 @@
 //! weighted by its share of the values, so every path a packet can take is followed once.
 
 use super::packet::Packet;
-use crate::nft::compile::expr::{Data, Expr};
-use crate::nft::compile::load::{LoadedSet, LoadedTable};
+use super::table::{Set, Table};
+use crate::nft::compile::{Data, Expr};
+use crate::nft::element::Element;
 use crate::nft::netlink::abi::{NF_ACCEPT, NF_DROP, NFT_GOTO, NFT_JUMP, NFT_RETURN};
 use std::sync::Arc;
 
@@ -115,7 +116,7 @@ impl Run {
 
 /// Runs base chain `chain` of `table` for every path `run` can take; returns each path with
 /// the verdict it ends in. An expression beyond this machine is an error naming it.
-pub fn run_chain(table: &LoadedTable, chain: &str, mut run: Run) -> Result<Vec<(Verdict, Run)>, String> {
+pub fn run_chain(table: &Table, chain: &str, mut run: Run) -> Result<Vec<(Verdict, Run)>, String> {
     run.chain = chain.to_string();
     (run.rule, run.expr) = (0, 0);
     run.stack.clear();
@@ -133,7 +134,7 @@ pub fn run_chain(table: &LoadedTable, chain: &str, mut run: Run) -> Result<Vec<(
 }
 
 /// Runs `r` to its chain's verdict (`Ok`) or to a fork (`Err` with the forked runs).
-fn advance(table: &LoadedTable, r: &mut Run) -> Result<Result<Verdict, Vec<Run>>, String> {
+fn advance(table: &Table, r: &mut Run) -> Result<Result<Verdict, Vec<Run>>, String> {
     loop {
         let chain = table.chains.get(&r.chain).ok_or_else(|| format!("no chain {}", r.chain))?;
         let Some(rule) = chain.rules.get(r.rule) else {
@@ -204,7 +205,7 @@ fn span(reg: u32, len: usize) -> Result<std::ops::Range<usize>, String> {
     Ok(at..at + len)
 }
 
-fn exec(table: &LoadedTable, r: &mut Run, e: &Expr) -> Result<Flow, String> {
+fn exec(table: &Table, r: &mut Run, e: &Expr) -> Result<Flow, String> {
     Ok(match e {
         Expr::Payload { base, offset: at, len, dreg } => {
             let header = r.packet.header(*base);
@@ -359,7 +360,7 @@ fn cmp(r: &mut Run, sreg: u32, op: u32, data: &[u8]) -> Result<Flow, String> {
 }
 
 fn lookup(
-    table: &LoadedTable,
+    table: &Table,
     r: &mut Run,
     sreg: u32,
     name: &str,
@@ -377,13 +378,13 @@ fn lookup(
         return Ok(Flow::Fork(forks));
     }
     let key = r.regs[s].to_vec();
-    let Some(found) = find(set, &key) else {
+    let Some((found, owner)) = find(set, &key) else {
         return Ok(if invert { Flow::Next } else { Flow::Break });
     };
     if invert {
         return Ok(Flow::Break);
     }
-    if let Some(owner) = &found.owner {
+    if let Some(owner) = owner {
         r.steps.push(Step::Element { set: name.to_string(), owner: owner.clone() });
     }
     Ok(match (dreg, &found.data) {
@@ -397,14 +398,14 @@ fn lookup(
 /// The element of `set` that `key` matches: equal keys in a hash set; in an interval set, a
 /// range that holds it (a concatenation's element spans its first to its last key, field by
 /// field; a single field's ranges are start elements, each ended by the next end element).
-fn find<'s>(set: &'s LoadedSet, key: &[u8]) -> Option<&'s crate::nft::compile::load::LoadedElement> {
+fn find<'s>(set: &'s Set, key: &[u8]) -> Option<&'s (Element, Option<Arc<str>>)> {
     use crate::nft::netlink::abi::NFT_SET_ELEM_INTERVAL_END;
     if !set.interval() {
-        return set.elements.iter().find(|e| e.key == key);
+        return set.elements.iter().find(|(e, _)| e.key == key);
     }
-    if set.elements.iter().any(|e| e.key_end.is_some()) {
+    if set.elements.iter().any(|(e, _)| e.key_end.is_some()) {
         let fields = super::packet::field_widths(&set.spec);
-        return set.elements.iter().find(|e| {
+        return set.elements.iter().find(|(e, _)| {
             let end = e.key_end.as_deref().unwrap_or(&e.key);
             let mut at = 0;
             fields.iter().all(|w| {
@@ -415,7 +416,7 @@ fn find<'s>(set: &'s LoadedSet, key: &[u8]) -> Option<&'s crate::nft::compile::l
         });
     }
     // Where a range ends exactly where the next starts, the start wins.
-    let below = set.elements.iter().filter(|e| e.key.as_slice() <= key);
-    let top = below.clone().map(|e| &e.key).max()?;
-    below.filter(|e| &e.key == top).find(|e| e.flags & NFT_SET_ELEM_INTERVAL_END == 0)
+    let below = set.elements.iter().filter(|(e, _)| e.key.as_slice() <= key);
+    let top = below.clone().map(|(e, _)| &e.key).max()?;
+    below.filter(|(e, _)| &e.key == top).find(|(e, _)| e.flags & NFT_SET_ELEM_INTERVAL_END == 0)
 }

@@ -139,7 +139,7 @@ mod tests {
     use crate::render::{AffinityGroup, Fixed, Table};
 
     fn entry(endpoint: u32, expires_ms: Option<u64>) -> Element {
-        Element { key: [[192, 168, 0, 9], endpoint.to_ne_bytes()].concat(), expires_ms }
+        Element { key: [[192, 168, 0, 9], endpoint.to_ne_bytes()].concat(), expires_ms, ..Element::default() }
     }
 
     #[test]
@@ -148,7 +148,7 @@ mod tests {
         assert!(!is_stale(&entry(2, Some(60_000)), &valid));
         assert!(is_stale(&entry(3, Some(60_000)), &valid), "its endpoint (or group) went");
         assert!(!is_stale(&entry(3, Some(1000)), &valid), "about to time out by itself");
-        assert!(!is_stale(&Element { key: vec![7, 0], expires_ms: None }, &valid), "malformed");
+        assert!(!is_stale(&Element { key: vec![7, 0], ..Element::default() }, &valid), "malformed");
     }
 
     fn ruleset(groups: &[(u32, &[u32])]) -> Ruleset {

@@ -1,5 +1,6 @@
 //! How an element of the desired state lies in the kernel: its key, a range's ends, its data
-//! and comment, as nftables lays them out. Batches encode these (`wire`); `explain` looks
+//! and comment, as nftables lays them out and as a listing reads them back. Batches encode
+//! these (`wire`); `--dry-run --diff` compares the kernel's with them; `explain` looks
 //! packets up in them.
 //!
 //! The layout is nftables' own: concatenated keys are fields padded to 4-byte registers,
@@ -9,26 +10,12 @@
 //! interval-end element past it. The real-kernel tests compare what `nft` lists after this
 //! path with what it lists after the same change sent as text.
 
-use super::compile::expr::Data;
+use super::compile::Data;
 use super::netlink::abi::{NF_DROP, NFT_GOTO, NFT_SET_ELEM_INTERVAL_END};
+pub use super::netlink::elements::Element;
 use crate::model::Protocol;
 use crate::render::{Key, Value};
 use std::net::IpAddr;
-
-/// One kernel element.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Element {
-    /// Key bytes.
-    pub key: Vec<u8>,
-    /// For a range of a concatenation, the last key it covers.
-    pub key_end: Option<Vec<u8>>,
-    /// `NFT_SET_ELEM_*` flags.
-    pub flags: u32,
-    /// A map element's data.
-    pub data: Option<Data>,
-    /// Its comment (the service port it belongs to, for shared chains' dispatch elements).
-    pub comment: Option<String>,
-}
 
 /// The kernel's elements for `key` with `value` (`None` when deleting, which needs keys
 /// only): one, but for a range of a single-field interval set (`service-cidrs`), which is a
@@ -36,7 +23,8 @@ pub struct Element {
 /// (`firewall-allow`) is one element with its first and last key.
 pub fn elements(key: &Key, value: Option<&Value>) -> Vec<Element> {
     let (data, comment) = value.map(data).unwrap_or_default();
-    let one = |key, key_end| Element { key, key_end, flags: 0, data: data.clone(), comment: comment.clone() };
+    let one =
+        |key, key_end| Element { key, key_end, data: data.clone(), comment: comment.clone(), ..Element::default() };
     let mut bytes = Vec::new();
     match key {
         Key::Allow(a) => {
@@ -53,13 +41,7 @@ pub fn elements(key: &Key, value: Option<&Value>) -> Vec<Element> {
             if let Some(end) = after(&net.broadcast()) {
                 let mut b = Vec::new();
                 ip_bytes(&mut b, &end);
-                out.push(Element {
-                    key: b,
-                    key_end: None,
-                    flags: NFT_SET_ELEM_INTERVAL_END,
-                    data: None,
-                    comment: None,
-                });
+                out.push(Element { key: b, flags: NFT_SET_ELEM_INTERVAL_END, ..Element::default() });
             }
             out
         }

@@ -10,6 +10,7 @@ pub(crate) mod element;
 pub mod exec;
 mod full;
 pub mod guard;
+pub mod kdiff;
 pub mod netlink;
 pub mod owners;
 pub mod wire;

@@ -91,6 +91,24 @@ impl Expr {
         }
     }
 
+    /// The expression as the kernel lists it back: no set ids (they name sets within one
+    /// batch), and a DNAT's flags with those its registers imply, which the kernel adds.
+    pub fn normal(mut self) -> Expr {
+        match &mut self {
+            Expr::Lookup { set_id, .. } | Expr::DynsetUpdate { set_id, .. } => *set_id = None,
+            Expr::Dnat { addr, proto, flags, .. } => {
+                if *addr != 0 {
+                    *flags |= NF_NAT_RANGE_MAP_IPS;
+                }
+                if *proto != 0 {
+                    *flags |= NF_NAT_RANGE_PROTO_SPECIFIED;
+                }
+            }
+            _ => {}
+        }
+        self
+    }
+
     /// Appends the expression as one `NFTA_LIST_ELEM` of a rule's expression list.
     pub fn encode(&self, b: &mut Vec<u8>) {
         attr(b, NFTA_LIST_ELEM | NESTED, |b| {

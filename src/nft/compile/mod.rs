@@ -6,23 +6,25 @@
 //! table's elements are never written as text. `tests/compile.rs` holds every golden script's
 //! compilation to `nft`'s own, message by message, and the kernel's tables to `nft -f`'s.
 
+mod declared;
+mod decode;
 pub(crate) mod expr;
 mod field;
 mod lex;
-pub(crate) mod load;
 mod parse;
 mod rule;
 mod set;
 
-pub use parse::Hook;
-use set::AnonSet;
-pub use set::{Desc, SetSpec};
+pub(crate) use declared::{Declared, DeclaredChain, DeclaredRule, DeclaredTable, declared};
+pub(crate) use decode::{ReadExpr, read_back};
+pub use expr::Data;
+pub(crate) use expr::Expr;
+pub use set::{AnonSet, Desc, SetSpec};
 
 use crate::model::Family;
-use crate::nft::netlink::NfFamily;
 use crate::nft::netlink::abi::*;
+use crate::nft::netlink::{Hook, NfFamily};
 use crate::nft::wire::{Batch, ELEMENT_LIST_BUDGET, attr, str_attr};
-use expr::Data;
 use parse::{Command, Obj};
 use std::collections::BTreeMap;
 
@@ -41,11 +43,6 @@ impl CompileError {
 
     fn at(line: usize, what: impl Into<String>) -> CompileError {
         CompileError { line: Some(line), what: what.into() }
-    }
-
-    /// The error, placed at `line` unless it already names one.
-    fn line_or(self, line: usize) -> CompileError {
-        CompileError { line: self.line.or(Some(line)), ..self }
     }
 }
 
@@ -115,6 +112,17 @@ fn anon_element(b: &mut Vec<u8>, key: &[u8], flags: u32, data: Option<&Data>) {
 
 const NESTED: u16 = NLA_F_NESTED;
 
+/// A hook's number (`NF_INET_*`) by its name.
+fn hook_number(hook: &str) -> u32 {
+    match hook {
+        "prerouting" => 0,
+        "input" => 1,
+        "forward" => 2,
+        "output" => 3,
+        _ => 4,
+    }
+}
+
 fn u32_attr(b: &mut Vec<u8>, kind: u16, v: u32) {
     attr(b, kind, |b| b.extend_from_slice(&v.to_be_bytes()));
 }
@@ -137,7 +145,7 @@ pub fn compile_after(
     schema: &mut Schema,
     batch: &mut Batch,
 ) -> Result<usize, CompileError> {
-    let mut out = Out { batch, schema, messages: 0, trace: None, line: 0, base: lines_before };
+    let mut out = Out { batch, schema, messages: 0, trace: None, record: None, line: 0, base: lines_before };
     out.script(script)?;
     Ok(out.messages)
 }
@@ -146,8 +154,15 @@ pub fn compile_after(
 /// family, table and chain, then the expressions, then a blank line.
 pub fn describe(script: &str) -> Result<String, CompileError> {
     let (mut batch, mut schema) = (Batch::new(), Schema::default());
-    let mut out =
-        Out { batch: &mut batch, schema: &mut schema, messages: 0, trace: Some(String::new()), line: 0, base: 0 };
+    let mut out = Out {
+        batch: &mut batch,
+        schema: &mut schema,
+        messages: 0,
+        trace: Some(String::new()),
+        record: None,
+        line: 0,
+        base: 0,
+    };
     out.script(script)?;
     Ok(out.trace.unwrap_or_default())
 }
@@ -158,6 +173,8 @@ struct Out<'a> {
     messages: usize,
     /// Each rule's expressions as text, when asked for.
     trace: Option<String>,
+    /// What the script declares, when asked for.
+    record: Option<Declared>,
     /// The script line the next messages come from, which names a message the kernel refuses.
     line: usize,
     /// Lines of the scripts compiled into the batch before this one.
@@ -192,7 +209,12 @@ impl Out<'_> {
     fn command(&mut self, c: Command) -> Result<(), CompileError> {
         match c {
             Command::AddTable(obj) => self.table(&obj, None),
-            Command::DeleteTable(obj) => self.on(NFT_MSG_DELTABLE, 0, &obj, |_| {}),
+            Command::DeleteTable(obj) => {
+                if let Some(r) = &mut self.record {
+                    r.tables.remove(&obj.family);
+                }
+                self.on(NFT_MSG_DELTABLE, 0, &obj, |_| {})
+            }
             Command::FlushTable(obj) => self.on(NFT_MSG_DELRULE, 0, &obj, |_| {}),
             Command::Table { obj, comment, sets, chains } => {
                 self.table(&obj, comment.as_deref());
@@ -248,20 +270,22 @@ impl Out<'_> {
     }
 
     fn chain(&mut self, obj: &Obj, name: &str, hook: Option<&parse::Hook>) {
+        if let Some(r) = &mut self.record {
+            let hook = hook.map(|h| Hook {
+                kind: h.kind.clone(),
+                hooknum: hook_number(&h.hook),
+                priority: h.priority,
+                policy: NF_ACCEPT as u32,
+            });
+            r.table(obj.family).chains.entry(name.to_string()).or_default().hook = hook;
+        }
         self.on(NFT_MSG_NEWCHAIN, NLM_F_CREATE, obj, |b| {
             str_attr(b, NFTA_CHAIN_NAME, name);
             let Some(h) = hook else { return };
             str_attr(b, NFTA_CHAIN_TYPE, &h.kind);
             u32_attr(b, NFTA_CHAIN_POLICY, NF_ACCEPT as u32);
-            let num = match h.hook.as_str() {
-                "prerouting" => 0,
-                "input" => 1,
-                "forward" => 2,
-                "output" => 3,
-                _ => 4,
-            };
             attr(b, NFTA_CHAIN_HOOK | NESTED, |b| {
-                u32_attr(b, NFTA_HOOK_HOOKNUM, num);
+                u32_attr(b, NFTA_HOOK_HOOKNUM, hook_number(&h.hook));
                 u32_attr(b, NFTA_HOOK_PRIORITY, h.priority as u32);
             });
         });
@@ -272,6 +296,9 @@ impl Out<'_> {
         let id = self.schema.id();
         let interval = spec.flags & NFT_SET_INTERVAL != 0;
         self.schema.sets.insert((obj.family, d.name.clone()), SetInfo { id: Some(id), interval });
+        if let Some(r) = &mut self.record {
+            r.table(obj.family).sets.insert(d.name.clone(), spec.clone());
+        }
         self.new_set(obj, &spec, id);
         Ok(())
     }
@@ -318,6 +345,15 @@ impl Out<'_> {
         for anon in &compiled.anon {
             self.new_set(obj, &anon.spec, anon.id);
             self.anon_elements(obj, anon);
+        }
+        if let Some(r) = &mut self.record {
+            let rule = DeclaredRule {
+                text: String::new(),
+                exprs: compiled.exprs.clone(),
+                anon: compiled.anon.clone(),
+                line: self.line,
+            };
+            r.table(obj.family).chains.entry(chain.to_string()).or_default().rules.push(rule);
         }
         self.on(NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, obj, |b| {
             str_attr(b, NFTA_RULE_CHAIN, chain);

@@ -10,12 +10,10 @@ use super::lex::Token;
 use super::parse::SetDecl;
 use crate::model::Family;
 use crate::nft::netlink::abi::{
-    NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT, NFT_SET_ELEM_INTERVAL_END, NFT_SET_EVAL, NFT_SET_INTERVAL,
-    NFT_SET_MAP, NFT_SET_TIMEOUT,
+    NFT_DATA_VERDICT, NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT, NFT_SET_ELEM_INTERVAL_END, NFT_SET_EVAL,
+    NFT_SET_INTERVAL, NFT_SET_MAP, NFT_SET_TIMEOUT,
 };
 
-/// The data type of verdicts.
-const VERDICT_TYPE: u32 = 0xffff_ff00;
 /// Bits per type in a concatenation's folded type.
 const TYPE_BITS: u32 = 6;
 /// nftables' expression type ids in `typeof` user data.
@@ -88,7 +86,7 @@ fn parts(fields: &[Vec<Token>], typeof_: bool, family: Family) -> Result<Vec<Par
 /// Folded type and register length of `parts`.
 fn folded(parts: &[Part]) -> (u32, u32) {
     if let [Part::Verdict] = parts {
-        return (VERDICT_TYPE, 0);
+        return (NFT_DATA_VERDICT, 0);
     }
     let kinds: Vec<Kind> = parts.iter().filter_map(Part::kind).collect();
     if let [k] = kinds.as_slice() {
@@ -298,7 +296,7 @@ pub fn anon_vmap(entries: Vec<(u32, Data)>, id: u32) -> AnonSet {
         name: "__map%d".into(),
         flags: NFT_SET_ANONYMOUS | NFT_SET_CONSTANT | NFT_SET_MAP,
         key: (Kind::Integer as u32, 4),
-        data: Some((VERDICT_TYPE, 0)),
+        data: Some((NFT_DATA_VERDICT, 0)),
         timeout_ms: None,
         desc: Desc::Size(entries.len() as u32),
         udata,

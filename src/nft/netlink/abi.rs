@@ -156,6 +156,8 @@ pub(crate) const NFTA_RULE_CHAIN: u16 = 2;
 pub(crate) const NFTA_RULE_HANDLE: u16 = 3;
 /// The rule's expressions (a nested list).
 pub(crate) const NFTA_RULE_EXPRESSIONS: u16 = 4;
+/// Rule user data (its comment).
+pub(crate) const NFTA_RULE_USERDATA: u16 = 7;
 
 // Sets.
 
@@ -326,6 +328,10 @@ pub(crate) const NFTA_BITWISE_LEN: u16 = 3;
 pub(crate) const NFTA_BITWISE_MASK: u16 = 4;
 /// bitwise: xor (nested data).
 pub(crate) const NFTA_BITWISE_XOR: u16 = 5;
+/// bitwise: operation (`NFT_BITWISE_*`; newer kernels list it).
+pub(crate) const NFTA_BITWISE_OP: u16 = 6;
+/// bitwise: mask and xor (the only operation rules here use).
+pub(crate) const NFT_BITWISE_BOOL: u32 = 0;
 /// byteorder: source register.
 pub(crate) const NFTA_BYTEORDER_SREG: u16 = 1;
 /// byteorder: destination register.
@@ -368,12 +374,20 @@ pub(crate) const NFTA_NAT_TYPE: u16 = 1;
 pub(crate) const NFTA_NAT_FAMILY: u16 = 2;
 /// nat: register of the lowest address.
 pub(crate) const NFTA_NAT_REG_ADDR_MIN: u16 = 3;
+/// nat: register of the highest address.
+pub(crate) const NFTA_NAT_REG_ADDR_MAX: u16 = 4;
 /// nat: register of the lowest port.
 pub(crate) const NFTA_NAT_REG_PROTO_MIN: u16 = 5;
+/// nat: register of the highest port.
+pub(crate) const NFTA_NAT_REG_PROTO_MAX: u16 = 6;
 /// nat: flags (`NF_NAT_RANGE_*`).
 pub(crate) const NFTA_NAT_FLAGS: u16 = 7;
 /// Destination NAT.
 pub(crate) const NFT_NAT_DNAT: u32 = 1;
+/// nat flag (`NF_NAT_RANGE_MAP_IPS`, nf_nat.h): the kernel sets it when an address register is given.
+pub(crate) const NF_NAT_RANGE_MAP_IPS: u32 = 0x1;
+/// nat flag (`NF_NAT_RANGE_PROTO_SPECIFIED`): the kernel sets it when a port register is given.
+pub(crate) const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 0x2;
 /// masq: flags (`NF_NAT_RANGE_*`).
 pub(crate) const NFTA_MASQ_FLAGS: u16 = 1;
 /// reject: type (`NFT_REJECT_*`).
@@ -390,5 +404,21 @@ pub(crate) const NFTA_DYNSET_OP: u16 = 3;
 pub(crate) const NFTA_DYNSET_SREG_KEY: u16 = 4;
 /// dynset: element timeout, in milliseconds.
 pub(crate) const NFTA_DYNSET_TIMEOUT: u16 = 6;
+/// dynset: an expression attached to the element it adds.
+pub(crate) const NFTA_DYNSET_EXPR: u16 = 7;
+/// dynset: flags (`NFT_DYNSET_F_*`).
+pub(crate) const NFTA_DYNSET_FLAGS: u16 = 9;
+/// dynset: several such expressions.
+pub(crate) const NFTA_DYNSET_EXPRESSIONS: u16 = 10;
 /// dynset: add the element or refresh its timeout.
 pub(crate) const NFT_DYNSET_OP_UPDATE: u32 = 1;
+/// The size the kernel gives a set declared without one when a rule first fills it (a
+/// `dynset`; `nft_dynset.c`, no uapi name): it lists that size from then on.
+pub(crate) const NFT_DYNSET_DEFAULT_SIZE: u32 = 0xffff;
+/// The data length the kernel lists for a verdict map (`sizeof(struct nft_verdict)`), where
+/// `nft` declares none.
+pub(crate) const NFT_VERDICT_DATA_LEN: u32 = 16;
+/// The data type of verdicts (`NFT_DATA_VERDICT`).
+pub(crate) const NFT_DATA_VERDICT: u32 = 0xffff_ff00;
+/// Element user data: the comment's type in its TLVs (libnftnl's `NFTNL_UDATA_SET_ELEM_COMMENT`).
+pub(crate) const NFTNL_UDATA_SET_ELEM_COMMENT: u8 = 0;

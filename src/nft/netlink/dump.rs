@@ -26,16 +26,17 @@ pub struct Listed {
 }
 
 /// Where one kind's dump keeps the attributes a listing reads.
-struct Dump {
+pub(super) struct Dump {
     msg: u16,
     table: u16,
     name: u16,
     handle: u16,
 }
 
-const CHAINS: Dump =
+pub(super) const CHAINS: Dump =
     Dump { msg: NFT_MSG_GETCHAIN, table: NFTA_CHAIN_TABLE, name: NFTA_CHAIN_NAME, handle: NFTA_CHAIN_HANDLE };
-const SETS: Dump = Dump { msg: NFT_MSG_GETSET, table: NFTA_SET_TABLE, name: NFTA_SET_NAME, handle: NFTA_SET_HANDLE };
+pub(super) const SETS: Dump =
+    Dump { msg: NFT_MSG_GETSET, table: NFTA_SET_TABLE, name: NFTA_SET_NAME, handle: NFTA_SET_HANDLE };
 const OBJECTS: Dump = Dump { msg: NFT_MSG_GETOBJ, table: NFTA_OBJ_TABLE, name: NFTA_OBJ_NAME, handle: NFTA_OBJ_HANDLE };
 const RULES: Dump =
     Dump { msg: NFT_MSG_GETRULE, table: NFTA_RULE_TABLE, name: NFTA_RULE_CHAIN, handle: NFTA_RULE_HANDLE };
@@ -108,7 +109,7 @@ impl Socket {
 
     /// The replies of one dump that belong to `table`: not every kernel filters every dump
     /// by table, but each reply names its table.
-    fn dump(&mut self, dump: &Dump, family: NfFamily, table: &str) -> io::Result<Vec<Vec<u8>>> {
+    pub(super) fn dump(&mut self, dump: &Dump, family: NfFamily, table: &str) -> io::Result<Vec<Vec<u8>>> {
         let ours =
             |m: &Vec<u8>| attr(m, dump.table).is_some_and(|t| t.strip_suffix(&[0]).unwrap_or(t) == table.as_bytes());
         match self.request(dump.msg, family as u8, NLM_F_DUMP, &[(dump.table, table)]) {
@@ -137,15 +138,15 @@ pub(super) fn utf8(name: &[u8]) -> Option<String> {
     String::from_utf8(name.strip_suffix(&[0]).unwrap_or(name).to_vec()).ok()
 }
 
-pub(super) fn malformed(what: &str) -> io::Error {
+pub(crate) fn malformed(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("nf_tables listed an object with no valid {what}"))
 }
 
-pub(super) fn exact_be32(b: &[u8]) -> Option<u32> {
+pub(crate) fn exact_be32(b: &[u8]) -> Option<u32> {
     (b.len() == 4).then(|| be32(b))
 }
 
-pub(super) fn be64(b: &[u8]) -> Option<u64> {
+pub(crate) fn be64(b: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(b.try_into().ok()?))
 }
 

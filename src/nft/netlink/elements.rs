@@ -1,19 +1,31 @@
 //! Reading the elements of one set or map (a dump): each element's key, as register bytes,
-//! and when it times out. The sweep of session-affinity sets reads them.
+//! the last key of a range, flags, a map element's data, its comment, and when it times out.
+//! The sweep of session-affinity sets reads the keys; `--dry-run --diff` reads the rest.
 
 use super::abi::{
-    NFT_MSG_GETSETELEM, NFTA_DATA_VALUE, NFTA_LIST_ELEM, NFTA_SET_ELEM_EXPIRATION, NFTA_SET_ELEM_KEY,
-    NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NLM_F_DUMP,
+    NFT_MSG_GETSETELEM, NFTA_DATA_VALUE, NFTA_LIST_ELEM, NFTA_SET_ELEM_DATA, NFTA_SET_ELEM_EXPIRATION,
+    NFTA_SET_ELEM_FLAGS, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_KEY_END, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET,
+    NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA, NFTNL_UDATA_SET_ELEM_COMMENT, NLM_F_DUMP,
 };
-use super::nla::{get, nested};
+use super::dump::exact_be32;
+use super::nla::{data, get, nested};
 use super::{NfFamily, Socket, attr};
+use crate::nft::compile::Data;
 use std::io;
 
 /// One element of a set or map.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Element {
     /// The key, as the set's key register holds it.
     pub key: Vec<u8>,
+    /// The last key a range covers, in a set of concatenated ranges.
+    pub key_end: Option<Vec<u8>>,
+    /// `NFT_SET_ELEM_*` flags (an interval set's range ends carry `NFT_SET_ELEM_INTERVAL_END`).
+    pub flags: u32,
+    /// A map element's data: a value or a verdict.
+    pub data: Option<Data>,
+    /// Its comment (user data), lossily shown if not UTF-8.
+    pub comment: Option<String>,
     /// Milliseconds until it times out, for an element with a timeout.
     pub expires_ms: Option<u64>,
 }
@@ -40,13 +52,37 @@ impl Socket {
     }
 }
 
-/// One `NFTA_LIST_ELEM`: its key (required) and when it times out.
+/// One `NFTA_LIST_ELEM`: its key (required), range end, flags, data, comment and timeout.
 fn element(elem: &[u8]) -> io::Result<Element> {
     let attrs = nested(elem)?;
     let wrapped = get(&attrs, NFTA_SET_ELEM_KEY).ok_or_else(|| malformed("an element without a key"))?;
-    let key = get(&nested(wrapped)?, NFTA_DATA_VALUE).ok_or_else(|| malformed("a key without a value"))?.to_vec();
+    let key = value(wrapped)?.ok_or_else(|| malformed("a key without a value"))?;
+    let key_end = get(&attrs, NFTA_SET_ELEM_KEY_END).map(value).transpose()?.flatten();
+    let flags = match get(&attrs, NFTA_SET_ELEM_FLAGS) {
+        Some(f) => exact_be32(f).ok_or_else(|| malformed("element flags"))?,
+        None => 0,
+    };
+    let data = get(&attrs, NFTA_SET_ELEM_DATA).map(data).transpose()?;
+    let comment = get(&attrs, NFTA_SET_ELEM_USERDATA).and_then(comment);
     let expires = get(&attrs, NFTA_SET_ELEM_EXPIRATION).and_then(|v| <[u8; 8]>::try_from(v).ok());
-    Ok(Element { key, expires_ms: expires.map(u64::from_be_bytes) })
+    Ok(Element { key, key_end, flags, data, comment, expires_ms: expires.map(u64::from_be_bytes) })
+}
+
+/// The bytes of a nested `NFTA_DATA_VALUE`.
+fn value(wrapped: &[u8]) -> io::Result<Option<Vec<u8>>> {
+    Ok(get(&nested(wrapped)?, NFTA_DATA_VALUE).map(<[u8]>::to_vec))
+}
+
+/// The comment among an element's user data TLVs (type, length, NUL-terminated text).
+fn comment(mut udata: &[u8]) -> Option<String> {
+    while let [kind, len, rest @ ..] = udata {
+        let text = rest.get(..usize::from(*len))?;
+        if *kind == NFTNL_UDATA_SET_ELEM_COMMENT {
+            return Some(String::from_utf8_lossy(text.strip_suffix(&[0]).unwrap_or(text)).into_owned());
+        }
+        udata = &rest[usize::from(*len)..];
+    }
+    None
 }
 
 fn malformed(what: &str) -> io::Error {
@@ -73,8 +109,16 @@ mod tests {
         put(&mut elem, NFTA_SET_ELEM_KEY | NLA_F_NESTED, &key);
         put(&mut elem, NFTA_SET_ELEM_DATA | NLA_F_NESTED, &data);
         put(&mut elem, NFTA_SET_ELEM_EXPIRATION, &9000u64.to_be_bytes());
+        put(&mut elem, NFTA_SET_ELEM_USERDATA, &[0, 4, b'a', b'/', b'b', 0]);
         let found = element(&elem).expect("a well-formed element");
-        let want = Element { key: vec![10, 0, 0, 1], expires_ms: Some(9000) };
+        let want = Element {
+            key: vec![10, 0, 0, 1],
+            key_end: None,
+            flags: 0,
+            data: Some(Data::Value(vec![10, 1, 0, 7])),
+            comment: Some("a/b".into()),
+            expires_ms: Some(9000),
+        };
         assert_eq!(found, want);
 
         let mut keyless = Vec::new();

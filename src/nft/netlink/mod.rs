@@ -13,14 +13,16 @@ pub mod conntrack;
 mod dump;
 pub mod elements;
 pub mod link;
-mod nla;
+pub(crate) mod nla;
 mod rules;
 pub mod send;
 #[allow(unsafe_code)]
 pub mod sock;
+mod state;
 
 pub use dump::Listed;
 pub use rules::RuleJumps;
+pub use state::{ChainListing, Hook, ListedExpr, RuleListing, SetListing};
 
 use abi::{
     NFNL_SUBSYS_NFTABLES, NFNLGRP_NFTABLES, NFT_MSG_DELTABLE, NFT_MSG_GETGEN, NFT_MSG_GETRULE, NFT_MSG_GETTABLE,

@@ -1,13 +1,14 @@
 //! Reading nested netlink attributes out of a reply, every length checked: the one parser that
-//! the element and rule listings share.
+//! the element and rule listings (and the compiler's reading of listed expressions) share.
 
-use super::abi::NLA_TYPE_MASK;
-use super::dump::malformed;
+use super::abi::{NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE, NLA_TYPE_MASK};
+pub(crate) use super::dump::{be64, exact_be32, malformed};
+use crate::nft::compile::Data;
 use std::io;
 
 /// The attributes in `data`, each `(type, payload)` with the type's flags cleared; an error if
 /// one overruns it or a header is cut short.
-pub(super) fn nested(mut data: &[u8]) -> io::Result<Vec<(u16, &[u8])>> {
+pub(crate) fn nested(mut data: &[u8]) -> io::Result<Vec<(u16, &[u8])>> {
     let mut out = Vec::new();
     while !data.is_empty() {
         let header = data.get(..4).ok_or_else(|| malformed("attribute header"))?;
@@ -22,6 +23,19 @@ pub(super) fn nested(mut data: &[u8]) -> io::Result<Vec<(u16, &[u8])>> {
 }
 
 /// The payload of the first attribute of type `t`.
-pub(super) fn get<'a>(attrs: &[(u16, &'a [u8])], t: u16) -> Option<&'a [u8]> {
+pub(crate) fn get<'a>(attrs: &[(u16, &'a [u8])], t: u16) -> Option<&'a [u8]> {
     attrs.iter().find(|(kind, _)| *kind == t).map(|(_, payload)| *payload)
+}
+
+/// Nested data (`NFTA_DATA_*`): a value's bytes, or a verdict's code and chain.
+pub(crate) fn data(wrapped: &[u8]) -> io::Result<Data> {
+    let attrs = nested(wrapped)?;
+    if let Some(v) = get(&attrs, NFTA_DATA_VALUE) {
+        return Ok(Data::Value(v.to_vec()));
+    }
+    let verdict = nested(get(&attrs, NFTA_DATA_VERDICT).ok_or_else(|| malformed("data"))?)?;
+    let code = get(&verdict, NFTA_VERDICT_CODE).and_then(exact_be32).ok_or_else(|| malformed("verdict code"))?;
+    let chain = get(&verdict, NFTA_VERDICT_CHAIN)
+        .map(|c| String::from_utf8_lossy(c.strip_suffix(&[0]).unwrap_or(c)).into_owned());
+    Ok(Data::Verdict(code as i32, chain))
 }

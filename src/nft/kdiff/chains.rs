@@ -1,0 +1,302 @@
+//! Chains and set declarations compared. A chain's rules are compared as expressions: each
+//! desired rule compiled as a sync would send it, each kernel rule read back from the
+//! kernel's listing into the same terms (`compile::read_back`), a rule's anonymous set known
+//! by its elements rather than its kernel-chosen name. A chain that differs shows the rules a
+//! sync would remove and add, each removed rule as its text when some desired rule compiles
+//! to it, else as its expressions.
+
+use super::elements::Owned;
+use super::report::{Change, Kind, Object};
+use crate::model::Family;
+use crate::nft::compile::{Data, DeclaredChain, Desc, Expr, ReadExpr, SetSpec};
+use crate::nft::netlink::abi::{
+    NF_ACCEPT, NFT_DATA_VERDICT, NFT_DYNSET_DEFAULT_SIZE, NFT_SET_EVAL, NFT_VERDICT_DATA_LEN,
+};
+use crate::nft::netlink::{Hook, NfFamily, SetListing};
+use std::collections::{BTreeMap, HashMap};
+
+/// A chain as the kernel holds it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct KernelChain {
+    /// Its hook, for a base chain.
+    pub hook: Option<Hook>,
+    /// Its rules' expressions, in order.
+    pub rules: Vec<Vec<ReadExpr>>,
+}
+
+/// The service port a per-service chain belongs to: `service-`, `external-`, `nodeport-`,
+/// `cluster-` or `local-` and the base `namespace/name/protocol/port`, the port a name or,
+/// for an unnamed port, its number (`render::names::base`).
+pub(crate) fn owner_of_chain(chain: &str) -> Option<String> {
+    let base =
+        ["service-", "external-", "nodeport-", "cluster-", "local-"].iter().find_map(|p| chain.strip_prefix(p))?;
+    let parts: Vec<&str> = base.split('/').collect();
+    let [ns, name, proto, port] = parts.as_slice() else { return None };
+    if !["tcp", "udp", "sctp"].contains(proto) || ns.is_empty() || name.is_empty() || port.is_empty() {
+        return None;
+    }
+    // A port name holds a letter; an unnamed port is written as its number.
+    Some(if port.bytes().all(|b| b.is_ascii_digit()) { format!("{ns}/{name}") } else { format!("{ns}/{name}:{port}") })
+}
+
+/// The name an anonymous set is compared by: its elements, sorted.
+pub(super) fn anon_name(mut elements: Vec<(Vec<u8>, u32, Option<Data>)>) -> String {
+    elements.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    let items: Vec<String> = elements
+        .iter()
+        .map(|(k, flags, data)| {
+            let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
+            let end = if flags & crate::nft::netlink::abi::NFT_SET_ELEM_INTERVAL_END != 0 { " end" } else { "" };
+            match data {
+                Some(d) => format!("0x{hex}{end} : {d:?}"),
+                None => format!("0x{hex}{end}"),
+            }
+        })
+        .collect();
+    format!("{{ {} }}", items.join(", "))
+}
+
+/// A desired chain's rules as the kernel would list them.
+pub(super) fn desired_rules(chain: &DeclaredChain) -> Vec<Vec<ReadExpr>> {
+    chain
+        .rules
+        .iter()
+        .map(|r| {
+            let anon: HashMap<u32, String> = r.anon.iter().map(|a| (a.id, anon_name(a.elements.clone()))).collect();
+            r.exprs.iter().map(|e| ReadExpr::Known(renamed(e.clone(), &anon).normal())).collect()
+        })
+        .collect()
+}
+
+/// A lookup of an anonymous set of the same rule, named by its elements.
+fn renamed(mut e: Expr, anon: &HashMap<u32, String>) -> Expr {
+    if let Expr::Lookup { set, set_id: Some(id), .. } = &mut e
+        && let Some(name) = anon.get(id)
+    {
+        *set = name.clone();
+    }
+    e
+}
+
+/// Compares the chains of one family's table.
+pub(super) struct ChainDiff<'a> {
+    /// The family.
+    pub family: Family,
+    /// Desired chains.
+    pub desired: &'a BTreeMap<String, DeclaredChain>,
+    /// Texts of desired rules by their expressions, for naming kernel rules.
+    texts: HashMap<String, &'a str>,
+}
+
+impl<'a> ChainDiff<'a> {
+    /// A comparison against `desired`.
+    pub(super) fn new(family: Family, desired: &'a BTreeMap<String, DeclaredChain>) -> ChainDiff<'a> {
+        ChainDiff { family, desired, texts: HashMap::new() }
+    }
+
+    fn word(&self) -> &'static str {
+        NfFamily::from(self.family).word()
+    }
+
+    /// The differences between the desired chains and the kernel's.
+    pub(super) fn compare(&mut self, kernel: &BTreeMap<String, KernelChain>, out: &mut Vec<Owned>) {
+        for (name, chain) in self.desired {
+            let want = KernelChain { hook: chain.hook.clone(), rules: desired_rules(chain) };
+            match kernel.get(name) {
+                Some(held) if *held == want => {}
+                Some(held) => {
+                    let (removed, added) = self.rule_diff(held, &want, chain);
+                    out.push(self.change(name, Kind::Changed, removed, added));
+                }
+                None => {
+                    let added = hook_text(&want.hook).into_iter().chain(chain.rules.iter().map(|r| r.text.clone()));
+                    out.push(self.change(name, Kind::Added, vec![], added.collect()));
+                }
+            }
+        }
+        for (name, held) in kernel.iter().filter(|(n, _)| !self.desired.contains_key(*n)) {
+            let mut removed: Vec<String> = hook_text(&held.hook).into_iter().collect();
+            removed.extend(held.rules.iter().map(|r| self.rule_text(r)));
+            out.push(self.change(name, Kind::Removed, removed, vec![]));
+        }
+    }
+
+    fn change(&self, name: &str, change: Kind, removed: Vec<String>, added: Vec<String>) -> Owned {
+        let c = Change { family: self.word(), object: Object::Chain, name: name.to_string(), change, removed, added };
+        (owner_of_chain(name), c)
+    }
+
+    /// A kernel rule's text: a desired rule's, if one compiles to it.
+    fn rule_text(&mut self, rule: &[ReadExpr]) -> String {
+        if self.texts.is_empty() {
+            for chain in self.desired.values() {
+                for (r, exprs) in chain.rules.iter().zip(desired_rules(chain)) {
+                    self.texts.insert(format!("{exprs:?}"), &r.text);
+                }
+            }
+        }
+        match self.texts.get(&format!("{rule:?}")) {
+            Some(t) => t.to_string(),
+            None => rule.iter().map(ToString::to_string).collect::<Vec<_>>().join(" "),
+        }
+    }
+
+    /// The rules a sync would remove and add, kept rules left out (a longest common run).
+    fn rule_diff(
+        &mut self,
+        held: &KernelChain,
+        want: &KernelChain,
+        chain: &DeclaredChain,
+    ) -> (Vec<String>, Vec<String>) {
+        let (mut removed, mut added) = (Vec::new(), Vec::new());
+        if held.hook != want.hook {
+            removed.extend(hook_text(&held.hook));
+            added.extend(hook_text(&want.hook));
+        }
+        let keep = common(&held.rules, &want.rules);
+        let (kept_held, kept_want): (Vec<usize>, Vec<usize>) = keep.into_iter().unzip();
+        for (_, r) in held.rules.iter().enumerate().filter(|(i, _)| !kept_held.contains(i)) {
+            removed.push(self.rule_text(r));
+        }
+        for (_, r) in chain.rules.iter().enumerate().filter(|(j, _)| !kept_want.contains(j)) {
+            added.push(r.text.clone());
+        }
+        (removed, added)
+    }
+}
+
+/// Index pairs of a longest common subsequence of two rule lists; none when the lists are
+/// too long to compare that way (every rule is then shown as removed and added).
+fn common(a: &[Vec<ReadExpr>], b: &[Vec<ReadExpr>]) -> Vec<(usize, usize)> {
+    if a.len().saturating_mul(b.len()) > 4_000_000 {
+        return Vec::new();
+    }
+    let mut len = vec![vec![0u32; b.len() + 1]; a.len() + 1];
+    for i in (0..a.len()).rev() {
+        for j in (0..b.len()).rev() {
+            len[i][j] = if a[i] == b[j] { len[i + 1][j + 1] + 1 } else { len[i + 1][j].max(len[i][j + 1]) };
+        }
+    }
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    while i < a.len() && j < b.len() {
+        if a[i] == b[j] {
+            out.push((i, j));
+            (i, j) = (i + 1, j + 1);
+        } else if len[i + 1][j] >= len[i][j + 1] {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
+}
+
+fn hook_text(hook: &Option<Hook>) -> Option<String> {
+    let h = hook.as_ref()?;
+    let name = ["prerouting", "input", "forward", "output", "postrouting"].get(h.hooknum as usize).unwrap_or(&"?");
+    let policy = if h.policy == NF_ACCEPT as u32 { "accept" } else { "drop" };
+    Some(format!("type {} hook {name} priority {}; policy {policy};", h.kind, h.priority))
+}
+
+/// A set's declaration, as compared: what the kernel is told of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Decl {
+    flags: u32,
+    key: (u32, u32),
+    data: Option<(u32, u32)>,
+    timeout_ms: Option<u64>,
+    size: Option<u32>,
+    concat: Vec<u32>,
+    udata: Vec<u8>,
+}
+
+impl From<&SetSpec> for Decl {
+    fn from(s: &SetSpec) -> Decl {
+        let (size, concat) = match &s.desc {
+            Desc::None => (None, Vec::new()),
+            Desc::Size(n) => (Some(*n), Vec::new()),
+            Desc::Concat(lens) => (None, lens.clone()),
+        };
+        Decl {
+            flags: s.flags,
+            key: s.key,
+            data: s.data,
+            timeout_ms: s.timeout_ms,
+            size,
+            concat,
+            udata: s.udata.clone(),
+        }
+    }
+}
+
+/// A listed declaration as it was sent: a verdict map's data length, and the size the kernel
+/// gives a set that rules fill, are the kernel's own.
+impl From<&SetListing> for Decl {
+    fn from(s: &SetListing) -> Decl {
+        let data =
+            s.data.map(|(ty, len)| (ty, if ty == NFT_DATA_VERDICT && len == NFT_VERDICT_DATA_LEN { 0 } else { len }));
+        let dynamic = s.flags & NFT_SET_EVAL != 0 && s.size == Some(NFT_DYNSET_DEFAULT_SIZE);
+        Decl {
+            flags: s.flags,
+            key: s.key,
+            data,
+            timeout_ms: s.timeout_ms,
+            size: if dynamic { None } else { s.size },
+            concat: s.concat.clone(),
+            udata: s.udata.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for Decl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "flags 0x{:x} key type 0x{:x} length {}", self.flags, self.key.0, self.key.1)?;
+        if let Some((ty, len)) = self.data {
+            write!(f, " data type 0x{ty:x} length {len}")?;
+        }
+        if let Some(ms) = self.timeout_ms {
+            write!(f, " timeout {ms}ms")?;
+        }
+        if let Some(n) = self.size {
+            write!(f, " size {n}")?;
+        }
+        if !self.concat.is_empty() {
+            write!(f, " fields {:?}", self.concat)?;
+        }
+        let udata: String = self.udata.iter().map(|b| format!("{b:02x}")).collect();
+        write!(f, " userdata 0x{udata}")
+    }
+}
+
+/// The differences between the desired named sets and the kernel's.
+pub(super) fn compare_sets(
+    family: Family,
+    desired: &BTreeMap<String, SetSpec>,
+    kernel: &BTreeMap<String, SetListing>,
+    out: &mut Vec<Owned>,
+) {
+    let family = NfFamily::from(family).word();
+    let change = |name: &str, change, removed: Option<Decl>, added: Option<Decl>| {
+        let (removed, added) = (removed.map(|d| d.to_string()), added.map(|d| d.to_string()));
+        let c = Change {
+            family,
+            object: Object::Set,
+            name: name.to_string(),
+            change,
+            removed: removed.into_iter().collect(),
+            added: added.into_iter().collect(),
+        };
+        (None, c)
+    };
+    for (name, spec) in desired {
+        let want = Decl::from(spec);
+        match kernel.get(name).map(Decl::from) {
+            Some(held) if held == want => {}
+            Some(held) => out.push(change(name, Kind::Changed, Some(held), Some(want))),
+            None => out.push(change(name, Kind::Added, None, Some(want))),
+        }
+    }
+    for (name, held) in kernel.iter().filter(|(n, _)| !desired.contains_key(*n)) {
+        out.push(change(name, Kind::Removed, Some(Decl::from(held)), None));
+    }
+}

@@ -1,0 +1,120 @@
+//! The comparison without a kernel: the desired state against a kernel table built as a sync
+//! would leave it, then changed.
+
+use super::chains::{KernelChain, desired_rules, owner_of_chain};
+use super::kernel::KernelTable;
+use super::*;
+use crate::nft::compile::Desc;
+use crate::nft::netlink::SetListing;
+use crate::nft::netlink::elements::Element;
+use crate::render::{Key, MapName, Scope, Value};
+use clap::Parser;
+
+/// A golden case's desired state and declarations: several endpoints per frontend, and
+/// rules with anonymous sets (more than one cluster CIDR per family).
+fn desired() -> (Ruleset, Declared) {
+    let args = ["--cluster-cidr=10.0.0.0/16,10.1.0.0/16,fd00:10::/48,fd00:20::/64", "--detect-local-mode=ClusterCIDR"];
+    let flags = crate::config::Flags::parse_from(["kube-nftproxy", "--hostname-override=node-a", args[0], args[1]]);
+    let cfg = crate::config::Config::from_flags(&flags).expect("config");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/cluster-cidrs/manifests.yaml");
+    let (model, _) = crate::manifests::load_model(&path, "node-a").expect("manifests");
+    let ruleset = render::render(&model, &cfg).expect("render");
+    let script = render::full_sync_script_without_elements(&ruleset, "node-a").expect("script");
+    (ruleset.clone(), compile::declared(&script).expect("compile"))
+}
+
+fn element(key: &Key, value: &Value) -> Element {
+    crate::nft::element::elements(key, Some(value)).remove(0)
+}
+
+/// The kernel's tables as a full sync of `ruleset` leaves them.
+fn applied(ruleset: &Ruleset, declared: &Declared) -> BTreeMap<Family, Option<KernelTable>> {
+    let mut out = BTreeMap::new();
+    for t in &ruleset.tables {
+        let d = &declared.tables[&t.family];
+        let mut k = KernelTable::default();
+        for (name, c) in &d.chains {
+            k.chains.insert(name.clone(), KernelChain { hook: c.hook.clone(), rules: desired_rules(c) });
+        }
+        for (name, s) in &d.sets {
+            let (size, concat) = match &s.desc {
+                Desc::Size(n) => (Some(*n), vec![]),
+                Desc::Concat(l) => (None, l.clone()),
+                Desc::None => (None, vec![]),
+            };
+            let (flags, key, data, timeout_ms, udata) = (s.flags, s.key, s.data, s.timeout_ms, s.udata.clone());
+            k.sets.insert(
+                name.clone(),
+                SetListing { name: name.clone(), flags, key, data, timeout_ms, size, concat, udata },
+            );
+        }
+        for (map, entries) in &t.elements {
+            k.maps.insert(*map, entries.iter().map(|(key, e)| element(key, &e.value)).collect());
+        }
+        out.insert(t.family, Some(k));
+    }
+    out
+}
+
+const ENDPOINTS: MapName = MapName::Endpoints(Scope::Cluster, crate::model::Protocol::Tcp);
+
+/// The kernel's endpoint elements, and where the first frontend with two slots starts.
+fn two_slots(kernel: &mut BTreeMap<Family, Option<KernelTable>>) -> (&mut Vec<Element>, usize) {
+    let table = kernel.get_mut(&Family::V4).and_then(Option::as_mut).expect("ip table");
+    let elements = table.maps.get_mut(&ENDPOINTS).expect("endpoints");
+    let at = (0..elements.len() - 1).find(|i| elements[*i].key[..8] == elements[i + 1].key[..8]).expect("two slots");
+    (elements, at)
+}
+
+#[test]
+fn a_table_as_applied_has_no_difference_even_with_endpoints_in_other_slots() {
+    let (ruleset, declared) = desired();
+    let mut kernel = applied(&ruleset, &declared);
+    assert!(!compare(&ruleset, &declared, kernel.clone()).differences);
+    let (elements, at) = two_slots(&mut kernel);
+    let (a, b) = (elements[at].clone(), elements[at + 1].clone());
+    (elements[at].data, elements[at + 1].data) = (b.data, a.data);
+    assert!(!compare(&ruleset, &declared, kernel).differences, "slots swapped are the same endpoints");
+}
+
+#[test]
+fn a_missing_or_extra_element_shows_under_its_service_and_unreadable_ones_under_the_table() {
+    let (ruleset, declared) = desired();
+    let mut kernel = applied(&ruleset, &declared);
+    let (elements, at) = two_slots(&mut kernel);
+    let gone = elements.remove(at);
+    let owner = ruleset.tables[0].elements[&ENDPOINTS].values().nth(at).expect("an endpoint").owner.to_string();
+    let mut extra = gone.clone();
+    extra.key[8..12].copy_from_slice(&7u32.to_ne_bytes());
+    elements.push(extra);
+    elements.push(Element { key: vec![1, 2, 3], ..Element::default() });
+    let report = compare(&ruleset, &declared, kernel);
+    let ours = report.services.iter().find(|s| s.service == owner).expect("the owner's group");
+    let kinds: Vec<(Kind, &str)> = ours.changes.iter().map(|c| (c.change, c.name.as_str())).collect();
+    assert_eq!(kinds, [(Kind::Added, "cluster-endpoints-tcp"), (Kind::Removed, "cluster-endpoints-tcp")]);
+    assert!(ours.changes[1].removed[0].contains(" . 7 : "), "{:?}", ours.changes[1]);
+    assert_eq!(report.table.len(), 1, "{:?}", report.table);
+    assert!(report.table[0].removed[0].starts_with("key 0x010203"));
+}
+
+#[test]
+fn a_missing_table_is_all_additions() {
+    let (ruleset, declared) = desired();
+    let mut kernel = applied(&ruleset, &declared);
+    kernel.insert(Family::V6, None);
+    let report = compare(&ruleset, &declared, kernel);
+    let all: Vec<&Change> = report.table.iter().chain(report.services.iter().flat_map(|s| &s.changes)).collect();
+    assert!(all.iter().all(|c| c.family == "ip6" && c.change == Kind::Added), "{all:?}");
+    assert!(all.iter().any(|c| c.object == Object::Table));
+    assert!(all.iter().any(|c| c.object == Object::Chain && c.name == "services"));
+}
+
+#[test]
+fn chains_belong_to_the_service_port_their_name_carries() {
+    assert_eq!(owner_of_chain("service-ns/web/tcp/http").as_deref(), Some("ns/web:http"));
+    assert_eq!(owner_of_chain("external-ns/web/udp/53").as_deref(), Some("ns/web"));
+    assert_eq!(owner_of_chain("local-ns/web/sctp/p1").as_deref(), Some("ns/web:p1"));
+    for shared in ["cluster-ips-check", "lb-cluster-tcp-3", "services", "nodeport-endpoints-check"] {
+        assert_eq!(owner_of_chain(shared), None, "{shared}");
+    }
+}

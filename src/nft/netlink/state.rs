@@ -1,0 +1,165 @@
+//! Reading back what a table declares, for a comparison with what a sync would write: each
+//! chain with its hook, each set's declaration, and each rule's expressions as the kernel
+//! lists them (name and attributes, read into the compiler's terms by `compile::decode`).
+
+use super::abi::{
+    NFT_CHAIN_BINDING, NFTA_CHAIN_FLAGS, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_POLICY, NFTA_CHAIN_TYPE,
+    NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_LIST_ELEM, NFTA_RULE_CHAIN,
+    NFTA_RULE_EXPRESSIONS, NFTA_RULE_USERDATA, NFTA_SET_DATA_LEN, NFTA_SET_DATA_TYPE, NFTA_SET_DESC,
+    NFTA_SET_DESC_CONCAT, NFTA_SET_DESC_SIZE, NFTA_SET_FIELD_LEN, NFTA_SET_FLAGS, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE,
+    NFTA_SET_NAME, NFTA_SET_TIMEOUT, NFTA_SET_USERDATA,
+};
+use super::dump::{CHAINS, SETS, be64, exact_be32, malformed, utf8};
+use super::nla::{get, nested};
+use super::{NfFamily, Socket};
+use std::io;
+
+/// A base chain's hook, as declared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hook {
+    /// `filter`, `nat`…
+    pub kind: String,
+    /// The hook's number (`NF_INET_*`).
+    pub hooknum: u32,
+    /// Its priority.
+    pub priority: i32,
+    /// Its policy (a verdict code).
+    pub policy: u32,
+}
+
+/// One chain of a table (a rule's anonymous chains are left out: they go with the rule).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainListing {
+    /// Its name, lossily shown if not UTF-8.
+    pub name: String,
+    /// Its hook, for a base chain.
+    pub hook: Option<Hook>,
+}
+
+/// One set's declaration as the kernel holds it, anonymous ones included.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetListing {
+    /// Its name (`__set0`… for a rule's anonymous set).
+    pub name: String,
+    /// `NFT_SET_*` flags.
+    pub flags: u32,
+    /// Key type and length.
+    pub key: (u32, u32),
+    /// A map's data type and length.
+    pub data: Option<(u32, u32)>,
+    /// Default element timeout, in milliseconds.
+    pub timeout_ms: Option<u64>,
+    /// Declared size.
+    pub size: Option<u32>,
+    /// A concatenation's field lengths, when declared.
+    pub concat: Vec<u32>,
+    /// User data (`nft`'s record of the declaration: byte orders, `typeof`, comment).
+    pub udata: Vec<u8>,
+}
+
+/// One expression of a listed rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedExpr {
+    /// Its name (`payload`, `cmp`…).
+    pub name: String,
+    /// Its attributes (`NFTA_EXPR_DATA`'s payload).
+    pub data: Vec<u8>,
+}
+
+/// One rule, in its chain's order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleListing {
+    /// Its chain.
+    pub chain: String,
+    /// Its expressions.
+    pub exprs: Vec<ListedExpr>,
+    /// Whether it carries user data (a comment), which no rule of the proxy's has.
+    pub userdata: bool,
+}
+
+impl Socket {
+    /// Every chain of `table` with its hook (empty if the table is missing).
+    pub fn chain_listings(&mut self, family: NfFamily, table: &str) -> io::Result<Vec<ChainListing>> {
+        let mut out = Vec::new();
+        for m in self.dump(&CHAINS, family, table)? {
+            let attrs = nested(m.get(4..).ok_or_else(|| malformed("chain header"))?)?;
+            let flags = get(&attrs, NFTA_CHAIN_FLAGS).map_or(Some(0), exact_be32).ok_or_else(|| malformed("flags"))?;
+            if flags & NFT_CHAIN_BINDING != 0 {
+                continue;
+            }
+            let name = get(&attrs, NFTA_CHAIN_NAME).ok_or_else(|| malformed("chain name"))?;
+            let hook = get(&attrs, NFTA_CHAIN_HOOK).map(|h| hook(h, &attrs)).transpose()?;
+            out.push(ChainListing { name: lossy(name), hook });
+        }
+        Ok(out)
+    }
+
+    /// Every set and map of `table`, anonymous ones included, as declared.
+    pub fn set_listings(&mut self, family: NfFamily, table: &str) -> io::Result<Vec<SetListing>> {
+        self.dump(&SETS, family, table)?.iter().map(|m| set(m)).collect()
+    }
+
+    /// Every rule of `table` (none if the table is missing), chain by chain in order.
+    pub fn rule_listings(&mut self, family: NfFamily, table: &str) -> io::Result<Vec<RuleListing>> {
+        self.rule_replies(family, table)?.iter().map(|m| rule(m)).collect()
+    }
+}
+
+fn lossy(name: &[u8]) -> String {
+    utf8(name).unwrap_or_else(|| String::from_utf8_lossy(name.strip_suffix(&[0]).unwrap_or(name)).into_owned())
+}
+
+fn u32_of(attrs: &[(u16, &[u8])], t: u16, what: &str) -> io::Result<u32> {
+    get(attrs, t).and_then(exact_be32).ok_or_else(|| malformed(what))
+}
+
+fn hook(nest: &[u8], chain: &[(u16, &[u8])]) -> io::Result<Hook> {
+    let attrs = nested(nest)?;
+    let kind = get(chain, NFTA_CHAIN_TYPE).map(lossy).unwrap_or_default();
+    let policy = get(chain, NFTA_CHAIN_POLICY).map_or(Some(1), exact_be32).ok_or_else(|| malformed("policy"))?;
+    Ok(Hook {
+        kind,
+        hooknum: u32_of(&attrs, NFTA_HOOK_HOOKNUM, "hook number")?,
+        priority: u32_of(&attrs, NFTA_HOOK_PRIORITY, "hook priority")? as i32,
+        policy,
+    })
+}
+
+fn set(m: &[u8]) -> io::Result<SetListing> {
+    let attrs = nested(m.get(4..).ok_or_else(|| malformed("set header"))?)?;
+    let name = lossy(get(&attrs, NFTA_SET_NAME).ok_or_else(|| malformed("set name"))?);
+    let flags = get(&attrs, NFTA_SET_FLAGS).map_or(Some(0), exact_be32).ok_or_else(|| malformed("set flags"))?;
+    let key = (u32_of(&attrs, NFTA_SET_KEY_TYPE, "key type")?, u32_of(&attrs, NFTA_SET_KEY_LEN, "key length")?);
+    let data = match get(&attrs, NFTA_SET_DATA_TYPE) {
+        Some(_) => {
+            Some((u32_of(&attrs, NFTA_SET_DATA_TYPE, "data type")?, u32_of(&attrs, NFTA_SET_DATA_LEN, "data length")?))
+        }
+        None => None,
+    };
+    let timeout_ms = get(&attrs, NFTA_SET_TIMEOUT).map(|t| be64(t).ok_or_else(|| malformed("timeout"))).transpose()?;
+    let (mut size, mut concat) = (None, Vec::new());
+    if let Some(desc) = get(&attrs, NFTA_SET_DESC) {
+        let desc = nested(desc)?;
+        size = get(&desc, NFTA_SET_DESC_SIZE).map(|s| exact_be32(s).ok_or_else(|| malformed("size"))).transpose()?;
+        for (_, field) in get(&desc, NFTA_SET_DESC_CONCAT).map(nested).transpose()?.unwrap_or_default() {
+            concat.push(u32_of(&nested(field)?, NFTA_SET_FIELD_LEN, "field length")?);
+        }
+    }
+    let udata = get(&attrs, NFTA_SET_USERDATA).unwrap_or_default().to_vec();
+    Ok(SetListing { name, flags, key, data, timeout_ms, size, concat, udata })
+}
+
+fn rule(m: &[u8]) -> io::Result<RuleListing> {
+    let attrs = nested(m.get(4..).ok_or_else(|| malformed("rule header"))?)?;
+    let chain = lossy(get(&attrs, NFTA_RULE_CHAIN).ok_or_else(|| malformed("chain"))?);
+    let mut exprs = Vec::new();
+    for (kind, expr) in get(&attrs, NFTA_RULE_EXPRESSIONS).map(nested).transpose()?.unwrap_or_default() {
+        if kind != NFTA_LIST_ELEM {
+            continue;
+        }
+        let e = nested(expr)?;
+        let name = lossy(get(&e, NFTA_EXPR_NAME).ok_or_else(|| malformed("expression name"))?);
+        exprs.push(ListedExpr { name, data: get(&e, NFTA_EXPR_DATA).unwrap_or_default().to_vec() });
+    }
+    Ok(RuleListing { chain, exprs, userdata: get(&attrs, NFTA_RULE_USERDATA).is_some() })
+}
