@@ -6,7 +6,7 @@ use super::ExplainError;
 use crate::model::Family;
 use crate::nft::compile::{self, DeclaredChain, SetSpec};
 use crate::nft::element::{self, Element};
-use crate::nft::netlink::abi::NFT_SET_INTERVAL;
+use crate::nft::netlink::abi::{NFT_SET_ELEM_INTERVAL_END, NFT_SET_INTERVAL};
 use crate::render::{self, Ruleset};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,6 +37,31 @@ impl Set {
     /// Whether it is an interval set.
     pub fn interval(&self) -> bool {
         self.spec.flags & NFT_SET_INTERVAL != 0
+    }
+
+    /// The element that `key` matches: equal keys in a hash set; in an interval set, a
+    /// range that holds it (a concatenation's element spans its first to its last key, field by
+    /// field; a single field's ranges are start elements, each ended by the next end element).
+    pub fn find(&self, key: &[u8]) -> Option<&(Element, Option<Arc<str>>)> {
+        if !self.interval() {
+            return self.elements.iter().find(|(e, _)| e.key == key);
+        }
+        if self.elements.iter().any(|(e, _)| e.key_end.is_some()) {
+            let fields = super::packet::field_widths(&self.spec);
+            return self.elements.iter().find(|(e, _)| {
+                let end = e.key_end.as_deref().unwrap_or(&e.key);
+                let mut at = 0;
+                fields.iter().all(|w| {
+                    let f = at..(at + w).min(key.len());
+                    at += w;
+                    e.key.get(f.clone()) <= key.get(f.clone()) && key.get(f.clone()) <= end.get(f)
+                })
+            });
+        }
+        // Where a range ends exactly where the next starts, the start wins.
+        let below = self.elements.iter().filter(|(e, _)| e.key.as_slice() <= key);
+        let top = below.clone().map(|(e, _)| &e.key).max()?;
+        below.filter(|(e, _)| &e.key == top).find(|(e, _)| e.flags & NFT_SET_ELEM_INTERVAL_END == 0)
     }
 }
 

@@ -4,10 +4,12 @@
 //! weighted by its share of the values, so every path a packet can take is followed once.
 
 use super::packet::Packet;
-use super::table::{Set, Table};
+mod regs;
+
+use super::table::Table;
 use crate::nft::compile::{Data, Expr};
-use crate::nft::element::Element;
 use crate::nft::netlink::abi::{NF_ACCEPT, NF_DROP, NFT_GOTO, NFT_JUMP, NFT_RETURN};
+use regs::{Random, narrow, offset, read, settle, span, write};
 use std::sync::Arc;
 
 /// Bytes of the data registers (four 16-byte registers, seen also as sixteen 4-byte ones).
@@ -59,14 +61,6 @@ pub enum Step {
         /// The service port.
         owner: Arc<str>,
     },
-}
-
-/// A random value in the registers: where, and the values it may still take (the registers
-/// hold the first).
-#[derive(Debug, Clone)]
-struct Random {
-    at: usize,
-    values: Vec<u32>,
 }
 
 /// One path through the rules, forked as randomness decides.
@@ -187,104 +181,17 @@ fn advance(table: &Table, r: &mut Run) -> Result<Result<Verdict, Vec<Run>>, Stri
     }
 }
 
-/// A register's first byte.
-fn offset(reg: u32) -> Result<usize, String> {
-    match reg {
-        1..=4 => Ok((reg as usize - 1) * 16),
-        8..=23 => Ok((reg as usize - 8) * 4),
-        _ => Err(format!("register {reg}")),
-    }
-}
-
-/// The bytes `len` long at register `reg`.
-fn span(reg: u32, len: usize) -> Result<std::ops::Range<usize>, String> {
-    let at = offset(reg)?;
-    if at + len > REG_BYTES {
-        return Err(format!("{len} bytes at register {reg}"));
-    }
-    Ok(at..at + len)
-}
-
 fn exec(table: &Table, r: &mut Run, e: &Expr) -> Result<Flow, String> {
     Ok(match e {
-        Expr::Payload { base, offset: at, len, dreg } => {
-            let header = r.packet.header(*base);
-            let (at, len) = (*at as usize, *len as usize);
-            let bytes = header.get(at..at + len).ok_or("a load past the packet's headers")?.to_vec();
-            write(r, *dreg, &bytes)?;
-            Flow::Next
+        Expr::Payload { .. } | Expr::Meta { .. } | Expr::MetaSet { .. } | Expr::Ct { .. } | Expr::Fib { .. } => {
+            packet_field(r, e)?
         }
-        Expr::Meta { key: META_IIFNAME, dreg } => match r.packet.iif.clone() {
-            // A packet the node sends has no input interface: the load ends the rule.
-            None => Flow::Break,
-            Some(name) => {
-                let mut b = name.into_bytes();
-                b.resize(16, 0);
-                write(r, *dreg, &b)?;
-                Flow::Next
-            }
-        },
-        Expr::Meta { key: META_MARK, dreg } => write(r, *dreg, &r.packet.mark.to_ne_bytes()).map(|()| Flow::Next)?,
-        Expr::Meta { key: META_L4PROTO, dreg } => write(r, *dreg, &[r.packet.proto]).map(|()| Flow::Next)?,
-        Expr::MetaSet { key: META_MARK, sreg } => {
-            let b = read(r, *sreg, 4)?;
-            r.packet.mark = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
-            Flow::Next
-        }
-        Expr::Ct { key, dreg } => {
-            let v = if *key == CT_STATE { CT_STATE_NEW } else { r.packet.ct_status };
-            write(r, *dreg, &v.to_ne_bytes()).map(|()| Flow::Next)?
-        }
-        Expr::Fib { flags, dreg, .. } => {
-            let addr = if *flags & FIB_SADDR != 0 { r.packet.saddr } else { r.packet.daddr };
-            let t = if r.packet.is_local(addr) { RTN_LOCAL } else { RTN_UNICAST };
-            write(r, *dreg, &t.to_ne_bytes()).map(|()| Flow::Next)?
-        }
+        Expr::Bitwise { .. } | Expr::Byteorder { .. } | Expr::Numgen { .. } => compute(r, e)?,
         Expr::Cmp { sreg, op, data } => cmp(r, *sreg, *op, data)?,
-        Expr::Bitwise { sreg, dreg, mask, xor } => {
-            if let Some(forks) = settle(r, span(*sreg, mask.len())?) {
-                return Ok(Flow::Fork(forks));
-            }
-            let b = read(r, *sreg, mask.len())?;
-            let out: Vec<u8> = b.iter().zip(mask).zip(xor).map(|((b, m), x)| (b & m) ^ x).collect();
-            write(r, *dreg, &out).map(|()| Flow::Next)?
-        }
-        Expr::Byteorder { sreg, dreg, len, size, .. } => {
-            if let Some(forks) = settle(r, span(*sreg, *len as usize)?) {
-                return Ok(Flow::Fork(forks));
-            }
-            let mut b = read(r, *sreg, *len as usize)?;
-            // Host and network order differ on a little-endian host only; both ways swap.
-            if cfg!(target_endian = "little") && *size > 1 {
-                b.chunks_mut(*size as usize).for_each(<[u8]>::reverse);
-            }
-            write(r, *dreg, &b).map(|()| Flow::Next)?
-        }
         Expr::Lookup { sreg, set, set_id, dreg, invert } => lookup(table, r, *sreg, set, *set_id, *dreg, *invert)?,
         Expr::Immediate { dreg, data: Data::Value(v) } => write(r, *dreg, v).map(|()| Flow::Next)?,
         Expr::Immediate { data: Data::Verdict(code, chain), .. } => verdict(*code, chain.as_deref())?,
-        Expr::Numgen { dreg, modulus, offset: base } => {
-            let values: Vec<u32> = (0..*modulus).map(|v| v.wrapping_add(*base)).collect();
-            let first = values.first().copied().ok_or("numgen modulus 0")?;
-            write(r, *dreg, &first.to_ne_bytes())?;
-            if values.len() > 1 {
-                r.random.push(Random { at: offset(*dreg)?, values });
-            }
-            Flow::Next
-        }
-        Expr::Dnat { addr, proto, .. } => {
-            let len = if r.packet.saddr.is_ipv4() { 4 } else { 16 };
-            let regs = std::iter::once(span(*addr, len)).chain((*proto != 0).then(|| span(*proto, 2)));
-            for s in regs {
-                if let Some(forks) = settle(r, s?) {
-                    return Ok(Flow::Fork(forks));
-                }
-            }
-            let ip = read(r, *addr, len)?;
-            let port = if *proto == 0 { None } else { Some(read(r, *proto, 2)?) };
-            r.packet.dnat(&ip, port.map(|p| u16::from_be_bytes([p[0], p[1]])))?;
-            Flow::Done(Verdict::Accept)
-        }
+        Expr::Dnat { addr, proto, .. } => dnat(r, *addr, *proto)?,
         Expr::Masq { .. } => {
             r.packet.masquerade = true;
             Flow::Done(Verdict::Accept)
@@ -295,8 +202,97 @@ fn exec(table: &Table, r: &mut Run, e: &Expr) -> Result<Flow, String> {
             r.packet.remembered.push(set.clone());
             Flow::Next
         }
-        other => return Err(format!("expression {other}")),
     })
+}
+
+/// Loads (and the one store, the mark) of what the packet carries.
+fn packet_field(r: &mut Run, e: &Expr) -> Result<Flow, String> {
+    let (bytes, dreg) = match e {
+        Expr::Payload { base, offset: at, len, dreg } => {
+            let header = r.packet.header(*base);
+            let (at, len) = (*at as usize, *len as usize);
+            (header.get(at..at + len).ok_or("a load past the packet's headers")?.to_vec(), *dreg)
+        }
+        Expr::Meta { key: META_IIFNAME, dreg } => match r.packet.iif.clone() {
+            // A packet the node sends has no input interface: the load ends the rule.
+            None => return Ok(Flow::Break),
+            Some(name) => {
+                let mut b = name.into_bytes();
+                b.resize(16, 0);
+                (b, *dreg)
+            }
+        },
+        Expr::Meta { key: META_MARK, dreg } => (r.packet.mark.to_ne_bytes().to_vec(), *dreg),
+        Expr::Meta { key: META_L4PROTO, dreg } => (vec![r.packet.proto], *dreg),
+        Expr::MetaSet { key: META_MARK, sreg } => {
+            let b = read(r, *sreg, 4)?;
+            r.packet.mark = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+            return Ok(Flow::Next);
+        }
+        Expr::Ct { key, dreg } => {
+            let v = if *key == CT_STATE { CT_STATE_NEW } else { r.packet.ct_status };
+            (v.to_ne_bytes().to_vec(), *dreg)
+        }
+        Expr::Fib { flags, dreg, .. } => {
+            let addr = if *flags & FIB_SADDR != 0 { r.packet.saddr } else { r.packet.daddr };
+            let t = if r.packet.is_local(addr) { RTN_LOCAL } else { RTN_UNICAST };
+            (t.to_ne_bytes().to_vec(), *dreg)
+        }
+        other => return Err(format!("expression {other}")),
+    };
+    write(r, dreg, &bytes).map(|()| Flow::Next)
+}
+
+/// Arithmetic on registers, and random numbers.
+fn compute(r: &mut Run, e: &Expr) -> Result<Flow, String> {
+    let (sreg, len) = match e {
+        Expr::Bitwise { sreg, mask, .. } => (*sreg, mask.len()),
+        Expr::Byteorder { sreg, len, .. } => (*sreg, *len as usize),
+        Expr::Numgen { dreg, modulus, offset: base } => {
+            let values: Vec<u32> = (0..*modulus).map(|v| v.wrapping_add(*base)).collect();
+            let first = values.first().copied().ok_or("numgen modulus 0")?;
+            write(r, *dreg, &first.to_ne_bytes())?;
+            if values.len() > 1 {
+                r.random.push(Random { at: offset(*dreg)?, values });
+            }
+            return Ok(Flow::Next);
+        }
+        other => return Err(format!("expression {other}")),
+    };
+    if let Some(forks) = settle(r, span(sreg, len)?) {
+        return Ok(Flow::Fork(forks));
+    }
+    let mut b = read(r, sreg, len)?;
+    let dreg = match e {
+        Expr::Bitwise { dreg, mask, xor, .. } => {
+            b = b.iter().zip(mask).zip(xor).map(|((b, m), x)| (b & m) ^ x).collect();
+            *dreg
+        }
+        Expr::Byteorder { dreg, size, .. } => {
+            // Host and network order differ on a little-endian host only; both ways swap.
+            if cfg!(target_endian = "little") && *size > 1 {
+                b.chunks_mut(*size as usize).for_each(<[u8]>::reverse);
+            }
+            *dreg
+        }
+        other => return Err(format!("expression {other}")),
+    };
+    write(r, dreg, &b).map(|()| Flow::Next)
+}
+
+/// Destination NAT to the address (and port) in registers `addr` (and `proto`).
+fn dnat(r: &mut Run, addr: u32, proto: u32) -> Result<Flow, String> {
+    let len = if r.packet.saddr.is_ipv4() { 4 } else { 16 };
+    let regs = std::iter::once(span(addr, len)).chain((proto != 0).then(|| span(proto, 2)));
+    for s in regs {
+        if let Some(forks) = settle(r, s?) {
+            return Ok(Flow::Fork(forks));
+        }
+    }
+    let ip = read(r, addr, len)?;
+    let port = if proto == 0 { None } else { Some(read(r, proto, 2)?) };
+    r.packet.dnat(&ip, port.map(|p| u16::from_be_bytes([p[0], p[1]])))?;
+    Ok(Flow::Done(Verdict::Accept))
 }
 
 fn verdict(code: i32, chain: Option<&str>) -> Result<Flow, String> {
@@ -308,38 +304,6 @@ fn verdict(code: i32, chain: Option<&str>) -> Result<Flow, String> {
         (NFT_RETURN, _) => Flow::Return,
         (code, _) => return Err(format!("verdict {code}")),
     })
-}
-
-fn read(r: &Run, reg: u32, len: usize) -> Result<Vec<u8>, String> {
-    Ok(r.regs[span(reg, len)?].to_vec())
-}
-
-/// Writes `bytes` at `reg`, zeroing the rest of the last 32-bit word as the kernel's loads
-/// do; a random value there is gone.
-fn write(r: &mut Run, reg: u32, bytes: &[u8]) -> Result<(), String> {
-    let s = span(reg, bytes.len().next_multiple_of(4))?;
-    r.random.retain(|x| x.at + 4 <= s.start || x.at >= s.end);
-    r.regs[s.clone()].fill(0);
-    r.regs[s.start..s.start + bytes.len()].copy_from_slice(bytes);
-    Ok(())
-}
-
-/// Forks `r` once per value of the first random value in `s` that may still take several
-/// (`None` when `s` holds none: the registers are exact).
-fn settle(r: &Run, s: std::ops::Range<usize>) -> Option<Vec<Run>> {
-    let i = r.random.iter().position(|x| x.at < s.end && x.at + 4 > s.start && x.values.len() > 1)?;
-    let values = &r.random[i].values;
-    Some(values.iter().map(|v| narrow(r, i, vec![*v], values.len())).collect())
-}
-
-/// `r` with random value `i` narrowed to `keep` of `of` values.
-fn narrow(r: &Run, i: usize, keep: Vec<u32>, of: usize) -> Run {
-    let mut n = r.clone();
-    n.chance *= keep.len() as f64 / of as f64;
-    let at = n.random[i].at;
-    n.regs[at..at + 4].copy_from_slice(&keep[0].to_ne_bytes());
-    n.random[i].values = keep;
-    n
 }
 
 /// `cmp`: a random value compared whole forks in two, the values equal to the constant and
@@ -378,7 +342,7 @@ fn lookup(
         return Ok(Flow::Fork(forks));
     }
     let key = r.regs[s].to_vec();
-    let Some((found, owner)) = find(set, &key) else {
+    let Some((found, owner)) = set.find(&key) else {
         return Ok(if invert { Flow::Next } else { Flow::Break });
     };
     if invert {
@@ -393,30 +357,4 @@ fn lookup(
         (None, _) => Flow::Next,
         _ => return Err(format!("a lookup in {name} whose data does not fit")),
     })
-}
-
-/// The element of `set` that `key` matches: equal keys in a hash set; in an interval set, a
-/// range that holds it (a concatenation's element spans its first to its last key, field by
-/// field; a single field's ranges are start elements, each ended by the next end element).
-fn find<'s>(set: &'s Set, key: &[u8]) -> Option<&'s (Element, Option<Arc<str>>)> {
-    use crate::nft::netlink::abi::NFT_SET_ELEM_INTERVAL_END;
-    if !set.interval() {
-        return set.elements.iter().find(|(e, _)| e.key == key);
-    }
-    if set.elements.iter().any(|(e, _)| e.key_end.is_some()) {
-        let fields = super::packet::field_widths(&set.spec);
-        return set.elements.iter().find(|(e, _)| {
-            let end = e.key_end.as_deref().unwrap_or(&e.key);
-            let mut at = 0;
-            fields.iter().all(|w| {
-                let f = at..(at + w).min(key.len());
-                at += w;
-                e.key.get(f.clone()) <= key.get(f.clone()) && key.get(f.clone()) <= end.get(f)
-            })
-        });
-    }
-    // Where a range ends exactly where the next starts, the start wins.
-    let below = set.elements.iter().filter(|(e, _)| e.key.as_slice() <= key);
-    let top = below.clone().map(|(e, _)| &e.key).max()?;
-    below.filter(|(e, _)| &e.key == top).find(|(e, _)| e.flags & NFT_SET_ELEM_INTERVAL_END == 0)
 }
