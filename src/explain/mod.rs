@@ -58,6 +58,9 @@ pub struct Query {
     pub protocol: Protocol,
     /// The interface a packet from `from` comes in on, when known (the route to it).
     pub arrives_on: Option<String>,
+    /// The source address this node's own connection to `to` takes, when known (the route's
+    /// choice); else the node's address of the family.
+    pub node_source: Option<IpAddr>,
 }
 
 impl Query {
@@ -68,13 +71,19 @@ impl Query {
             "node" => None,
             ip => Some(ip.parse().map_err(|_| bad(format!("--from {ip:?}: not `node` or an IP address")))?),
         };
-        let to: SocketAddr = to.parse().map_err(|_| bad(format!("--to {to:?}: not IP:PORT ([IPv6]:PORT)")))?;
+        let mut to: SocketAddr = to.parse().map_err(|_| bad(format!("--to {to:?}: not IP:PORT ([IPv6]:PORT)")))?;
+        // An IPv4-mapped address is IPv4 on the wire.
+        to.set_ip(to.ip().to_canonical());
+        let from = from.map(|f: IpAddr| f.to_canonical());
+        if from.is_some_and(|f| f.is_loopback() || f.is_unspecified()) {
+            return Err(bad("--from: a loopback or unspecified source does not leave the host; use `node`".into()));
+        }
         let protocol =
             Protocol::parse(Some(&protocol.to_ascii_uppercase())).map_err(|e| bad(format!("--protocol: {e}")))?;
         if from.is_some_and(|f: IpAddr| f.is_ipv4() != to.is_ipv4()) {
             return Err(bad("--from and --to are of different address families".into()));
         }
-        Ok(Query { from, to, protocol, arrives_on: None })
+        Ok(Query { from, to, protocol, arrives_on: None, node_source: None })
     }
 }
 
@@ -180,10 +189,10 @@ fn first_packet(
     let local: Vec<IpAddr> = model.host_addresses().to_vec();
     let kind = match query.from {
         None => SourceKind::Node,
-        Some(ip) if local.contains(&ip) || ip.is_loopback() => SourceKind::Node,
+        Some(ip) if local.contains(&ip) => SourceKind::Node,
         Some(ip) => pod_kind(model, cfg, nodes, ip, detector, query.arrives_on.as_deref()),
     };
-    let saddr = query.from.unwrap_or_else(|| render::node_ip(cfg, model.node.as_ref(), family));
+    let saddr = query.from.or(query.node_source).unwrap_or_else(|| render::node_ip(cfg, model.node.as_ref(), family));
     let iif = match (kind, detector, &query.arrives_on) {
         (SourceKind::Node, ..) => None,
         (_, _, Some(dev)) => Some(dev.clone()),
@@ -237,26 +246,28 @@ fn pod_kind(
 }
 
 /// Every path the packet takes through the hooks it passes: prerouting, or output for one
-/// the node sends; then input when it is for this node (after DNAT), else postrouting.
+/// the node sends; then input when it is for this node (after DNAT), else postrouting. One
+/// the node sends to itself goes out and back in through loopback: postrouting, prerouting
+/// (where its connection, already NATed, meets no NAT chain), input.
 fn follow(table: &Table, packet: Packet, from_node: bool) -> Result<Vec<(Verdict, Run)>, String> {
     let first = if from_node { OUTPUT } else { PREROUTING };
     let mut done = Vec::new();
-    for (v, r) in hook(table, first, vec![Run::new(packet, 1.0, Vec::new())])? {
+    for (v, r) in hook(table, first, true, vec![Run::new(packet, 1.0, Vec::new())])? {
         if v != Verdict::Accept {
             done.push((v, r));
             continue;
         }
         let local = r.packet.is_local(r.packet.daddr);
-        let next: &[u32] = match (from_node, local) {
-            (true, true) => &[POSTROUTING, INPUT],
-            (true, false) | (false, false) => &[POSTROUTING],
-            (false, true) => &[INPUT],
+        let next: &[(u32, bool)] = match (from_node, local) {
+            (true, true) => &[(POSTROUTING, true), (PREROUTING, false), (INPUT, true)],
+            (true, false) | (false, false) => &[(POSTROUTING, true)],
+            (false, true) => &[(INPUT, true)],
         };
         let mut runs = vec![(v, r)];
-        for h in next {
+        for (h, nat) in next {
             let (going, stopped): (Vec<_>, Vec<_>) = runs.into_iter().partition(|(v, _)| *v == Verdict::Accept);
             done.extend(stopped);
-            runs = hook(table, *h, going.into_iter().map(|(_, r)| r).collect())?;
+            runs = hook(table, *h, *nat, going.into_iter().map(|(_, r)| r).collect())?;
         }
         done.extend(runs);
     }
@@ -269,13 +280,15 @@ const INPUT: u32 = 1;
 const OUTPUT: u32 = 3;
 const POSTROUTING: u32 = 4;
 
-/// Runs `runs` through the base chains of hook `hooknum`, by priority; a drop ends a path
-/// there.
-fn hook(table: &Table, hooknum: u32, runs: Vec<Run>) -> Result<Vec<(Verdict, Run)>, String> {
+/// Runs `runs` through the base chains of hook `hooknum` (its NAT chains too when `nat`),
+/// by priority; a drop ends a path there.
+fn hook(table: &Table, hooknum: u32, nat: bool, runs: Vec<Run>) -> Result<Vec<(Verdict, Run)>, String> {
     let mut chains: Vec<(&String, i32)> = table
         .chains
         .iter()
-        .filter_map(|(n, c)| c.hook.as_ref().filter(|h| h.hooknum == hooknum).map(|h| (n, h.priority)))
+        .filter_map(|(n, c)| {
+            c.hook.as_ref().filter(|h| h.hooknum == hooknum && (nat || h.kind != "nat")).map(|h| (n, h.priority))
+        })
         .collect();
     chains.sort_by_key(|(_, priority)| *priority);
     let mut live: Vec<(Verdict, Run)> = runs.into_iter().map(|r| (Verdict::Accept, r)).collect();

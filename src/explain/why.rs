@@ -2,7 +2,7 @@
 //! endpoints, traffic policy, source ranges, affinity, masquerading) decided the outcome,
 //! and which of its endpoints take none of the traffic, for what reason.
 
-use super::{Explanation, Fate, SourceKind, Step};
+use super::{Explanation, Fate, Step};
 use crate::config::Config;
 use crate::model::{Family, Model, ServicePort};
 use crate::topology::{self, Choice};
@@ -127,18 +127,34 @@ fn frontend(sp: &ServicePort, to: SocketAddr) -> &'static str {
 /// The traffic policy that applies to this source and frontend.
 fn policy(e: &mut Explanation, sp: &ServicePort, cfg: &Config) {
     let external = e.service.as_ref().is_some_and(|(_, f)| *f != "ClusterIP");
-    let inside = matches!(e.kind, SourceKind::Node | SourceKind::LocalPod);
-    let text = if external && sp.external_policy_local && inside {
-        "externalTrafficPolicy Local does not bind traffic from this node or its pods: it may use every endpoint"
-            .to_string()
-    } else if external && sp.external_policy_local {
-        format!("externalTrafficPolicy Local: only endpoints on {}; the client's address is kept", cfg.node_name)
-    } else if !external && sp.internal_policy_local {
-        format!("internalTrafficPolicy Local: only endpoints on {}", cfg.node_name)
-    } else {
-        return;
+    let reached = e.outcomes.iter().any(|o| matches!(o.fate, Fate::Endpoint { .. }));
+    let text = match (external, local_scope(e, sp)) {
+        (true, true) if sp.external_policy_local => {
+            format!("externalTrafficPolicy Local: only endpoints on {}; the client's address is kept", cfg.node_name)
+        }
+        (true, false) if sp.external_policy_local && reached => {
+            "externalTrafficPolicy Local does not bind traffic from this node or its pods (as --detect-local-mode tells them): it may use every endpoint".to_string()
+        }
+        (false, true) => format!("internalTrafficPolicy Local: only endpoints on {}", cfg.node_name),
+        _ => return,
     };
     e.reasons.push(Reason { kind: "traffic-policy", text });
+}
+
+/// Whether the traffic went to this node's endpoints only: what the rules did (a `local-`
+/// chain picked the endpoint), or, where no endpoint was reached, what the policy says.
+fn local_scope(e: &Explanation, sp: &ServicePort) -> bool {
+    let chains = e.outcomes.iter().flat_map(|o| o.path.iter()).filter_map(|s| match s {
+        Step::Rule { chain, .. } => Some(chain.as_str()),
+        Step::Element { .. } => None,
+    });
+    let picked: Vec<&str> =
+        chains.filter(|c| c.starts_with("lb-") || c.starts_with("local-") || c.starts_with("cluster-")).collect();
+    if picked.is_empty() {
+        let external = e.service.as_ref().is_some_and(|(_, f)| *f != "ClusterIP");
+        return if external { sp.external_policy_local } else { sp.internal_policy_local };
+    }
+    picked.iter().all(|c| c.starts_with("lb-local-") || c.starts_with("local-"))
 }
 
 /// Why a masqueraded outcome is masqueraded: the rule that marked it, or a hairpin.
@@ -178,9 +194,7 @@ fn unused(e: &Explanation, model: &Model, sp: &ServicePort, cfg: &Config) -> Vec
     let family = Family::of(&e.query.to.ip());
     let endpoints = model.endpoints(&sp.name, family);
     let zone = model.node.as_ref().and_then(|n| n.zone.as_deref());
-    let external = e.service.as_ref().is_some_and(|(_, f)| *f != "ClusterIP");
-    let inside = matches!(e.kind, SourceKind::Node | SourceKind::LocalPod);
-    let local_scope = if external { sp.external_policy_local && !inside } else { sp.internal_policy_local };
+    let local_scope = local_scope(e, sp);
     topology::endpoint_uses(&endpoints, sp, &cfg.node_name, zone)
         .into_iter()
         .filter_map(|u| {

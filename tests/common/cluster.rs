@@ -247,8 +247,16 @@ impl Cluster {
         let mut pods = std::collections::BTreeMap::new();
         for p in &self.pods {
             sources.insert(p.ns.name.clone(), Some((p.ip4, p.ip6)));
-            pods.insert(p.ip4, p.name.clone());
-            pods.insert(p.ip6, p.name.clone());
+            // Every address the pod holds now, also one a test gave it.
+            let out = Command::new("ip").args(["-n", &p.ns.name, "-o", "addr", "show"]).output().expect("ip addr");
+            let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+            for word in listed.split_whitespace() {
+                if let Some(ip) =
+                    word.split('/').next().and_then(|a| a.parse::<IpAddr>().ok()).filter(|ip| !ip.is_loopback())
+                {
+                    pods.insert(ip, p.name.clone());
+                }
+            }
         }
         super::explained::Applied { node: self.node.name.clone(), manifests, args, sources, pods }
     }

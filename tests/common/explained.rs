@@ -55,7 +55,9 @@ pub fn check(ns: &Netns, proto: Proto, dst: SocketAddr, src: Option<IpAddr>, pro
     };
     let answer = explain(&applied, &from, dst, proto);
     let outcomes = answer["outcomes"].as_array().cloned().unwrap_or_default();
-    let fits = outcomes.iter().any(|o| fits(o, probe, &applied, &from, dst));
+    // The source explain took: the client's, or the one the node's route gives.
+    let source = answer["from"]["address"].as_str().and_then(|a| a.parse().ok());
+    let fits = outcomes.iter().any(|o| fits(o, probe, &applied, (source, from == "node"), dst));
     let seen = match probe {
         Probe::Reply(r) => format!(" (which saw {} as its source)", r.seen),
         _ => String::new(),
@@ -92,26 +94,36 @@ fn explain(applied: &Applied, from: &str, dst: SocketAddr, proto: Proto) -> Valu
 }
 
 /// Whether what the probe saw is what outcome `o` says.
-fn fits(o: &Value, probe: &Probe, applied: &Applied, from: &str, dst: SocketAddr) -> bool {
+fn fits(
+    o: &Value,
+    probe: &Probe,
+    applied: &Applied,
+    (source, from_node): (Option<IpAddr>, bool),
+    dst: SocketAddr,
+) -> bool {
     let is = |ip: Option<IpAddr>, name: &str| ip.and_then(|ip| applied.pods.get(&ip)).is_some_and(|n| n == name);
     match (o["result"].as_str().unwrap_or_default(), probe) {
         ("dnat", Probe::Reply(r)) => {
             let endpoint: Option<IpAddr> = o["endpoint"]["address"].as_str().and_then(|a| a.parse().ok());
-            let reached = is(endpoint, &r.name);
-            // The node's own source is its address either way; a client's is kept or not.
-            let source_as_said = match from.parse::<IpAddr>() {
-                Ok(ip) if from != "node" => (r.seen != ip) == o["masquerade"].as_bool().unwrap_or(false),
-                _ => true,
-            };
-            reached && source_as_said
+            is(endpoint, &r.name) && source_as_said(o, r.seen, source, from_node)
         }
-        // Left alone, it reaches whoever holds the address: the pod known to, or one a test
-        // gave an extra address.
-        ("unchanged", Probe::Reply(r)) => is(Some(dst.ip()), &r.name) || !applied.pods.contains_key(&dst.ip()),
+        // Left alone, it reaches whoever holds the address.
+        ("unchanged", Probe::Reply(r)) => is(Some(dst.ip()), &r.name) && source_as_said(o, r.seen, source, from_node),
         ("unchanged", Probe::Refused | Probe::Timeout | Probe::SendDenied | Probe::Error(_)) => true,
         ("drop", Probe::Timeout | Probe::SendDenied) => true,
         ("reject", Probe::Refused | Probe::SendDenied) => true,
         _ => false,
+    }
+}
+
+/// Whether the endpoint saw the source the outcome says: the packet's when not masqueraded;
+/// another when masqueraded, unless the packet came from the node with the very address
+/// masquerading picks (its address towards the endpoint).
+fn source_as_said(o: &Value, seen: IpAddr, source: Option<IpAddr>, from_node: bool) -> bool {
+    let Some(source) = source else { return false };
+    match o["masquerade"].as_bool() {
+        Some(true) => seen != source || from_node,
+        _ => seen == source,
     }
 }
 

@@ -213,15 +213,12 @@ fn packet_field(r: &mut Run, e: &Expr) -> Result<Flow, String> {
             let (at, len) = (*at as usize, *len as usize);
             (header.get(at..at + len).ok_or("a load past the packet's headers")?.to_vec(), *dreg)
         }
-        Expr::Meta { key: META_IIFNAME, dreg } => match r.packet.iif.clone() {
-            // A packet the node sends has no input interface: the load ends the rule.
-            None => return Ok(Flow::Break),
-            Some(name) => {
-                let mut b = name.into_bytes();
-                b.resize(16, 0);
-                (b, *dreg)
-            }
-        },
+        Expr::Meta { key: META_IIFNAME, dreg } => {
+            // A packet the node sends has no input interface; its name reads as empty.
+            let mut b = r.packet.iif.clone().unwrap_or_default().into_bytes();
+            b.resize(16, 0);
+            (b, *dreg)
+        }
         Expr::Meta { key: META_MARK, dreg } => (r.packet.mark.to_ne_bytes().to_vec(), *dreg),
         Expr::Meta { key: META_L4PROTO, dreg } => (vec![r.packet.proto], *dreg),
         Expr::MetaSet { key: META_MARK, sreg } => {
