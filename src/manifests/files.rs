@@ -23,7 +23,7 @@ fn is_manifest(p: &Path) -> bool {
 /// volume's `..data` and timestamped copies) are left out; a directory or file reached twice
 /// through links is read once, so link loops end.
 pub fn find(path: &Path) -> Result<Found, ManifestError> {
-    let io = |source| ManifestError::Io { path: path.to_path_buf(), source };
+    let io = |cause| ManifestError::Io { path: path.to_path_buf(), cause };
     let meta = std::fs::metadata(path).map_err(io)?;
     let mut found = Found::default();
     let mut seen = BTreeSet::new();
@@ -39,7 +39,7 @@ pub fn find(path: &Path) -> Result<Found, ManifestError> {
 }
 
 fn walk(dir: &Path, seen: &mut BTreeSet<(u64, u64)>, found: &mut Found) -> Result<(), ManifestError> {
-    let io = |source| ManifestError::Io { path: dir.to_path_buf(), source };
+    let io = |cause| ManifestError::Io { path: dir.to_path_buf(), cause };
     let meta = std::fs::metadata(dir).map_err(io)?;
     if !seen.insert((meta.dev(), meta.ino())) {
         return Ok(());
@@ -68,7 +68,7 @@ fn walk(dir: &Path, seen: &mut BTreeSet<(u64, u64)>, found: &mut Found) -> Resul
 /// Reads a manifest file whole. It is opened without blocking and checked to be a regular
 /// file on the open handle, so a FIFO swapped in after `find` cannot hang the reader.
 pub fn read(path: &Path) -> Result<String, ManifestError> {
-    let io = |source| ManifestError::Io { path: path.to_path_buf(), source };
+    let io = |cause| ManifestError::Io { path: path.to_path_buf(), cause };
     let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(io)?;
     if !file.metadata().map_err(io)?.is_file() {
         return Err(io(std::io::Error::other("not a regular file")));

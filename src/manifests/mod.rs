@@ -15,12 +15,12 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
     /// The file or directory could not be read.
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Io {
         /// Path.
         path: PathBuf,
-        /// Cause.
-        source: std::io::Error,
+        /// Cause (in the message, so not also a `source` that error chains would print again).
+        cause: std::io::Error,
     },
     /// The file is not valid YAML or JSON.
     #[error("{path}:{line}: {message}")]

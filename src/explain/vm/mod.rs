@@ -21,10 +21,15 @@ const META_IIFNAME: u32 = 6;
 const META_L4PROTO: u32 = 16;
 /// Conntrack keys (`NFT_CT_*`).
 const CT_STATE: u32 = 0;
+const CT_STATUS: u32 = 2;
 /// `ct state new`'s bit.
 const CT_STATE_NEW: u32 = 8;
 /// `fib … type` of the source address (else the destination).
 const FIB_SADDR: u32 = 1;
+/// Both address flags (`NFTA_FIB_F_SADDR`, `NFTA_FIB_F_DADDR`).
+const FIB_ADDRS: u32 = 3;
+/// `NFT_FIB_RESULT_ADDRTYPE`.
+const FIB_RESULT_ADDRTYPE: u32 = 3;
 /// Route types (`RTN_*`).
 const RTN_UNICAST: u32 = 1;
 const RTN_LOCAL: u32 = 2;
@@ -227,8 +232,16 @@ fn packet_field(r: &mut Run, e: &Expr) -> Result<Flow, String> {
             return Ok(Flow::Next);
         }
         Expr::Ct { key, dreg } => {
-            let v = if *key == CT_STATE { CT_STATE_NEW } else { r.packet.ct_status };
+            let v = match *key {
+                CT_STATE => CT_STATE_NEW,
+                CT_STATUS => r.packet.ct_status,
+                other => return Err(format!("conntrack key {other}")),
+            };
             (v.to_ne_bytes().to_vec(), *dreg)
+        }
+        // Only the address type of the source or destination: any other lookup is an error.
+        Expr::Fib { flags, result, .. } if *result != FIB_RESULT_ADDRTYPE || *flags & !FIB_ADDRS != 0 => {
+            return Err(format!("fib lookup {flags:#x} result {result}"));
         }
         Expr::Fib { flags, dreg, .. } => {
             let addr = if *flags & FIB_SADDR != 0 { r.packet.saddr } else { r.packet.daddr };
@@ -306,6 +319,10 @@ fn verdict(code: i32, chain: Option<&str>) -> Result<Flow, String> {
 /// `cmp`: a random value compared whole forks in two, the values equal to the constant and
 /// the others; anything else about randomness settles it first.
 fn cmp(r: &mut Run, sreg: u32, op: u32, data: &[u8]) -> Result<Flow, String> {
+    // The compiler writes equal (0) and not equal (1) only; an order is not followed.
+    if op > 1 {
+        return Err(format!("cmp operation {op}"));
+    }
     let s = span(sreg, data.len())?;
     if let Some(i) = r.random.iter().position(|x| x.at == s.start && data.len() == 4 && x.values.len() > 1) {
         let values = &r.random[i].values;
