@@ -246,6 +246,8 @@ pub fn run(case: &Case, sizes: Sizes) -> Value {
     eprintln!("api: first sync {start_ms} ms after spawning: {}", line.trim());
     std::thread::sleep(Duration::from_secs(1));
     let rss_start = rss_mb(d.pid());
+    // 4. The debug views, fetched whole, against the memory held at rest.
+    let views = super::views::fetch_all(&rig.ns.name, d.pid());
     // 3. Churn, then memory at rest.
     let churned = churn(&rig, &d, &log, &mut changes, sizes.churn_s);
     eprintln!("api: churn {churned}");
@@ -268,7 +270,7 @@ pub fn run(case: &Case, sizes: Sizes) -> Value {
                      "listed": listings(&lines, spawned), "sync": first},
            "restart": restart, "isolated": one, "churn": churned,
            "rss_start_mb": rss_start, "rss_after_churn_mb": rss_after,
-           "requests": served, "covered_s": covered_s, "warnings": warnings})
+           "requests": served, "covered_s": covered_s, "warnings": warnings, "debug_views": views})
 }
 
 /// `--api-idle SECONDS`: the daemon follows the emulator and does nothing else that long; what

@@ -30,6 +30,7 @@ mod runs;
 mod synth;
 mod upstream;
 mod verify;
+mod views;
 
 use common::proxy::Proxy;
 use kube_nftproxy::config::Config;

@@ -209,6 +209,13 @@ fn api_rows(m: &Value) -> Vec<ApiRow> {
         row("churn: emulator CPU, % of one core", &["churn", "emulator_cpu_pct"], Target::None),
         row("RSS after start, MB", &["rss_start_mb"], Target::Max(200.0)),
         row("RSS after churn (3 s after), MB", &["rss_after_churn_mb"], Target::Max(200.0)),
+        row("debug views: RSS at rest before, MB", &["debug_views", "rss_at_rest_mb"], Target::None),
+        row("debug views: /debug/ruleset, ms to the last byte", &["debug_views", "ruleset", "ms"], Target::None),
+        row("debug views: /debug/ruleset, MB", &["debug_views", "ruleset", "mb"], Target::None),
+        row("debug views: /debug/ruleset, RSS at most, MB", &["debug_views", "ruleset", "rss_most_mb"], Target::None),
+        row("debug views: /debug/services, ms to the last byte", &["debug_views", "services", "ms"], Target::None),
+        row("debug views: /debug/services, MB", &["debug_views", "services", "mb"], Target::None),
+        row("debug views: /debug/services, RSS at most, MB", &["debug_views", "services", "rss_most_mb"], Target::None),
     ]);
     for r in ["services", "endpointslices", "nodes", "servicecidrs"] {
         let label = format!("requests: lists of {r} (list requests / pages of 500 per list)");
