@@ -32,7 +32,7 @@ pub struct Delivery {
     pub listed: Vec<&'static str>,
     /// Other requests.
     pub requests: Requests,
-    /// Debug views asked for, each to be answered.
+    /// Debug views asked for, each to be answered (at most one: see `Inbox::ask`).
     pub asks: Vec<Ask>,
 }
 
@@ -113,9 +113,11 @@ impl Inbox {
         self.update(|p| f(&mut p.requests));
     }
 
-    /// Asks for a debug view (the `http` thread holds at most one ask at a time).
+    /// Asks for a debug view. The `http` thread waits on one ask at a time, so an ask still
+    /// here when another comes is one whose client gave up or went: it is dropped, not made
+    /// (a sync that blocks long must not find a view to make for every client that waited).
     pub fn ask(&self, ask: Ask) {
-        self.update(|p| p.asks.push(ask));
+        self.update(|p| p.asks = vec![ask]);
     }
 
     /// Waits until something arrives or `deadline` passes, then takes everything.

@@ -222,6 +222,7 @@ fn text_is_aligned_and_json_has_the_documented_fields() {
     assert_eq!(table.len(), 2, "a header and one outcome:\n{text}");
     assert_eq!(table[0].find("CHANCE"), table[1].find("100%"), "columns line up:\n{text}");
     let j = explain::json(&e);
+    assert_eq!(j["version"], 1);
     assert_eq!(j["from"], json!({"address": "10.3.0.1", "kind": "remote-pod"}));
     assert_eq!(j["to"], json!({"address": "172.30.0.17", "port": 80, "protocol": "tcp"}));
     assert_eq!(
@@ -235,7 +236,7 @@ fn text_is_aligned_and_json_has_the_documented_fields() {
     );
     assert_eq!(o["endpoint"], json!({"address": "10.2.0.1", "port": 8080, "node": "node-b"}));
     assert!(o["path"].as_array().is_some_and(|p| p.iter().any(|s| s["chain"] == "services")), "{o}");
-    assert_eq!(j["unused_endpoints"][0]["reason"], "not-ready");
+    assert_eq!(j["unusedEndpoints"][0]["reason"], "not-ready");
     assert!(j["reasons"].as_array().is_some(), "{j}");
 }
 

@@ -328,7 +328,7 @@ fn traffic_policy_reasons_match_the_outcomes() {
         let reached: Vec<&str> =
             e["outcomes"].as_array().unwrap().iter().filter_map(|o| o["endpoint"]["address"].as_str()).collect();
         let unused: Vec<&str> =
-            e["unused_endpoints"].as_array().unwrap().iter().filter_map(|u| u["address"].as_str()).collect();
+            e["unusedEndpoints"].as_array().unwrap().iter().filter_map(|u| u["address"].as_str()).collect();
         let says_local_only = e["reasons"]
             .as_array()
             .unwrap()

@@ -190,7 +190,8 @@ pub struct Flags {
 
     /// `explain`: say where a connection from --from to --to goes through the rules this node
     /// would apply, and why, then exit.
-    #[arg(value_name = "COMMAND", value_parser = ["explain"], help_heading = EXPLAIN)]
+    #[arg(value_name = "COMMAND", value_parser = ["explain"], conflicts_with_all = ["dry_run", "cleanup", "init_only"],
+          help_heading = EXPLAIN)]
     pub command: Option<String>,
     /// The connection's source: a pod IP, `node` (this node itself), or an outside address.
     #[arg(long, value_name = "SRC", requires = "command", help_heading = EXPLAIN)]

@@ -99,7 +99,8 @@ fn outcome_row(o: &Outcome) -> [String; 4] {
     }
 }
 
-/// The answer for scripts.
+/// The answer for scripts: camelCase fields as the debug views', under a `version` that
+/// only gains fields.
 pub fn json(e: &Explanation) -> Value {
     let outcomes: Vec<Value> = e
         .outcomes
@@ -134,6 +135,7 @@ pub fn json(e: &Explanation) -> Value {
         })
         .collect();
     json!({
+        "version": 1,
         "from": {"address": e.source.to_string(), "kind": kind_name(e.kind)},
         "to": {"address": e.query.to.ip().to_string(), "port": e.query.to.port(), "protocol": e.query.protocol.as_str()},
         "service": e.service.as_ref().map(|(s, _)| s),
@@ -141,6 +143,6 @@ pub fn json(e: &Explanation) -> Value {
         "result": result(e),
         "outcomes": outcomes,
         "reasons": reasons,
-        "unused_endpoints": unused,
+        "unusedEndpoints": unused,
     })
 }

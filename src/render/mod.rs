@@ -25,7 +25,7 @@ pub use detect::{Detector, node_ip};
 pub use foreign::{Foreign, ObjectKind};
 pub use rendered::{Rendered, Update};
 
-pub use templates::FamilyWords;
+pub use templates::{ElementText, FamilyWords};
 
 pub use ruleset::{AffinityGroup, Entry, Fixed, Inserted, Key, MapName, Ruleset, Scope, Table, Value};
 

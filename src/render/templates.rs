@@ -44,6 +44,16 @@ pub struct ExternalChain<'a> {
     pub local_pick: Option<&'a str>,
 }
 
+/// `element.nft`: one element as `nft` writes it, for the `--dry-run --diff` report.
+#[derive(Template)]
+#[template(path = "element.nft")]
+pub struct ElementText<'a> {
+    /// Its key.
+    pub k: &'a Key,
+    /// Its value.
+    pub v: &'a Value,
+}
+
 /// One endpoint of a session-affinity pick.
 #[derive(Debug, Clone)]
 pub struct AffinityEndpoint {

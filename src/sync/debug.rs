@@ -35,16 +35,17 @@ impl<K: Kernel> Syncer<K> {
     /// was is not kept apart.
     fn ruleset_view(&self) -> Result<Reply, DebugError> {
         let unavailable = |why: String| Ok(Reply::new(503, TEXT, why + "\n"));
-        let (Some((kind, _, _)), Some((at, ago)), Some(rendered)) = (self.last, self.last_success(), &self.rendered)
-        else {
+        let (Some((kind, _, _)), Some((at, ago))) = (self.last, self.last_success()) else {
             return unavailable("no sync has gone through yet".into());
         };
-        if self.unapplied.is_some() {
+        // A failed sync (in rendering too, which leaves nothing rendered) is checked first.
+        let failed = self.unapplied.is_some() || self.rendered.is_none();
+        let (false, Some(rendered)) = (failed, &self.rendered) else {
             return unavailable(format!(
                 "the last sync failed (see the log); the kernel holds what the {kind:?} sync {ago:.1?} ago applied, \
                  and the proxy holds only the state that failed: ask again after the next successful sync"
             ));
-        }
+        };
         let at = humantime::format_rfc3339_millis(at);
         let pending = if self.dirty { "; changes since wait to be applied" } else { "" };
         let when = format!("# as applied by the last successful sync ({kind:?}, ended {at}, {ago:.1?} ago){pending}\n");
@@ -88,11 +89,16 @@ impl<K: Kernel> Syncer<K> {
     /// services view's totals, and the ports whose traffic finds no endpoint.
     pub fn summary_lines(&self) -> Vec<String> {
         let mut lines = vec![self.summary()];
-        if let Some(rendered) = &self.rendered {
-            if self.unapplied.is_some() {
-                lines.push("the last sync failed: the tables below are as rendered, not as applied".into());
+        match &self.rendered {
+            Some(rendered) => {
+                if self.unapplied.is_some() {
+                    lines.push("the last sync failed: the tables below are as rendered, not as applied".into());
+                }
+                lines.extend(summary::tables(rendered.ruleset()));
             }
-            lines.extend(summary::tables(rendered.ruleset()));
+            // Rendering failed (nothing rendered is kept then), or no sync has run yet.
+            None if self.last.is_some() => lines.push("the last sync failed in rendering: see the log".into()),
+            None => {}
         }
         lines.extend(summary::ports(services::port_views(&self.model, &self.cfg.node_name, None)));
         lines

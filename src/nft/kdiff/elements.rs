@@ -22,6 +22,10 @@ pub(super) struct Owners {
     frontends: HashMap<(IpAddr, Protocol, u16), String>,
     nodeports: HashMap<(Protocol, u16), String>,
     ips: HashMap<IpAddr, String>,
+    /// Desired owners by their comment, which the kernel holds cut to 128 bytes, so that a
+    /// long name read from the kernel is grouped under the same service as the desired one
+    /// (`None` where two long names cut to the same comment).
+    full: HashMap<String, Option<String>>,
 }
 
 impl Owners {
@@ -49,11 +53,16 @@ impl Owners {
         for map in dispatching {
             for (key, entry) in desired.get(&map).into_iter().flatten() {
                 owners.learn(key, &entry.owner);
+                let name = Some(entry.owner.to_string());
+                let seen = owners.full.entry(comment(&entry.owner).to_string()).or_insert_with(|| name.clone());
+                if *seen != name {
+                    *seen = None;
+                }
             }
         }
         for map in dispatching {
             for (key, value) in kernel.get(&map).map(|r| r.known.as_slice()).unwrap_or_default() {
-                if let Some(o) = named_owner(value) {
+                if let Some(o) = owners.named(value) {
                     owners.learn(key, &o);
                 }
             }
@@ -61,11 +70,24 @@ impl Owners {
         owners
     }
 
-    /// The service port an element belongs to, if it can be told.
+    /// The owner `value` names, by its full name where a desired element has it alone.
+    fn named(&self, value: &Value) -> Option<String> {
+        named_owner(value).map(|o| self.full.get(&o).cloned().flatten().unwrap_or(o))
+    }
+
+    /// The service port an element belongs to, if it can be told: the one whose frontend its
+    /// key is, when that one's comment is what the element names (a cut comment can name
+    /// two), else the one it names, else the frontend's.
     fn of(&self, map: MapName, key: &Key, value: &Value) -> Option<String> {
-        if let Some(o) = named_owner(value) {
-            return Some(o);
+        let by_key = self.by_key(map, key);
+        match (self.named(value), by_key) {
+            (Some(named), Some(k)) if comment(&k) == comment(&named) => Some(k),
+            (Some(named), _) => Some(named),
+            (None, k) => k,
         }
+    }
+
+    fn by_key(&self, map: MapName, key: &Key) -> Option<String> {
         let proto = match map {
             MapName::Endpoints(_, p) | MapName::NodeportEndpoints(_, p) => Some(p),
             _ => None,
@@ -242,27 +264,13 @@ fn take(pool: &mut Vec<Value>, v: &Value) -> bool {
     }
 }
 
-/// An element as `nft` writes it.
+/// An element as `nft` writes it (the templates' own element text).
 pub(super) fn text(key: &Key, value: &Value) -> String {
-    let key = match key {
-        Key::IpProtoPort(ip, p, port) => format!("{ip} . {p} . {port}"),
-        Key::ProtoPort(p, port) => format!("{p} . {port}"),
-        Key::Ip(ip) => ip.to_string(),
-        Key::Allow(a) => format!("{} . {} . {} . {}", a.0, a.1, a.2, a.3),
-        Key::SamePair(ip) => format!("{ip} . {ip}"),
-        Key::IpSlot(ip, port, slot) => format!("{ip} . {port} . {slot}"),
-        Key::PortSlot(port, slot) => format!("{port} . {slot}"),
-        Key::Cidr(net) => net.to_string(),
-    };
-    let value = match value {
-        Value::None => String::new(),
-        Value::Goto(chain) => format!(" : goto {chain}"),
-        Value::Dispatch(chain, o) => format!(" comment \"{}\" : goto {chain}", comment(o)),
-        Value::Drop(o) => format!(" comment \"{}\" : drop", comment(o)),
-        Value::Reject(o) => format!(" comment \"{}\" : goto reject-chain", comment(o)),
-        Value::Endpoint(ip, port) => format!(" : {ip} . {port}"),
-    };
-    key + &value
+    let t = crate::render::ElementText { k: key, v: value };
+    // Writing into a String fails only if a value's Display does, which none of these does.
+    crate::render::render_template(&t, "element.nft")
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_else(|e| format!("{key:?} : {value:?} ({e})"))
 }
 
 /// An element no sync writes in this form, as its bytes.

@@ -24,7 +24,10 @@ use kernel::KernelTable;
 use std::collections::BTreeMap;
 
 /// How many times the tables are read again when another process changed them meanwhile.
-const READ_ATTEMPTS: usize = 3;
+const READ_ATTEMPTS: u32 = 6;
+
+/// The pause before the second read; each further one waits as much more (0.1 s to 0.5 s).
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Why the comparison could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +50,10 @@ pub enum DiffError {
 pub fn against_kernel(ruleset: &Ruleset, node: &str) -> Result<Report, DiffError> {
     let declared = compile::declared(&render::full_sync_script_without_elements(ruleset, node)?)?;
     let mut sock = Socket::open()?;
-    for _ in 0..READ_ATTEMPTS {
+    for attempt in 0..READ_ATTEMPTS {
+        // A daemon syncing meanwhile commits every min-sync-period at most: waiting a little
+        // longer each time lets a read fall between two of its syncs.
+        std::thread::sleep(RETRY_PAUSE * attempt);
         let before = sock.generation()?;
         let mut kernel = BTreeMap::new();
         for family in Family::ALL {

@@ -14,9 +14,15 @@ use clap::Parser;
 /// rules with anonymous sets (more than one cluster CIDR per family).
 fn desired() -> (Ruleset, Declared) {
     let args = ["--cluster-cidr=10.0.0.0/16,10.1.0.0/16,fd00:10::/48,fd00:20::/64", "--detect-local-mode=ClusterCIDR"];
-    let flags = crate::config::Flags::parse_from(["kube-nftproxy", "--hostname-override=node-a", args[0], args[1]]);
+    golden("cluster-cidrs", &args)
+}
+
+/// The desired state and declarations of golden case `case` under `args`.
+fn golden(case: &str, args: &[&str]) -> (Ruleset, Declared) {
+    let argv = ["kube-nftproxy", "--hostname-override=node-a"].into_iter().chain(args.iter().copied());
+    let flags = crate::config::Flags::parse_from(argv);
     let cfg = crate::config::Config::from_flags(&flags).expect("config");
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/cluster-cidrs/manifests.yaml");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/golden/{case}/manifests.yaml"));
     let (model, _) = crate::manifests::load_model(&path, "node-a").expect("manifests");
     let ruleset = render::render(&model, &cfg).expect("render");
     let script = render::full_sync_script_without_elements(&ruleset, "node-a").expect("script");
@@ -117,4 +123,20 @@ fn chains_belong_to_the_service_port_their_name_carries() {
     for shared in ["cluster-ips-check", "lb-cluster-tcp-3", "services", "nodeport-endpoints-check"] {
         assert_eq!(owner_of_chain(shared), None, "{shared}");
     }
+}
+
+#[test]
+fn a_name_longer_than_a_comment_keeps_its_changes_in_one_group() {
+    let (ruleset, declared) = golden("longest-names", &["--cluster-cidr=10.0.0.0/8"]);
+    let mut kernel = applied(&ruleset, &declared);
+    let table = kernel.get_mut(&Family::V4).and_then(Option::as_mut).expect("ip table");
+    let dispatch = table.maps.get_mut(&MapName::ServiceIps).expect("service-ips");
+    let long = dispatch.iter_mut().find(|e| e.comment.as_ref().is_some_and(|c| c.len() == 128)).expect("a cut comment");
+    // The kernel's element goes elsewhere than the desired one: removed and added, same service.
+    long.data = Some(crate::nft::compile::Data::Verdict(crate::nft::netlink::abi::NF_DROP, None));
+    let report = compare(&ruleset, &declared, kernel);
+    assert_eq!(report.services.len(), 1, "{:?}", report.services.iter().map(|s| &s.service).collect::<Vec<_>>());
+    assert!(report.services[0].service.len() > 128, "grouped under the full name: {}", report.services[0].service);
+    let kinds: Vec<Kind> = report.services[0].changes.iter().map(|c| c.change).collect();
+    assert!(kinds.contains(&Kind::Added) && kinds.contains(&Kind::Removed), "{kinds:?}");
 }
