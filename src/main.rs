@@ -127,19 +127,7 @@ fn explain(flags: &Flags) -> anyhow::Result<()> {
     let (Some(from), Some(to)) = (&flags.from, &flags.to) else {
         anyhow::bail!("explain needs --from SRC (a pod IP, `node`, or an outside address) and --to IP:PORT");
     };
-    let mut query = kube_nftproxy::explain::Query::parse(from, to, &flags.protocol)?;
-    // This node's own connection takes the source its route picks (a UDP connect sends
-    // nothing); where this host routes another source is where its packets come in.
-    query.node_source = std::net::UdpSocket::bind(if query.to.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" })
-        .and_then(|s| s.connect(query.to).and_then(|()| s.local_addr()))
-        .map(|a| a.ip())
-        .ok();
-    if let Some(ip) = query.from {
-        query.arrives_on = kube_nftproxy::host::route_device(ip).unwrap_or_else(|e| {
-            log::warn!("reading the routes: {e}; taking the interface a packet from {ip} comes in on as unknown");
-            None
-        });
-    }
+    let query = kube_nftproxy::explain::Query::parse(from, to, &flags.protocol)?.seen_from_this_host();
     let cfg = Config::from_flags(flags)?;
     let model = load_model(flags, &cfg)?;
     let answer = kube_nftproxy::explain::explain(&model, &cfg, &query)?;

@@ -80,6 +80,8 @@ fn a_client_keeps_its_endpoint_across_frontends_partial_and_periodic_syncs() {
     for family in ["ip", "ip6"] {
         assert_eq!(entries(&c, family), 1, "{family}: one entry per client");
     }
+    // Every connection was also checked against explain over what the proxy synced.
+    assert!(common::explained::checked() >= 24, "{} connections checked", common::explained::checked());
 }
 
 #[test]

@@ -270,7 +270,7 @@ fn node_to_a_local_endpoint_passes_prerouting_again() {
         ],
         &[],
     );
-    common::explained::remember(None);
+    common::explained::rules(None);
     let e = explain(&c, &[], "node", "172.30.0.110:80", "tcp");
     let p = common::net::in_netns(&c.node.name, || {
         common::net::probe(Proto::Tcp, "172.30.0.110:80".parse().unwrap(), None, SHORT)
@@ -294,7 +294,7 @@ fn node_to_a_local_endpoint_passes_prerouting_again() {
         ],
         &[],
     );
-    common::explained::remember(None);
+    common::explained::rules(None);
     let control = common::net::in_netns(&c.node.name, || {
         common::net::probe(Proto::Tcp, "172.30.0.110:80".parse().unwrap(), None, LONG)
     });

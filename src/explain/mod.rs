@@ -87,6 +87,26 @@ impl Query {
     }
 }
 
+impl Query {
+    /// The query as this host sees it: the source its route to `to` gives a connection of
+    /// the node's own (a UDP connect sends nothing), and the interface it routes `from`
+    /// through, where that source's packets come in. What cannot be read stays unknown.
+    pub fn seen_from_this_host(mut self) -> Query {
+        let any = if self.to.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
+        self.node_source = std::net::UdpSocket::bind(any)
+            .and_then(|s| s.connect(self.to).and_then(|()| s.local_addr()))
+            .map(|a| a.ip())
+            .ok();
+        if let Some(ip) = self.from {
+            self.arrives_on = crate::host::route_device(ip).unwrap_or_else(|e| {
+                log::warn!("reading the routes: {e}; taking the interface a packet from {ip} comes in on as unknown");
+                None
+            });
+        }
+        self
+    }
+}
+
 /// Where the connection comes from, as the rules see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SourceKind {

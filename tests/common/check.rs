@@ -47,10 +47,10 @@ pub fn web(c: &Cluster, spec: serde_json::Value, pods: &[&str]) -> Vec<serde_jso
     vec![service("web", spec, json!({})), slice("web", false, "TCP", eps)]
 }
 
-/// Which server answers one TCP connection from `ns` to `dst` (or how it failed).
+/// Which server answers one TCP connection from `ns` to `dst` (or how it failed), checked
+/// against `explain` as `send` is.
 pub fn who(ns: &Netns, dst: &str) -> String {
-    let dst = dst.parse().unwrap();
-    in_netns(&ns.name, move || probe(Proto::Tcp, dst, None, Duration::from_secs(2))).who()
+    send(ns, Proto::Tcp, dst, None, Duration::from_secs(2)).who()
 }
 
 /// The `web` service at 172.30.0.40:80 with endpoints on `pods`.

@@ -142,7 +142,9 @@ impl Cluster {
         for i in 1..=remote {
             pods.push(Self::pod(&remote_ns, "rpod", "node-b", 2, i, None));
         }
-        Cluster { node, remote: remote_ns, client, pods, bridge: bridge.map(str::to_string) }
+        let c = Cluster { node, remote: remote_ns, client, pods, bridge: bridge.map(str::to_string) };
+        super::explained::know(Some(c.who()));
+        c
     }
 
     fn pod(host: &Netns, prefix: &str, node: &'static str, net: u8, i: u8, bridge: Option<&str>) -> Pod {
@@ -233,12 +235,12 @@ impl Cluster {
         all.extend(args.iter().map(|a| a.to_string()));
         let script = super::dry_run_in(&self.node, &file, &all);
         self.node.nft_apply(&script).unwrap_or_else(|e| panic!("ruleset does not load: {e}"));
-        super::explained::remember(Some(self.applied(file, all)));
+        super::explained::rules(Some(super::explained::Rules::Binary { manifests: file, args: all }));
         script
     }
 
-    /// What `explained` needs to ask explain about this cluster's probes.
-    fn applied(&self, manifests: std::path::PathBuf, args: Vec<String>) -> super::explained::Applied {
+    /// Who is who, for `explained` to ask explain about this cluster's probes.
+    fn who(&self) -> super::explained::Cluster {
         let mut sources = std::collections::BTreeMap::new();
         sources.insert(self.node.name.clone(), None);
         let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
@@ -247,24 +249,15 @@ impl Cluster {
         let mut pods = std::collections::BTreeMap::new();
         for p in &self.pods {
             sources.insert(p.ns.name.clone(), Some((p.ip4, p.ip6)));
-            // Every address the pod holds now, also one a test gave it.
-            let out = Command::new("ip").args(["-n", &p.ns.name, "-o", "addr", "show"]).output().expect("ip addr");
-            let listed = String::from_utf8_lossy(&out.stdout).into_owned();
-            for word in listed.split_whitespace() {
-                if let Some(ip) =
-                    word.split('/').next().and_then(|a| a.parse::<IpAddr>().ok()).filter(|ip| !ip.is_loopback())
-                {
-                    pods.insert(ip, p.name.clone());
-                }
-            }
+            pods.insert(p.name.clone(), p.ns.name.clone());
         }
-        super::explained::Applied { node: self.node.name.clone(), manifests, args, sources, pods }
+        super::explained::Cluster { node: self.node.name.clone(), sources, pods }
     }
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        super::explained::remember(None);
+        super::explained::know(None);
         let _ = std::fs::remove_file(std::env::temp_dir().join(format!("{}.json", self.node.name)));
     }
 }

@@ -1,11 +1,16 @@
-//! Every probe a data-plane test sends is also asked of `kube-nftproxy explain`, over the
-//! manifests and flags the test's cluster last applied: what the packet did must be one of
-//! the outcomes explain predicted (the endpoint it reached, with its source kept or
-//! masqueraded as predicted; dropped, rejected, or left alone). A test thread remembers its
-//! cluster's last apply; probes of threads with none are not checked.
+//! Every probe a data-plane test sends is also asked of `explain`, over what the rules the
+//! node holds were made from: the manifests and flags the test's cluster last applied (the
+//! command, run in the node's namespace), or the model and configuration a `Proxy` last
+//! synced (the library, in the node's namespace). What the packet did must be one of the
+//! outcomes explain predicted: the endpoint it reached, with its source kept or masqueraded
+//! as predicted; dropped, rejected, or left alone. Probes of a thread whose cluster applied
+//! nothing are not checked.
 
 use super::Netns;
 use super::net::{Probe, Proto};
+use kube_nftproxy::config::Config;
+use kube_nftproxy::explain::{self, Query};
+use kube_nftproxy::model::Model;
 use serde_json::Value;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -13,29 +18,54 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::Command;
 
-/// What a cluster last applied, and who is who in it.
+/// Who is who in a test cluster.
 #[derive(Debug, Clone)]
-pub struct Applied {
-    /// The node's namespace, where explain runs (so it sees the node's addresses).
+pub struct Cluster {
+    /// The node's namespace, where explain runs (so it sees the node's addresses and routes).
     pub node: String,
-    /// The manifests file.
-    pub manifests: PathBuf,
-    /// The flags besides `--manifests` and `--hostname-override`.
-    pub args: Vec<String>,
     /// Namespace name → its source address (v4, v6); `None` for the node itself.
     pub sources: BTreeMap<String, Option<(IpAddr, IpAddr)>>,
-    /// Pod address → pod name.
-    pub pods: BTreeMap<IpAddr, String>,
+    /// Pod name → its namespace (whose addresses are read when a probe is checked, so one a
+    /// test added counts).
+    pub pods: BTreeMap<String, String>,
+}
+
+/// What the rules the node holds were made from.
+#[derive(Debug, Clone)]
+pub enum Rules {
+    /// The dry run of these manifests and flags (besides `--manifests` and the node name).
+    Binary {
+        /// The manifests file.
+        manifests: PathBuf,
+        /// The flags.
+        args: Vec<String>,
+    },
+    /// A sync of this model under this configuration.
+    InProcess(Box<(Model, Config)>),
 }
 
 thread_local! {
-    static APPLIED: RefCell<Option<Applied>> = const { RefCell::new(None) };
+    static CLUSTER: RefCell<Option<Cluster>> = const { RefCell::new(None) };
+    static RULES: RefCell<Option<Rules>> = const { RefCell::new(None) };
     static CHECKED: RefCell<usize> = const { RefCell::new(0) };
 }
 
-/// Remembers what this thread's cluster applied (`None` forgets it).
-pub fn remember(applied: Option<Applied>) {
-    APPLIED.with(|a| *a.borrow_mut() = applied);
+/// Knows this thread's cluster (`None` forgets it, and its rules).
+pub fn know(cluster: Option<Cluster>) {
+    if cluster.is_none() {
+        rules(None);
+    }
+    CLUSTER.with(|c| *c.borrow_mut() = cluster);
+}
+
+/// Whether this thread has a cluster whose probes are checked.
+pub fn cluster_known() -> bool {
+    CLUSTER.with(|c| c.borrow().is_some())
+}
+
+/// Remembers what the rules were made from (`None`: probes go unchecked until the next).
+pub fn rules(rules: Option<Rules>) {
+    RULES.with(|r| *r.borrow_mut() = rules);
 }
 
 /// How many probes of this thread explain has been checked against.
@@ -46,18 +76,19 @@ pub fn checked() -> usize {
 /// Asks explain about the probe just sent from `ns` to `dst` and asserts that `probe` is one
 /// of its predicted outcomes.
 pub fn check(ns: &Netns, proto: Proto, dst: SocketAddr, src: Option<IpAddr>, probe: &Probe) {
-    let Some(applied) = APPLIED.with(|a| a.borrow().clone()) else { return };
-    let Some(source) = applied.sources.get(&ns.name) else { return };
+    let Some(cluster) = CLUSTER.with(|c| c.borrow().clone()) else { return };
+    let Some(rules) = RULES.with(|r| r.borrow().clone()) else { return };
+    let Some(source) = cluster.sources.get(&ns.name) else { return };
     let from = match (src, source) {
         (Some(ip), _) => ip.to_string(),
         (None, None) => "node".to_string(),
         (None, Some((v4, v6))) => if dst.is_ipv4() { *v4 } else { *v6 }.to_string(),
     };
-    let answer = explain(&applied, &from, dst, proto);
+    let answer = ask(&cluster, &rules, &from, dst, proto);
     let outcomes = answer["outcomes"].as_array().cloned().unwrap_or_default();
     // The source explain took: the client's, or the one the node's route gives.
     let source = answer["from"]["address"].as_str().and_then(|a| a.parse().ok());
-    let fits = outcomes.iter().any(|o| fits(o, probe, &applied, (source, from == "node"), dst));
+    let fits = outcomes.iter().any(|o| fits(o, probe, &cluster, (source, from == "node"), dst));
     let seen = match probe {
         Probe::Reply(r) => format!(" (which saw {} as its source)", r.seen),
         _ => String::new(),
@@ -72,18 +103,32 @@ pub fn check(ns: &Netns, proto: Proto, dst: SocketAddr, src: Option<IpAddr>, pro
     CHECKED.with(|c| *c.borrow_mut() += 1);
 }
 
-fn explain(applied: &Applied, from: &str, dst: SocketAddr, proto: Proto) -> Value {
+/// explain's JSON answer, asked as `rules` were made.
+fn ask(cluster: &Cluster, rules: &Rules, from: &str, dst: SocketAddr, proto: Proto) -> Value {
     let proto = match proto {
         Proto::Tcp => "tcp",
         Proto::Udp => "udp",
         Proto::Sctp => "sctp",
     };
+    let (manifests, args) = match rules {
+        Rules::Binary { manifests, args } => (manifests, args),
+        Rules::InProcess(made) => {
+            let query = Query::parse(from, &dst.to_string(), proto).expect("a query");
+            let (model, cfg) = &**made;
+            return super::net::in_netns(&cluster.node, || {
+                let mut model = model.clone();
+                model.set_host_addresses(kube_nftproxy::host::interface_addresses().expect("addresses"));
+                let answer = explain::explain(&model, cfg, &query.seen_from_this_host()).expect("explain");
+                explain::json(&answer)
+            });
+        }
+    };
     let out = Command::new("ip")
-        .args(["netns", "exec", &applied.node, env!("CARGO_BIN_EXE_kube-nftproxy"), "explain", "--output=json"])
+        .args(["netns", "exec", &cluster.node, env!("CARGO_BIN_EXE_kube-nftproxy"), "explain", "--output=json"])
         .arg("--manifests")
-        .arg(&applied.manifests)
+        .arg(manifests)
         .arg("--hostname-override=node-a")
-        .args(&applied.args)
+        .args(args)
         .args(["--from", from, "--to", &dst.to_string(), "--protocol", proto])
         .env("RUST_LOG", "warn")
         .env_remove("NODE_NAME")
@@ -93,15 +138,23 @@ fn explain(applied: &Applied, from: &str, dst: SocketAddr, proto: Proto) -> Valu
     serde_json::from_slice(&out.stdout).expect("explain's JSON")
 }
 
+/// Whether pod `name` holds `ip` now.
+fn holds(cluster: &Cluster, name: &str, ip: Option<IpAddr>) -> bool {
+    let (Some(ns), Some(ip)) = (cluster.pods.get(name), ip) else { return false };
+    let out = Command::new("ip").args(["-n", ns, "-o", "addr", "show"]).output().expect("ip addr");
+    let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+    listed.split_whitespace().filter_map(|w| w.split('/').next()?.parse::<IpAddr>().ok()).any(|a| a == ip)
+}
+
 /// Whether what the probe saw is what outcome `o` says.
 fn fits(
     o: &Value,
     probe: &Probe,
-    applied: &Applied,
+    cluster: &Cluster,
     (source, from_node): (Option<IpAddr>, bool),
     dst: SocketAddr,
 ) -> bool {
-    let is = |ip: Option<IpAddr>, name: &str| ip.and_then(|ip| applied.pods.get(&ip)).is_some_and(|n| n == name);
+    let is = |ip: Option<IpAddr>, name: &str| holds(cluster, name, ip);
     match (o["result"].as_str().unwrap_or_default(), probe) {
         ("dnat", Probe::Reply(r)) => {
             let endpoint: Option<IpAddr> = o["endpoint"]["address"].as_str().and_then(|a| a.parse().ok());
