@@ -135,9 +135,13 @@ impl<'a> ChainDiff<'a> {
                 }
             }
         }
-        match self.texts.get(&format!("{rule:?}")) {
-            Some(t) => t.to_string(),
-            None => rule.iter().map(ToString::to_string).collect::<Vec<_>>().join(" "),
+        match (rule, self.texts.get(&format!("{rule:?}"))) {
+            (_, Some(t)) => t.to_string(),
+            // A verdict alone (a frontend's chain before its endpoints changed) reads back.
+            ([ReadExpr::Known(Expr::Immediate { dreg: 0, data: Data::Verdict(code, chain) })], None) => {
+                verdict_text(*code, chain.as_deref())
+            }
+            _ => rule.iter().map(ToString::to_string).collect::<Vec<_>>().join(" "),
         }
     }
 
@@ -298,5 +302,18 @@ pub(super) fn compare_sets(
     }
     for (name, held) in kernel.iter().filter(|(n, _)| !desired.contains_key(*n)) {
         out.push(change(name, Kind::Removed, Some(Decl::from(held)), None));
+    }
+}
+
+/// A verdict as `nft` writes it.
+pub(super) fn verdict_text(code: i32, chain: Option<&str>) -> String {
+    use crate::nft::netlink::abi::{NF_ACCEPT, NF_DROP, NFT_GOTO, NFT_JUMP, NFT_RETURN};
+    match (code, chain) {
+        (NF_ACCEPT, _) => "accept".into(),
+        (NF_DROP, _) => "drop".into(),
+        (NFT_RETURN, _) => "return".into(),
+        (NFT_JUMP, Some(c)) => format!("jump {c}"),
+        (NFT_GOTO, Some(c)) => format!("goto {c}"),
+        (code, _) => format!("[ verdict {code} ]"),
     }
 }

@@ -140,3 +140,11 @@ fn a_name_longer_than_a_comment_keeps_its_changes_in_one_group() {
     let kinds: Vec<Kind> = report.services[0].changes.iter().map(|c| c.change).collect();
     assert!(kinds.contains(&Kind::Added) && kinds.contains(&Kind::Removed), "{kinds:?}");
 }
+
+#[test]
+fn a_verdict_no_desired_rule_has_reads_back_as_nft_writes_it() {
+    use crate::nft::netlink::abi::{NF_DROP, NFT_GOTO, NFT_JUMP};
+    assert_eq!(super::chains::verdict_text(NFT_GOTO, Some("lb-cluster-tcp-3")), "goto lb-cluster-tcp-3");
+    assert_eq!(super::chains::verdict_text(NFT_JUMP, Some("c")), "jump c");
+    assert_eq!(super::chains::verdict_text(NF_DROP, None), "drop");
+}
