@@ -107,10 +107,12 @@ fn a_cluster_ip_spreads_evenly_over_ready_endpoints_and_says_which_are_not_used(
     assert!((total - 1.0).abs() < 1e-9, "chances sum to {total}");
     assert_eq!(e.unused.len(), 1);
     assert_eq!((e.unused[0].endpoint.to_string().as_str(), e.unused[0].reason), ("10.2.0.3:8080", "not-ready"));
-    assert!(reasons(&e).contains(&"masquerade"), "{:?}", e.reasons);
+    let says = |e: &Explanation, word: &str| e.reasons.iter().any(|r| r.kind == "masquerade" && r.text.contains(word));
+    assert!(says(&e, "reaching itself"), "the hairpin is why: {:?}", e.reasons);
     // From outside the cluster: masqueraded everywhere (--detect-local-mode ClusterCIDR).
     let outside = ask(&objects, "203.0.113.5", "172.30.0.10:80");
     assert!(reached(&outside).iter().all(|(_, _, m)| *m), "{:?}", reached(&outside));
+    assert!(says(&outside, "--detect-local-mode"), "the mark the services chain set is why: {:?}", outside.reasons);
 }
 
 #[test]

@@ -118,7 +118,8 @@ pub fn json(e: &Explanation) -> Value {
                 .iter()
                 .map(|s| match s {
                     Step::Rule { chain, text } => json!({"chain": chain, "rule": text}),
-                    Step::Element { set, owner } => json!({"set": set, "service": owner.to_string()}),
+                    Step::Element { set, owner } => json!({"set": set, "service": owner.as_deref()}),
+                    Step::Marked { chain } => json!({"chain": chain, "marked": true}),
                 })
                 .collect();
             json!({"result": result_name(&o.fate), "chance": o.chance, "endpoint": endpoint,

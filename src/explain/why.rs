@@ -5,13 +5,19 @@
 use super::{Explanation, Fate, Step};
 use crate::config::Config;
 use crate::model::{Family, Model, ServicePort};
+use crate::render::MapName;
 use crate::topology::{self, Choice};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
 /// The maps whose elements stand for one service port's frontend.
-const DISPATCH: [&str; 5] =
-    ["service-ips", "service-nodeports", "no-endpoint-services", "no-endpoint-nodeports", "firewall-ips"];
+const DISPATCH: [MapName; 5] = [
+    MapName::ServiceIps,
+    MapName::ServiceNodeports,
+    MapName::NoEndpointServices,
+    MapName::NoEndpointNodeports,
+    MapName::FirewallIps,
+];
 
 /// One reason, with a stable name for scripts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,28 +58,32 @@ pub fn endpoint_nodes(model: &Model, family: Family) -> BTreeMap<IpAddr, String>
 /// Fills in the service, the reasons and the unused endpoints of `e` from its outcomes.
 pub fn fill(e: &mut Explanation, model: &Model, cfg: &Config) {
     let steps: Vec<Step> = e.outcomes.iter().flat_map(|o| o.path.iter().cloned()).collect();
+    let dispatch: Vec<String> = DISPATCH.iter().map(ToString::to_string).collect();
     // The maps that send a frontend's traffic somewhere name its service port; the address
     // sets (cluster-ips, nodeport-ips) hold elements that many ports share.
     let owner = steps.iter().find_map(|s| match s {
-        Step::Element { owner, set } if DISPATCH.contains(&set.as_str()) => Some(owner.to_string()),
+        Step::Element { owner: Some(owner), set } if dispatch.contains(set) => Some(owner.to_string()),
         _ => None,
     });
     let sp = owner.as_ref().and_then(|o| model.services.values().flatten().find(|sp| sp.name.to_string() == *o));
     let frontend = sp.map(|sp| frontend(sp, e.query.to));
     e.service = owner.zip(frontend);
-    let rule_in = |chain: &str, word: &str| {
-        steps.iter().any(|s| matches!(s, Step::Rule { chain: c, text } if c == chain && text.contains(word)))
-    };
-    let element_in = |set: &str| steps.iter().any(|s| matches!(s, Step::Element { set: s, .. } if s == set));
+    // What decided is read from where the packet went (chains the templates declare, sets
+    // by their names), not from rule text.
+    let ran_in = |chain: &str| steps.iter().any(|s| matches!(s, Step::Rule { chain: c, .. } if c == chain));
+    let element_in =
+        |set: MapName| steps.iter().any(|s| matches!(s, Step::Element { set: s, .. } if *s == set.to_string()));
+    let rejected = e.outcomes.iter().any(|o| o.fate == Fate::Rejected);
     let mut add = |kind, text: String| e.reasons.push(super::Reason { kind, text });
     let to = format!("{}/{}", e.query.to, e.query.protocol);
     if e.service.is_none() {
-        if rule_in("cluster-ips-check", "reject-chain") {
+        // That chain rejects a ClusterIP's other ports and drops the rest of the ServiceCIDRs.
+        if ran_in("cluster-ips-check") && rejected {
             add(
                 "cluster-ip-port",
                 format!("{} is a ClusterIP, but no service port {to} is on it: rejected", e.query.to.ip()),
             );
-        } else if rule_in("cluster-ips-check", "service-cidrs") {
+        } else if ran_in("cluster-ips-check") {
             add("service-cidr", format!("{} is in a ServiceCIDR, but no Service holds it: dropped", e.query.to.ip()));
         } else {
             add("no-service", format!("no Service serves {to} on this node: the proxy leaves the packet alone"));
@@ -81,15 +91,16 @@ pub fn fill(e: &mut Explanation, model: &Model, cfg: &Config) {
         return;
     }
     let Some(sp) = sp else { return };
-    if rule_in("firewall-check", "drop") {
+    // Its one rule drops what the source ranges do not allow.
+    if ran_in("firewall-check") {
         let ranges: Vec<String> = sp.source_ranges.iter().map(ToString::to_string).collect();
         add(
             "source-ranges",
             format!("{} is not in loadBalancerSourceRanges ({}): dropped", e.source, ranges.join(", ")),
         );
     }
-    if element_in("no-endpoint-services") || element_in("no-endpoint-nodeports") {
-        if e.outcomes.iter().any(|o| o.fate == Fate::Rejected) {
+    if element_in(MapName::NoEndpointServices) || element_in(MapName::NoEndpointNodeports) {
+        if rejected {
             add("no-endpoints", "the service port has no ready or serving endpoint anywhere: rejected".into());
         } else {
             add(
@@ -106,7 +117,7 @@ pub fn fill(e: &mut Explanation, model: &Model, cfg: &Config) {
         );
         e.reasons.push(Reason { kind: "affinity", text });
     }
-    masquerade(e, &steps);
+    masquerade(e, &steps, element_in(MapName::HairpinConnections));
     e.unused = unused(e, model, sp, cfg);
 }
 
@@ -146,7 +157,7 @@ fn policy(e: &mut Explanation, sp: &ServicePort, cfg: &Config) {
 fn local_scope(e: &Explanation, sp: &ServicePort) -> bool {
     let chains = e.outcomes.iter().flat_map(|o| o.path.iter()).filter_map(|s| match s {
         Step::Rule { chain, .. } => Some(chain.as_str()),
-        Step::Element { .. } => None,
+        Step::Element { .. } | Step::Marked { .. } => None,
     });
     let picked: Vec<&str> =
         chains.filter(|c| c.starts_with("lb-") || c.starts_with("local-") || c.starts_with("cluster-")).collect();
@@ -158,7 +169,7 @@ fn local_scope(e: &Explanation, sp: &ServicePort) -> bool {
 }
 
 /// Why a masqueraded outcome is masqueraded: the rule that marked it, or a hairpin.
-fn masquerade(e: &mut Explanation, steps: &[Step]) {
+fn masquerade(e: &mut Explanation, steps: &[Step], hairpin: bool) {
     if !e
         .outcomes
         .iter()
@@ -167,10 +178,9 @@ fn masquerade(e: &mut Explanation, steps: &[Step]) {
         return;
     }
     let marked_in = steps.iter().find_map(|s| match s {
-        Step::Rule { chain, text } if text.contains("meta mark set") => Some(chain.as_str()),
+        Step::Marked { chain } => Some(chain.as_str()),
         _ => None,
     });
-    let hairpin = steps.iter().any(|s| matches!(s, Step::Rule { text, .. } if text.contains("@hairpin-connections")));
     let text = match marked_in {
         Some("services") => {
             "the source is not one of this cluster's pods (--detect-local-mode): masqueraded so replies come back through this node"

@@ -59,12 +59,17 @@ pub enum Step {
         /// Its text.
         text: String,
     },
-    /// A lookup found an element that a service port put there.
+    /// A lookup found an element of a named set or map.
     Element {
         /// The set or map.
         set: String,
-        /// The service port.
-        owner: Arc<str>,
+        /// The service port that put it there, for the desired state's elements.
+        owner: Option<Arc<str>>,
+    },
+    /// A rule of this chain set the packet's mark (for masquerading).
+    Marked {
+        /// The chain.
+        chain: String,
     },
 }
 
@@ -229,6 +234,7 @@ fn packet_field(r: &mut Run, e: &Expr) -> Result<Flow, String> {
         Expr::MetaSet { key: META_MARK, sreg } => {
             let b = read(r, *sreg, 4)?;
             r.packet.mark = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+            r.steps.push(Step::Marked { chain: r.chain.clone() });
             return Ok(Flow::Next);
         }
         Expr::Ct { key, dreg } => {
@@ -362,7 +368,7 @@ fn lookup(
     if invert {
         return Ok(Flow::Break);
     }
-    if let Some(owner) = owner {
+    if table.sets.contains_key(name) {
         r.steps.push(Step::Element { set: name.to_string(), owner: owner.clone() });
     }
     Ok(match (dreg, &found.data) {
