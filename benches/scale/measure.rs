@@ -171,6 +171,21 @@ unsafe impl std::alloc::GlobalAlloc for Counting {
         // SAFETY: same contract as ours.
         unsafe { std::alloc::System.dealloc(ptr, layout) }
     }
+
+    /// Forwarded as such, as the proxy's own allocator gets it: the default (allocate, copy,
+    /// free) would hold a growing buffer twice where the C library moves its pages instead.
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: same contract as ours.
+        let moved = unsafe { std::alloc::System.realloc(ptr, layout, new_size) };
+        if !moved.is_null() {
+            let live = LIVE.fetch_add(new_size, std::sync::atomic::Ordering::Relaxed) + new_size;
+            LIVE.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+            if TRACKING.load(std::sync::atomic::Ordering::Relaxed) {
+                PEAK.fetch_max(live.saturating_sub(layout.size()), std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        moved
+    }
 }
 
 /// Heap bytes live now, in MB.

@@ -120,7 +120,7 @@ impl EndpointSliceInfo {
             .cloned()
             .ok_or_else(|| err(format!("has no {SERVICE_NAME_LABEL} label")))?;
         // As upstream: a port it cannot use is skipped, not the slice.
-        let ports = slice
+        let mut ports: Vec<SlicePort> = slice
             .ports
             .iter()
             .flatten()
@@ -134,7 +134,7 @@ impl EndpointSliceInfo {
             })
             .collect();
         // One unreadable address drops that endpoint, not the slice (nor the Service).
-        let endpoints = slice
+        let mut endpoints: Vec<SliceEndpoint> = slice
             .endpoints
             .iter()
             .filter_map(|e| match slice_endpoint(e, family) {
@@ -145,6 +145,9 @@ impl EndpointSliceInfo {
                 }
             })
             .collect();
+        // Kept for as long as the slice lives: a filtered collect leaves room to grow.
+        ports.shrink_to_fit();
+        endpoints.shrink_to_fit();
         let trigger_time = slice
             .metadata
             .annotations

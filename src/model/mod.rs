@@ -246,6 +246,8 @@ impl Model {
         let by_name = self.slices.entry((slice.namespace.clone(), slice.service.clone())).or_default();
         let at = by_name.partition_point(|s| s.name < slice.name);
         by_name.insert(at, slice);
+        // Most Services have one slice: a vector's first growth would leave room for four.
+        by_name.shrink_to_fit();
     }
 
     /// Removes an EndpointSlice by namespace and name; unknown slices are ignored.

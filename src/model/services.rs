@@ -141,6 +141,8 @@ impl ServicePort {
         if ports.is_empty() {
             return Ok(None);
         }
+        // Kept for as long as the Service lives: no room for ports it does not have.
+        ports.shrink_to_fit();
         Ok(Some(((namespace, name), ports)))
     }
 }
