@@ -287,11 +287,13 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Asks the kernel's OOM killer to spare the proxy, as kube-proxy does; a failure only warns.
+/// Asks the kernel's OOM killer to spare the proxy, as kube-proxy does. A failure is logged
+/// as information, as kube-proxy logs it: lowering the score takes `CAP_SYS_RESOURCE`, which
+/// a sandbox or a container without it lacks, and the proxy works the same without it.
 fn set_oom_score_adj(score: i32) {
     match std::fs::write("/proc/self/oom_score_adj", score.to_string()) {
         Ok(()) => log::debug!("oom_score_adj set to {score}"),
-        Err(e) => log::warn!("could not set oom_score_adj to {score}: {e}"),
+        Err(e) => log::info!("could not set oom_score_adj to {score}: {e}"),
     }
 }
 

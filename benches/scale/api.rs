@@ -257,7 +257,10 @@ pub fn run(case: &Case, sizes: Sizes) -> Value {
     let served = requests(&rig.emu, &listings(&lines, spawned));
     let covered_s = round2(spawned.elapsed().as_secs_f64());
     let log_text = d.stop();
-    let warnings = log_text.lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).count();
+    let warned: Vec<&str> = log_text.lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
+    let warnings = warned.len();
+    // Kept in the results, so a missed target says what it missed.
+    let warning_lines: Vec<String> = warned.iter().take(10).map(|l| l.to_string()).collect();
     // 2. Isolated changes, on a second daemon without pacing (it starts over the first's rules).
     let (d2, _log2, spawned2, synced2, line2) = rig.daemon(&["--min-sync-period=0"]);
     let restart = json!({"ms": ms_between(spawned2, synced2), "sync": sync_figures(&line2)});
@@ -270,7 +273,8 @@ pub fn run(case: &Case, sizes: Sizes) -> Value {
                      "listed": listings(&lines, spawned), "sync": first},
            "restart": restart, "isolated": one, "churn": churned,
            "rss_start_mb": rss_start, "rss_after_churn_mb": rss_after,
-           "requests": served, "covered_s": covered_s, "warnings": warnings, "debug_views": views})
+           "requests": served, "covered_s": covered_s, "warnings": warnings, "warning_lines": warning_lines,
+           "debug_views": views})
 }
 
 /// `--api-idle SECONDS`: the daemon follows the emulator and does nothing else that long; what
