@@ -17,57 +17,107 @@ use crate::model::Protocol;
 use crate::render::{Key, Value};
 use std::net::IpAddr;
 
-/// The kernel's elements for `key` with `value` (`None` when deleting, which needs keys
-/// only): one, but for a range of a single-field interval set (`service-cidrs`), which is a
-/// start and, unless it runs to the top, an end one past it; a range in a concatenation
-/// (`firewall-allow`) is one element with its first and last key.
-pub fn elements(key: &Key, value: Option<&Value>) -> Vec<Element> {
-    let (data, comment) = value.map(data).unwrap_or_default();
-    let one =
-        |key, key_end| Element { key, key_end, data: data.clone(), comment: comment.clone(), ..Element::default() };
-    let mut bytes = Vec::new();
-    match key {
+/// One kernel element as borrowed pieces: its key (and a range's last key) as the set's key
+/// register holds them, `NFT_SET_ELEM_*` flags, data and comment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Laid<'a> {
+    /// The key.
+    pub key: &'a [u8],
+    /// The last key a range covers, in a set of concatenated ranges.
+    pub key_end: Option<&'a [u8]>,
+    /// Flags (a range end of an interval set carries `NFT_SET_ELEM_INTERVAL_END`).
+    pub flags: u32,
+    /// A map element's data.
+    pub data: Option<DataRef<'a>>,
+    /// Its comment.
+    pub comment: Option<&'a str>,
+}
+
+/// A map element's data, borrowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataRef<'a> {
+    /// Bytes, as the register holds them.
+    Value(&'a [u8]),
+    /// A verdict code and, for jump and goto, the chain.
+    Verdict(i32, Option<&'a str>),
+}
+
+/// Lays out the kernel's elements for `key` with `value` (`None` when deleting, which needs
+/// keys only) in `scratch`, handing each to `each`: one, but for a range of a single-field
+/// interval set (`service-cidrs`), which is a start and, unless it runs to the top, an end
+/// one past it; a range in a concatenation (`firewall-allow`) is one element with its first
+/// and last key. Nothing is allocated once `scratch` has grown, so a batch of 700,000
+/// elements costs no allocation per element.
+pub fn lay_out(key: &Key, value: Option<&Value>, scratch: &mut Vec<u8>, mut each: impl FnMut(&Laid)) {
+    scratch.clear();
+    let (key_len, end_len) = match key {
         Key::Allow(a) => {
             let (ip, proto, port, net) = &**a;
-            key_bytes(&mut bytes, &Key::IpProtoPort(*ip, *proto, *port));
-            let mut end = bytes.clone();
-            ip_bytes(&mut bytes, &net.network());
-            ip_bytes(&mut end, &net.broadcast());
-            vec![one(bytes, Some(end))]
+            key_bytes(scratch, &Key::IpProtoPort(*ip, *proto, *port));
+            let prefix = scratch.len();
+            ip_bytes(scratch, &net.network());
+            let key_len = scratch.len();
+            scratch.extend_from_within(..prefix);
+            ip_bytes(scratch, &net.broadcast());
+            (key_len, scratch.len() - key_len)
         }
         Key::Cidr(net) => {
-            ip_bytes(&mut bytes, &net.network());
-            let mut out = vec![one(bytes, None)];
+            ip_bytes(scratch, &net.network());
+            let key_len = scratch.len();
             if let Some(end) = after(&net.broadcast()) {
-                let mut b = Vec::new();
-                ip_bytes(&mut b, &end);
-                out.push(Element { key: b, flags: NFT_SET_ELEM_INTERVAL_END, ..Element::default() });
+                ip_bytes(scratch, &end);
             }
-            out
+            (key_len, 0)
         }
         other => {
-            key_bytes(&mut bytes, other);
-            vec![one(bytes, None)]
+            key_bytes(scratch, other);
+            (scratch.len(), 0)
         }
+    };
+    let past_key = scratch.len();
+    if let Some(Value::Endpoint(ip, port)) = value {
+        ip_bytes(scratch, ip);
+        field(scratch, &port.to_be_bytes());
+    }
+    let bytes = &scratch[..];
+    let (data, comment) = value.map(|v| data(v, &bytes[past_key..])).unwrap_or_default();
+    let key_end = (end_len > 0).then(|| &bytes[key_len..key_len + end_len]);
+    each(&Laid { key: &bytes[..key_len], key_end, flags: 0, data, comment });
+    if matches!(key, Key::Cidr(_)) && past_key > key_len {
+        let end = &bytes[key_len..past_key];
+        each(&Laid { key: end, key_end: None, flags: NFT_SET_ELEM_INTERVAL_END, data: None, comment: None });
     }
 }
 
-/// A value's data and comment.
-fn data(value: &Value) -> (Option<Data>, Option<String>) {
-    let goto = |chain: &str| Some(Data::Verdict(NFT_GOTO, Some(chain.to_string())));
-    let comment = |owner: &str| Some(crate::render::comment(owner).to_string());
+/// The kernel's elements for `key` with `value`, owned (see `lay_out`).
+pub fn elements(key: &Key, value: Option<&Value>) -> Vec<Element> {
+    let mut out = Vec::new();
+    lay_out(key, value, &mut Vec::new(), |e| {
+        out.push(Element {
+            key: e.key.to_vec(),
+            key_end: e.key_end.map(<[u8]>::to_vec),
+            flags: e.flags,
+            data: e.data.map(|d| match d {
+                DataRef::Value(v) => Data::Value(v.to_vec()),
+                DataRef::Verdict(code, chain) => Data::Verdict(code, chain.map(str::to_string)),
+            }),
+            comment: e.comment.map(str::to_string),
+            ..Element::default()
+        })
+    });
+    out
+}
+
+/// A value's data and comment; an endpoint's bytes are `endpoint`.
+fn data<'a>(value: &'a Value, endpoint: &'a [u8]) -> (Option<DataRef<'a>>, Option<&'a str>) {
+    let goto = |chain: &'a str| Some(DataRef::Verdict(NFT_GOTO, Some(chain)));
     match value {
         Value::None => (None, None),
         Value::Goto(chain) => (goto(chain), None),
-        Value::Dispatch(chain, owner) => (goto(chain), comment(owner)),
-        Value::Drop(owner) => (Some(Data::Verdict(NF_DROP, None)), comment(owner)),
-        Value::Reject(owner) => (goto("reject-chain"), comment(owner)),
-        Value::Endpoint(ip, port) => {
-            let mut b = Vec::new();
-            ip_bytes(&mut b, ip);
-            field(&mut b, &port.to_be_bytes());
-            (Some(Data::Value(b)), None)
-        }
+        Value::Dispatch(chain, owner) => (goto(chain), Some(crate::render::comment(owner))),
+        Value::Drop(owner) => (Some(DataRef::Verdict(NF_DROP, None)), Some(crate::render::comment(owner))),
+        Value::Reject(owner) => (goto("reject-chain"), Some(crate::render::comment(owner))),
+        Value::Endpoint(..) => (Some(DataRef::Value(endpoint)), None),
     }
 }
 

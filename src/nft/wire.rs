@@ -3,8 +3,7 @@
 //! stateful objects), and which script line each message came from; `netlink::send` sends
 //! them.
 
-use super::compile::expr::Data;
-use super::element::{self, Element};
+use super::element::{self, DataRef, Laid};
 use super::netlink::NfFamily;
 use super::netlink::abi::{
     NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NFT_MSG_DELOBJ, NFT_MSG_DELSETELEM,
@@ -106,6 +105,7 @@ impl Batch {
         let fam = NfFamily::from(family) as u8;
         let (kind, flags) = if add { (NFT_MSG_NEWSETELEM, NLM_F_CREATE) } else { (NFT_MSG_DELSETELEM, 0) };
         let name = map.to_string();
+        let mut scratch = Vec::new();
         let mut elems = elems.into_iter().peekable();
         while elems.peek().is_some() {
             self.message(kind, flags | NLM_F_ACK, fam, |b| {
@@ -115,9 +115,9 @@ impl Batch {
                     let start = b.len();
                     while b.len() - start < ELEMENT_LIST_BUDGET {
                         let Some((key, value)) = elems.next() else { break };
-                        for e in element::elements(key, add.then_some(value)) {
-                            attr(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| element(b, &e));
-                        }
+                        element::lay_out(key, add.then_some(value), &mut scratch, |e| {
+                            attr(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| element(b, e))
+                        });
                     }
                 });
             });
@@ -202,20 +202,20 @@ impl Lines {
 }
 
 /// One element's attributes: flags, key, a range's last key, data, and the comment.
-fn element(b: &mut Vec<u8>, e: &Element) {
+fn element(b: &mut Vec<u8>, e: &Laid) {
     if e.flags != 0 {
         attr(b, NFTA_SET_ELEM_FLAGS, |b| b.extend_from_slice(&e.flags.to_be_bytes()));
     }
-    attr(b, NFTA_SET_ELEM_KEY | NLA_F_NESTED, |b| attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(&e.key)));
-    if let Some(end) = &e.key_end {
+    attr(b, NFTA_SET_ELEM_KEY | NLA_F_NESTED, |b| attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(e.key)));
+    if let Some(end) = e.key_end {
         attr(b, NFTA_SET_ELEM_KEY_END | NLA_F_NESTED, |b| attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(end)));
     }
-    match &e.data {
+    match e.data {
         None => {}
-        Some(Data::Value(v)) => {
+        Some(DataRef::Value(v)) => {
             attr(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(v)))
         }
-        Some(Data::Verdict(code, chain)) => attr(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| {
+        Some(DataRef::Verdict(code, chain)) => attr(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| {
             attr(b, NFTA_DATA_VERDICT | NLA_F_NESTED, |b| {
                 attr(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
                 if let Some(chain) = chain {
@@ -224,7 +224,7 @@ fn element(b: &mut Vec<u8>, e: &Element) {
             })
         }),
     }
-    if let Some(text) = &e.comment {
+    if let Some(text) = e.comment {
         // Userdata TLV: type 0 (comment), length, NUL-terminated text.
         attr(b, NFTA_SET_ELEM_USERDATA, |b| {
             b.push(0);
