@@ -173,16 +173,18 @@ unsafe impl std::alloc::GlobalAlloc for Counting {
     }
 
     /// Forwarded as such, as the proxy's own allocator gets it: the default (allocate, copy,
-    /// free) would hold a growing buffer twice where the C library moves its pages instead.
+    /// free) would hold a growing buffer twice where the C library moves a big one's pages
+    /// (so the resident figures would not be the proxy's). The tracked peak counts the old
+    /// and the new block both, as a copying move holds them: an upper bound.
     unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
         // SAFETY: same contract as ours.
         let moved = unsafe { std::alloc::System.realloc(ptr, layout, new_size) };
         if !moved.is_null() {
-            let live = LIVE.fetch_add(new_size, std::sync::atomic::Ordering::Relaxed) + new_size;
-            LIVE.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+            let both = LIVE.fetch_add(new_size, std::sync::atomic::Ordering::Relaxed) + new_size;
             if TRACKING.load(std::sync::atomic::Ordering::Relaxed) {
-                PEAK.fetch_max(live.saturating_sub(layout.size()), std::sync::atomic::Ordering::Relaxed);
+                PEAK.fetch_max(both, std::sync::atomic::Ordering::Relaxed);
             }
+            LIVE.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
         }
         moved
     }

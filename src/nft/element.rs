@@ -92,7 +92,7 @@ pub fn lay_out(key: &Key, value: Option<&Value>, scratch: &mut Vec<u8>, mut each
 /// The kernel's elements for `key` with `value`, owned (see `lay_out`).
 pub fn elements(key: &Key, value: Option<&Value>) -> Vec<Element> {
     let mut out = Vec::new();
-    lay_out(key, value, &mut Vec::new(), |e| {
+    lay_out(key, value, &mut Vec::with_capacity(64), |e| {
         out.push(Element {
             key: e.key.to_vec(),
             key_end: e.key_end.map(<[u8]>::to_vec),
@@ -176,7 +176,7 @@ fn key_bytes(b: &mut Vec<u8>, key: &Key) {
             field(b, &port.to_be_bytes());
             field(b, &slot.to_ne_bytes());
         }
-        // Ranges are laid out by `elements`.
+        // Ranges are laid out by `lay_out`.
         Key::Allow(..) | Key::Cidr(..) => {}
     }
 }
