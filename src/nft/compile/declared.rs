@@ -68,15 +68,7 @@ impl Declared {
 /// compiles to would create them.
 pub fn declared(script: &str) -> Result<Declared, CompileError> {
     let (mut batch, mut schema) = (Batch::new(), Schema::default());
-    let mut out = Out {
-        batch: &mut batch,
-        schema: &mut schema,
-        messages: 0,
-        trace: None,
-        record: Some(Declared::default()),
-        line: 0,
-        base: 0,
-    };
+    let mut out = Out { record: Some(Declared::default()), ..Out::new(&mut batch, &mut schema, 0) };
     out.script(script)?;
     Ok(out.record.unwrap_or_default().with_text(script))
 }

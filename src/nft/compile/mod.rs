@@ -145,7 +145,7 @@ pub fn compile_after(
     schema: &mut Schema,
     batch: &mut Batch,
 ) -> Result<usize, CompileError> {
-    let mut out = Out { batch, schema, messages: 0, trace: None, record: None, line: 0, base: lines_before };
+    let mut out = Out::new(batch, schema, lines_before);
     out.script(script)?;
     Ok(out.messages)
 }
@@ -154,15 +154,7 @@ pub fn compile_after(
 /// family, table and chain, then the expressions, then a blank line.
 pub fn describe(script: &str) -> Result<String, CompileError> {
     let (mut batch, mut schema) = (Batch::new(), Schema::default());
-    let mut out = Out {
-        batch: &mut batch,
-        schema: &mut schema,
-        messages: 0,
-        trace: Some(String::new()),
-        record: None,
-        line: 0,
-        base: 0,
-    };
+    let mut out = Out { trace: Some(String::new()), ..Out::new(&mut batch, &mut schema, 0) };
     out.script(script)?;
     Ok(out.trace.unwrap_or_default())
 }
@@ -181,7 +173,13 @@ struct Out<'a> {
     base: usize,
 }
 
-impl Out<'_> {
+impl<'a> Out<'a> {
+    /// A compilation into `batch`, after `base` lines of earlier scripts; nothing traced or
+    /// recorded.
+    fn new(batch: &'a mut Batch, schema: &'a mut Schema, base: usize) -> Out<'a> {
+        Out { batch, schema, messages: 0, trace: None, record: None, line: 0, base }
+    }
+
     fn script(&mut self, script: &str) -> Result<(), CompileError> {
         for (c, line) in parse::parse(&lex::tokens(script)?)? {
             self.line = line;
