@@ -22,4 +22,5 @@ pub mod render;
 pub mod requirements;
 pub mod sync;
 pub mod takeover;
+pub mod text;
 pub mod topology;

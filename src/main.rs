@@ -84,12 +84,21 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs at `level` (from `-v`) for this crate, else as RUST_LOG says, else at info.
+/// Logs at `level` (from `-v`) for this crate, else as RUST_LOG says, else at info; one
+/// line a message, as env_logger writes it, with control characters escaped: a message may
+/// carry names read from the kernel or the API server, and logs reach terminals and
+/// aggregators that split on line breaks.
 fn init_logging(level: Option<log::LevelFilter>) {
     let mut builder = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
     if let Some(level) = level {
         builder.filter_module("kube_nftproxy", level);
     }
+    builder.format(|buf, record| {
+        let style = buf.default_level_style(record.level());
+        let message = record.args().to_string();
+        let message = kube_nftproxy::text::printable(&message);
+        writeln!(buf, "[{} {style}{:<5}{style:#} {}] {message}", buf.timestamp(), record.level(), record.target())
+    });
     builder.init();
 }
 

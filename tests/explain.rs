@@ -242,6 +242,20 @@ fn text_is_aligned_and_json_has_the_documented_fields() {
     assert!(j["reasons"].as_array().is_some(), "{j}");
 }
 
+/// An endpoint's node name comes from the API server as it is: the text answer shows its
+/// control characters escaped, so it cannot clear the screen or forge a line.
+#[test]
+fn names_from_the_api_cannot_drive_a_terminal() {
+    let objects = web(
+        json!({"clusterIP": "172.30.0.18", "ports": [{"name": "http", "port": 80}]}),
+        vec![ep("10.2.0.1", "node\u{1b}[2J\nwhy      forged", json!({}))],
+    );
+    let text = explain::text(&ask(&objects, "10.3.0.1", "172.30.0.18:80"));
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+    assert!(text.contains("node\\x1b[2J\\nwhy      forged"), "{text}");
+    assert!(!text.lines().any(|l| l.starts_with("why      forged")), "a line was forged:\n{text}");
+}
+
 #[test]
 fn the_command_answers_over_manifests_and_refuses_bad_questions() {
     let run = |args: &[&str]| {
@@ -262,6 +276,10 @@ fn the_command_answers_over_manifests_and_refuses_bad_questions() {
         (&["--from", "10.3.0.1", "--to", "172.30.0.20"][..], "IP:PORT"),
         (&["--from", "pod-1", "--to", "172.30.0.20:80"][..], "--from"),
         (&["--from", "fd00::1", "--to", "172.30.0.20:80"][..], "families"),
+        // The kernel drops a martian source before a connection can start.
+        (&["--from", "224.0.0.1", "--to", "172.30.0.20:80"][..], "multicast or broadcast"),
+        (&["--from", "255.255.255.255", "--to", "172.30.0.20:80"][..], "multicast or broadcast"),
+        (&["--from", "ff02::1", "--to", "[fd00:10::20]:80"][..], "multicast or broadcast"),
     ] {
         let out = run(args);
         let err = String::from_utf8_lossy(&out.stderr);

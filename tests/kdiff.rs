@@ -225,6 +225,17 @@ fn changes_by_hand_show_up_and_trouble_exits_2() {
         assert!(text.contains(w), "{w:?} not in:\n{text}");
     }
 
+    // A foreign chain named to drive a terminal (nft's JSON input takes any name) is shown
+    // with its control characters escaped, in the text and in the log alike.
+    let evil =
+        r#"{"nftables":[{"add":{"chain":{"family":"ip","table":"kube-nftproxy","name":"evil\u001b[2J\u001b[31m"}}}]}"#;
+    let out = ns.run(&["nft", "-j", "-f", "-"], evil);
+    assert!(out.status.success(), "nft -j: {}", String::from_utf8_lossy(&out.stderr));
+    let (code, text) = run_diff(&ns, &dir.0, &[]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("  - ip   chain evil\\x1b[2J\\x1b[31m\n"), "{text}");
+    assert!(!text.contains('\x1b'), "an escape reached the terminal: {text:?}");
+
     // Without the table, everything is an addition.
     ns.nft(&["delete", "table", "ip6", "kube-nftproxy"]);
     let (_, out) = run_diff(&ns, &dir.0, &["--", "--output", "json"]);

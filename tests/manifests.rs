@@ -196,3 +196,23 @@ fn link_loops_fifos_and_hidden_entries_are_passed_over_quickly() {
     assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
     assert!(loaded.warnings[0].contains("pipe.yaml: not a regular file"), "{:?}", loaded.warnings);
 }
+
+/// A log line names what it read as it is named: a file name (or an object's field) with
+/// control characters is logged escaped, one line a message, so it can neither drive the
+/// terminal nor forge a log line of its own.
+#[test]
+fn log_lines_escape_control_characters() {
+    let dir = Scratch::new("escape");
+    let name = "bad\u{1b}[2J\n[2026-01-01T00:00:00Z INFO  kube_nftproxy] forged.yaml";
+    std::fs::write(dir.0.join(name), "kind: Service\nfoo: [").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-nftproxy"))
+        .args(["--dry-run", "--hostname-override=node-a", "--manifests"])
+        .arg(&dir.0)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad\\x1b[2J\\n[2026-01-01"), "the file is named, escaped: {err}");
+    assert!(!err.contains('\u{1b}'), "{err:?}");
+    assert!(err.lines().all(|l| l.starts_with("[20") && !l.starts_with("[2026-01-01")), "one line a message: {err}");
+}

@@ -78,6 +78,12 @@ impl Query {
         if from.is_some_and(|f| f.is_loopback() || f.is_unspecified()) {
             return Err(bad("--from: a loopback or unspecified source does not leave the host; use `node`".into()));
         }
+        // The kernel drops such a packet before it is routed (a martian source), after the
+        // prerouting rules for IPv4 and before them for IPv6: no connection ever starts there.
+        let broadcast = |f: &IpAddr| matches!(f, IpAddr::V4(v4) if v4.is_broadcast());
+        if from.is_some_and(|f| f.is_multicast() || broadcast(&f)) {
+            return Err(bad("--from: a multicast or broadcast source never starts a connection".into()));
+        }
         let protocol =
             Protocol::parse(Some(&protocol.to_ascii_uppercase())).map_err(|e| bad(format!("--protocol: {e}")))?;
         if from.is_some_and(|f: IpAddr| f.is_ipv4() != to.is_ipv4()) {

@@ -2,8 +2,8 @@
 //! are listed in the README, "Seeing what the proxy does").
 
 use super::{Explanation, Fate, Outcome, SourceKind, Step};
+use crate::text::push_line;
 use serde_json::{Value, json};
-use std::fmt::Write;
 
 fn kind_name(k: SourceKind) -> &'static str {
     match k {
@@ -57,32 +57,34 @@ fn path_text(path: &[Step]) -> String {
     chains.join(" > ")
 }
 
-/// The answer for people: aligned fields, a table of outcomes, the reasons.
+/// The answer for people: aligned fields, a table of outcomes, the reasons. Each line is
+/// made printable: node names and reasons carry text from the API server.
 pub fn text(e: &Explanation) -> String {
     let mut out = String::new();
+    let mut line = |text: String| push_line(&mut out, &text);
     let q = &e.query;
-    let _ = writeln!(out, "{:<9}{} ({})", "from", e.source, kind_text(e.kind));
-    let _ = writeln!(out, "{:<9}{} {}", "to", q.to, q.protocol);
+    line(format!("{:<9}{} ({})", "from", e.source, kind_text(e.kind)));
+    line(format!("{:<9}{} {}", "to", q.to, q.protocol));
     let service = e.service.as_ref().map_or("none".to_string(), |(s, f)| format!("{s} ({f})"));
-    let _ = writeln!(out, "{:<9}{service}", "service");
-    let _ = writeln!(out, "{:<9}{}", "result", result(e));
+    line(format!("{:<9}{service}", "service"));
+    line(format!("{:<9}{}", "result", result(e)));
     let rows: Vec<[String; 4]> = e.outcomes.iter().map(outcome_row).collect();
     let head = ["OUTCOME", "CHANCE", "NODE", "SOURCE"].map(String::from);
     let widths: Vec<usize> =
         (0..4).map(|i| rows.iter().chain([&head]).map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
     for row in [&head].into_iter().chain(rows.iter()) {
-        let line: Vec<String> = row.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        let _ = writeln!(out, "  {}", line.join("  ").trim_end());
+        let cells: Vec<String> = row.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        line(format!("  {}", cells.join("  ").trim_end()));
     }
     for (i, r) in e.reasons.iter().enumerate() {
-        let _ = writeln!(out, "{:<9}{}", if i == 0 { "why" } else { "" }, r.text);
+        line(format!("{:<9}{}", if i == 0 { "why" } else { "" }, r.text));
     }
     for (i, u) in e.unused.iter().enumerate() {
         let node = u.node.as_deref().map(|n| format!(" on {n}")).unwrap_or_default();
-        let _ = writeln!(out, "{:<9}{}{node}: {}", if i == 0 { "unused" } else { "" }, u.endpoint, u.text);
+        line(format!("{:<9}{}{node}: {}", if i == 0 { "unused" } else { "" }, u.endpoint, u.text));
     }
     if let Some(o) = e.outcomes.first() {
-        let _ = writeln!(out, "{:<9}{}", "path", path_text(&o.path));
+        line(format!("{:<9}{}", "path", path_text(&o.path)));
     }
     out
 }

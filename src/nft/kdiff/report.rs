@@ -2,9 +2,9 @@
 //! `+`/`-` lines for people, or one JSON document (schema in the README, "Seeing what the
 //! proxy does") for scripts.
 
+use crate::text::push_line;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 /// What kind of object differs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -115,19 +115,19 @@ impl Report {
     }
 
     /// The report for people: a header per service port, then aligned lines; empty when there
-    /// is no difference.
+    /// is no difference. Names and text read from the kernel are shown with their control
+    /// characters escaped (a foreign chain's name must not drive the operator's terminal).
     pub fn to_text(&self) -> String {
         let mut out = String::new();
         let groups =
             self.services.iter().map(|s| (s.service.as_str(), &s.changes)).chain(Some(("(table)", &self.table)));
         for (title, changes) in groups.filter(|(_, c)| !c.is_empty()) {
-            out.push_str(title);
-            out.push('\n');
+            push_line(&mut out, title);
             text_group(&mut out, changes);
         }
         if self.differences {
             let s = self.summary;
-            let _ = writeln!(out, "{} added, {} removed, {} changed", s.added, s.removed, s.changed);
+            push_line(&mut out, &format!("{} added, {} removed, {} changed", s.added, s.removed, s.changed));
         }
         out
     }
@@ -148,7 +148,7 @@ fn text_group(out: &mut String, changes: &[Change]) {
         if inline {
             let sign = if c.change == Kind::Removed { '-' } else { '+' };
             let text = c.removed.iter().chain(&c.added).next().map_or("", String::as_str);
-            let _ = writeln!(out, "  {sign} {head}  {text}");
+            push_line(out, format!("  {sign} {head}  {text}").trim_end());
             continue;
         }
         let sign = match c.change {
@@ -156,12 +156,12 @@ fn text_group(out: &mut String, changes: &[Change]) {
             Kind::Removed => '-',
             Kind::Changed => '~',
         };
-        let _ = writeln!(out, "  {sign} {}", head.trim_end());
+        push_line(out, &format!("  {sign} {}", head.trim_end()));
         for line in &c.removed {
-            let _ = writeln!(out, "      - {line}");
+            push_line(out, &format!("      - {line}"));
         }
         for line in &c.added {
-            let _ = writeln!(out, "      + {line}");
+            push_line(out, &format!("      + {line}"));
         }
     }
 }
@@ -194,6 +194,23 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&report.to_json()).expect("JSON");
         assert_eq!(json["services"][0]["changes"][0]["change"], "removed");
         assert_eq!(json["table"][0]["object"], "table");
+    }
+
+    #[test]
+    fn names_read_from_the_kernel_cannot_drive_a_terminal() {
+        let foreign = Change {
+            object: Object::Chain,
+            name: "evil\x1b[2J\x1b[H".into(),
+            removed: vec!["counter\ncomment \"\u{9b}31m\"".into()],
+            ..element("", Kind::Removed, "")
+        };
+        let text = Report::from_changes([(None, foreign)]).to_text();
+        assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
+        assert!(text.contains("chain evil\\x1b[2J\\x1b[H"), "{text}");
+        assert!(
+            text.contains("      - counter\\ncomment \"\\u{9b}31m\"\n"),
+            "a break inside a rule is shown, not made: {text}"
+        );
     }
 
     #[test]
