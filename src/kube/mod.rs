@@ -5,6 +5,7 @@
 
 mod client;
 mod decode;
+mod dial;
 pub mod events;
 mod kubeconfig;
 mod reflector;

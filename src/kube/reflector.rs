@@ -15,10 +15,19 @@ use prometheus::IntCounterVec;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// How long a list page may stay silent.
 const LIST_IDLE: Duration = Duration::from_secs(60);
+
+/// How long a list page may take in all, however it trickles in. The API server ends a
+/// request it has not answered within its own request timeout (a minute), so a page still
+/// arriving after that is only a slow or hostile peer: it is given up and listed again
+/// after a backoff.
+const LIST_PAGE_LIMIT: Duration = Duration::from_secs(60);
+
+/// A list page taking longer than this is logged while it still arrives.
+const SLOW_LIST_PAGE: Duration = Duration::from_secs(10);
 
 /// Changes sent to the inbox in one go while listing.
 const BATCH: usize = 500;
@@ -109,6 +118,9 @@ pub struct Reflector {
     /// Whether a watch was opened before (the next is a restart).
     pub(super) watched: bool,
     backoff: Backoff,
+    /// The last sign of life of this resource's feed (a page listed, a watch opened, a line
+    /// read): when the feed is lost, changes may be waiting unseen since then.
+    pub(super) alive: SystemTime,
 }
 
 /// What to do after a step.
@@ -140,6 +152,7 @@ impl Reflector {
             listed: false,
             watched: false,
             backoff: Backoff::default(),
+            alive: SystemTime::now(),
         }
     }
 
@@ -169,11 +182,15 @@ impl Reflector {
             match self.recover(&e) {
                 Recovery::Relist => {
                     (next, consistent) = (Next::Relist, true);
-                    // A list refused as too old (an expired `continue`) is listed again after
-                    // a wait, so a server that keeps refusing is not asked in a loop.
+                    // As client-go's reflector runs each list-and-watch round under its backoff
+                    // manager: the list a 410 calls for comes after a wait, so a server
+                    // answering 410 (or 504) to every watch or list is not asked in a loop.
+                    let wait = self.backoff.failed(&e);
                     if failed_list {
-                        let wait = self.backoff.failed(&e);
                         self.wait_after(&e, wait);
+                    } else {
+                        log::debug!("{}: listing again in {wait:.1?}", self.resource.name);
+                        self.sleep(wait);
                     }
                 }
                 Recovery::Retry => next = Next::Relist,
@@ -208,6 +225,7 @@ impl Reflector {
         }
         if self.resource.optional && e.code() == Some(404) {
             log::info!("the API server has no {name}; not following them");
+            self.shared.inbox.fresh(name);
             self.mark_listed();
             return Recovery::Absent;
         }
@@ -270,9 +288,7 @@ impl Reflector {
                 (true, true) => String::new(),
             };
             let query = format!("?limit={}{position}{}", self.shared.settings.page_size, self.selectors());
-            let body = self.shared.client.get(&format!("{}{query}", self.resource.path), LIST_IDLE)?;
-            let page: Page = serde_json::from_reader(std::io::BufReader::new(body.into_reader()))
-                .map_err(|e| ApiError::Decode(format!("listing {}: {e}", self.resource.name)))?;
+            let page = self.page(&format!("{}{query}", self.resource.path))?;
             for item in &page.items {
                 let (key, change) = self.decode(item);
                 seen.extend(key);
@@ -298,8 +314,32 @@ impl Reflector {
         log::info!("listed {} {} in {:?} (resourceVersion {rv})", seen.len(), self.resource.name, started.elapsed());
         self.known = seen;
         self.rv = rv;
+        self.lived();
         self.mark_listed();
         Ok(())
+    }
+
+    /// Reads one list page, within [`LIST_PAGE_LIMIT`], warning while it is slow.
+    fn page(&self, path: &str) -> Result<Page, ApiError> {
+        let name = self.resource.name;
+        let started = Instant::now();
+        let body = self.shared.client.get(path, LIST_IDLE, Some(LIST_PAGE_LIMIT))?;
+        let reader = SlowWarning { inner: body.into_reader(), name, started, warned: false };
+        serde_json::from_reader(std::io::BufReader::new(reader)).map_err(|e| {
+            if e.is_io() && started.elapsed() >= LIST_PAGE_LIMIT {
+                ApiError::Transport(format!("listing {name}: a page took longer than {LIST_PAGE_LIMIT:?} ({e})"))
+            } else if e.is_io() {
+                ApiError::Transport(format!("listing {name}: {e}"))
+            } else {
+                ApiError::Decode(format!("listing {name}: {e}"))
+            }
+        })
+    }
+
+    /// The feed just showed a sign of life: it is not stale.
+    pub(super) fn lived(&mut self) {
+        self.alive = SystemTime::now();
+        self.shared.inbox.fresh(self.resource.name);
     }
 
     /// Adds one to this resource's series of a counter, if metrics are kept.
@@ -331,6 +371,29 @@ impl Reflector {
                 (None, None)
             }
         }
+    }
+}
+
+/// A list page's body, logging once when it is slow to arrive (a first sync waiting on it
+/// would otherwise wait without a word).
+struct SlowWarning<R> {
+    inner: R,
+    name: &'static str,
+    started: Instant,
+    warned: bool,
+}
+
+impl<R: std::io::Read> std::io::Read for SlowWarning<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if !self.warned && self.started.elapsed() >= SLOW_LIST_PAGE {
+            self.warned = true;
+            log::warn!(
+                "listing {}: a page is taking longer than {SLOW_LIST_PAGE:?} to arrive; it is given up at {LIST_PAGE_LIMIT:?}",
+                self.name
+            );
+        }
+        Ok(n)
     }
 }
 
