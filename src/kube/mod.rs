@@ -8,6 +8,7 @@ mod decode;
 mod dial;
 pub mod events;
 mod kubeconfig;
+mod list;
 mod reflector;
 mod retry;
 mod watch;
