@@ -103,7 +103,11 @@ impl Reflector {
         let mut events = 0usize;
         loop {
             match read_line(&mut reader, &mut line) {
-                Ok(Line::End) => break,
+                Ok(Line::End) => {
+                    // The server closing the stream cleanly is a sign of life too.
+                    self.alive = SystemTime::now();
+                    break;
+                }
                 Ok(Line::Read) => self.alive = SystemTime::now(),
                 Ok(Line::TooLong) => {
                     return Err(ApiError::Decode(format!(
