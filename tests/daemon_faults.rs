@@ -1,6 +1,8 @@
 //! The daemon under faults a hostile test round found: a hung child (`nft`), syncs that fail, a
 //! second instance on the same node, manifests rewritten behind its back, chains left
-//! flushed, and signals. Each runs the real binary in a network namespace.
+//! flushed, signals, and an API server (the emulator) that refuses every watch, redirects,
+//! streams an endless line, trickles a list or whose connection dies silently. Each runs the
+//! real binary in a network namespace.
 
 mod common;
 

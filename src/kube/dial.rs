@@ -155,3 +155,25 @@ impl Transport for KeepaliveTransport {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustix::net::sockopt;
+
+    #[test]
+    fn a_dialled_socket_is_kept_alive_and_times_out_unacknowledged_data() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = dial(listener.local_addr().unwrap(), Some(Duration::from_secs(1))).unwrap();
+        assert!(sockopt::socket_keepalive(&stream).unwrap());
+        assert_eq!(sockopt::tcp_keepidle(&stream).unwrap(), KEEPALIVE_IDLE);
+        assert_eq!(sockopt::tcp_keepintvl(&stream).unwrap(), KEEPALIVE_INTERVAL);
+        assert_eq!(sockopt::tcp_keepcnt(&stream).unwrap(), KEEPALIVE_COUNT);
+        assert_eq!(u128::from(sockopt::tcp_user_timeout(&stream).unwrap()), USER_TIMEOUT.as_millis());
+        let dead = KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_COUNT;
+        assert!(
+            dead <= USER_TIMEOUT && USER_TIMEOUT < Duration::from_secs(60),
+            "a dead peer is noticed within a minute"
+        );
+    }
+}

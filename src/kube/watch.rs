@@ -192,3 +192,31 @@ impl Reflector {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_is_read_whole_up_to_the_bound_and_never_buffered_past_it() {
+        let text = b"{\"a\":1}\n\n{\"b\":2}";
+        let mut reader = std::io::BufReader::with_capacity(3, &text[..]);
+        let mut line = Vec::new();
+        let mut lines = Vec::new();
+        while let Line::Read = read_line(&mut reader, &mut line).unwrap() {
+            lines.push(String::from_utf8(line.clone()).unwrap());
+        }
+        assert_eq!(lines, ["{\"a\":1}\n", "\n", "{\"b\":2}"], "the last line may lack its newline");
+        let endless = std::io::Read::take(std::io::repeat(b'a'), 3 * MAX_LINE as u64);
+        let mut reader = std::io::BufReader::new(endless);
+        assert!(matches!(read_line(&mut reader, &mut line).unwrap(), Line::TooLong));
+        assert!(line.capacity() <= MAX_LINE, "grew to {} bytes", line.capacity());
+        let mut exact = vec![b'a'; MAX_LINE - 1];
+        exact.push(b'\n');
+        let mut reader = std::io::BufReader::new(&exact[..]);
+        assert!(matches!(read_line(&mut reader, &mut line).unwrap(), Line::Read), "a line of the bound is read");
+        assert_eq!(line.len(), MAX_LINE);
+        read_line(&mut reader, &mut line).unwrap();
+        assert!(line.capacity() <= KEEP_CAPACITY, "the buffer is shrunk after a large line");
+    }
+}
