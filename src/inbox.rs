@@ -70,6 +70,9 @@ impl Pending {
 pub struct Inbox {
     pending: Mutex<Pending>,
     arrived: Condvar,
+    /// Sources that lost their feed, each since its last sign of life: changes made since
+    /// then may be waiting unseen, so health counts them as waiting from then.
+    stale: Mutex<BTreeMap<&'static str, SystemTime>>,
 }
 
 impl Inbox {
@@ -149,9 +152,25 @@ impl Inbox {
 
     /// When the oldest Service or EndpointSlice change not yet taken arrived: health counts a
     /// change as queued from here, as upstream's event handlers do, so a sync thread stuck in
-    /// the kernel still turns the proxy unhealthy while changes pile up behind it.
+    /// the kernel still turns the proxy unhealthy while changes pile up behind it. A source
+    /// that lost its feed counts as a change waiting since its last sign of life.
     pub fn oldest_waiting(&self) -> Option<SystemTime> {
-        self.lock().oldest
+        let stale = self.stale_marks().values().min().copied();
+        [self.lock().oldest, stale].into_iter().flatten().min()
+    }
+
+    fn stale_marks(&self) -> MutexGuard<'_, BTreeMap<&'static str, SystemTime>> {
+        self.stale.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// `source` lost its feed; it last heard from it at `since` (an earlier mark stays).
+    pub fn stale(&self, source: &'static str, since: SystemTime) {
+        self.stale_marks().entry(source).or_insert(since);
+    }
+
+    /// `source` has its feed again.
+    pub fn fresh(&self, source: &'static str) {
+        self.stale_marks().remove(source);
     }
 }
 
@@ -200,6 +219,20 @@ mod tests {
         assert!(d.requests.shutdown);
         assert!(start.elapsed() < Duration::from_secs(5));
         t.join().expect("sender");
+    }
+
+    #[test]
+    fn a_stale_source_counts_as_waiting_until_fresh_again() {
+        let inbox = Inbox::default();
+        let then = SystemTime::now() - Duration::from_secs(90);
+        inbox.stale("services", then);
+        inbox.stale("services", SystemTime::now());
+        inbox.send(svc("a"));
+        assert_eq!(inbox.oldest_waiting(), Some(then), "the earliest sign of life counts, and survives a take");
+        inbox.wait(Instant::now());
+        assert_eq!(inbox.oldest_waiting(), Some(then));
+        inbox.fresh("services");
+        assert_eq!(inbox.oldest_waiting(), None);
     }
 
     #[test]

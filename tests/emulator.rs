@@ -201,6 +201,39 @@ fn stream_faults() {
 }
 
 #[test]
+fn redirects_error_events_endless_lines_and_slow_lists() {
+    let emu = Emulator::start(None, "127.0.0.1:0", None, &["--plain"]);
+    let api = emu.api.clone();
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).max_redirects(0).build().into();
+    let get = |path: &str| agent.get(format!("{api}{path}")).call().expect("answered");
+    emu.fault(&json!({"fail": {"status": 307, "verb": "list", "location": "http://elsewhere:81"}}));
+    let moved = get("/api/v1/services?limit=5");
+    assert_eq!(moved.status(), 307);
+    assert_eq!(moved.headers()["location"], "http://elsewhere:81/api/v1/services?limit=5");
+    emu.fault(&json!({"fail": {"status": 410, "verb": "watch", "as_event": true}}));
+    let mut opened = get("/api/v1/services?watch=true");
+    assert_eq!(opened.status(), 200);
+    let event: Value = serde_json::from_str(&opened.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!((event["type"].as_str(), event["object"]["code"].as_u64()), (Some("ERROR"), Some(410)));
+    emu.fault(&json!({"fail": {"status": 200, "verb": "list", "byte_every_ms": 10}}));
+    let started = Instant::now();
+    let text = get("/api/v1/services").body_mut().read_to_string().unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(10) * (text.len() as u32 - 1), "{:?}", started.elapsed());
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["kind"], "ServiceList");
+    let mut endless = RawWatch::open(api.trim_start_matches("http://"), "/api/v1/services?watch=true");
+    emu.fault(&json!({"endless": "services"}));
+    let mut line = String::new();
+    while line.len() < 4 << 20 {
+        match endless.next(Duration::from_secs(5)) {
+            Item::Garbage(text) => line.push_str(&text),
+            other => panic!("the line ended: {other:?} after {} bytes", line.len()),
+        }
+    }
+    assert!(line.starts_with(r#"{"type":"MODIFIED","object":{"padding":"aaa"#) && !line.contains('\n'));
+    assert_eq!(get("/api/v1/services").status(), 200, "every armed rule is used up");
+}
+
+#[test]
 fn authentication_fail_faults_and_stats() {
     let emu = Emulator::start(None, "127.0.0.1:0", Some(&common::root().join("examples/cluster")), &[]);
     assert!(emu.ready.starts_with("ready api=https://127.0.0.1:") && emu.control.starts_with("http://127.0.0.1:"));

@@ -10,6 +10,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
+use ureq::unversioned::resolver::DefaultResolver;
+use ureq::unversioned::transport::{Connector, RustlsConnector};
 
 /// How long a connection (TCP and TLS) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -135,8 +137,11 @@ impl Client {
             log::warn!("insecure-skip-tls-verify is set: the API server's certificate is not verified");
         }
         let tls = tls_config(cfg)?;
-        let agent: ureq::Agent = ureq::Agent::config_builder()
+        let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            // The API server never redirects a list or watch: a redirect is an error, not a
+            // new source of truth (see `answer`).
+            .max_redirects(0)
             .proxy(None)
             .user_agent(concat!("kube-nftproxy/", env!("CARGO_PKG_VERSION")))
             .timeout_connect(Some(CONNECT_TIMEOUT))
@@ -144,8 +149,9 @@ impl Client {
             .timeout_send_request(Some(RESPONSE_TIMEOUT))
             .timeout_recv_response(Some(RESPONSE_TIMEOUT))
             .tls_config(tls)
-            .build()
-            .into();
+            .build();
+        let connector = ().chain(super::dial::KeepaliveConnector).chain(RustlsConnector::default());
+        let agent = ureq::Agent::with_parts(config, connector, DefaultResolver::default());
         let token = cfg.token.clone().map(|t| Arc::new(TokenSource::new(t)));
         Ok(Client { agent, server: cfg.server.trim_end_matches('/').to_string(), token })
     }
@@ -155,15 +161,16 @@ impl Client {
         &self.server
     }
 
-    /// `GET path` (with its query); a reply that stays silent for `idle` ends the body with
-    /// a timeout. Statuses other than 2xx are returned as [`ApiError::Status`].
-    pub fn get(&self, path: &str, idle: Duration) -> Result<ureq::Body, ApiError> {
+    /// `GET path` (with its query); a reply that stays silent for `idle`, or that takes longer
+    /// than `total` in all (connecting, headers and body), ends with a timeout. Statuses other than 2xx are
+    /// returned as [`ApiError::Status`].
+    pub fn get(&self, path: &str, idle: Duration, total: Option<Duration>) -> Result<ureq::Body, ApiError> {
         let url = format!("{}{path}", self.server);
         let mut req = self.agent.get(&url).header("Accept", "application/json");
         if let Some(token) = &self.token {
             req = req.header("Authorization", format!("Bearer {}", token.get()?));
         }
-        self.answer(req.config().timeout_per_read(Some(idle)).build().call())
+        self.answer(req.config().timeout_per_read(Some(idle)).timeout_per_call(total).build().call())
     }
 
     /// `POST path` with `body` as JSON; the reply's body, which must come within the
@@ -185,6 +192,10 @@ impl Client {
         let code = resp.status().as_u16();
         if (200..300).contains(&code) {
             return Ok(resp.into_body());
+        }
+        if (300..400).contains(&code) {
+            let message = "the API server answered with a redirect, which is not followed".to_string();
+            return Err(ApiError::Status { code, reason: String::new(), message, retry_after: None });
         }
         let retry_after = resp
             .headers()

@@ -5,8 +5,10 @@
 
 mod client;
 mod decode;
+mod dial;
 pub mod events;
 mod kubeconfig;
+mod list;
 mod reflector;
 mod retry;
 mod watch;

@@ -2,11 +2,12 @@
 //! watch cache with `resourceVersion=0`), then watch from the list's resourceVersion with
 //! bookmarks, resuming from the last resourceVersion seen whenever a watch ends. A 410 (too
 //! old, or an expired `continue`) relists and replaces what this resource delivered, so
-//! whatever was deleted meanwhile goes. Everything else backs off with jitter. Objects go to
+//! whatever was deleted meanwhile goes; like every other failure, after a backoff with
+//! jitter, so a server refusing every watch is not listed in a loop. Objects go to
 //! the [`Inbox`] one by one; a bad one is logged and skipped, keeping its last good state.
 
 use super::client::{ApiError, Client};
-use super::decode::{self, Decoded, Page};
+use super::decode::{self, Decoded};
 use super::retry::{Backoff, Quiet};
 use crate::inbox::Inbox;
 use crate::metrics::Metrics;
@@ -15,13 +16,7 @@ use prometheus::IntCounterVec;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
-
-/// How long a list page may stay silent.
-const LIST_IDLE: Duration = Duration::from_secs(60);
-
-/// Changes sent to the inbox in one go while listing.
-const BATCH: usize = 500;
+use std::time::{Duration, Instant, SystemTime};
 
 /// What a reflector follows.
 #[derive(Debug, Clone)]
@@ -105,10 +100,13 @@ pub struct Reflector {
     pub(super) known: HashSet<ObjectKey>,
     /// The resourceVersion to watch from; empty until the first list.
     pub(super) rv: String,
-    listed: bool,
+    pub(super) listed: bool,
     /// Whether a watch was opened before (the next is a restart).
     pub(super) watched: bool,
     backoff: Backoff,
+    /// The last sign of life of this resource's feed (a page listed, a watch opened, a line
+    /// read): when the feed is lost, changes may be waiting unseen since then.
+    pub(super) alive: SystemTime,
 }
 
 /// What to do after a step.
@@ -140,6 +138,7 @@ impl Reflector {
             listed: false,
             watched: false,
             backoff: Backoff::default(),
+            alive: SystemTime::now(),
         }
     }
 
@@ -169,11 +168,15 @@ impl Reflector {
             match self.recover(&e) {
                 Recovery::Relist => {
                     (next, consistent) = (Next::Relist, true);
-                    // A list refused as too old (an expired `continue`) is listed again after
-                    // a wait, so a server that keeps refusing is not asked in a loop.
+                    // As client-go's reflector runs each list-and-watch round under its backoff
+                    // manager: the list a 410 calls for comes after a wait, so a server
+                    // answering 410 (or 504) to every watch or list is not asked in a loop.
+                    let wait = self.backoff.failed(&e);
                     if failed_list {
-                        let wait = self.backoff.failed(&e);
                         self.wait_after(&e, wait);
+                    } else {
+                        log::debug!("{}: listing again in {wait:.1?}", self.resource.name);
+                        self.sleep(wait);
                     }
                 }
                 Recovery::Retry => next = Next::Relist,
@@ -208,6 +211,7 @@ impl Reflector {
         }
         if self.resource.optional && e.code() == Some(404) {
             log::info!("the API server has no {name}; not following them");
+            self.shared.inbox.fresh(name);
             self.mark_listed();
             return Recovery::Absent;
         }
@@ -253,53 +257,10 @@ impl Reflector {
         q
     }
 
-    /// Lists every object page by page and replaces what this resource delivered before.
-    fn list(&mut self, consistent: bool) -> Result<(), ApiError> {
-        if self.listed {
-            self.count(|m| &m.relists);
-        }
-        let started = Instant::now();
-        let mut seen = HashSet::with_capacity(self.known.len());
-        let mut cont = String::new();
-        let mut batch = Vec::with_capacity(BATCH);
-        let rv = loop {
-            // With `continue` the token carries the snapshot; a resourceVersion is refused then.
-            let position = match (cont.is_empty(), consistent) {
-                (false, _) => format!("&continue={}", escape(&cont)),
-                (true, false) => "&resourceVersion=0".to_string(),
-                (true, true) => String::new(),
-            };
-            let query = format!("?limit={}{position}{}", self.shared.settings.page_size, self.selectors());
-            let body = self.shared.client.get(&format!("{}{query}", self.resource.path), LIST_IDLE)?;
-            let page: Page = serde_json::from_reader(std::io::BufReader::new(body.into_reader()))
-                .map_err(|e| ApiError::Decode(format!("listing {}: {e}", self.resource.name)))?;
-            for item in &page.items {
-                let (key, change) = self.decode(item);
-                seen.extend(key);
-                batch.extend(change);
-                if batch.len() >= BATCH {
-                    self.shared.inbox.send_all(batch.drain(..));
-                }
-            }
-            if page.metadata.continue_.is_empty() {
-                break page.metadata.resource_version;
-            }
-            cont = page.metadata.continue_;
-        };
-        self.shared.inbox.send_all(batch);
-        let kind = self.resource.kind;
-        let gone: Vec<ObjectChange> = self
-            .known
-            .iter()
-            .filter(|k| !seen.contains(*k))
-            .map(|k| ObjectChange::deleted(&(kind, k.clone())))
-            .collect();
-        self.shared.inbox.send_all(gone);
-        log::info!("listed {} {} in {:?} (resourceVersion {rv})", seen.len(), self.resource.name, started.elapsed());
-        self.known = seen;
-        self.rv = rv;
-        self.mark_listed();
-        Ok(())
+    /// The feed just showed a sign of life: it is not stale.
+    pub(super) fn lived(&mut self) {
+        self.alive = SystemTime::now();
+        self.shared.inbox.fresh(self.resource.name);
     }
 
     /// Adds one to this resource's series of a counter, if metrics are kept.
@@ -309,7 +270,7 @@ impl Reflector {
         }
     }
 
-    fn mark_listed(&mut self) {
+    pub(super) fn mark_listed(&mut self) {
         if !self.listed {
             self.listed = true;
             self.shared.inbox.listed(self.resource.name);

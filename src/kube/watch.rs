@@ -6,20 +6,84 @@ use super::decode::{Event, Meta};
 use super::reflector::{Next, Reflector, escape};
 use crate::model::ObjectChange;
 use std::io::BufRead;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// How much longer than its `timeoutSeconds` a watch may stay silent before it is taken as
 /// stalled (the server closes it at the timeout, so silence past that means a dead stream).
 const WATCH_IDLE_MARGIN: Duration = Duration::from_secs(5);
 
+/// How long a watch that asked for bookmarks may stay silent: the API server sends one about
+/// every minute, so a stream silent for longer is dead even when its connection is not (a
+/// proxy in between still answering keepalive). Reopening it costs a watch, not a list.
+const BOOKMARK_SILENCE: Duration = Duration::from_secs(75);
+
 /// A watch that ends this soon without an event counts as a failure, so a server that
 /// closes every watch at once is not asked again in a loop.
 const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
 
+/// The longest watch line (one event) read. etcd stores objects of at most about 1.5 MiB
+/// (its default request limit), and an event is one object plus a few dozen bytes, so ten
+/// times that is room for any real event; a longer line is a broken or hostile stream, and
+/// reading it on would grow the daemon without bound.
+pub(super) const MAX_LINE: usize = 16 << 20;
+
+/// A line buffer grown past this by a large event is shrunk back once the event is handled.
+const KEEP_CAPACITY: usize = 1 << 20;
+
+/// What reading a line found.
+enum Line {
+    /// A line (the last one may lack its newline).
+    Read,
+    /// The end of the stream.
+    End,
+    /// A line longer than [`MAX_LINE`].
+    TooLong,
+}
+
+/// Reads the next line into `line` (cleared first), holding at most [`MAX_LINE`] bytes.
+fn read_line(reader: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<Line> {
+    line.clear();
+    line.shrink_to(KEEP_CAPACITY);
+    loop {
+        let buf = match reader.fill_buf() {
+            Ok(buf) => buf,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            return Ok(if line.is_empty() { Line::End } else { Line::Read });
+        }
+        let (take, done) = match buf.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        if line.len() + take > MAX_LINE {
+            return Ok(Line::TooLong);
+        }
+        // Grown by doubling, but never past the bound.
+        if line.capacity() < line.len() + take {
+            let want = (line.capacity() * 2).clamp(line.len() + take, MAX_LINE);
+            line.reserve_exact(want - line.len());
+        }
+        line.extend_from_slice(&buf[..take]);
+        reader.consume(take);
+        if done {
+            return Ok(Line::Read);
+        }
+    }
+}
+
 impl Reflector {
     /// Watches from the last resourceVersion until the stream ends; what ends it decides
-    /// whether the next step watches again or relists.
+    /// whether the next step watches again or relists. Until the next watch opens or list
+    /// completes, the resource counts as stale since its last sign of life.
     pub(super) fn watch(&mut self) -> Result<Next, ApiError> {
+        let result = self.follow();
+        self.shared.inbox.stale(self.resource.name, self.alive);
+        result
+    }
+
+    fn follow(&mut self) -> Result<Next, ApiError> {
         if std::mem::replace(&mut self.watched, true) {
             self.count(|m| &m.watch_restarts);
         }
@@ -30,17 +94,28 @@ impl Reflector {
             escape(&self.rv),
             self.selectors()
         );
-        let idle = Duration::from_secs(timeout) + WATCH_IDLE_MARGIN;
+        let idle = (Duration::from_secs(timeout) + WATCH_IDLE_MARGIN).min(BOOKMARK_SILENCE);
         let started = Instant::now();
-        let body = self.shared.client.get(&format!("{}{query}", self.resource.path), idle)?;
+        let body = self.shared.client.get(&format!("{}{query}", self.resource.path), idle, None)?;
+        self.lived();
         let mut reader = std::io::BufReader::new(body.into_reader());
         let mut line = Vec::new();
         let mut events = 0usize;
         loop {
-            line.clear();
-            match reader.read_until(b'\n', &mut line) {
-                Ok(0) => break,
-                Ok(_) => {}
+            match read_line(&mut reader, &mut line) {
+                Ok(Line::End) => {
+                    // The server closing the stream cleanly is a sign of life too.
+                    self.alive = SystemTime::now();
+                    break;
+                }
+                Ok(Line::Read) => self.alive = SystemTime::now(),
+                Ok(Line::TooLong) => {
+                    return Err(ApiError::Decode(format!(
+                        "watching {}: a line longer than {} MiB, taken as a broken stream",
+                        self.resource.name,
+                        MAX_LINE >> 20
+                    )));
+                }
                 Err(e) => {
                     let e = ureq::Error::from(e);
                     if matches!(e, ureq::Error::Timeout(_)) {
@@ -115,5 +190,33 @@ impl Reflector {
         if !rv.is_empty() {
             self.rv = rv;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_is_read_whole_up_to_the_bound_and_never_buffered_past_it() {
+        let text = b"{\"a\":1}\n\n{\"b\":2}";
+        let mut reader = std::io::BufReader::with_capacity(3, &text[..]);
+        let mut line = Vec::new();
+        let mut lines = Vec::new();
+        while let Line::Read = read_line(&mut reader, &mut line).unwrap() {
+            lines.push(String::from_utf8(line.clone()).unwrap());
+        }
+        assert_eq!(lines, ["{\"a\":1}\n", "\n", "{\"b\":2}"], "the last line may lack its newline");
+        let endless = std::io::Read::take(std::io::repeat(b'a'), 3 * MAX_LINE as u64);
+        let mut reader = std::io::BufReader::new(endless);
+        assert!(matches!(read_line(&mut reader, &mut line).unwrap(), Line::TooLong));
+        assert!(line.capacity() <= MAX_LINE, "grew to {} bytes", line.capacity());
+        let mut exact = vec![b'a'; MAX_LINE - 1];
+        exact.push(b'\n');
+        let mut reader = std::io::BufReader::new(&exact[..]);
+        assert!(matches!(read_line(&mut reader, &mut line).unwrap(), Line::Read), "a line of the bound is read");
+        assert_eq!(line.len(), MAX_LINE);
+        read_line(&mut reader, &mut line).unwrap();
+        assert!(line.capacity() <= KEEP_CAPACITY, "the buffer is shrunk after a large line");
     }
 }

@@ -1,7 +1,7 @@
 //! The REST routes: resource paths to store operations, query parameters to list and watch
 //! options, and store errors to Status responses.
 
-use crate::faults::Faults;
+use crate::faults::{Failure, Faults};
 use crate::history::Key;
 use crate::http::{Request, Response};
 use crate::list::{Continue, Query};
@@ -84,8 +84,15 @@ pub fn route(app: &App, req: &Request, listener: Listener) -> Reply {
     let verb = verb(req, &target);
     if listener == Listener::Api {
         app.stats.request(verb, target.res.plural);
-        if let Some(failure) = app.faults.take(target.res.plural, verb) {
-            return failure.into();
+        match app.faults.take(target.res.plural, verb, &req.target) {
+            Some(Failure::Answer(failure)) => return failure.into(),
+            Some(Failure::Slow(pace)) => {
+                return match handle(app, req, &target, verb) {
+                    Ok(Reply::Done(resp)) | Err(resp) => Reply::Done(Response { pace: Some(pace), ..resp }),
+                    Ok(reply) => reply,
+                };
+            }
+            None => {}
         }
     }
     match handle(app, req, &target, verb) {

@@ -1,4 +1,6 @@
-//! Fault injection: the `/emulator/faults` switches, and the armed "fail the next N requests" rules.
+//! Fault injection: the `/emulator/faults` switches, and the armed "fail the next N requests"
+//! rules (an error status, a redirect, a watch that opens with a 410 ERROR event, or a list
+//! written slowly).
 
 use crate::http::{Response, reason_for, status_body};
 use crate::store::Store;
@@ -22,6 +24,20 @@ struct FailRule {
     retry_after: Option<u64>,
     resource: Option<String>,
     verb: Option<String>,
+    /// For a 3xx: where to redirect (the request's path and query are appended).
+    location: Option<String>,
+    /// Answer 200 with a watch stream whose only event is an ERROR carrying `status`.
+    as_event: bool,
+    /// Send the real answer, one byte per this many milliseconds (`status` 200).
+    byte_every_ms: Option<u64>,
+}
+
+/// What an armed rule does to a request.
+pub enum Failure {
+    /// Answer this instead.
+    Answer(Response),
+    /// Answer as usual, one byte at a time with this pause.
+    Slow(std::time::Duration),
 }
 
 /// The armed request failures.
@@ -31,8 +47,9 @@ pub struct Faults {
 }
 
 impl Faults {
-    /// If a rule matches this request, uses one of its count and returns the failure to answer.
-    pub fn take(&self, plural: &str, verb: &str) -> Option<Response> {
+    /// If a rule matches this request (`target`: its path and query as sent), uses one of its
+    /// count and returns what to do instead of answering as usual.
+    pub fn take(&self, plural: &str, verb: &str, target: &str) -> Option<Failure> {
         let mut rules = self.rules.lock().unwrap_or_else(|e| e.into_inner());
         let i = rules.iter().position(|r| {
             r.count > 0
@@ -41,16 +58,27 @@ impl Faults {
         })?;
         let rule = &mut rules[i];
         rule.count -= 1;
+        let rule = rule.clone();
+        rules.retain(|r| r.count > 0);
+        drop(rules);
+        log::info!("fault: answered {verb} {plural} with {}", rule.status);
+        if let Some(ms) = rule.byte_every_ms {
+            return Some(Failure::Slow(std::time::Duration::from_millis(ms)));
+        }
         let message = format!("injected failure {} for {verb} {plural}", rule.status);
-        let mut resp =
-            Response::json(rule.status, status_body(rule.status, reason_for(rule.status), &message).into_bytes());
+        let status = status_body(rule.status, reason_for(rule.status), &message);
+        let mut resp = if rule.as_event {
+            Response::json(200, format!("{{\"type\":\"ERROR\",\"object\":{status}}}\n").into_bytes())
+        } else {
+            Response::json(rule.status, status.into_bytes())
+        };
         if let Some(s) = rule.retry_after {
             resp.headers.push(("Retry-After".into(), s.to_string()));
         }
-        let status = rule.status;
-        rules.retain(|r| r.count > 0);
-        log::info!("fault: answered {verb} {plural} with {status}");
-        Some(resp)
+        if let Some(base) = &rule.location {
+            resp.headers.push(("Location".into(), format!("{base}{target}")));
+        }
+        Some(Failure::Answer(resp))
     }
 
     /// Applies every switch in a `/emulator/faults` body.
@@ -66,7 +94,11 @@ impl Faults {
                 "compact" if value.as_bool() == Some(true) => store.compact(),
                 "malformed" => store.signal(Some(plural(value)?), &WatchMsg::Malformed),
                 "garbage" => store.signal(Some(plural(value)?), &WatchMsg::Garbage),
+                "endless" => store.signal(Some(plural(value)?), &WatchMsg::Endless),
                 "fail" => self.arm(value)?,
+                "clear" if value.as_bool() == Some(true) => {
+                    self.rules.lock().unwrap_or_else(|e| e.into_inner()).clear()
+                }
                 _ => return Err(FaultError::Unknown(format!("{key}: {value}"))),
             }
         }
@@ -76,13 +108,23 @@ impl Faults {
 
     fn arm(&self, v: &Value) -> Result<(), FaultError> {
         let status = v["status"].as_u64().and_then(|s| u16::try_from(s).ok());
-        let status = status.filter(|s| (400..600).contains(s)).ok_or_else(|| FaultError::Unknown(v.to_string()))?;
+        let byte_every_ms = v["byte_every_ms"].as_u64();
+        let location = v["location"].as_str().map(str::to_string);
+        let usable = |s: &u16| {
+            (400..600).contains(s)
+                || (*s == 200 && byte_every_ms.is_some())
+                || ((300..400).contains(s) && location.is_some())
+        };
+        let status = status.filter(usable).ok_or_else(|| FaultError::Unknown(v.to_string()))?;
         let rule = FailRule {
             status,
             count: v["count"].as_u64().unwrap_or(1),
             retry_after: v["retry_after"].as_u64(),
             resource: v["resource"].as_str().map(str::to_string),
             verb: v["verb"].as_str().map(str::to_string),
+            location,
+            as_event: v["as_event"].as_bool() == Some(true),
+            byte_every_ms,
         };
         self.rules.lock().unwrap_or_else(|e| e.into_inner()).push(rule);
         Ok(())

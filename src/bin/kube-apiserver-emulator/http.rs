@@ -25,6 +25,8 @@ pub enum HttpError {
 pub struct Request {
     /// Method, e.g. `GET`.
     pub method: String,
+    /// The request target as sent (path and query, not decoded).
+    pub target: String,
     /// The decoded path, without the query.
     pub path: String,
     /// Decoded query parameters, in order.
@@ -119,7 +121,8 @@ fn parse_head(head: &str) -> Result<Request, HttpError> {
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
-    Ok(Request { method: method.to_string(), path: decode(path, false), query, headers, body: Vec::new() })
+    let (method, target) = (method.to_string(), target.to_string());
+    Ok(Request { method, target, path: decode(path, false), query, headers, body: Vec::new() })
 }
 
 /// Percent-decoding; in queries `+` is a space, as Go's url.Values encodes it.
@@ -152,12 +155,14 @@ pub struct Response {
     pub headers: Vec<(String, String)>,
     /// The body, always JSON here.
     pub body: Vec<u8>,
+    /// Write the body one byte at a time with this pause (a slow-list fault).
+    pub pace: Option<std::time::Duration>,
 }
 
 impl Response {
     /// A JSON response.
     pub fn json(status: u16, body: Vec<u8>) -> Response {
-        Response { status, headers: Vec::new(), body }
+        Response { status, headers: Vec::new(), body, pace: None }
     }
 
     /// A metav1.Status failure.
@@ -195,6 +200,10 @@ fn phrase(code: u16) -> &'static str {
     match code {
         200 => "OK",
         201 => "Created",
+        301 => "Moved Permanently",
+        302 => "Found",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
         400 => "Bad Request",
         401 => "Unauthorized",
         403 => "Forbidden",
@@ -223,8 +232,16 @@ pub fn write_response(io: &mut impl Write, resp: &Response, close: bool) -> io::
     }
     head.push_str("\r\n");
     io.write_all(head.as_bytes())?;
-    io.write_all(&resp.body)?;
-    io.flush()
+    let Some(pace) = resp.pace else {
+        io.write_all(&resp.body)?;
+        return io.flush();
+    };
+    for byte in &resp.body {
+        io.write_all(std::slice::from_ref(byte))?;
+        io.flush()?;
+        std::thread::sleep(pace);
+    }
+    Ok(())
 }
 
 /// Writes the head of a chunked streaming response.

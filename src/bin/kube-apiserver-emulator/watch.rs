@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 const FLUSH_AT: usize = 256 * 1024;
 /// How often a stalled stream checks whether its client gave up.
 const STALL_POLL: Duration = Duration::from_millis(200);
+/// How much of a never-ending line is sent before the connection is cut.
+pub const ENDLESS_LIMIT: usize = 256 << 20;
 
 /// A parsed watch request.
 pub struct WatchRequest {
@@ -220,6 +222,7 @@ impl Stream<'_> {
             Item::Msg(WatchMsg::Event(e)) => self.event(&e)?,
             Item::Msg(WatchMsg::Malformed) => self.malformed()?,
             Item::Msg(WatchMsg::Garbage) => chunk(&mut self.out, b"this is not JSON {\n"),
+            Item::Msg(WatchMsg::Endless) => return self.endless().map(Some),
         }
         Ok(None)
     }
@@ -299,6 +302,24 @@ impl Stream<'_> {
         let msg = format!("too old resource version: {} ({})", self.last_rv, compacted.max(self.last_rv + 1));
         chunk(&mut self.out, &error_event(&msg));
         self.finish()
+    }
+
+    /// Starts an event whose line never ends; cuts the connection after [`ENDLESS_LIMIT`]
+    /// bytes, or when the client gives up.
+    fn endless(&mut self) -> io::Result<End> {
+        chunk(&mut self.out, br#"{"type":"MODIFIED","object":{"padding":""#);
+        self.flush()?;
+        let mut block = Vec::new();
+        chunk(&mut block, &[b'a'; 64 * 1024]);
+        let mut sent = 0;
+        while sent < ENDLESS_LIMIT {
+            if self.conn.io.write_all(&block).is_err() {
+                return Ok(End::Close);
+            }
+            sent += 64 * 1024;
+        }
+        self.conn.shutdown();
+        Ok(End::Close)
     }
 
     fn drop_stream(&mut self, mode: DropMode) -> io::Result<End> {

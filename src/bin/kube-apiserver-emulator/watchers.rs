@@ -36,6 +36,9 @@ pub enum WatchMsg {
     Malformed,
     /// Send a line that is not JSON.
     Garbage,
+    /// Send a line that never ends (until [`crate::watch::ENDLESS_LIMIT`] bytes), then cut
+    /// the connection.
+    Endless,
 }
 
 struct Slot {

@@ -1,0 +1,114 @@
+//! One list of a reflector: every object page by page at one snapshot, each page within a
+//! time bound and logged while slow, replacing what the resource delivered before.
+
+use super::client::ApiError;
+use super::decode::Page;
+use super::reflector::{Reflector, escape};
+use crate::model::ObjectChange;
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+/// How long a list page may stay silent.
+const LIST_IDLE: Duration = Duration::from_secs(60);
+
+/// How long a list page may take in all, however it trickles in. The API server ends a
+/// request it has not answered within its own request timeout (a minute), so a page still
+/// arriving after that is only a slow or hostile peer: it is given up and listed again
+/// after a backoff.
+const LIST_PAGE_LIMIT: Duration = Duration::from_secs(60);
+
+/// A list page taking longer than this is logged while it still arrives.
+const SLOW_LIST_PAGE: Duration = Duration::from_secs(10);
+
+/// Changes sent to the inbox in one go while listing.
+const BATCH: usize = 500;
+
+impl Reflector {
+    /// Lists every object page by page and replaces what this resource delivered before.
+    pub(super) fn list(&mut self, consistent: bool) -> Result<(), ApiError> {
+        if self.listed {
+            self.count(|m| &m.relists);
+        }
+        let started = Instant::now();
+        let mut seen = HashSet::with_capacity(self.known.len());
+        let mut cont = String::new();
+        let mut batch = Vec::with_capacity(BATCH);
+        let rv = loop {
+            // With `continue` the token carries the snapshot; a resourceVersion is refused then.
+            let position = match (cont.is_empty(), consistent) {
+                (false, _) => format!("&continue={}", escape(&cont)),
+                (true, false) => "&resourceVersion=0".to_string(),
+                (true, true) => String::new(),
+            };
+            let query = format!("?limit={}{position}{}", self.shared.settings.page_size, self.selectors());
+            let page = self.page(&format!("{}{query}", self.resource.path))?;
+            for item in &page.items {
+                let (key, change) = self.decode(item);
+                seen.extend(key);
+                batch.extend(change);
+                if batch.len() >= BATCH {
+                    self.shared.inbox.send_all(batch.drain(..));
+                }
+            }
+            if page.metadata.continue_.is_empty() {
+                break page.metadata.resource_version;
+            }
+            cont = page.metadata.continue_;
+        };
+        self.shared.inbox.send_all(batch);
+        let kind = self.resource.kind;
+        let gone: Vec<ObjectChange> = self
+            .known
+            .iter()
+            .filter(|k| !seen.contains(*k))
+            .map(|k| ObjectChange::deleted(&(kind, k.clone())))
+            .collect();
+        self.shared.inbox.send_all(gone);
+        log::info!("listed {} {} in {:?} (resourceVersion {rv})", seen.len(), self.resource.name, started.elapsed());
+        self.known = seen;
+        self.rv = rv;
+        self.lived();
+        self.mark_listed();
+        Ok(())
+    }
+
+    /// Reads one list page, within [`LIST_PAGE_LIMIT`], warning while it is slow.
+    fn page(&self, path: &str) -> Result<Page, ApiError> {
+        let name = self.resource.name;
+        let started = Instant::now();
+        let body = self.shared.client.get(path, LIST_IDLE, Some(LIST_PAGE_LIMIT))?;
+        let reader = SlowWarning { inner: body.into_reader(), name, started, warned: false };
+        serde_json::from_reader(std::io::BufReader::new(reader)).map_err(|e| {
+            if e.is_io() && started.elapsed() >= LIST_PAGE_LIMIT {
+                ApiError::Transport(format!("listing {name}: a page took longer than {LIST_PAGE_LIMIT:?} ({e})"))
+            } else if e.is_io() {
+                ApiError::Transport(format!("listing {name}: {e}"))
+            } else {
+                ApiError::Decode(format!("listing {name}: {e}"))
+            }
+        })
+    }
+}
+
+/// A list page's body, logging once when it is slow to arrive (a first sync waiting on it
+/// would otherwise wait without a word).
+struct SlowWarning<R> {
+    inner: R,
+    name: &'static str,
+    started: Instant,
+    warned: bool,
+}
+
+impl<R: std::io::Read> std::io::Read for SlowWarning<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if !self.warned && self.started.elapsed() >= SLOW_LIST_PAGE {
+            self.warned = true;
+            log::warn!(
+                "listing {}: a page is taking longer than {SLOW_LIST_PAGE:?} to arrive; it is given up at {LIST_PAGE_LIMIT:?}",
+                self.name
+            );
+        }
+        Ok(n)
+    }
+}
