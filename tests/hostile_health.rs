@@ -6,7 +6,7 @@
 mod common;
 
 use common::checker::{NODE_IP, check_at, expect, expect_at, local_lb};
-use common::cluster::{Cluster, service};
+use common::cluster::{Cluster, endpoint, service, slice};
 use common::daemon::{Daemon, wait_for, write_manifests};
 use common::kernel_available;
 use common::net::{http_get, in_netns};
@@ -186,15 +186,25 @@ fn with_bindv6only_set_a_port_on_every_address_still_takes_ipv4() {
         return;
     }
     // Go's listener on 0.0.0.0 (upstream's for "all") clears IPV6_V6ONLY itself; a socket
-    // that leaves it to the sysctl takes no IPv4 on hosts that set it.
+    // that leaves it to the sysctl takes no IPv4 on hosts that set it. A dual-stack Service
+    // gets such a `[::]`; an IPv4 one `0.0.0.0` alone, as upstream's IPv4 proxier opens it.
     let c = Cluster::new(1, 0);
     let out = c.node.run(&["sysctl", "-qw", "net.ipv6.bindv6only=1"], "");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let path = write_manifests(&c, local_lb(&c, "web", 64, 32064, &["pod-1"]));
+    let mut objects = local_lb(&c, "web", 64, 32064, &["pod-1"]);
+    let mut dual = local_lb(&c, "dual", 65, 32065, &["pod-1"]);
+    let spec = &mut dual[0]["spec"];
+    spec["clusterIPs"] = json!(["172.30.0.65", "fd00:172:30::65"]);
+    spec["ipFamilies"] = json!(["IPv4", "IPv6"]);
+    spec["ipFamilyPolicy"] = json!("RequireDualStack");
+    dual.push(slice("dual", true, "TCP", vec![endpoint(c.pod_named("pod-1"), true, json!({}))]));
+    objects.extend(dual);
+    let path = write_manifests(&c, objects);
     let d = Daemon::start(&c.node, &path, &["--healthz-bind-address=", "--nodeport-addresses=all"], &[]);
-    // An IPv4 Service: an IPv6 checker hears of no IPv6 endpoint, as upstream's IPv6 proxier.
-    expect_at(&c, &d, "[fd00:172:16::1]:32064", Some((503, "0")), "IPv6 is served");
-    expect(&c, &d, 32064, Some((200, "1")), "IPv4 on the same port");
+    expect(&c, &d, 32065, Some((200, "1")), "a dual-stack Service's port takes IPv4");
+    expect_at(&c, &d, "[fd00:172:16::1]:32065", Some((200, "1")), "and IPv6, counting IPv6 endpoints");
+    expect(&c, &d, 32064, Some((200, "1")), "an IPv4 Service's port");
+    expect_at(&c, &d, "[fd00:172:16::1]:32064", None, "not over IPv6, where it could only answer 503");
     d.stop();
 }
 

@@ -124,9 +124,10 @@ fn local_of(model: &Model, key: &ObjectKey, node: &str) -> Local {
             }
         }
     }
+    let families = Family::ALL.map(|f| ports.iter().any(|sp| sp.cluster_ips.iter().any(|ip| Family::of(ip) == f)));
     l.health_check = health_check.map(|port| {
         let local_endpoints = ready_here.map(|ips| ips.len());
-        (port, ServiceHealth { namespace: key.0.clone(), name: key.1.clone(), local_endpoints })
+        (port, ServiceHealth { namespace: key.0.clone(), name: key.1.clone(), local_endpoints, families })
     });
     l
 }
