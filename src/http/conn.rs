@@ -62,7 +62,8 @@ pub(super) fn read_request(c: &mut Conn) -> std::io::Result<Head> {
             break;
         }
     }
-    match request(&c.read) {
+    // A head must end within the first MAX_REQUEST bytes, however much came at once.
+    match request(&c.read[..c.read.len().min(MAX_REQUEST)]) {
         Head::Partial if c.read.len() > MAX_REQUEST => Ok(Head::TooLarge),
         Head::Partial if ended => Err(ErrorKind::UnexpectedEof.into()),
         head => Ok(head),
