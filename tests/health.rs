@@ -231,11 +231,18 @@ fn code(c: &Cluster, addr: &str, path: &str) -> Option<u16> {
 /// health-check port, `/healthz` on every address and `/metrics` on 127.0.0.1: a flood of
 /// 1,300 idle connections (more than a limit of 1,024 allows) on one endpoint must not keep
 /// the others from answering, and once it ends that endpoint answers again by itself.
-fn a_flood_wedges_nothing(nofile: &str) -> Daemon {
+/// With `squeeze`, the soft limit is lowered to that once the daemon runs (`prlimit --pid`),
+/// so that it runs out of descriptors where it planned to have them.
+fn a_flood_wedges_nothing(nofile: &str, squeeze: Option<&str>) -> Daemon {
     let c = Cluster::new(1, 0);
     let path = write_manifests(&c, local_lb(&c, "web", 90, 32090, &["pod-1"]));
     let d = Daemon::start_limited(&c.node, &path, nofile, &[]);
     expect(&c, &d, 32090, Some((200, "1")), "served");
+    if let Some(lower) = squeeze {
+        let pid = d.pid().to_string();
+        let out = std::process::Command::new("prlimit").args(["--pid", &pid, &format!("--nofile={lower}")]).output();
+        assert!(out.is_ok_and(|o| o.status.success()), "prlimit --pid {pid} --nofile={lower}");
+    }
     let (healthz, port) = (format!("{NODE_IP}:10256"), format!("{NODE_IP}:32090"));
     let metrics = || http_get(&c.node.name, "127.0.0.1:10249", "/metrics").map(|r| r.0);
     // A peer floods /healthz: the others answer meanwhile, and /healthz once it is over.
@@ -269,7 +276,7 @@ fn a_flood_under_systemds_default_limits_wedges_nothing() {
     // systemd's soft 1,024 and hard 524,288: the daemon raises the soft limit, as Go's
     // runtime raises kube-proxy's, and says so.
     let nofile = systemd_nofile();
-    let d = a_flood_wedges_nothing(&nofile);
+    let d = a_flood_wedges_nothing(&nofile, None);
     let (soft, hard) = d.nofile();
     assert_eq!(soft, hard, "the soft limit is not raised to the hard one ({nofile})\n{}", d.logged());
     let logged = d.stop();
@@ -282,7 +289,21 @@ fn a_flood_under_a_hard_limit_of_1024_wedges_nothing_for_good() {
         return;
     }
     // A runtime's hard 1,024 cannot be raised: floods are outlasted, not outgrown.
-    let d = a_flood_wedges_nothing("1024:1024");
+    let d = a_flood_wedges_nothing("1024:1024", None);
     assert_eq!(d.nofile(), ("1024".into(), "1024".into()));
     d.stop();
+}
+
+#[test]
+fn a_flood_past_the_descriptors_left_is_outlasted_and_logged() {
+    if !kernel_available() {
+        return;
+    }
+    // Fewer descriptors than the daemon planned for (the limit lowered under it to 300):
+    // accepting fails with EMFILE, which is logged, now and then, and outlasted.
+    let d = a_flood_wedges_nothing("1024:1024", Some("300:1024"));
+    let logged = d.stop();
+    let refused = logged.matches("cannot accept a connection to /healthz and /livez").count();
+    assert!(refused >= 1, "a refused accept is not logged:\n{logged}");
+    assert!(refused <= 2, "a refused accept is logged {refused} times in a few seconds:\n{logged}");
 }
