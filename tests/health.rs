@@ -307,3 +307,34 @@ fn a_flood_past_the_descriptors_left_is_outlasted_and_logged() {
     assert!(refused >= 1, "a refused accept is not logged:\n{logged}");
     assert!(refused <= 2, "a refused accept is logged {refused} times in a few seconds:\n{logged}");
 }
+
+#[test]
+fn with_no_descriptor_left_a_checker_is_turned_away_at_once_and_health_returns_with_them() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    let path = write_manifests(&c, local_lb(&c, "web", 91, 32091, &["pod-1"]));
+    let d = Daemon::start_limited(&c.node, &path, "1024:1024", &[]);
+    expect(&c, &d, 32091, Some((200, "1")), "served");
+    let healthz = format!("{NODE_IP}:10256");
+    // The soft limit lowered to the descriptors open: none is left to accept with. The one
+    // held in reserve takes the checker off the backlog and closes it, at once, rather than
+    // leave it waiting in a backlog that fills.
+    let open = std::fs::read_dir(format!("/proc/{}/fd", d.pid())).unwrap().count();
+    let prlimit = |nofile: String| {
+        let out = std::process::Command::new("prlimit").args(["--pid", &d.pid().to_string(), &nofile]).output();
+        assert!(out.is_ok_and(|o| o.status.success()), "prlimit {nofile}");
+    };
+    prlimit(format!("--nofile={open}:1024"));
+    let started = std::time::Instant::now();
+    assert_eq!(code(&c, &healthz, "/healthz"), None, "answered with no descriptor left?\n{}", d.logged());
+    assert!(started.elapsed() < Duration::from_millis(1500), "the checker waited {:?}", started.elapsed());
+    let logged = wait_for(Duration::from_secs(2), || d.logged().contains("cannot accept a connection to /healthz"));
+    assert!(logged.is_some(), "the refused accept is not logged:\n{}", d.logged());
+    // Descriptors back: /healthz answers at once.
+    prlimit("--nofile=1024:1024".into());
+    let back = wait_for(Duration::from_secs(2), || code(&c, &healthz, "/healthz") == Some(200));
+    assert!(back.is_some(), "/healthz does not answer once descriptors are back:\n{}", d.logged());
+    d.stop();
+}
