@@ -86,11 +86,14 @@ impl Loop {
     /// Accepts on `key` until its backlog is empty; when that cannot be done (descriptors
     /// out, nothing to make room), the listener is tried again after [`ACCEPT_RETRY`].
     pub(super) fn accept(&mut self, key: Key) {
+        // Room is made only of connections that had a chance to send their request: one
+        // just taken off the backlog would be closed for the next.
+        let pass = Instant::now();
         let mut shed = 0;
         loop {
             let Some((_, listener)) = self.listeners.get(&key) else { return };
             match listener.accept() {
-                Ok((stream, _)) => self.take(key, stream),
+                Ok((stream, _)) => self.take(key, stream, pass),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     self.backlogged.remove(&key);
                     return;
@@ -98,7 +101,7 @@ impl Loop {
                 Err(e) if matches!(e.kind(), ErrorKind::Interrupted | ErrorKind::ConnectionAborted) => {}
                 Err(e) => {
                     self.refusals.note(key, &e);
-                    if out_of_descriptors(&e) && (self.evict_silent() || (shed < SHED_AT_ONCE && self.shed(key))) {
+                    if out_of_descriptors(&e) && (self.evict_silent(pass) || (shed < SHED_AT_ONCE && self.shed(key))) {
                         shed += 1;
                         continue;
                     }
@@ -123,10 +126,11 @@ impl Loop {
     }
 
     /// Takes `stream`, accepted on `key`, as a connection, making room at the cap the
-    /// budget allows; without room (every connection busy answering) it is closed.
-    fn take(&mut self, key: Key, mut stream: TcpStream) {
+    /// budget allows of a connection from before `pass`; without room (every connection
+    /// busy answering, or just taken) it is closed.
+    fn take(&mut self, key: Key, mut stream: TcpStream, pass: Instant) {
         let cap = self.budget.connections(self.listeners.len());
-        if self.conns >= cap && !self.evict_silent() {
+        if self.conns >= cap && !self.evict_silent(pass) {
             return;
         }
         let local = stream.local_addr().map_or(key.0.ip(), |a| a.ip().to_canonical());
@@ -141,16 +145,17 @@ impl Loop {
         }
     }
 
-    /// Closes the oldest connection that has sent no whole request, of the kind of listener
-    /// (health, metrics, health-check ports) holding the most connections: a crowd makes room
-    /// out of its own share. False if no connection is silent.
-    pub(super) fn evict_silent(&mut self) -> bool {
+    /// Closes the oldest connection, taken before `before`, that has sent no whole request,
+    /// of the kind of listener (health, metrics, health-check ports) holding the most
+    /// connections: a crowd makes room out of its own share. False if there is none.
+    fn evict_silent(&mut self, before: Instant) -> bool {
         let mut kinds: BTreeMap<&'static str, (usize, Option<(Instant, Token)>)> = BTreeMap::new();
         for (token, slot) in &self.slots {
             let Slot::Conn(c) = slot else { continue };
             let (held, oldest) = kinds.entry(c.route.what()).or_default();
             *held += 1;
-            if c.out.is_none() && !self.desk.waits(*token) && oldest.is_none_or(|(since, _)| c.since < since) {
+            let silent = c.out.is_none() && !self.desk.waits(*token) && c.since < before;
+            if silent && oldest.is_none_or(|(since, _)| c.since < since) {
                 *oldest = Some((c.since, *token));
             }
         }
