@@ -26,6 +26,9 @@ const REFUSAL_REPORT: Duration = Duration::from_secs(10);
 /// listen backlog's length); the rest wait for the next try.
 const SHED_AT_ONCE: usize = 128;
 
+/// The connections one kind of listener holds, and its oldest silent one (since when).
+type Share = (usize, Option<(Instant, Token)>);
+
 /// Accepts refused, logged at most every [`REFUSAL_REPORT`].
 #[derive(Debug, Default)]
 pub(super) struct Refusals {
@@ -149,7 +152,7 @@ impl Loop {
     /// of the kind of listener (health, metrics, health-check ports) holding the most
     /// connections: a crowd makes room out of its own share. False if there is none.
     fn evict_silent(&mut self, before: Instant) -> bool {
-        let mut kinds: BTreeMap<&'static str, (usize, Option<(Instant, Token)>)> = BTreeMap::new();
+        let mut kinds: BTreeMap<&'static str, Share> = BTreeMap::new();
         for (token, slot) in &self.slots {
             let Slot::Conn(c) = slot else { continue };
             let (held, oldest) = kinds.entry(c.route.what()).or_default();
