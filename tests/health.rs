@@ -317,13 +317,21 @@ fn a_checker_waiting_while_no_descriptor_is_left_is_answered_once_they_are_back(
     let path = write_manifests(&c, local_lb(&c, "web", 91, 32091, &["pod-1"]));
     let d = Daemon::start_limited(&c.node, &path, "1024:1024", &[]);
     expect(&c, &d, 32091, Some((200, "1")), "served");
-    // The soft limit lowered under the daemon to its lowest free descriptor (and its reserve,
-    // the last `/dev/null` it opened, left above it): none is left to accept with.
+    // The soft limit lowered under the daemon to its lowest free descriptor, and its reserve
+    // (a `/dev/null` past its standard ones) left above it: none is left to accept with.
     let fds = format!("/proc/{}/fd", d.pid());
-    let open: std::collections::BTreeSet<usize> =
-        std::fs::read_dir(&fds).unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+    let table = || -> std::collections::BTreeSet<usize> {
+        std::fs::read_dir(&fds).unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
+    };
+    // Read while no descriptor comes and goes (a child being started): twice alike.
+    let mut open = table();
+    let still = wait_for(Duration::from_secs(5), || {
+        std::thread::sleep(Duration::from_millis(100));
+        std::mem::replace(&mut open, table()) == open
+    });
+    assert!(still.is_some(), "the daemon's descriptors do not settle");
     let null = |n: &usize| std::fs::read_link(format!("{fds}/{n}")).is_ok_and(|p| p == Path::new("/dev/null"));
-    let reserve = open.iter().rev().find(|n| null(n)).copied().unwrap_or(usize::MAX);
+    let reserve = open.iter().copied().filter(|n| *n > 2 && null(n)).min().unwrap_or(usize::MAX);
     let limit = (0..).find(|n| !open.contains(n)).unwrap().min(reserve);
     let prlimit = |nofile: String| {
         let out = std::process::Command::new("prlimit").args(["--pid", &d.pid().to_string(), &nofile]).output();
