@@ -45,6 +45,10 @@ pub(super) struct Conn {
 /// Reads what the socket holds and looks for the request head in it. A client that closes
 /// its side right after its request is answered; one that closes before is done with.
 pub(super) fn read_request(c: &mut Conn) -> std::io::Result<Head> {
+    // Asked again past the limit (a client sending on while its debug view is made): done.
+    if c.read.len() > MAX_REQUEST {
+        return Err(ErrorKind::InvalidData.into());
+    }
     let mut buf = [0u8; 2048];
     let mut ended = false;
     loop {
