@@ -104,7 +104,10 @@ impl Loop {
                 Err(e) if matches!(e.kind(), ErrorKind::Interrupted | ErrorKind::ConnectionAborted) => {}
                 Err(e) => {
                     self.refusals.note(key, &e);
-                    if out_of_descriptors(&e) && (self.evict_silent(pass) || (shed < SHED_AT_ONCE && self.shed(key))) {
+                    if out_of_descriptors(&e) && self.evict_silent(pass) {
+                        continue;
+                    }
+                    if out_of_descriptors(&e) && shed < SHED_AT_ONCE && self.shed(key) {
                         shed += 1;
                         continue;
                     }
