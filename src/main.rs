@@ -226,6 +226,9 @@ fn init_only(flags: &Flags) -> anyhow::Result<()> {
 
 fn daemon(flags: &Flags) -> anyhow::Result<()> {
     let cfg = Config::from_flags(flags)?;
+    // As Go's runtime for kube-proxy: a listener and a connection per Local Service and
+    // checker would not fit systemd's or a runtime's soft limit of 1,024.
+    http::raise_open_files_limit();
     let stop = Arc::new(AtomicBool::new(false));
     // Every child run (the look at the node's nft, iptables-legacy-save) is bounded by
     // --nft-timeout and ended at shutdown.

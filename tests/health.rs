@@ -3,12 +3,15 @@
 
 mod common;
 
+use common::checker::{NODE_IP, check_at, expect, local_lb};
 use common::cluster::Cluster;
-use common::daemon::{Daemon, wait_for};
-use common::net::http_get;
+use common::daemon::{Daemon, systemd_nofile, wait_for, write_manifests};
+use common::net::{connect_nonblocking, http_get, in_netns};
 use common::owner::TableOwner;
 use common::{Netns, Scratch, kernel_available};
 use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -201,5 +204,150 @@ fn the_default_health_address_answers_over_ipv4_and_ipv6_as_gos_wildcard() {
     let up = wait_for(Duration::from_secs(10), || code("127.0.0.1:10256") == Some(200));
     assert!(up.is_some(), "no /healthz on 127.0.0.1 without IPv6:\n{}", d.logged());
     assert_eq!(code("[::1]:10256"), None);
+    d.stop();
+}
+
+/// `n` idle connections from the client to `addr`, held until dropped: non-blocking
+/// connects, 64 every 10 ms (as fast as a backlog of 128 takes them without SYNs dropped and
+/// sent again a second later), so `n` are there within a second when the daemon keeps up.
+fn flood(c: &Cluster, addr: &str, n: usize) -> Vec<OwnedFd> {
+    let addr: SocketAddr = addr.parse().unwrap();
+    in_netns(&c.client.name, move || {
+        let mut held = Vec::new();
+        while held.len() < n {
+            held.extend((0..64.min(n - held.len())).map(|_| connect_nonblocking(addr)));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        held
+    })
+}
+
+/// The status `path` answers on `addr`, asked from the client.
+fn code(c: &Cluster, addr: &str, path: &str) -> Option<u16> {
+    http_get(&c.client.name, addr, path).map(|r| r.0)
+}
+
+/// The daemon under the open-files limits `nofile` (`soft:hard`), one Local Service's
+/// health-check port, `/healthz` on every address and `/metrics` on 127.0.0.1: a flood of
+/// 1,300 idle connections (more than a limit of 1,024 allows) on one endpoint must not keep
+/// the others from answering, and once it ends that endpoint answers again by itself.
+/// With `squeeze`, the soft limit is lowered to that once the daemon runs (`prlimit --pid`),
+/// so that it runs out of descriptors where it planned to have them.
+fn a_flood_wedges_nothing(nofile: &str, squeeze: Option<&str>) -> Daemon {
+    let c = Cluster::new(1, 0);
+    let path = write_manifests(&c, local_lb(&c, "web", 90, 32090, &["pod-1"]));
+    let d = Daemon::start_limited(&c.node, &path, nofile, &[]);
+    expect(&c, &d, 32090, Some((200, "1")), "served");
+    if let Some(lower) = squeeze {
+        let pid = d.pid().to_string();
+        let out = std::process::Command::new("prlimit").args(["--pid", &pid, &format!("--nofile={lower}")]).output();
+        assert!(out.is_ok_and(|o| o.status.success()), "prlimit --pid {pid} --nofile={lower}");
+    }
+    let (healthz, port) = (format!("{NODE_IP}:10256"), format!("{NODE_IP}:32090"));
+    let metrics = || http_get(&c.node.name, "127.0.0.1:10249", "/metrics").map(|r| r.0);
+    // A peer floods /healthz: the others answer meanwhile, and /healthz once it is over.
+    let crowd = flood(&c, &healthz, 1300);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(metrics(), Some(200), "/metrics during a flood on :10256\n{}", d.logged());
+    assert_eq!(check_at(&c, &port).map(|r| r.0), Some(200), "a health-check port during it\n{}", d.logged());
+    std::thread::sleep(Duration::from_secs(1));
+    drop(crowd);
+    let back = wait_for(Duration::from_secs(5), || {
+        code(&c, &healthz, "/healthz") == Some(200) && code(&c, &healthz, "/livez") == Some(200)
+    });
+    assert!(back.is_some(), "/healthz and /livez do not come back after a flood ({nofile})\n{}", d.logged());
+    // And a flood on a health-check port leaves /healthz, /livez and /metrics answering.
+    let crowd = flood(&c, &port, 1300);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(code(&c, &healthz, "/healthz"), Some(200), "/healthz during a flood on a port\n{}", d.logged());
+    assert_eq!(code(&c, &healthz, "/livez"), Some(200), "/livez during it\n{}", d.logged());
+    assert_eq!(metrics(), Some(200), "/metrics during it\n{}", d.logged());
+    drop(crowd);
+    let back = wait_for(Duration::from_secs(5), || check_at(&c, &port).is_some_and(|r| r.0 == 200));
+    assert!(back.is_some(), "the health-check port does not come back after a flood\n{}", d.logged());
+    d
+}
+
+#[test]
+fn a_flood_under_systemds_default_limits_wedges_nothing() {
+    if !kernel_available() {
+        return;
+    }
+    // systemd's soft 1,024 and hard 524,288: the daemon raises the soft limit, as Go's
+    // runtime raises kube-proxy's, and says so.
+    let nofile = systemd_nofile();
+    let d = a_flood_wedges_nothing(&nofile, None);
+    let (soft, hard) = d.nofile();
+    assert_eq!(soft, hard, "the soft limit is not raised to the hard one ({nofile})\n{}", d.logged());
+    let logged = d.stop();
+    assert!(logged.contains(&format!("raised from 1024 to its hard limit {hard}")), "{logged}");
+}
+
+#[test]
+fn a_flood_under_a_hard_limit_of_1024_wedges_nothing_for_good() {
+    if !kernel_available() {
+        return;
+    }
+    // A runtime's hard 1,024 cannot be raised: floods are outlasted, not outgrown.
+    let d = a_flood_wedges_nothing("1024:1024", None);
+    assert_eq!(d.nofile(), ("1024".into(), "1024".into()));
+    d.stop();
+}
+
+#[test]
+fn a_flood_past_the_descriptors_left_is_outlasted_and_logged() {
+    if !kernel_available() {
+        return;
+    }
+    // Fewer descriptors than the daemon planned for (the limit lowered under it to 300):
+    // accepting fails with EMFILE, which is logged, now and then, and outlasted.
+    let d = a_flood_wedges_nothing("1024:1024", Some("300:1024"));
+    let logged = d.stop();
+    let refused = logged.matches("cannot accept a connection to /healthz and /livez").count();
+    assert!(refused >= 1, "a refused accept is not logged:\n{logged}");
+    assert!(refused <= 2, "a refused accept is logged {refused} times in a few seconds:\n{logged}");
+}
+
+#[test]
+fn a_checker_waiting_while_no_descriptor_is_left_is_answered_once_they_are_back() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    let path = write_manifests(&c, local_lb(&c, "web", 91, 32091, &["pod-1"]));
+    let d = Daemon::start_limited(&c.node, &path, "1024:1024", &[]);
+    expect(&c, &d, 32091, Some((200, "1")), "served");
+    // The soft limit lowered under the daemon to its lowest free descriptor, and its reserve
+    // (a `/dev/null` past its standard ones) left above it: none is left to accept with.
+    let fds = format!("/proc/{}/fd", d.pid());
+    let table = || -> std::collections::BTreeSet<usize> {
+        std::fs::read_dir(&fds).unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
+    };
+    // Read while no descriptor comes and goes (a child being started): twice alike.
+    let mut open = table();
+    let still = wait_for(Duration::from_secs(5), || {
+        std::thread::sleep(Duration::from_millis(100));
+        std::mem::replace(&mut open, table()) == open
+    });
+    assert!(still.is_some(), "the daemon's descriptors do not settle");
+    let null = |n: &usize| std::fs::read_link(format!("{fds}/{n}")).is_ok_and(|p| p == Path::new("/dev/null"));
+    let reserve = open.iter().copied().filter(|n| *n > 2 && null(n)).min().unwrap_or(usize::MAX);
+    let limit = (0..).find(|n| !open.contains(n)).unwrap().min(reserve);
+    let prlimit = |nofile: String| {
+        let out = std::process::Command::new("prlimit").args(["--pid", &d.pid().to_string(), &nofile]).output();
+        assert!(out.is_ok_and(|o| o.status.success()), "prlimit {nofile}");
+    };
+    prlimit(format!("--nofile={limit}:1024"));
+    // A checker comes meanwhile and waits; once descriptors are back it is answered, with
+    // no other connection coming to wake the listener.
+    let healthz = format!("{NODE_IP}:10256");
+    let answered = std::thread::scope(|s| {
+        let checker = s.spawn(|| code(&c, &healthz, "/healthz"));
+        let logged = wait_for(Duration::from_secs(2), || d.logged().contains("cannot accept a connection to /healthz"));
+        assert!(logged.is_some(), "the refused accept is not logged:\n{}", d.logged());
+        prlimit("--nofile=1024:1024".into());
+        checker.join().unwrap()
+    });
+    assert_eq!(answered, Some(200), "the waiting checker is not answered:\n{}", d.logged());
     d.stop();
 }

@@ -6,7 +6,7 @@
 mod common;
 
 use common::checker::{NODE_IP, check_at, expect, expect_at, local_lb};
-use common::cluster::{Cluster, service};
+use common::cluster::{Cluster, endpoint, service, slice};
 use common::daemon::{Daemon, wait_for, write_manifests};
 use common::kernel_available;
 use common::net::{http_get, in_netns};
@@ -168,6 +168,28 @@ fn a_request_with_many_headers_is_answered() {
 }
 
 #[test]
+fn an_absolute_target_and_a_head_too_large_are_answered_as_gos_server_answers() {
+    if !kernel_available() {
+        return;
+    }
+    let (c, d) = one_port(32066, &[]);
+    // A client speaking to a proxy sends the absolute URI: Go serves its path.
+    let absolute = format!("GET http://{NODE_IP}:10256/livez HTTP/1.1\r\nHost: {NODE_IP}\r\n\r\n").into_bytes();
+    let got = exchange(&c, &format!("{NODE_IP}:10256"), vec![absolute], Duration::ZERO, false);
+    assert!(got.starts_with("HTTP/1.1 200 ") && got.contains("\"healthy\""), "answered {got:?}");
+    // A head over 8 KiB (here 9 and 64 KiB, sent at once): 431, as Go answers one over its
+    // limit, read whole by the client although it sent more than was read.
+    for size in [9, 64] {
+        let big = request("GET", &format!("X-Big: {}\r\n", "a".repeat(size * 1024)));
+        let got = exchange(&c, &format!("{NODE_IP}:32066"), vec![big], Duration::ZERO, false);
+        assert!(got.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n"), "{size} KiB: {got:?}");
+        assert!(got.ends_with("\r\n\r\n431 Request Header Fields Too Large"), "{size} KiB: {got:?}");
+    }
+    expect(&c, &d, 32066, Some((200, "1")), "still served");
+    d.stop();
+}
+
+#[test]
 fn a_head_request_gets_the_status_and_no_body() {
     if !kernel_available() {
         return;
@@ -186,15 +208,25 @@ fn with_bindv6only_set_a_port_on_every_address_still_takes_ipv4() {
         return;
     }
     // Go's listener on 0.0.0.0 (upstream's for "all") clears IPV6_V6ONLY itself; a socket
-    // that leaves it to the sysctl takes no IPv4 on hosts that set it.
+    // that leaves it to the sysctl takes no IPv4 on hosts that set it. A dual-stack Service
+    // gets such a `[::]`; an IPv4 one `0.0.0.0` alone, as upstream's IPv4 proxier opens it.
     let c = Cluster::new(1, 0);
     let out = c.node.run(&["sysctl", "-qw", "net.ipv6.bindv6only=1"], "");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let path = write_manifests(&c, local_lb(&c, "web", 64, 32064, &["pod-1"]));
+    let mut objects = local_lb(&c, "web", 64, 32064, &["pod-1"]);
+    let mut dual = local_lb(&c, "dual", 65, 32065, &["pod-1"]);
+    let spec = &mut dual[0]["spec"];
+    spec["clusterIPs"] = json!(["172.30.0.65", "fd00:172:30::65"]);
+    spec["ipFamilies"] = json!(["IPv4", "IPv6"]);
+    spec["ipFamilyPolicy"] = json!("RequireDualStack");
+    dual.push(slice("dual", true, "TCP", vec![endpoint(c.pod_named("pod-1"), true, json!({}))]));
+    objects.extend(dual);
+    let path = write_manifests(&c, objects);
     let d = Daemon::start(&c.node, &path, &["--healthz-bind-address=", "--nodeport-addresses=all"], &[]);
-    // An IPv4 Service: an IPv6 checker hears of no IPv6 endpoint, as upstream's IPv6 proxier.
-    expect_at(&c, &d, "[fd00:172:16::1]:32064", Some((503, "0")), "IPv6 is served");
-    expect(&c, &d, 32064, Some((200, "1")), "IPv4 on the same port");
+    expect(&c, &d, 32065, Some((200, "1")), "a dual-stack Service's port takes IPv4");
+    expect_at(&c, &d, "[fd00:172:16::1]:32065", Some((200, "1")), "and IPv6, counting IPv6 endpoints");
+    expect(&c, &d, 32064, Some((200, "1")), "an IPv4 Service's port");
+    expect_at(&c, &d, "[fd00:172:16::1]:32064", None, "not over IPv6, where it could only answer 503");
     d.stop();
 }
 
@@ -246,8 +278,14 @@ fn ports_follow_services_across_policy_and_port_changes_and_a_draining_node_keep
     let first = wait_for(Duration::from_secs(5), || check_at(&c, &format!("{NODE_IP}:32073")).is_some());
     assert!(first.is_some(), "the shared port is not served:\n{}", d.logged());
     let (_, weight, body) = check_at(&c, &format!("{NODE_IP}:32073")).unwrap();
-    let (left, want) = if weight == "1" { (two, "2") } else { (one, "1") };
+    let (left, want) = if weight == "1" { (two.clone(), "2") } else { (one.clone(), "1") };
     assert!(body.contains(if weight == "1" { "\"one\"" } else { "\"two\"" }), "{weight} {body}");
+    // The conflict is logged, as upstream logs it: once, however often the ports change.
+    let claimed = "health-check node port 32073 of Service test/two is already claimed by Service test/one";
+    assert!(d.logged().contains(claimed), "the conflict is not logged:\n{}", d.logged());
+    write_manifests(&c, [one, two, local_lb(&c, "three", 75, 32075, &["pod-1"])].concat());
+    expect(&c, &d, 32075, Some((200, "1")), "a third port");
+    assert_eq!(d.logged().matches(claimed).count(), 1, "logged more than once:\n{}", d.logged());
     write_manifests(&c, left.clone());
     expect(&c, &d, 32073, Some((200, want)), "the other claimant takes the port");
     // The cluster autoscaler marks the node for deletion: /healthz drains it, but upstream's

@@ -267,6 +267,8 @@ fn the_unit_starts_the_binary_with_a_configuration_it_accepts() {
     assert_eq!(unit_values(&text, "OOMScoreAdjust"), ["-999"], "as the configuration's oomScoreAdj");
     assert_eq!(unit_values(&text, "CapabilityBoundingSet"), ["CAP_NET_ADMIN"]);
     assert_eq!(unit_values(&text, "NoNewPrivileges"), ["yes"]);
+    // A listener per Local Service and a connection per checker: not systemd's soft 1,024.
+    assert_eq!(unit_values(&text, "LimitNOFILE"), ["1048576"], "as containerd's and kubelet's units");
     let conf_text = std::fs::read_to_string(root().join("packaging/config.conf")).expect("packaging/config.conf");
     assert!(conf_text.contains("oomScoreAdj: -999\n"));
 

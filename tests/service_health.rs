@@ -5,7 +5,7 @@ mod common;
 
 use common::checker::{self, NODE_IP, check_at, expect};
 use common::cluster::{Cluster, endpoint};
-use common::daemon::{Daemon, wait_for, write_manifests};
+use common::daemon::{Daemon, systemd_nofile, wait_for, write_manifests};
 use common::kernel_available;
 use common::net::http_get;
 use serde_json::{Value, json};
@@ -183,12 +183,13 @@ fn one_loop_serves_every_port_and_a_silent_client_holds_up_no_check() {
     let c = Cluster::new(1, 0);
     let objects: Vec<Value> = (20..30).flat_map(|n| local_lb(&c, &format!("svc-{n}"), n, &["pod-1"])).collect();
     let path = write_manifests(&c, objects);
-    // NodePorts (and so the checks) on every address: one `[::]` listener per port.
+    // NodePorts (and so the checks) on every address: one `0.0.0.0` listener per port.
     let d = Daemon::start(&c.node, &path, &["--healthz-bind-address=", "--nodeport-addresses=all"], &[]);
     expect(&c, &d, 32029, Some((200, "1")), "served on every address");
-    // Over IPv6 too; an IPv4 Service has no IPv6 endpoint to count (as upstream's IPv6 proxier).
+    // Not over IPv6: an IPv4 Service's port is its family's alone, as upstream's IPv4
+    // proxier's (an IPv6 listener would only answer 503 and cost a descriptor per port).
     let v6 = http_get(&c.client.name, "[fd00:172:16::1]:32020", "/").map(|r| r.0);
-    assert_eq!(v6, Some(503), "and over IPv6");
+    assert_eq!(v6, None, "not over IPv6");
     // Clients that connect and say nothing, or send garbage, are dealt with apart.
     let silent: Vec<std::net::TcpStream> = common::net::in_netns(&c.client.name, || {
         (0..50).map(|_| std::net::TcpStream::connect((NODE_IP, 32021)).unwrap()).collect()
@@ -212,5 +213,72 @@ fn one_loop_serves_every_port_and_a_silent_client_holds_up_no_check() {
     let threads: usize = threads.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap().trim().parse().unwrap();
     assert!(threads < 20, "ten ports must not cost a thread each: {threads} threads");
     drop(silent);
+    d.stop();
+}
+
+/// `n` LoadBalancer Services with the Local policy (IPv4), each with its own health-check
+/// port, `31000 + i`, and one ready endpoint on this node.
+fn many_local(c: &Cluster, n: u16) -> Vec<Value> {
+    let each = |i: u16| {
+        let mut objects = local_lb(c, &format!("many-{i}"), 1, &["pod-1"]);
+        let spec = &mut objects[0]["spec"];
+        spec["clusterIP"] = json!(format!("172.30.{}.{}", 10 + i / 250, i % 250 + 1));
+        spec["healthCheckNodePort"] = json!(31000 + i);
+        spec["ports"][0]["nodePort"] = json!(30000 + i);
+        objects[0]["status"]["loadBalancer"]["ingress"][0]["ip"] = json!(format!("198.18.{}.{}", i / 250, i % 250 + 1));
+        objects
+    };
+    (0..n).flat_map(each).collect()
+}
+
+/// Waits up to 30 s for every port of `ports` to answer 200, and `/healthz` and `/metrics`
+/// too; the first that does not, if one never does.
+fn all_answer(c: &Cluster, ports: impl Iterator<Item = u16> + Clone) -> Result<(), String> {
+    let first_silent = || {
+        let healthz = http_get(&c.client.name, &format!("{NODE_IP}:10256"), "/healthz").map(|r| r.0);
+        let metrics = http_get(&c.node.name, METRICS, "/metrics").map(|r| r.0);
+        let port = ports.clone().find(|p| check(c, *p).map(|r| r.0) != Some(200));
+        match (healthz, metrics, port) {
+            (Some(200), Some(200), None) => None,
+            (Some(200), Some(200), Some(p)) => Some(format!("port {p}")),
+            (h, m, _) => Some(format!("/healthz {h:?}, /metrics {m:?}")),
+        }
+    };
+    match wait_for(Duration::from_secs(30), || first_silent().is_none()) {
+        Some(_) => Ok(()),
+        None => Err(first_silent().unwrap_or_default()),
+    }
+}
+
+#[test]
+fn six_hundred_local_services_are_served_under_the_limits_systemd_and_a_runtime_give() {
+    if !kernel_available() {
+        return;
+    }
+    // A port per Local Service, on the node's address of its family alone: 600 listeners fit
+    // a hard limit of 1,024, and systemd's soft 1,024 is raised to its hard limit.
+    let c = Cluster::new(1, 0);
+    let path = write_manifests(&c, many_local(&c, 600));
+    let sample = (31000..31600).step_by(7);
+    for nofile in [systemd_nofile(), "1024:1024".to_string()] {
+        let d = Daemon::start_limited(&c.node, &path, &nofile, &[]);
+        let served = all_answer(&c, sample.clone());
+        assert!(served.is_ok(), "{served:?} does not answer under {nofile}:\n{}", d.logged());
+        d.stop();
+    }
+    // More Services than a hard 1,024 allows: a quarter of the descriptors stays for
+    // connections, so /healthz, /metrics and the ports served answer; the rest are logged
+    // and tried again, and served once Services go.
+    write_manifests(&c, many_local(&c, 900));
+    let d = Daemon::start_limited(&c.node, &path, "1024:1024", &[]);
+    let served = all_answer(&c, (31000..31700).step_by(7));
+    assert!(served.is_ok(), "{served:?} does not answer with 900 Services:\n{}", d.logged());
+    let refused = "cannot serve the health-check node port on 192.168.1.1:31899";
+    assert!(wait_for(Duration::from_secs(5), || d.logged().contains(refused)).is_some(), "{}", d.logged());
+    // A hundred Services go: a hundred of the ports refused are served now (720 of 800).
+    assert_eq!(check(&c, 31750), None, "past the share:\n{}", d.logged());
+    write_manifests(&c, many_local(&c, 900).into_iter().skip(2 * 100).collect());
+    let served = all_answer(&c, (31720..31820).step_by(7));
+    assert!(served.is_ok(), "{served:?} does not answer once Services went:\n{}", d.logged());
     d.stop();
 }

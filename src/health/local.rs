@@ -19,10 +19,16 @@ struct Local {
     no_local: NoLocal,
 }
 
+/// Two Services claiming one health-check node port: the port, the Service that has it and
+/// the one that does not.
+type Conflict = (u16, ObjectKey, ObjectKey);
+
 /// The node-local facts of every Service with a Local policy.
 #[derive(Debug, Default)]
 pub struct LocalView {
     services: BTreeMap<ObjectKey, Local>,
+    /// The conflicts logged, so that each is logged once while it lasts.
+    conflicts: BTreeSet<Conflict>,
 }
 
 impl LocalView {
@@ -63,13 +69,29 @@ impl LocalView {
         before.and_then(|b| b.health_check) != health_check
     }
 
-    /// The health-check node ports to serve; of two Services claiming one port, the first.
-    pub fn health_check_ports(&self) -> BTreeMap<u16, ServiceHealth> {
-        let mut out = BTreeMap::new();
-        for (port, s) in self.services.values().filter_map(|l| l.health_check.as_ref()) {
-            out.entry(*port).or_insert_with(|| s.clone());
+    /// The health-check node ports to serve. Of Services claiming one port the first (by
+    /// namespace and name) has it; each other claim is logged once while it lasts, as
+    /// upstream logs the port it cannot serve for a Service.
+    pub fn health_check_ports(&mut self) -> BTreeMap<u16, ServiceHealth> {
+        let mut out: BTreeMap<u16, (&ObjectKey, ServiceHealth)> = BTreeMap::new();
+        let mut conflicts = BTreeSet::new();
+        for (key, (port, s)) in self.services.iter().filter_map(|(k, l)| Some((k, l.health_check.as_ref()?))) {
+            let Some((first, _)) = out.get(port) else {
+                out.insert(*port, (key, s.clone()));
+                continue;
+            };
+            let conflict = (*port, (*first).clone(), key.clone());
+            if !self.conflicts.contains(&conflict) {
+                let ((has_ns, has), (lacks_ns, lacks)) = (&conflict.1, &conflict.2);
+                log::warn!(
+                    "health-check node port {port} of Service {lacks_ns}/{lacks} is already claimed by \
+                     Service {has_ns}/{has}; it answers for {has_ns}/{has} alone"
+                );
+            }
+            conflicts.insert(conflict);
         }
-        out
+        self.conflicts = conflicts;
+        out.into_iter().map(|(port, (_, s))| (port, s)).collect()
     }
 
     /// Ports without a local endpoint, per family and policy (`internal`, `external`).
@@ -124,9 +146,10 @@ fn local_of(model: &Model, key: &ObjectKey, node: &str) -> Local {
             }
         }
     }
+    let families = Family::ALL.map(|f| ports.iter().any(|sp| sp.cluster_ips.iter().any(|ip| Family::of(ip) == f)));
     l.health_check = health_check.map(|port| {
         let local_endpoints = ready_here.map(|ips| ips.len());
-        (port, ServiceHealth { namespace: key.0.clone(), name: key.1.clone(), local_endpoints })
+        (port, ServiceHealth { namespace: key.0.clone(), name: key.1.clone(), local_endpoints, families })
     });
     l
 }

@@ -5,10 +5,10 @@
 //! `http` thread (`crate::http`), which opens and closes listeners to match and retries a
 //! port already taken every few seconds, never failing the proxy.
 
-use crate::http::{self, Reply};
+use crate::http::{self, Reply, Route};
 use crate::model::Family;
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// What one health-check node port answers for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +19,9 @@ pub struct ServiceHealth {
     pub name: String,
     /// Distinct ready endpoint IPs of the Service on this node, per family (IPv4, IPv6).
     pub local_endpoints: [usize; 2],
+    /// The Service's families (IPv4, IPv6): its port is served in those alone, as upstream's
+    /// proxier of each family serves its own Services' ports.
+    pub families: [bool; 2],
 }
 
 /// Where the servers listen.
@@ -40,14 +43,31 @@ pub struct Wanted {
 }
 
 impl Wanted {
-    /// The sockets to listen on: each port on each address. For every address, `[::]`, which
-    /// also takes IPv4 connections (a host without IPv6 gets `0.0.0.0` instead).
-    pub fn sockets(&self) -> BTreeSet<SocketAddr> {
-        let ips = match &self.listen {
-            Listen::All => vec![IpAddr::V6(Ipv6Addr::UNSPECIFIED)],
-            Listen::Ips(ips) => ips.clone(),
-        };
-        self.ports.keys().flat_map(|p| ips.iter().map(move |ip| SocketAddr::new(*ip, *p))).collect()
+    /// The sockets to listen on: each port on each address of its Service's families. On
+    /// every address: `0.0.0.0` for an IPv4 Service, `[::]` for an IPv6 one, and for a
+    /// dual-stack one `[::]` taking IPv4 too (`0.0.0.0` on a host without IPv6).
+    pub fn sockets(&self) -> BTreeSet<(SocketAddr, Route)> {
+        let mut out = BTreeSet::new();
+        for (port, s) in &self.ports {
+            // A Service without cluster IPs says no family: both, as before families were kept.
+            let [v4, v6] = if s.families == [false, false] { [true, true] } else { s.families };
+            let of_family = |ip: &IpAddr| if ip.is_ipv4() { v4 } else { v6 };
+            let single = Route::HealthCheck { dual_stack: false };
+            match &self.listen {
+                Listen::All if v4 && v6 => {
+                    let any = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), *port);
+                    out.insert((any, Route::HealthCheck { dual_stack: true }));
+                }
+                Listen::All => {
+                    let ip = if v4 { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
+                    out.insert((SocketAddr::new(ip, *port), single));
+                }
+                Listen::Ips(ips) => {
+                    out.extend(ips.iter().filter(|ip| of_family(ip)).map(|ip| (SocketAddr::new(*ip, *port), single)));
+                }
+            }
+        }
+        out
     }
 }
 
@@ -81,7 +101,8 @@ mod tests {
     use super::*;
 
     fn web(n: usize) -> ServiceHealth {
-        ServiceHealth { namespace: "shop".into(), name: "web".into(), local_endpoints: [n, 0] }
+        let families = [true, true];
+        ServiceHealth { namespace: "shop".into(), name: "web".into(), local_endpoints: [n, 0], families }
     }
 
     #[test]
@@ -102,13 +123,23 @@ mod tests {
         assert_eq!((v6.code, v6.headers[0].1.as_str()), (503, "0"), "an IPv6 checker counts IPv6 endpoints");
     }
 
+    fn shown(w: &Wanted) -> Vec<String> {
+        let dual = |r: &Route| if *r == (Route::HealthCheck { dual_stack: true }) { " dual-stack" } else { "" };
+        w.sockets().iter().map(|(a, r)| format!("{a}{}", dual(r))).collect()
+    }
+
     #[test]
-    fn each_port_listens_on_each_address() {
+    fn each_port_listens_on_each_address_of_its_services_families() {
         let ips = vec!["192.0.2.1".parse().unwrap(), "2001:db8::1".parse().unwrap()];
-        let w = Wanted { ports: [(30001, web(1)), (30002, web(0))].into(), listen: Listen::Ips(ips) };
-        let got: Vec<String> = w.sockets().iter().map(ToString::to_string).collect();
-        assert_eq!(got, ["192.0.2.1:30001", "192.0.2.1:30002", "[2001:db8::1]:30001", "[2001:db8::1]:30002"]);
+        let v4 = ServiceHealth { families: [true, false], ..web(1) };
+        let v6 = ServiceHealth { families: [false, true], ..web(1) };
+        let ports = [(30001, web(1)), (30002, web(0)), (30003, v4), (30004, v6)].into();
+        let w = Wanted { ports, listen: Listen::Ips(ips) };
+        let want = ["192.0.2.1:30001", "192.0.2.1:30002", "192.0.2.1:30003", "[2001:db8::1]:30001"];
+        let want = want.into_iter().chain(["[2001:db8::1]:30002", "[2001:db8::1]:30004"]);
+        assert_eq!(shown(&w), want.collect::<Vec<_>>());
         let all = Wanted { listen: Listen::All, ..w };
-        assert_eq!(all.sockets().len(), 2);
+        let want = ["0.0.0.0:30003", "[::]:30001 dual-stack", "[::]:30002 dual-stack", "[::]:30004"];
+        assert_eq!(shown(&all), want);
     }
 }

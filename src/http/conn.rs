@@ -6,10 +6,17 @@ use crate::model::Family;
 use mio::net::TcpStream;
 use std::collections::VecDeque;
 use std::io::{ErrorKind, IoSlice, Read, Write};
-use std::time::Instant;
+use std::net::Shutdown;
+use std::time::{Duration, Instant};
 
-/// The longest request head read.
+/// The longest request head read: longer is answered 431, as Go's server answers a head
+/// over its limit (Go's is 1 MiB; a connection here holds at most this much).
 const MAX_REQUEST: usize = 8192;
+
+/// How long an answer to a request not read whole (400, 431) waits for the client to stop
+/// sending before the connection closes, as Go's server waits: closing with unread input
+/// resets the connection, and a reset can destroy the answer before the client reads it.
+pub(super) const LINGER: Duration = Duration::from_millis(500);
 
 /// One client connection.
 pub(super) struct Conn {
@@ -29,11 +36,19 @@ pub(super) struct Conn {
     /// The answer's pieces still to write, once the request is in, and how much of the
     /// first is written.
     pub(super) out: Option<(VecDeque<Vec<u8>>, usize)>,
+    /// Whether, once answered, the connection lingers ([`LINGER`]) reading what the client
+    /// still sends; `draining` once it does.
+    pub(super) linger: bool,
+    pub(super) draining: bool,
 }
 
 /// Reads what the socket holds and looks for the request head in it. A client that closes
 /// its side right after its request is answered; one that closes before is done with.
 pub(super) fn read_request(c: &mut Conn) -> std::io::Result<Head> {
+    // Asked again past the limit (a client sending on while its debug view is made): done.
+    if c.read.len() > MAX_REQUEST {
+        return Err(ErrorKind::InvalidData.into());
+    }
     let mut buf = [0u8; 2048];
     let mut ended = false;
     loop {
@@ -48,12 +63,34 @@ pub(super) fn read_request(c: &mut Conn) -> std::io::Result<Head> {
             Err(e) => return Err(e),
         }
         if c.read.len() > MAX_REQUEST {
-            return Err(ErrorKind::InvalidData.into());
+            break;
         }
     }
-    match request(&c.read) {
+    // A head must end within the first MAX_REQUEST bytes, however much came at once.
+    match request(&c.read[..c.read.len().min(MAX_REQUEST)]) {
+        Head::Partial if c.read.len() > MAX_REQUEST => Ok(Head::TooLarge),
         Head::Partial if ended => Err(ErrorKind::UnexpectedEof.into()),
         head => Ok(head),
+    }
+}
+
+/// Reads and drops what a lingering client still sends, its answer written and the
+/// sending side shut; true once it has closed its side (or failed).
+pub(super) fn drain(c: &mut Conn) -> bool {
+    if !c.draining {
+        c.draining = true;
+        c.deadline = Instant::now() + LINGER;
+        let _ = c.stream.shutdown(Shutdown::Write);
+    }
+    let mut buf = [0u8; 2048];
+    loop {
+        match c.stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => return true,
+        }
     }
 }
 

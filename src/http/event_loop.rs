@@ -1,13 +1,16 @@
 //! The `http` thread's event loop: every listener and connection on one mio poll. Each
 //! connection gets one answer and is closed; one that has not sent a whole request head
-//! within [`REQUEST_TIMEOUT`], or sends more than 8 KiB of it, is dropped.
-//! At [`MAX_CONNECTIONS`] the oldest connection still silent makes room for a new one, so
-//! clients that hold connections open cannot keep a checker out. A debug view's request
-//! waits, without holding up the loop, for the sync thread's answer ([`Desk`]).
+//! within [`REQUEST_TIMEOUT`] is dropped, one that sends more than 8 KiB of it answered 431.
+//! Listeners and connections share the descriptors the open-files limit allows ([`Budget`]);
+//! at the connection cap the oldest connection still silent makes room for a new one, so
+//! clients that hold connections open cannot keep a checker out (`accept.rs`). A debug
+//! view's request waits, without holding up the loop, for the sync thread's answer ([`Desk`]).
 
-use super::conn::{Conn, read_request, write_out};
+use super::accept::{Refusals, Reserve};
+use super::budget::Budget;
+use super::conn::{Conn, drain, read_request, write_out};
 use super::desk::{Desk, WRITE_WAIT};
-use super::{Head, REBIND, Reply, Route, TEXT, bind, encode};
+use super::{Head, REBIND, Reply, Route, TEXT, bind_for, encode};
 use crate::debug::View;
 use crate::health::services::{ServiceHealth, Wanted, answer};
 use crate::health::{self, Health};
@@ -26,37 +29,41 @@ use std::time::{Duration, Instant, SystemTime};
 pub const WAKER: Token = Token(0);
 
 /// How long a client may take to send its request head.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Connections open at once.
-const MAX_CONNECTIONS: usize = 1024;
+pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A listener: where, and what it serves.
-type Key = (SocketAddr, Route);
+pub(super) type Key = (SocketAddr, Route);
 
 /// What a token stands for.
-enum Slot {
+pub(super) enum Slot {
     Listener(Key),
     Conn(Conn),
 }
 
 /// The event loop's state.
 pub struct Loop {
-    poll: Poll,
+    pub(super) poll: Poll,
     health: Arc<Health>,
     metrics: Option<Arc<Metrics>>,
     /// Listeners that are always wanted (health, metrics).
     fixed: Vec<Key>,
     table: BTreeMap<u16, ServiceHealth>,
     wanted: BTreeSet<Key>,
-    listeners: BTreeMap<Key, (Token, TcpListener)>,
-    slots: HashMap<Token, Slot>,
-    conns: usize,
+    pub(super) listeners: BTreeMap<Key, (Token, TcpListener)>,
+    pub(super) slots: HashMap<Token, Slot>,
+    pub(super) conns: usize,
     next: usize,
     /// Listeners that could not be bound, retried every [`REBIND`], and when next.
     failing: BTreeSet<Key>,
     retry_at: Option<Instant>,
-    desk: Desk,
+    pub(super) desk: Desk,
+    /// How many listeners and connections the open-files limit allows.
+    pub(super) budget: Budget,
+    /// Listeners that could not be accepted from, tried again at `accept_at`.
+    pub(super) backlogged: BTreeSet<Key>,
+    pub(super) accept_at: Option<Instant>,
+    pub(super) refusals: Refusals,
+    pub(super) reserve: Reserve,
 }
 
 impl Loop {
@@ -77,6 +84,11 @@ impl Loop {
             failing: BTreeSet::new(),
             retry_at: None,
             desk,
+            budget: Budget::current(),
+            backlogged: BTreeSet::new(),
+            accept_at: None,
+            refusals: Refusals::default(),
+            reserve: Reserve::new(),
         }
     }
 
@@ -106,6 +118,7 @@ impl Loop {
                 self.deliver(token, reply, head, WRITE_WAIT);
             }
             self.expire();
+            self.retry_accepts();
             if news || self.retry_at.is_some_and(|at| Instant::now() >= at) {
                 self.reconcile();
             }
@@ -123,8 +136,7 @@ impl Loop {
             }
         }
         if let Some(w) = newest {
-            let checks = w.sockets().into_iter().map(|a| (a, Route::HealthCheck));
-            self.wanted = self.fixed.iter().copied().chain(checks).collect();
+            self.wanted = self.fixed.iter().copied().chain(w.sockets()).collect();
             self.table = w.ports;
         }
         true
@@ -134,10 +146,10 @@ impl Loop {
     fn next_deadline(&self) -> Option<Instant> {
         let first =
             self.slots.values().filter_map(|s| if let Slot::Conn(c) = s { Some(c.deadline) } else { None }).min();
-        [self.retry_at, first].into_iter().flatten().min()
+        [self.retry_at, self.accept_at, first].into_iter().flatten().min()
     }
 
-    fn token(&mut self) -> Token {
+    pub(super) fn token(&mut self) -> Token {
         self.next = self.next.checked_add(1).unwrap_or(1);
         Token(self.next)
     }
@@ -150,6 +162,7 @@ impl Loop {
             if let Some((token, mut l)) = self.listeners.remove(&key) {
                 let _ = self.poll.registry().deregister(&mut l);
                 self.slots.remove(&token);
+                self.backlogged.remove(&key);
                 log::info!("closed {} {}", key.1.what(), key.0);
             }
         }
@@ -170,13 +183,24 @@ impl Loop {
         self.retry_at = (!self.failing.is_empty()).then(|| Instant::now() + REBIND);
         if let Some(m) = &self.metrics {
             let ports: BTreeSet<u16> =
-                self.listeners.keys().filter(|k| k.1 == Route::HealthCheck).map(|k| k.0.port()).collect();
+                self.listeners.keys().filter(|k| k.1.is_health_check()).map(|k| k.0.port()).collect();
             m.health_check_node_ports.set(i64::try_from(ports.len()).unwrap_or(i64::MAX));
         }
     }
 
+    /// Listens on `key`; a health-check port only within its share of the descriptors, so
+    /// that `/healthz` and every listener keep some for connections however many Services
+    /// have one.
     fn listen(&mut self, key: Key) -> std::io::Result<()> {
-        let std = bind(key.0)?;
+        if key.1.is_health_check() {
+            let share = self.budget.listeners();
+            if self.listeners.keys().filter(|k| k.1.is_health_check()).count() >= share {
+                let limit = self.budget.limit();
+                let why = format!("health-check ports may hold {share} descriptors of the open files limit {limit}");
+                return Err(std::io::Error::other(why));
+            }
+        }
+        let std = bind_for(key.0, key.1)?;
         std.set_nonblocking(true)?;
         let mut listener = TcpListener::from_std(std);
         let token = self.token();
@@ -195,53 +219,18 @@ impl Loop {
         }
     }
 
-    fn accept(&mut self, key: Key) {
-        loop {
-            let Some((_, listener)) = self.listeners.get(&key) else { return };
-            match listener.accept() {
-                Ok((mut stream, _)) => {
-                    if self.conns >= MAX_CONNECTIONS && !self.evict_silent() {
-                        continue;
-                    }
-                    let local = stream.local_addr().map_or(key.0.ip(), |a| a.ip().to_canonical());
-                    let token = self.token();
-                    if self.poll.registry().register(&mut stream, token, Interest::READABLE).is_ok() {
-                        let (route, port, family, since) = (key.1, key.0.port(), Family::of(&local), Instant::now());
-                        let deadline = since + REQUEST_TIMEOUT;
-                        let c = Conn { stream, route, port, family, since, deadline, read: Vec::new(), out: None };
-                        self.slots.insert(token, Slot::Conn(c));
-                        self.conns += 1;
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => {
-                    log::debug!("accepting on {}: {e}", key.0);
-                    return;
-                }
-            }
-        }
-    }
-
-    /// Closes the oldest connection that has sent no whole request; false if there is none.
-    fn evict_silent(&mut self) -> bool {
-        let oldest = self
-            .slots
-            .iter()
-            .filter_map(|(t, s)| match s {
-                Slot::Conn(c) if c.out.is_none() && !self.desk.waits(*t) => Some((c.since, *t)),
-                _ => None,
-            })
-            .min();
-        oldest.map(|(_, token)| self.close(token)).is_some()
-    }
-
     /// Reads the request and writes the answer as far as the socket allows; closes the
     /// connection when done or broken. While its debug view is being made, whatever else
     /// the client sends is read, so that closing does not reset the connection, and left:
     /// its request is in, and the answer will close it.
     fn serve(&mut self, token: Token) {
         let Some(Slot::Conn(c)) = self.slots.get_mut(&token) else { return };
+        if c.draining {
+            if drain(c) {
+                self.close(token);
+            }
+            return;
+        }
         if self.desk.waits(token) {
             if read_request(c).is_err() {
                 self.close(token);
@@ -249,12 +238,17 @@ impl Loop {
             return;
         }
         let done = if c.out.is_some() {
-            !matches!(write_out(c), Ok(false))
+            self.respond(token)
         } else {
             match read_request(c) {
                 Ok(Head::Partial) => false,
-                Ok(Head::Bad) => {
-                    c.out = Some((encode(Reply::new(400, TEXT, "400 Bad Request"), true), 0));
+                // As Go's server answers them, and without resetting the answer away.
+                Ok(bad @ (Head::Bad | Head::TooLarge)) => {
+                    let status =
+                        if bad == Head::Bad { "400 Bad Request" } else { "431 Request Header Fields Too Large" };
+                    let code = if bad == Head::Bad { 400 } else { 431 };
+                    c.out = Some((encode(Reply::new(code, TEXT, status), true), 0));
+                    c.linger = true;
                     self.respond(token)
                 }
                 Ok(Head::Request { head, path, query }) => {
@@ -321,12 +315,16 @@ impl Loop {
         }
     }
 
-    /// Writes the answer just set; true when the connection is done with.
+    /// Writes the answer set as far as the socket takes it; true when the connection is
+    /// done with. One answered before its request was read whole lingers.
     fn respond(&mut self, token: Token) -> bool {
         let Some(Slot::Conn(c)) = self.slots.get_mut(&token) else { return true };
         match write_out(c) {
             // The rest goes when the socket takes it.
             Ok(false) => self.poll.registry().reregister(&mut c.stream, token, Interest::WRITABLE).is_err(),
+            Ok(true) if c.linger => {
+                drain(c) || self.poll.registry().reregister(&mut c.stream, token, Interest::READABLE).is_err()
+            }
             _ => true,
         }
     }
@@ -335,7 +333,7 @@ impl Loop {
     fn answer(&self, route: Route, port: u16, family: Family, path: &str) -> Reply {
         let now = SystemTime::now();
         match (route, &self.metrics) {
-            (Route::HealthCheck, _) => answer(self.table.get(&port), family, self.health.report(now).healthy),
+            (Route::HealthCheck { .. }, _) => answer(self.table.get(&port), family, self.health.report(now).healthy),
             (Route::Health, m) => {
                 let reply = health::reply(&self.health, path, now);
                 if let Some(m) = m {
@@ -348,7 +346,7 @@ impl Loop {
         }
     }
 
-    fn close(&mut self, token: Token) {
+    pub(super) fn close(&mut self, token: Token) {
         if let Some(Slot::Conn(mut c)) = self.slots.remove(&token) {
             let _ = self.poll.registry().deregister(&mut c.stream);
             self.conns -= 1;

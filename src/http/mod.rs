@@ -7,9 +7,13 @@
 //! asks and serves other clients until the answer comes (`desk.rs`). This file holds the
 //! framing: the request head parsed by httparse, and an answer that closes.
 
+mod accept;
+mod budget;
 mod conn;
 mod desk;
 mod event_loop;
+
+pub use budget::raise_open_files_limit;
 
 use crate::health::Health;
 use crate::health::services::Wanted;
@@ -72,16 +76,26 @@ pub enum Route {
     Health,
     /// `/metrics`, `/healthz`, `/proxyMode` (`--metrics-bind-address`).
     Metrics,
-    /// A Service's health-check node port (the listener's port says which).
-    HealthCheck,
+    /// A Service's health-check node port (the listener's port says which). Its wildcard
+    /// address keeps to its family (`[::]` takes no IPv4) unless `dual_stack`, for a
+    /// dual-stack Service served on every address.
+    HealthCheck {
+        /// Whether `[::]` takes IPv4 too.
+        dual_stack: bool,
+    },
 }
 
 impl Route {
+    /// Whether this is a Service's health-check node port.
+    fn is_health_check(self) -> bool {
+        matches!(self, Route::HealthCheck { .. })
+    }
+
     fn what(self) -> &'static str {
         match self {
             Route::Health => "/healthz and /livez",
             Route::Metrics => "metrics",
-            Route::HealthCheck => "the health-check node port",
+            Route::HealthCheck { .. } => "the health-check node port",
         }
     }
 }
@@ -134,6 +148,8 @@ enum Head {
     Partial,
     /// A request head that is not HTTP.
     Bad,
+    /// A request head longer than is read (Go answers 431).
+    TooLarge,
     /// A request for `path` with `query` (after `?`, if any); `head` for the HEAD method,
     /// whose answer has no body.
     Request { head: bool, path: String, query: Option<String> },
@@ -149,9 +165,11 @@ fn request(read: &[u8]) -> Head {
     let mut req = httparse::Request::new(&mut headers);
     match req.parse(read) {
         Ok(httparse::Status::Complete(_)) => {
-            let target = req.path.unwrap_or("/");
+            let target = origin_form(req.path.unwrap_or("/"));
             let (path, query) = match target.split_once('?') {
+                Some(("", query)) => ("/", Some(query.to_string())),
                 Some((path, query)) => (path, Some(query.to_string())),
+                None if target.is_empty() => ("/", None),
                 None => (target, None),
             };
             Head::Request { head: req.method == Some("HEAD"), path: path.to_string(), query }
@@ -159,6 +177,21 @@ fn request(read: &[u8]) -> Head {
         Ok(httparse::Status::Partial) => Head::Partial,
         Err(_) => Head::Bad,
     }
+}
+
+/// The path and query of a request target. An absolute-form target (`http://host/healthz`,
+/// as a client talking to a proxy sends it) is served by its path, as Go's server serves it.
+fn origin_form(target: &str) -> &str {
+    if target.starts_with('/') {
+        return target;
+    }
+    let Some((scheme, rest)) = target.split_once("://") else { return target };
+    let scheme_ok = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    if !scheme_ok {
+        return target;
+    }
+    rest.find(['/', '?']).map_or("", |at| &rest[at..])
 }
 
 /// An HTTP/1.1 response that closes the connection, in the pieces to write in order: the
@@ -169,6 +202,7 @@ fn encode(r: Reply, with_body: bool) -> VecDeque<Vec<u8>> {
         200 => "OK",
         400 => "Bad Request",
         404 => "Not Found",
+        431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         _ => "Service Unavailable",
     };
@@ -191,6 +225,15 @@ fn encode(r: Reply, with_body: bool) -> VecDeque<Vec<u8>> {
 
 /// Connections waiting to be accepted, per listener.
 const BACKLOG: i32 = 128;
+
+/// Binds and listens on `addr` for `route`: a health-check port's address as it is (its
+/// wildcard keeping to its family) unless dual-stack, else as [`bind`].
+fn bind_for(addr: SocketAddr, route: Route) -> std::io::Result<std::net::TcpListener> {
+    match route {
+        Route::HealthCheck { dual_stack: false } => listen_on(addr, false),
+        _ => bind(addr),
+    }
+}
 
 /// Binds and listens on `addr`. A wildcard, `0.0.0.0` or `[::]`, takes both families whatever
 /// `net.ipv6.bindv6only` says, as Go's `net.Listen("tcp", …)` does for either (upstream's
@@ -236,6 +279,15 @@ mod tests {
         assert_eq!(request(b"HEAD / HTTP/1.0\r\n\r\n"), root);
         assert_eq!(request(b"GET / HTTP/1.1\r\nHost: a\r\n"), Head::Partial);
         assert_eq!(request(b"\x01\x02 not http\r\n\r\n"), Head::Bad);
+        // As Go's server: an absolute-form target is served by its path.
+        let healthz =
+            |query: Option<&str>| Head::Request { head: false, path: "/healthz".into(), query: query.map(Into::into) };
+        assert_eq!(request(b"GET http://node:10256/healthz HTTP/1.1\r\n\r\n"), healthz(None));
+        assert_eq!(request(b"GET HTTP://node/healthz?a=b HTTP/1.1\r\n\r\n"), healthz(Some("a=b")));
+        assert_eq!(request(b"GET /healthz?next=http://x/ HTTP/1.1\r\n\r\n"), healthz(Some("next=http://x/")));
+        let root = |query: Option<&str>| Head::Request { head: false, path: "/".into(), query: query.map(Into::into) };
+        assert_eq!(request(b"GET http://node HTTP/1.1\r\n\r\n"), root(None));
+        assert_eq!(request(b"GET http://node?x HTTP/1.1\r\n\r\n"), root(Some("x")));
         let head = encode(Reply::new(503, JSON, "{}"), false);
         assert_eq!(head.len(), 1, "no body");
         assert!(String::from_utf8_lossy(&head[0]).ends_with("Content-Length: 2\r\nConnection: close\r\n\r\n"));

@@ -9,6 +9,19 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+/// The flags every test daemon starts with.
+const BASE: &[&str] = &["--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8,fd00:10::/32"];
+
+/// systemd's default open-files limits for a service, soft 1,024 and hard 524,288, as
+/// `prlimit` takes them; the hard one no higher than this process' (raising a hard limit
+/// takes CAP_SYS_RESOURCE, which a sandbox may lack).
+pub fn systemd_nofile() -> String {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit fills the struct it is given.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+    format!("1024:{}", r.rlim_max.min(524_288))
+}
+
 /// A running daemon, killed if the test fails before stopping it.
 pub struct Daemon {
     child: Option<Child>,
@@ -40,6 +53,25 @@ impl Daemon {
         Daemon::start_with(ns, &source, kubeconfig, extra, env)
     }
 
+    /// Starts the daemon for `node-a` in `ns` over `manifests` with `extra` flags, under the
+    /// open-files limits `nofile` (`soft:hard`, as `prlimit` takes them).
+    pub fn start_limited(ns: &Netns, manifests: &Path, nofile: &str, extra: &[&str]) -> Daemon {
+        let limit = format!("--nofile={nofile}");
+        let source = [["prlimit", &limit, "--", env!("CARGO_BIN_EXE_kube-nftproxy")].as_slice(), BASE].concat();
+        let mut argv: Vec<std::ffi::OsString> = source.into_iter().map(Into::into).collect();
+        argv.extend([std::ffi::OsStr::new("--manifests"), manifests.as_os_str()].map(Into::into));
+        argv.extend(extra.iter().map(Into::into));
+        Daemon::start_argv(ns, &argv, manifests, &[])
+    }
+
+    /// The soft open-files limit in force in the daemon, and the hard one, as it runs.
+    pub fn nofile(&self) -> (String, String) {
+        let limits = std::fs::read_to_string(format!("/proc/{}/limits", self.pid())).unwrap_or_default();
+        let line = limits.lines().find(|l| l.starts_with("Max open files")).unwrap_or_default();
+        let mut values = line.split_whitespace().skip(3).map(String::from);
+        (values.next().unwrap_or_default(), values.next().unwrap_or_default())
+    }
+
     /// Starts the daemon with `source` flags, logging next to `near`.
     fn start_with(
         ns: &Netns,
@@ -48,11 +80,8 @@ impl Daemon {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Daemon {
-        let mut argv: Vec<std::ffi::OsString> = [env!("CARGO_BIN_EXE_kube-nftproxy"), "--hostname-override=node-a"]
-            .into_iter()
-            .chain(["--cluster-cidr=10.0.0.0/8,fd00:10::/32"])
-            .map(Into::into)
-            .collect();
+        let mut argv: Vec<std::ffi::OsString> =
+            [env!("CARGO_BIN_EXE_kube-nftproxy")].into_iter().chain(BASE.iter().copied()).map(Into::into).collect();
         argv.extend(source.iter().map(|s| s.to_os_string()));
         argv.extend(extra.iter().map(Into::into));
         Daemon::start_argv(ns, &argv, near, env)

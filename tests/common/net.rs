@@ -298,6 +298,19 @@ pub fn sctp_supported(ns: &str) -> Result<(), String> {
     })
 }
 
+/// A TCP connection to `addr` begun without waiting for it (a non-blocking connect), as a
+/// flood opens them: the kernel completes it whenever the peer's backlog takes it.
+pub fn connect_nonblocking(addr: SocketAddr) -> std::os::fd::OwnedFd {
+    let fd = socket(addr, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0).expect("socket");
+    let (ss, len) = sockaddr(addr);
+    // SAFETY: connecting our own socket to a valid address.
+    if unsafe { libc::connect(fd.as_raw_fd(), &ss as *const _ as *const libc::sockaddr, len) } != 0 {
+        let e = std::io::Error::last_os_error();
+        assert_eq!(e.raw_os_error(), Some(libc::EINPROGRESS), "connect {addr}: {e}");
+    }
+    fd
+}
+
 /// One HTTP GET from inside namespace `ns` to `addr`, as a load balancer's checker or a
 /// kubelet probe sends it: status, head (names lower-cased) and body; `None` when nothing
 /// answers (refused, or silent for 2 s).
