@@ -3,7 +3,7 @@
 //! tokens re-read as they rotate, and every answer that is not a success turned into an
 //! [`ApiError`] carrying the server's `Status`.
 
-use super::kubeconfig::{ClientConfig, Pem, Token, without_userinfo};
+use super::kubeconfig::{ClientConfig, Pem, Token, hide_userinfo, without_userinfo};
 use crate::input::{self, ReadError};
 use serde::Deserialize;
 use std::io::Read;
@@ -183,7 +183,8 @@ impl Client {
 
     /// The body of a 2xx answer, or the error the answer (or its absence) means.
     fn answer(&self, sent: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<ureq::Body, ApiError> {
-        let resp = sent.map_err(|e| ApiError::Transport(format!("{}: {e}", self.server())))?;
+        let resp =
+            sent.map_err(|e| ApiError::Transport(hide_userinfo(&format!("{}: {e}", self.server), &self.server)))?;
         let code = resp.status().as_u16();
         if (200..300).contains(&code) {
             return Ok(resp.into_body());

@@ -66,14 +66,21 @@ impl std::fmt::Debug for Token {
 }
 
 /// `url` as it may be shown: without user info (`https://admin:PASSWORD@host` is shown as
-/// `https://host`). Everything up to the last `@` after the scheme goes, since a password
-/// may hold `/`, `?` or `#` unescaped; a path holding `@` is then shown shortened, which a
-/// server URL never needs.
+/// `https://host`).
 pub fn without_userinfo(url: &str) -> String {
+    hide_userinfo(url, url)
+}
+
+/// `text` with the user info of `url` taken out wherever it is quoted (an HTTP library's
+/// error may quote the whole URL).
+pub fn hide_userinfo(text: &str, url: &str) -> String {
+    // Everything up to the last `@` after the scheme is user info, since a password may hold
+    // `/`, `?` or `#` unescaped; a path holding `@` is then shown shortened, which a server
+    // URL never needs.
     let start = url.find("://").map_or(0, |i| i + 3);
     match url[start..].rfind('@') {
-        Some(at) => format!("{}{}", &url[..start], &url[start + at + 1..]),
-        None => url.to_string(),
+        Some(at) => text.replace(&url[start..start + at + 1], ""),
+        None => text.to_string(),
     }
 }
 
