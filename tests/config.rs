@@ -401,24 +401,6 @@ fn a_min_sync_period_longer_than_the_sync_period_is_refused_after_the_flags() {
 }
 
 #[test]
-fn the_file_and_the_kubeconfig_it_names_are_read_only_when_regular_and_bounded() {
-    use common::inputs;
-    let dir = common::Scratch::new("hostile-config");
-    let mut complaints = Vec::new();
-    for planted in inputs::hostile(&dir.0, "config", kube_nftproxy::input::CONFIG.max) {
-        let ran = inputs::dry_run(&dir.0, &["--config", planted.path.to_str().unwrap()]);
-        complaints.extend(inputs::complaint(&ran, &planted, "--config"));
-    }
-    for (i, planted) in inputs::hostile(&dir.0, "kubeconfig", kube_nftproxy::input::KUBECONFIG.max).iter().enumerate() {
-        let body = format!("clientConnection: {{kubeconfig: {}}}", planted.path.display());
-        let config = with(&format!("client-connection-{i}"), &body);
-        let ran = inputs::dry_run(&dir.0, &["--config", config.to_str().unwrap()]);
-        complaints.extend(inputs::complaint(&ran, planted, "clientConnection.kubeconfig"));
-    }
-    inputs::assert_none(&complaints);
-}
-
-#[test]
 fn a_file_that_does_not_parse_is_told_by_place_never_by_its_text() {
     const S: &str = "SECRET-0123456789";
     let mut complaints = Vec::new();

@@ -1,6 +1,7 @@
 //! Kubeconfig files and in-cluster configuration: what the client is told to use, and a
-//! clear error naming the entry for everything it cannot use; the files they name read only
-//! when regular and bounded, and no credential in any error.
+//! clear error naming the entry for everything it cannot use; every input file (these, the
+//! files they name, and the `--config` file) read only when regular and bounded, and no
+//! credential in any error.
 
 mod common;
 
@@ -155,6 +156,24 @@ fn the_kubeconfig_and_the_files_it_names_are_read_only_when_regular_and_bounded(
             let ran = inputs::dry_run(&dir.0, &["--kubeconfig", path.to_str().unwrap()]);
             complaints.extend(inputs::complaint(&ran, &planted, what));
         }
+    }
+    inputs::assert_none(&complaints);
+}
+
+#[test]
+fn the_config_file_and_the_kubeconfig_it_names_are_read_only_when_regular_and_bounded() {
+    use kube_nftproxy::input::{CONFIG, KUBECONFIG};
+    let dir = Scratch::new("hostile-config");
+    let mut complaints = Vec::new();
+    for planted in inputs::hostile(&dir.0, "config", CONFIG.max) {
+        let ran = inputs::dry_run(&dir.0, &["--config", planted.path.to_str().unwrap()]);
+        complaints.extend(inputs::complaint(&ran, &planted, "--config"));
+    }
+    for planted in inputs::hostile(&dir.0, "kubeconfig", KUBECONFIG.max) {
+        let head = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
+        dir.write("config.yaml", &format!("{head}clientConnection: {{kubeconfig: {}}}\n", planted.path.display()));
+        let ran = inputs::dry_run(&dir.0, &["--config", dir.0.join("config.yaml").to_str().unwrap()]);
+        complaints.extend(inputs::complaint(&ran, &planted, "clientConnection.kubeconfig"));
     }
     inputs::assert_none(&complaints);
 }
