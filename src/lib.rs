@@ -11,6 +11,7 @@ pub mod health;
 pub mod host;
 pub mod http;
 pub mod inbox;
+pub mod input;
 pub mod kube;
 pub mod lock;
 pub mod manifests;

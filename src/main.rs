@@ -93,6 +93,9 @@ fn init_logging(level: Option<log::LevelFilter>) {
     if let Some(level) = level {
         builder.filter_module("kube_nftproxy", level);
     }
+    // ureq_proto logs only below info, and its trace dumps every byte a request sends, the
+    // Authorization header too: never at all, whatever RUST_LOG asks.
+    builder.filter_module("ureq_proto", log::LevelFilter::Info);
     builder.format(|buf, record| {
         let style = buf.default_level_style(record.level());
         let message = record.args().to_string();

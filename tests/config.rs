@@ -399,3 +399,30 @@ fn a_min_sync_period_longer_than_the_sync_period_is_refused_after_the_flags() {
         assert!(stderr.contains("minSyncPeriod"), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn a_file_that_does_not_parse_is_told_by_place_never_by_its_text() {
+    const S: &str = "SECRET-0123456789";
+    let mut complaints = Vec::new();
+    for (i, (body, place)) in [
+        (format!("clientConnection: {{kubeconfig: [{S}]}}"), "clientConnection.kubeconfig: a sequence where"),
+        (format!("nftables: {{masqueradeBit: \"{S}\"}}"), "nftables.masqueradeBit: a string where"),
+        (format!("nftables: {{syncPeriod: {S}}}"), "nftables.syncPeriod: not a duration"),
+        (format!("clientConnection: \"{S}"), "not YAML or JSON: line 3, column "),
+        (format!("mode: {S}: x"), "not YAML or JSON: line 3, column "),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let path = with(&format!("leaky{i}"), &body);
+        let out = binary(&["--config", path.to_str().unwrap(), "--dry-run", "--hostname-override", "node-a"]);
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let want = format!("--config {:?}: {place}", path);
+        if out.status.code() != Some(2) || said.contains("SECRET") || said.contains("0123456789") {
+            complaints.push(format!("{body}: {said}"));
+        } else if !said.contains(&want) {
+            complaints.push(format!("{body}: not {want:?}: {said}"));
+        }
+    }
+    common::inputs::assert_none(&complaints);
+}

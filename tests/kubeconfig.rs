@@ -1,10 +1,15 @@
 //! Kubeconfig files and in-cluster configuration: what the client is told to use, and a
-//! clear error naming the entry for everything it cannot use.
+//! clear error naming the entry for everything it cannot use; every input file (these, the
+//! files they name, and the `--config` file) read only when regular and bounded, and no
+//! credential in any error.
 
 mod common;
 
-use common::Scratch;
+use common::emulator::Emulator;
+use common::{Scratch, inputs};
 use kube_nftproxy::kube::{ClientConfig, Pem, Token, from_kubeconfig, in_cluster};
+use std::path::Path;
+use std::time::Duration;
 
 /// A kubeconfig with contexts `a` (cluster `one`, user `certs`) and `b` (cluster `two`, user
 /// given by `user_b`), current context `current`.
@@ -99,4 +104,219 @@ fn in_cluster_configuration_comes_from_the_environment_and_the_service_account()
     dir.remove("token");
     let err = in_cluster(&env(true), &dir.0).unwrap_err().to_string();
     assert!(err.contains("token does not exist"), "{err}");
+}
+
+/// A kubeconfig for `server` whose cluster and user hold the lines `cluster` and `user` (the
+/// user's first line is line 14).
+fn closed_port(server: &str, cluster: &str, user: &str) -> String {
+    let user = if user.is_empty() { " {}\n".to_string() } else { format!("\n{user}") };
+    format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: a\n\
+         clusters:\n- name: one\n  cluster:\n    server: {server}\n{cluster}\
+         contexts:\n- name: a\n  context: {{cluster: one, user: u}}\n\
+         users:\n- name: u\n  user:{user}"
+    )
+}
+
+#[test]
+fn the_kubeconfig_and_the_files_it_names_are_read_only_when_regular_and_bounded() {
+    use kube_nftproxy::input::{KUBECONFIG, PEM, TOKEN};
+    let dir = Scratch::new("hostile-kubeconfig");
+    let pair = rcgen::generate_simple_self_signed(vec!["a.example".to_string()]).unwrap();
+    dir.write("cert.pem", &pair.cert.pem());
+    let cert = dir.0.join("cert.pem");
+    let (http, https) = ("http://127.0.0.1:1", "https://127.0.0.1:1");
+    // Each place a file is named: how the kubeconfig names it, and the most it may hold.
+    type Slot<'a> = (&'a str, u64, &'a dyn Fn(&Path) -> Option<String>);
+    let slots: [Slot; 5] = [
+        ("--kubeconfig", KUBECONFIG.max, &|_| None),
+        ("tokenFile", TOKEN.max, &|p| Some(closed_port(http, "", &format!("    tokenFile: {}\n", p.display())))),
+        ("certificate-authority", PEM.max, &|p| {
+            Some(closed_port(https, &format!("    certificate-authority: {}\n", p.display()), ""))
+        }),
+        ("client-certificate", PEM.max, &|p| {
+            let user = format!("    client-certificate: {}\n    client-key: {}\n", p.display(), cert.display());
+            Some(closed_port(https, "", &user))
+        }),
+        ("client-key", PEM.max, &|p| {
+            let user = format!("    client-certificate: {}\n    client-key: {}\n", cert.display(), p.display());
+            Some(closed_port(https, "", &user))
+        }),
+    ];
+    let mut complaints = Vec::new();
+    for (what, max, kubeconfig) in slots {
+        for planted in inputs::hostile(&dir.0, what, max) {
+            let path = match kubeconfig(&planted.path) {
+                Some(text) => {
+                    dir.write("kubeconfig", &text);
+                    dir.0.join("kubeconfig")
+                }
+                None => planted.path.clone(),
+            };
+            let ran = inputs::dry_run(&dir.0, &["--kubeconfig", path.to_str().unwrap()]);
+            complaints.extend(inputs::complaint(&ran, &planted, what));
+        }
+    }
+    inputs::assert_none(&complaints);
+}
+
+#[test]
+fn the_config_file_and_the_kubeconfig_it_names_are_read_only_when_regular_and_bounded() {
+    use kube_nftproxy::input::{CONFIG, KUBECONFIG};
+    let dir = Scratch::new("hostile-config");
+    let mut complaints = Vec::new();
+    for planted in inputs::hostile(&dir.0, "config", CONFIG.max) {
+        let ran = inputs::dry_run(&dir.0, &["--config", planted.path.to_str().unwrap()]);
+        complaints.extend(inputs::complaint(&ran, &planted, "--config"));
+    }
+    for planted in inputs::hostile(&dir.0, "kubeconfig", KUBECONFIG.max) {
+        let head = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
+        dir.write("config.yaml", &format!("{head}clientConnection: {{kubeconfig: {}}}\n", planted.path.display()));
+        let ran = inputs::dry_run(&dir.0, &["--config", dir.0.join("config.yaml").to_str().unwrap()]);
+        complaints.extend(inputs::complaint(&ran, &planted, "clientConnection.kubeconfig"));
+    }
+    inputs::assert_none(&complaints);
+}
+
+/// Runs `f` on a thread and waits at most [`inputs::HUNG`] for its answer.
+fn within<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(f()));
+    rx.recv_timeout(inputs::HUNG).ok()
+}
+
+#[test]
+fn the_in_cluster_token_and_ca_are_read_only_when_regular_and_bounded() {
+    use kube_nftproxy::input::{PEM, TOKEN};
+    use kube_nftproxy::kube::Client;
+    let env = |name: &str| match name {
+        "KUBERNETES_SERVICE_HOST" => Some("127.0.0.1".to_string()),
+        "KUBERNETES_SERVICE_PORT" => Some("1".to_string()),
+        _ => None,
+    };
+    let pair = rcgen::generate_simple_self_signed(vec!["a.example".to_string()]).unwrap();
+    let mut complaints = Vec::new();
+    for (which, max) in [("token", TOKEN.max), ("ca.crt", PEM.max)] {
+        let dir = Scratch::new("hostile-in-cluster");
+        let hostile = Scratch::new("hostile-in-cluster-files");
+        for planted in inputs::hostile(&hostile.0, which, max) {
+            // The last round's link is replaced, not written through (to a FIFO nobody reads).
+            for name in ["token", "ca.crt"] {
+                let _ = std::fs::remove_file(dir.0.join(name));
+            }
+            dir.write("token", "t0");
+            dir.write("ca.crt", &pair.cert.pem());
+            dir.remove(which);
+            std::os::unix::fs::symlink(&planted.path, dir.0.join(which)).unwrap();
+            let cfg = in_cluster(&env, &dir.0).unwrap();
+            let said = within(move || match Client::new(&cfg) {
+                Err(e) => e.to_string(),
+                Ok(client) => {
+                    client.get("/api", Duration::from_secs(1), None).err().map(|e| e.to_string()).unwrap_or_default()
+                }
+            });
+            let said = said.unwrap_or_else(|| format!("still reading after {:?}", inputs::HUNG));
+            let named = said.contains(&dir.0.join(which).display().to_string());
+            if !named || !said.contains(planted.expect) {
+                complaints.push(format!("in-cluster {which} as {}: {said}", planted.label));
+            }
+        }
+    }
+    inputs::assert_none(&complaints);
+}
+
+#[test]
+fn a_normal_kubeconfig_and_a_kubelet_projected_token_still_work() {
+    let examples = common::root().join("examples/cluster");
+    let emu = Emulator::start(None, "127.0.0.1:0", Some(&examples), &[]);
+    let dir = Scratch::new("projected");
+    // kubelet's projected volume: `token` links into `..data`, a link to a timestamped
+    // directory of regular files, swapped atomically as the token rotates.
+    let stamped = dir.0.join("..2026_11_26_15_00_00.123456789");
+    std::fs::create_dir(&stamped).unwrap();
+    std::fs::copy(emu.tls_dir.join("token"), stamped.join("token")).unwrap();
+    std::os::unix::fs::symlink(stamped.file_name().unwrap(), dir.0.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/token", dir.0.join("token")).unwrap();
+    let ca = format!("    certificate-authority: {}\n", emu.tls_dir.join("ca.crt").display());
+    dir.write(
+        "kubeconfig",
+        &closed_port(&emu.api, &ca, &format!("    tokenFile: {}\n", dir.0.join("token").display())),
+    );
+    let ran = inputs::dry_run(&dir.0, &["--kubeconfig", dir.0.join("kubeconfig").to_str().unwrap()]);
+    assert!(ran.status.is_some_and(|s| s.success()), "{}", ran.output);
+    assert!(ran.output.contains("service-ips"), "no ruleset: {}", ran.output);
+}
+
+#[test]
+fn not_even_a_trace_log_dumps_a_request_with_its_token() {
+    let emu = Emulator::start(None, "127.0.0.1:0", None, &[]);
+    let dir = Scratch::new("trace");
+    let token = std::fs::read_to_string(emu.tls_dir.join("token")).unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_kube-nftproxy"));
+    cmd.args(["--dry-run", "--hostname-override", "node-a", "--kubeconfig"]);
+    cmd.arg(emu.tls_dir.join("kubeconfig-token")).env("RUST_LOG", "trace");
+    let ran = inputs::run_within(cmd, &dir.0);
+    assert!(ran.status.is_some_and(|s| s.success()), "{}", ran.output);
+    assert!(ran.output.contains("TRACE"), "not a trace log: {}", ran.output);
+    // ureq_proto's trace shows each byte sent, sixteen to a line.
+    let dumped = ran.output.lines().filter(|l| l.contains("ureq_proto")).count();
+    assert!(dumped == 0 && !ran.output.contains(token.trim()), "{dumped} lines of ureq_proto: {}", ran.output);
+}
+
+/// Kubeconfigs whose token sits where the parser stops, and the line it stops on.
+fn leaky_kubeconfigs() -> Vec<(&'static str, String, usize)> {
+    const T: &str = "SECRET-0123456789";
+    let user = |lines: &str| closed_port("http://127.0.0.1:1", "", lines);
+    vec![
+        ("a token of the wrong type", user(&format!("    token: [{T}]\n")), 14),
+        ("a user that is a string", user("").replace("  user: {}\n", &format!("  user: \"{T}\"\n")), 13),
+        ("a syntax error on the token line", user(&format!("    token: {T}: x\n")), 14),
+        ("a duplicate token key", user(&format!("    token: {T}\n    token: {T}\n")), 15),
+        ("an unterminated quote", user(&format!("    token: \"{T}\n")), 14),
+    ]
+}
+
+#[test]
+fn a_kubeconfig_that_does_not_parse_is_told_by_place_never_by_its_text() {
+    let dir = Scratch::new("leaky");
+    let mut complaints = Vec::new();
+    for (what, text, line) in leaky_kubeconfigs() {
+        dir.write("kubeconfig", &text);
+        let path = dir.0.join("kubeconfig");
+        let ran = inputs::dry_run(&dir.0, &["--kubeconfig", path.to_str().unwrap()]);
+        let place = format!("{}: not a kubeconfig: line {line}, column ", path.display());
+        let leaked = ran.output.contains("SECRET") || ran.output.contains("0123456789");
+        if ran.status.is_none_or(|s| s.success()) || leaked || !ran.output.contains(&place) {
+            complaints.push(format!("{what}: not only {place:?}: {}", ran.output));
+        }
+    }
+    inputs::assert_none(&complaints);
+}
+
+#[test]
+fn a_server_url_is_never_shown_with_its_user_info() {
+    let dir = Scratch::new("userinfo");
+    let server = "https://admin:PASSWORD-0123456789@127.0.0.1:1";
+    dir.write("kubeconfig", &closed_port(server, "", "    token: t0\n"));
+    let kubeconfig = dir.0.join("kubeconfig");
+    // A URL the HTTP library refuses is quoted whole in its error.
+    let unschemed = "//admin:PASSWORD-0123456789@127.0.0.1:1";
+    for args in
+        [vec!["--kubeconfig", kubeconfig.to_str().unwrap()], vec!["--master", server], vec!["--master", unschemed]]
+    {
+        let ran = inputs::dry_run(&dir.0, &args);
+        assert!(ran.status.is_some_and(|s| !s.success()), "{args:?}: {}", ran.output);
+        assert!(!ran.output.contains("PASSWORD") && !ran.output.contains("admin"), "{args:?}: {}", ran.output);
+        assert!(ran.output.contains("127.0.0.1:1: "), "{args:?}: the server is not named: {}", ran.output);
+    }
+    let cfg = from_kubeconfig(&kubeconfig, None).unwrap();
+    assert_eq!(kube_nftproxy::kube::Client::new(&cfg).unwrap().server(), "https://127.0.0.1:1");
+    for (url, shown) in [
+        ("https://admin:p/a?s#s@10.0.0.1:6443/", "https://10.0.0.1:6443/"),
+        ("http://u@[fd00::1]:8080", "http://[fd00::1]:8080"),
+        ("admin:pw@cp.example:6443", "cp.example:6443"),
+        ("https://cp.example:6443", "https://cp.example:6443"),
+    ] {
+        assert_eq!(kube_nftproxy::kube::without_userinfo(url), shown);
+    }
 }

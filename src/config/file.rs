@@ -6,8 +6,11 @@
 //! kube-proxy. Fields of kube-proxy's other modes are read and left alone; any other field is
 //! a warning naming it.
 
-use super::values::{parse_duration, parse_healthz_bind, parse_metrics_bind, parse_proxy_mode, valid_node_name};
+use super::values::{
+    MAX_DURATION, parse_duration, parse_healthz_bind, parse_metrics_bind, parse_proxy_mode, valid_node_name,
+};
 use super::{ConfigError, Flags};
+use crate::input;
 use ipnet::IpNet;
 use serde::Deserialize;
 use std::net::IpAddr;
@@ -19,9 +22,6 @@ pub const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
 
 /// The file's `kind`.
 pub const KIND: &str = "KubeProxyConfiguration";
-
-/// A configuration file larger than this is refused rather than read.
-const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// A kube-proxy field this proxy has no use for. (Not `IgnoredAny`: what that reads counts as
 /// ignored, and would be warned about as unknown.)
@@ -154,7 +154,10 @@ struct GoDuration(Duration);
 impl<'de> Deserialize<'de> for GoDuration {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        parse_duration(&text).map(GoDuration).map_err(serde::de::Error::custom)
+        // Not the parser's message: it quotes the value, and the file's values are not quoted.
+        let wanted =
+            format!("not a duration like 500ms, 30s, 15m or 1h30m0s of at most {}h", MAX_DURATION.as_secs() / 3600);
+        parse_duration(&text).map(GoDuration).map_err(|_| serde::de::Error::custom(wanted))
     }
 }
 
@@ -169,18 +172,18 @@ pub struct FileSettings {
 /// Reads and checks a configuration file.
 pub fn read(path: &Path) -> Result<FileSettings, ConfigError> {
     let bad = |message: String| ConfigError::File { path: path.to_path_buf(), message };
-    let size = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?.len();
-    if size > MAX_FILE_BYTES {
-        return Err(bad(format!("{size} bytes is more than a configuration file may hold ({MAX_FILE_BYTES})")));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-    // JSON is YAML, so one parser reads both.
-    let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| bad(format!("not YAML or JSON: {e}")))?;
+    let text = input::read_text(path, input::CONFIG).map_err(|e| bad(e.to_string()))?;
+    // JSON is YAML, so one parser reads both. Its errors are told by place, not by the text
+    // there (the same rule as for a kubeconfig, which holds credentials).
+    let mut options = serde_saphyr::Options::default();
+    options.with_snippet = false;
+    let value: serde_json::Value = serde_saphyr::from_str_with_options(&text, options)
+        .map_err(|e| bad(format!("not YAML or JSON: {}", input::yaml_error(&e))))?;
     let mut unknown_fields = Vec::new();
     let mut note = |field: serde_ignored::Path| unknown_fields.push(field.to_string());
     let ignoring = serde_ignored::Deserializer::new(value, &mut note);
-    let file: KubeProxyConfiguration =
-        serde_path_to_error::deserialize(ignoring).map_err(|e| bad(format!("{}: {}", e.path(), e.inner())))?;
+    let file: KubeProxyConfiguration = serde_path_to_error::deserialize(ignoring)
+        .map_err(|e| bad(format!("{}: {}", e.path(), input::serde_message(&e.inner().to_string()))))?;
     match (file.api_version.as_deref(), file.kind.as_deref()) {
         (Some(API_VERSION), Some(KIND)) => Ok(FileSettings { file, unknown_fields }),
         (v, k) => Err(bad(format!("apiVersion {v:?} kind {k:?}: expected {API_VERSION} {KIND}"))),

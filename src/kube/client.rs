@@ -3,7 +3,8 @@
 //! tokens re-read as they rotate, and every answer that is not a success turned into an
 //! [`ApiError`] carrying the server's `Status`.
 
-use super::kubeconfig::{ClientConfig, Pem, Token};
+use super::kubeconfig::{ClientConfig, Pem, Token, hide_userinfo, without_userinfo};
+use crate::input::{self, ReadError};
 use serde::Deserialize;
 use std::io::Read;
 use std::path::PathBuf;
@@ -30,12 +31,13 @@ const ERROR_BODY_LIMIT: u64 = 64 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// A CA, certificate or key file could not be read.
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}: {cause}")]
     Io {
         /// The file.
         path: PathBuf,
-        /// Cause.
-        source: std::io::Error,
+        /// Why (a field not named `source`: the message holds it, and is not repeated as
+        /// its cause).
+        cause: ReadError,
     },
     /// A CA, certificate or key is not usable.
     #[error("{0}")]
@@ -156,9 +158,9 @@ impl Client {
         Ok(Client { agent, server: cfg.server.trim_end_matches('/').to_string(), token })
     }
 
-    /// The server's base URL.
-    pub fn server(&self) -> &str {
-        &self.server
+    /// The server's base URL as it may be shown (without user info).
+    pub fn server(&self) -> String {
+        without_userinfo(&self.server)
     }
 
     /// `GET path` (with its query); a reply that stays silent for `idle`, or that takes longer
@@ -188,7 +190,8 @@ impl Client {
 
     /// The body of a 2xx answer, or the error the answer (or its absence) means.
     fn answer(&self, sent: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<ureq::Body, ApiError> {
-        let resp = sent.map_err(|e| ApiError::Transport(format!("{}: {e}", self.server)))?;
+        let resp =
+            sent.map_err(|e| ApiError::Transport(hide_userinfo(&format!("{}: {e}", self.server), &self.server)))?;
         let code = resp.status().as_u16();
         if (200..300).contains(&code) {
             return Ok(resp.into_body());
@@ -237,9 +240,9 @@ fn tls_config(cfg: &ClientConfig) -> Result<TlsConfig, ClientError> {
 fn read_pem(pem: &Pem) -> Result<(Vec<u8>, String), ClientError> {
     match pem {
         Pem::Data(bytes) => Ok((bytes.clone(), "inline data".into())),
-        Pem::File(path) => std::fs::read(path)
+        Pem::File(path) => input::read(path, input::PEM)
             .map(|b| (b, path.display().to_string()))
-            .map_err(|source| ClientError::Io { path: path.clone(), source }),
+            .map_err(|cause| ClientError::Io { path: path.clone(), cause }),
     }
 }
 
@@ -302,7 +305,7 @@ impl TokenSource {
         {
             return Ok(token.clone());
         }
-        let text = std::fs::read_to_string(path)
+        let text = input::read_text(path, input::TOKEN)
             .map_err(|e| ApiError::Credentials(format!("reading token file {}: {e}", path.display())))?;
         let token = text.trim().to_string();
         if token.is_empty() {

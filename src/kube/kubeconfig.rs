@@ -4,6 +4,7 @@
 //! (exec, auth-provider) are refused: a node daemon authenticates with a service-account
 //! token or a client certificate.
 
+use crate::input::{self, ReadError};
 use base64::Engine;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -27,7 +28,7 @@ pub struct ClientConfig {
 }
 
 /// PEM data, inline or in a file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum Pem {
     /// The bytes themselves (from a `*-data` field).
     Data(Vec<u8>),
@@ -36,7 +37,7 @@ pub enum Pem {
 }
 
 /// A bearer token, inline or in a file that is re-read as it rotates.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum Token {
     /// The token itself.
     Inline(String),
@@ -44,23 +45,63 @@ pub enum Token {
     File(PathBuf),
 }
 
+// Inline keys and tokens are credentials: a debug print (an assertion, a trace) shows their
+// size only.
+impl std::fmt::Debug for Pem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pem::Data(bytes) => write!(f, "Data({} bytes)", bytes.len()),
+            Pem::File(path) => f.debug_tuple("File").field(path).finish(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Token::Inline(token) => write!(f, "Inline({} bytes)", token.len()),
+            Token::File(path) => f.debug_tuple("File").field(path).finish(),
+        }
+    }
+}
+
+/// `url` as it may be shown: without user info (`https://admin:PASSWORD@host` is shown as
+/// `https://host`).
+pub fn without_userinfo(url: &str) -> String {
+    hide_userinfo(url, url)
+}
+
+/// `text` with the user info of `url` taken out wherever it is quoted (an HTTP library's
+/// error may quote the whole URL).
+pub fn hide_userinfo(text: &str, url: &str) -> String {
+    // Everything up to the last `@` after the scheme is user info, since a password may hold
+    // `/`, `?` or `#` unescaped; a path holding `@` is then shown shortened, which a server
+    // URL never needs.
+    let start = url.find("://").map_or(0, |i| i + 3);
+    match url[start..].rfind('@') {
+        Some(at) => text.replace(&url[start..start + at + 1], ""),
+        None => text.to_string(),
+    }
+}
+
 /// Why no client configuration could be made; each names what is wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeConfigError {
     /// The file could not be read.
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Io {
         /// The file.
         path: PathBuf,
-        /// Cause.
-        source: std::io::Error,
+        /// Why (a field not named `source`: the message holds it, and is not repeated as
+        /// its cause).
+        cause: ReadError,
     },
     /// The file is not a kubeconfig.
     #[error("{path}: not a kubeconfig: {message}")]
     Parse {
         /// The file.
         path: PathBuf,
-        /// Parser message.
+        /// Where it is wrong (line, column, field) and how, without the text there.
         message: String,
     },
     /// Something the configuration needs is missing or wrong.
@@ -141,9 +182,9 @@ struct Context {
 
 /// Reads the kubeconfig at `path` for its current context; `master` overrides its server.
 pub fn from_kubeconfig(path: &Path, master: Option<&str>) -> Result<ClientConfig, KubeConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| KubeConfigError::Io { path: path.into(), source })?;
-    let kc: KubeConfig = serde_saphyr::from_str(&text)
-        .map_err(|e| KubeConfigError::Parse { path: path.into(), message: e.to_string() })?;
+    let text =
+        input::read_text(path, input::KUBECONFIG).map_err(|cause| KubeConfigError::Io { path: path.into(), cause })?;
+    let kc = parse(&text).map_err(|message| KubeConfigError::Parse { path: path.into(), message })?;
     let invalid = |what: String| KubeConfigError::Invalid { path: path.into(), what };
     if kc.current_context.is_empty() {
         return Err(invalid("no current-context".into()));
@@ -179,15 +220,46 @@ pub fn from_kubeconfig(path: &Path, master: Option<&str>) -> Result<ClientConfig
     })
 }
 
+/// The kubeconfig in `text`, or where and how it is wrong: the parser's own message quotes
+/// the offending line or value, which is often the token, so it is never shown.
+fn parse(text: &str) -> Result<KubeConfig, String> {
+    let mut field = String::new();
+    let mut options = serde_saphyr::Options::default();
+    options.with_snippet = false;
+    serde_saphyr::with_deserializer_from_str_with_options(text, options, |de| {
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            field = e.path().to_string();
+            e.into_inner()
+        })
+    })
+    .map_err(|e| {
+        let at = input::yaml_error(&e);
+        // `?` stands for a key not yet read (a syntax error where a key was due).
+        let field = field.trim_end_matches(".?");
+        if field.is_empty() || field == "." || field == "?" { at } else { format!("{at} (in {field})") }
+    })
+}
+
 /// A PEM field pair (`X` as a file, `X-data` inline in base64); the data wins, as in client-go.
 fn pem(dir: &Path, file: &Option<PathBuf>, data: &Option<String>, field: &str) -> Result<Option<Pem>, String> {
     if let Some(data) = data {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(data.trim())
-            .map_err(|e| format!("{field}-data is not base64: {e}"))?;
+            .map_err(|e| format!("{field}-data is not base64 ({})", base64_fault(&e)))?;
         return Ok(Some(Pem::Data(bytes)));
     }
     Ok(file.as_ref().map(|f| Pem::File(dir.join(f))))
+}
+
+/// What is wrong with base64 data, without the byte at fault (the data may be a key).
+fn base64_fault(e: &base64::DecodeError) -> String {
+    use base64::DecodeError as D;
+    match e {
+        D::InvalidByte(at, _) => format!("an invalid character at offset {at}"),
+        D::InvalidLastSymbol(at, _) => format!("an invalid last character at offset {at}"),
+        D::InvalidLength(len) => format!("a length of {len}, not one base64 has"),
+        D::InvalidPadding => "wrong padding".into(),
+    }
 }
 
 fn client_cert(dir: &Path, user: &User) -> Result<Option<(Pem, Pem)>, String> {

@@ -14,7 +14,9 @@ mod retry;
 mod watch;
 
 pub use client::{ApiError, Client, ClientError};
-pub use kubeconfig::{ClientConfig, KubeConfigError, Pem, SERVICE_ACCOUNT_DIR, Token, from_kubeconfig, in_cluster};
+pub use kubeconfig::{
+    ClientConfig, KubeConfigError, Pem, SERVICE_ACCOUNT_DIR, Token, from_kubeconfig, in_cluster, without_userinfo,
+};
 pub use reflector::{Reflector, Resource, Settings, Shared};
 pub use retry::{Backoff, Quiet};
 
@@ -98,6 +100,10 @@ pub fn client_config(
         return Ok(None);
     }
     in_cluster(&|name| std::env::var(name).ok(), std::path::Path::new(SERVICE_ACCOUNT_DIR)).map(Some).map_err(|e| {
+        let e = match e {
+            KubeConfigError::Invalid { what, .. } => what,
+            other => other.to_string(),
+        };
         KubeConfigError::Invalid {
             path: "in-cluster".into(),
             what: format!("{e}; give --kubeconfig, --master or --manifests, or run in a pod"),
