@@ -82,7 +82,8 @@ impl<K: Kernel> Syncer<K> {
         } else {
             format!("; waiting for the first listing of {:?}", self.unlisted)
         };
-        format!("{} services with {ports} ports; {last}{waiting}", self.model.services.len())
+        let refused = self.refused.describe().map(|r| format!("; {r}")).unwrap_or_default();
+        format!("{} services with {ports} ports; {last}{waiting}{refused}", self.model.services.len())
     }
 
     /// The summary SIGUSR1 logs, a line each: [`Syncer::summary`], what the tables hold, the
