@@ -40,11 +40,14 @@ impl Applier {
                     return Ok(report);
                 }
                 Err(e) if scope.len() < 2 || !from_kernel(&e) => {
+                    self.invalidate(&scope);
                     if from_kernel(&e) {
                         self.refused.extend(&scope);
                     }
                     return Err(e);
                 }
+                // Nothing of it was applied, so each family is tried alone as it would have
+                // been: what the other family's table holds is still known.
                 Err(e) => {
                     log::debug!("the kernel refused the transaction of both families; trying each alone: {e}");
                     // Said once already: each family's own attempt logs its trouble quietly.
@@ -59,8 +62,9 @@ impl Applier {
     }
 
     /// Syncs each family of `scope` in a transaction of its own: a refused one keeps its
-    /// rules, the others go through. `combined` is the error of the transaction of all of
-    /// them, if one was tried (then nothing is known applied, and each sync is full).
+    /// rules (and its next sync is full), the others go through. `combined` is the error of
+    /// the transaction of all of them, if one was tried; it is the error when every family
+    /// is refused.
     fn one_by_one(
         &mut self,
         desired: &Ruleset,
@@ -81,6 +85,7 @@ impl Applier {
                     });
                 }
                 Err(e) => {
+                    self.invalidate(&[*family]);
                     self.refused.insert(*family);
                     refused.push((*family, e));
                 }
@@ -108,8 +113,8 @@ impl Applier {
         }
     }
 
-    /// Brings the tables of `scope` to `desired` in one transaction (see `sync`); on error
-    /// they keep their previous rules and their next sync is full.
+    /// Brings the tables of `scope` to `desired` in one transaction (see `sync`). On error
+    /// the kernel applied none of it; the caller decides what is known then.
     fn sync_scope(
         &mut self,
         desired: &Ruleset,
@@ -117,21 +122,16 @@ impl Applier {
         resync: Resync,
         scope: &[Family],
     ) -> Result<SyncReport, NftError> {
-        let result = self.try_sync(desired, update, resync, scope);
-        match &result {
-            Ok(report) => {
-                self.in_sync.extend(scope);
-                if matches!(report.kind, SyncKind::Full | SyncKind::Refresh) {
-                    self.sizes.retain(|(f, _), _| !scope.contains(f));
-                    self.sizes.extend(declared_sizes(desired, scope));
-                }
-                if let Err(e) = self.sweeper.after_sync(desired, scope, report.kind, &self.sender, &self.own) {
-                    log::warn!("sweeping session-affinity entries of gone endpoints failed, will retry: {e}");
-                }
-            }
-            Err(_) => self.invalidate(scope),
+        let report = self.try_sync(desired, update, resync, scope)?;
+        self.in_sync.extend(scope);
+        if matches!(report.kind, SyncKind::Full | SyncKind::Refresh) {
+            self.sizes.retain(|(f, _), _| !scope.contains(f));
+            self.sizes.extend(declared_sizes(desired, scope));
         }
-        result
+        if let Err(e) = self.sweeper.after_sync(desired, scope, report.kind, &self.sender, &self.own) {
+            log::warn!("sweeping session-affinity entries of gone endpoints failed, will retry: {e}");
+        }
+        Ok(report)
     }
 }
 
@@ -141,12 +141,13 @@ fn from_kernel(e: &NftError) -> bool {
     !matches!(e, NftError::Render(_) | NftError::Compile(_) | NftError::Stopped)
 }
 
-/// One report for two transactions: full only if both were (so the periodic full sync is
-/// not put off for a family that did not get one).
+/// One report for two transactions: of the kind of the one that sent something, or of both
+/// kinds, the lesser (full only if both were).
 fn merge(a: SyncReport, b: SyncReport) -> SyncReport {
     let full = |k: SyncKind| matches!(k, SyncKind::Full | SyncKind::Refresh);
     let kind = match (a.kind, b.kind) {
         (x, y) if x == y => x,
+        (SyncKind::Unchanged, x) | (x, SyncKind::Unchanged) => x,
         (x, y) if full(x) && full(y) => SyncKind::Full,
         _ => SyncKind::Partial,
     };
