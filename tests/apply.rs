@@ -7,10 +7,10 @@ use clap::Parser;
 use common::check::{web_on as web, who};
 use common::cluster::{Cluster, ECHO_PORT, service, slice};
 use common::net::in_netns;
+use common::owner::TableOwner;
 use common::proxy::{Proxy, model_of, node_a_config};
 use common::{Netns, kernel_available};
 use kube_nftproxy::config::{Config, Flags};
-use common::owner::TableOwner;
 use kube_nftproxy::model::{Family, Model};
 use kube_nftproxy::nft::netlink::Socket;
 use kube_nftproxy::nft::{Applier, OwnPorts, Resync, SyncKind, SyncReport};
@@ -429,7 +429,9 @@ fn a_family_the_kernel_refuses_keeps_its_table_while_the_other_syncs_and_is_sync
     }
     for (family, refused, other) in [("ip6", Family::V6, Family::V4), ("ip", Family::V4, Family::V6)] {
         let c = Cluster::new(2, 0);
-        let to = |f: Family, n: u8| if f == Family::V4 { format!("172.30.0.{n}:80") } else { format!("[fd00:172:30::{n}]:80") };
+        let to = |f: Family, n: u8| {
+            if f == Family::V4 { format!("172.30.0.{n}:80") } else { format!("[fd00:172:30::{n}]:80") }
+        };
         let mut proxy = Proxy::new(node_a_config());
         sync(&c.node, &mut proxy, &dual(&c, "web", 40, &["pod-1"]), false).unwrap();
         // Another process owns one family's table (nftables `flags owner`): the kernel refuses

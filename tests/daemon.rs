@@ -268,7 +268,8 @@ fn a_squatted_ipv6_table_stops_neither_ipv4_nor_its_health_and_ipv6_heals_once_f
         let (code, _, body) = http_get(&c.node.name, "127.0.0.1:10256", "/healthz")?;
         Some((code, serde_json::from_str::<serde_json::Value>(&body).ok()?["status"].clone()))
     };
-    let both = wait_for(Duration::from_secs(5), || healthz().is_some_and(|(code, s)| code == 200 && s["IPv6"].is_object()));
+    let both =
+        wait_for(Duration::from_secs(5), || healthz().is_some_and(|(code, s)| code == 200 && s["IPv6"].is_object()));
     assert!(both.is_some(), "both families never synced: {:?}\n{}", healthz(), d.logged());
     // Another process takes IPv6's table (nftables `flags owner`): every change of the proxy's
     // to it is refused from now on. A Service created meanwhile must still reach IPv4.

@@ -149,7 +149,9 @@ fn a_change_that_cannot_be_applied_makes_the_proxy_unhealthy_after_twice_the_syn
     assert!(families.contains(&body["lastUpdated"]), "{body}");
     assert_eq!(body["status"]["IPv6"]["healthy"], false, "{body}");
     // The table freed, the next retry applies the change and the proxy is healthy again.
-    owner.map(TableOwner::release);
+    for o in owner {
+        o.release();
+    }
     let healed = wait_for(Duration::from_secs(10), || code("/livez") == Some(200));
     assert!(healed.is_some(), "the proxy stayed unhealthy once its syncs could go through:\n{}", d.logged());
     d.stop();

@@ -69,7 +69,13 @@ impl Fake {
 }
 
 impl Kernel for Fake {
-    fn sync(&mut self, desired: &Ruleset, update: &Update, resync: Resync, hold: &[Family]) -> Result<SyncReport, NftError> {
+    fn sync(
+        &mut self,
+        desired: &Ruleset,
+        update: &Update,
+        resync: Resync,
+        hold: &[Family],
+    ) -> Result<SyncReport, NftError> {
         while self.with(|s| s.blocked) {
             std::thread::sleep(Duration::from_millis(5));
         }

@@ -184,14 +184,32 @@ mod tests {
     fn reads_sets_of_groups_that_lost_endpoints_or_went_never_of_new_or_grown_ones() {
         let set = |id: u32| (Family::V4, affinity_map(id));
         let mut s = Sweeper::default();
-        assert_eq!(s.due(&ruleset(&[(7, &[1, 2])]), &Family::ALL, SyncKind::Refresh), [set(7)].into(), "kept tables: unknown");
+        assert_eq!(
+            s.due(&ruleset(&[(7, &[1, 2])]), &Family::ALL, SyncKind::Refresh),
+            [set(7)].into(),
+            "kept tables: unknown"
+        );
         assert!(s.due(&ruleset(&[(7, &[1, 2]), (8, &[5])]), &Family::ALL, SyncKind::Partial).is_empty(), "a new group");
-        assert!(s.due(&ruleset(&[(7, &[1, 2, 3]), (8, &[5])]), &Family::ALL, SyncKind::Partial).is_empty(), "it only grew");
-        assert_eq!(s.due(&ruleset(&[(7, &[3]), (8, &[5])]), &Family::ALL, SyncKind::Partial), [set(7)].into(), "it lost two");
+        assert!(
+            s.due(&ruleset(&[(7, &[1, 2, 3]), (8, &[5])]), &Family::ALL, SyncKind::Partial).is_empty(),
+            "it only grew"
+        );
+        assert_eq!(
+            s.due(&ruleset(&[(7, &[3]), (8, &[5])]), &Family::ALL, SyncKind::Partial),
+            [set(7)].into(),
+            "it lost two"
+        );
         assert_eq!(s.due(&ruleset(&[(7, &[3])]), &Family::ALL, SyncKind::Partial), [set(8)].into(), "group 8 went");
         s.pending = [set(9)].into();
-        assert_eq!(s.due(&ruleset(&[(7, &[3])]), &Family::ALL, SyncKind::Unchanged), [set(9)].into(), "a failed sweep's sets");
-        assert!(s.due(&ruleset(&[(7, &[])]), &Family::ALL, SyncKind::Full).is_empty(), "tables made anew hold no entries");
+        assert_eq!(
+            s.due(&ruleset(&[(7, &[3])]), &Family::ALL, SyncKind::Unchanged),
+            [set(9)].into(),
+            "a failed sweep's sets"
+        );
+        assert!(
+            s.due(&ruleset(&[(7, &[])]), &Family::ALL, SyncKind::Full).is_empty(),
+            "tables made anew hold no entries"
+        );
     }
 
     #[test]

@@ -361,7 +361,13 @@ fn declared_sizes(desired: &Ruleset, scope: &[Family]) -> BTreeMap<(Family, MapN
 }
 
 impl crate::sync::Kernel for Applier {
-    fn sync(&mut self, desired: &Ruleset, update: &Update, resync: Resync, hold: &[Family]) -> Result<SyncReport, NftError> {
+    fn sync(
+        &mut self,
+        desired: &Ruleset,
+        update: &Update,
+        resync: Resync,
+        hold: &[Family],
+    ) -> Result<SyncReport, NftError> {
         self.sync_families(desired, update, resync, hold)
     }
 

@@ -13,8 +13,13 @@ use std::time::Instant;
 pub trait Kernel {
     /// Brings the kernel to `desired` (see `nft::Applier::sync`), leaving the tables of the
     /// families in `hold` as they are; the report names the families the kernel refused.
-    fn sync(&mut self, desired: &Ruleset, update: &Update, resync: Resync, hold: &[Family])
-    -> Result<SyncReport, NftError>;
+    fn sync(
+        &mut self,
+        desired: &Ruleset,
+        update: &Update,
+        resync: Resync,
+        hold: &[Family],
+    ) -> Result<SyncReport, NftError>;
     /// When chains left stale by earlier syncs may be deleted; `None` when none wait.
     fn cleanup_due(&self) -> Option<Instant>;
     /// Deletes the stale chains whose delay has passed; returns how many.
