@@ -50,7 +50,8 @@ impl Applier {
                 // been: what the other family's table holds is still known.
                 Err(e) => {
                     log::debug!("the kernel refused the transaction of both families; trying each alone: {e}");
-                    // Said once already: each family's own attempt logs its trouble quietly.
+                    // Each family's own attempt logs a failed refresh quietly: the attempt
+                    // of both logged it.
                     self.refused.extend(&scope);
                     Some(e)
                 }

@@ -73,7 +73,7 @@ impl Applier {
         let report = self.send_whole(SyncKind::Refresh, batch, script, deleted_chains)?;
         // A chain flushed as stale and declared again by this refresh is in use once more.
         self.stale.retain(|(family, chain), _| {
-            !desired.tables.iter().any(|t| t.family == *family && t.declares_chain(chain))
+            !scope.contains(family) || !desired.tables.iter().any(|t| t.family == *family && t.declares_chain(chain))
         });
         Ok(report)
     }
