@@ -4,7 +4,8 @@
 //! after tampering, watch restarts and relists. Also `/healthz` ("ok") and `/proxyMode`.
 //!
 //! Both families are programmed by every sync, so a per-family metric is observed once for
-//! each: a dual-stack dashboard sees what upstream's two proxiers would report.
+//! each (a family whose part the kernel refused only as failed): a dual-stack dashboard sees
+//! what upstream's two proxiers would report.
 
 use crate::http::{self, Reply};
 use crate::model::Family;

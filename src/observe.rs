@@ -119,12 +119,15 @@ impl Observers {
         }
     }
 
-    /// Notes a failed sync that took `took`: upstream times every attempt, so failures ÷
-    /// attempts is a failure ratio.
-    pub fn failed(&self, took: Duration) {
+    /// Notes a sync that took `took` and failed for `families` (the kernel refused their
+    /// part, or all of it): upstream times every attempt of each family's proxier, so
+    /// failures ÷ attempts is a failure ratio per family.
+    pub fn failed(&self, took: Duration, families: &[Family]) {
         if let Some(m) = &self.metrics {
-            Metrics::count_families(&m.sync_failures);
-            Metrics::observe_families(&m.sync_duration, took);
+            for f in families.iter().map(|f| family_label(*f)) {
+                m.sync_failures.with_label_values(&[f]).inc();
+                m.sync_duration.with_label_values(&[f]).observe(took.as_secs_f64());
+            }
         }
     }
 
@@ -135,25 +138,29 @@ impl Observers {
         }
     }
 
-    /// Notes a successful sync that applied `changes` (taken from the model when it rendered).
-    pub fn synced(&mut self, s: &Synced, changes: &Changes, now: SystemTime) {
+    /// Notes a successful sync that applied `changes` (taken from the model when it rendered)
+    /// to the tables of `families` (both, unless the kernel refused one or it was held).
+    pub fn synced(&mut self, s: &Synced, changes: &Changes, now: SystemTime, families: &[Family]) {
         if let Some(h) = &self.health {
-            h.updated(now);
+            h.updated(families, now);
         }
         let Some(m) = &self.metrics else { return };
         let kind = format!("{:?}", s.kind).to_lowercase();
         m.syncs.with_label_values(&[&kind]).inc();
         m.sync_bytes.with_label_values(&[&kind]).inc_by(s.bytes as u64);
         m.sync_elements.with_label_values(&[&kind]).inc_by(s.elements as u64);
-        Metrics::observe_families(&m.sync_duration, s.took);
-        match s.kind {
-            SyncKind::Full | SyncKind::Refresh => {
-                Metrics::observe_families(&m.sync_full_duration, s.took);
-            }
-            SyncKind::Partial | SyncKind::Unchanged => Metrics::observe_families(&m.sync_partial_duration, s.took),
+        let by_kind = match s.kind {
+            SyncKind::Full | SyncKind::Refresh => &m.sync_full_duration,
+            SyncKind::Partial | SyncKind::Unchanged => &m.sync_partial_duration,
+        };
+        let secs = now.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or_default();
+        for f in families.iter().map(|f| family_label(*f)) {
+            m.sync_duration.with_label_values(&[f]).observe(s.took.as_secs_f64());
+            by_kind.with_label_values(&[f]).observe(s.took.as_secs_f64());
+            m.last_sync.with_label_values(&[f]).set(secs);
         }
-        Metrics::stamp_families(&m.last_sync, now);
-        for (family, triggered) in changes.trigger_times.iter().filter(|(_, t)| *t > self.started) {
+        let applied = changes.trigger_times.iter().filter(|(f, t)| *t > self.started && families.contains(f));
+        for (family, triggered) in applied {
             if let Ok(waited) = now.duration_since(*triggered) {
                 m.network_programming.with_label_values(&[family_label(*family)]).observe(waited.as_secs_f64());
             }

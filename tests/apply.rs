@@ -7,10 +7,11 @@ use clap::Parser;
 use common::check::{web_on as web, who};
 use common::cluster::{Cluster, ECHO_PORT, service, slice};
 use common::net::in_netns;
+use common::owner::TableOwner;
 use common::proxy::{Proxy, model_of, node_a_config};
 use common::{Netns, kernel_available};
 use kube_nftproxy::config::{Config, Flags};
-use kube_nftproxy::model::Model;
+use kube_nftproxy::model::{Family, Model};
 use kube_nftproxy::nft::netlink::Socket;
 use kube_nftproxy::nft::{Applier, OwnPorts, Resync, SyncKind, SyncReport};
 use kube_nftproxy::render::Update;
@@ -124,9 +125,10 @@ fn a_failed_sync_changes_nothing_and_the_next_one_is_full() {
     let mut changed = web(&c, &["pod-2"]);
     changed.push(service("extra", json!({"clusterIP": "172.30.0.41", "ports": spec["ports"]}), json!({})));
     changed[0]["spec"]["sessionAffinity"] = json!("ClientIP");
-    let failed = sync(&c.node, &mut proxy, &changed, false);
-    let err = failed.expect_err("the partial sync must fail");
-    assert!(err.contains("failing line:"), "the error must show the failing line: {err}");
+    // IPv4's part fails (alone too); IPv6's, with nothing to change, goes through.
+    let failed = sync(&c.node, &mut proxy, &changed, false).expect("IPv6 went through");
+    let [(Family::V4, err)] = &failed.refused[..] else { panic!("IPv4 must be refused: {:?}", failed.refused) };
+    assert!(err.to_string().contains("failing line:"), "the error must show the failing line: {err}");
     assert_eq!(c.node.nft(&["list", "ruleset"]), before, "a failed transaction must leave the rules byte for byte");
 
     let retry = sync(&c.node, &mut proxy, &changed, false);
@@ -409,4 +411,54 @@ fn a_chain_of_ours_someone_hooked_is_undone_by_replacing_the_tables() {
     assert_eq!(repair.kind, SyncKind::Full, "a refresh cannot unhook a chain: the tables were replaced");
     assert_eq!(c.node.nft(&["list", "ruleset"]), clean, "the hooked chain stayed");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
+}
+
+/// Service `name` at 172.30.0.`n` and fd00:172:30::`n`, port 80, with endpoints on `pods` in
+/// both families.
+fn dual(c: &Cluster, name: &str, n: u8, pods: &[&str]) -> Vec<Value> {
+    let spec = json!({"ipFamilyPolicy": "RequireDualStack", "clusterIPs": [format!("172.30.0.{n}"), format!("fd00:172:30::{n}")],
+        "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
+    let eps = |v6: bool| pods.iter().map(|p| common::cluster::endpoint(c.pod_named(p), v6, json!({}))).collect();
+    vec![service(name, spec, json!({})), slice(name, false, "TCP", eps(false)), slice(name, true, "TCP", eps(true))]
+}
+
+#[test]
+fn a_family_the_kernel_refuses_keeps_its_table_while_the_other_syncs_and_is_synced_fully_once_freed() {
+    if !kernel_available() {
+        return;
+    }
+    for (family, refused, other) in [("ip6", Family::V6, Family::V4), ("ip", Family::V4, Family::V6)] {
+        let c = Cluster::new(2, 0);
+        let to = |f: Family, n: u8| {
+            if f == Family::V4 { format!("172.30.0.{n}:80") } else { format!("[fd00:172:30::{n}]:80") }
+        };
+        let mut proxy = Proxy::new(node_a_config());
+        sync(&c.node, &mut proxy, &dual(&c, "web", 40, &["pod-1"]), false).unwrap();
+        // Another process owns one family's table (nftables `flags owner`): the kernel refuses
+        // any change to it from the proxy.
+        let owner = TableOwner::take(&c.node, family);
+        let held = c.node.nft(&["list", "table", family, "kube-nftproxy"]);
+        let changed = [dual(&c, "web", 40, &["pod-2"]), dual(&c, "api", 41, &["pod-1"])].concat();
+        let report = sync(&c.node, &mut proxy, &changed, false).expect("the other family went through");
+        let [(f, e)] = &report.refused[..] else { panic!("{family}: {:?}", report.refused) };
+        assert_eq!(*f, refused);
+        assert!(e.to_string().contains("Operation not permitted"), "not the fault this test makes: {e}");
+        assert_eq!(report.kind, SyncKind::Partial, "{family} refused: the other family's sync stays partial");
+        assert_eq!(who(&c.client, &to(other, 40)), "pod-2", "{family} refused: the other's endpoint change");
+        assert_eq!(who(&c.client, &to(other, 41)), "pod-1", "{family} refused: the other's new service");
+        assert_eq!(c.node.nft(&["list", "table", family, "kube-nftproxy"]), held, "the refused table was touched");
+        let again = sync(&c.node, &mut proxy, &changed, false).expect("the other family is unchanged");
+        assert_eq!((again.refused.len(), again.kind), (1, SyncKind::Unchanged), "{family}: still refused");
+        // Freed: the refused family's next sync is a full one (its table is not what the proxy
+        // last applied), the other's has nothing to send.
+        owner.release();
+        let healed = sync(&c.node, &mut proxy, &changed, false).expect("both go through");
+        assert!(healed.refused.is_empty(), "{:?}", healed.refused);
+        assert_eq!(healed.kind, SyncKind::Full, "{family}: freed, its table is made anew");
+        assert_eq!(who(&c.client, &to(refused, 40)), "pod-2", "{family} freed: the endpoint change");
+        assert_eq!(who(&c.client, &to(refused, 41)), "pod-1", "{family} freed: the new service");
+        let partial = sync(&c.node, &mut proxy, &dual(&c, "web", 40, &["pod-1"]), false).unwrap();
+        assert_eq!(partial.kind, SyncKind::Partial, "both families in step again: one partial sync");
+        assert_eq!(who(&c.client, &to(refused, 40)), "pod-1");
+    }
 }

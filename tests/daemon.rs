@@ -7,6 +7,7 @@ mod common;
 use common::check::{probe_during, web_on as web, who};
 use common::cluster::{Cluster, ECHO_PORT, service};
 use common::daemon::{Daemon, fake_nft_reporting, wait_for, write_manifests};
+use common::owner::TableOwner;
 use common::{Netns, Scratch, kernel_available};
 use serde_json::json;
 use std::process::Command;
@@ -244,4 +245,64 @@ fn no_nft_is_needed_and_an_old_one_is_only_warned_about() {
         assert!(!c.node.nft(&["list", "tables"]).contains("kube-nftproxy"), "--cleanup left our tables");
     }
     std::fs::remove_file(manifests).expect("remove manifests");
+}
+
+/// Service `name` at 172.30.0.`n` and fd00:172:30::`n`, port 80, served by `pod` in both
+/// families.
+fn dual(c: &Cluster, name: &str, n: u8, pod: &str) -> Vec<serde_json::Value> {
+    use common::cluster::{endpoint, slice};
+    let spec = json!({"ipFamilyPolicy": "RequireDualStack", "clusterIPs": [format!("172.30.0.{n}"), format!("fd00:172:30::{n}")],
+        "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
+    let eps = |v6: bool| vec![endpoint(c.pod_named(pod), v6, json!({}))];
+    vec![service(name, spec, json!({})), slice(name, false, "TCP", eps(false)), slice(name, true, "TCP", eps(true))]
+}
+
+#[test]
+fn a_squatted_ipv6_table_stops_neither_ipv4_nor_its_health_and_ipv6_heals_once_freed() {
+    if !kernel_available() {
+        return;
+    }
+    use common::net::http_get;
+    let (c, manifests, d) = serving_web(&["--healthz-bind-address=127.0.0.1:10256", "--sync-period=1s"]);
+    let healthz = || {
+        let (code, _, body) = http_get(&c.node.name, "127.0.0.1:10256", "/healthz")?;
+        Some((code, serde_json::from_str::<serde_json::Value>(&body).ok()?["status"].clone()))
+    };
+    let both =
+        wait_for(Duration::from_secs(5), || healthz().is_some_and(|(code, s)| code == 200 && s["IPv6"].is_object()));
+    assert!(both.is_some(), "both families never synced: {:?}\n{}", healthz(), d.logged());
+    // Another process takes IPv6's table (nftables `flags owner`): every change of the proxy's
+    // to it is refused from now on. A Service created meanwhile must still reach IPv4.
+    let owner = TableOwner::take(&c.node, "ip6");
+    let held = c.node.nft(&["list", "table", "ip6", "kube-nftproxy"]);
+    write_manifests(&c, [web(&c, &["pod-1"]), dual(&c, "api", 41, "pod-1")].concat());
+    let served = wait_for(Duration::from_secs(5), || who(&c.client, "172.30.0.41:80") == "pod-1");
+    assert!(served.is_some(), "a new Service never reached IPv4 while IPv6's table was taken:\n{}", d.logged());
+    assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1", "{}", d.logged());
+    // Past the health timeout (twice --sync-period), IPv6 is unhealthy, IPv4 is not.
+    let sick = wait_for(Duration::from_secs(8), || healthz().is_some_and(|(code, _)| code == 503));
+    assert!(sick.is_some(), "/healthz stayed {:?}:\n{}", healthz(), d.logged());
+    let (_, status) = healthz().unwrap();
+    assert_eq!((status["IPv4"]["healthy"].clone(), status["IPv6"]["healthy"].clone()), (json!(true), json!(false)));
+    // Retried on the backoff (1 s here), each refusal counted, the trouble logged once.
+    let metric = |family: &str| {
+        let (_, _, text) = http_get(&c.node.name, "127.0.0.1:10249", "/metrics").unwrap_or_default();
+        let name = format!("kubeproxy_sync_proxy_rules_nftables_sync_failures_total{{ip_family=\"{family}\"}} ");
+        text.lines().find_map(|l| l.strip_prefix(&name)?.parse::<u64>().ok()).unwrap_or(0)
+    };
+    assert!(wait_for(Duration::from_secs(5), || metric("IPv6") >= 3).is_some(), "IPv6: {}", metric("IPv6"));
+    assert_eq!(metric("IPv4"), 0);
+    let log = d.logged();
+    assert_eq!(log.matches("refused the IPv6 rules").count(), 1, "logged once, not per retry:\n{log}");
+    assert!(!log.contains("sync failed"), "IPv4's syncs went through:\n{log}");
+    assert_eq!(c.node.nft(&["list", "table", "ip6", "kube-nftproxy"]), held, "the refused table was touched");
+    // Freed: the next retry applies IPv6, and health recovers.
+    owner.release();
+    let healed = wait_for(Duration::from_secs(5), || who(&c.client, "[fd00:172:30::41]:80") == "pod-1");
+    assert!(healed.is_some(), "IPv6 never applied once its table was free:\n{}", d.logged());
+    let healthy = wait_for(Duration::from_secs(5), || healthz().is_some_and(|(code, _)| code == 200));
+    assert!(healthy.is_some(), "/healthz stayed {:?}:\n{}", healthz(), d.logged());
+    assert!(d.logged().contains("the IPv6 rules went through again"), "{}", d.logged());
+    d.stop();
+    std::fs::remove_file(manifests).unwrap();
 }

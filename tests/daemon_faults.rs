@@ -132,9 +132,9 @@ fn a_failing_sync_is_retried_with_backoff_not_in_a_loop() {
     }
     let ns = Netns::new("failing");
     let dir = Scratch::new("failing");
-    // Another process owns the table from the start: every sync fails with EPERM, at once,
+    // Another process owns both tables from the start: every sync fails with EPERM, at once,
     // so nothing but the backoff keeps the retries apart (--min-sync-period=0 does not).
-    let _owner = TableOwner::take(&ns, "ip");
+    let _owner = [TableOwner::take(&ns, "ip"), TableOwner::take(&ns, "ip6")];
     let manifests = nodeport_manifests(&dir.0, true);
     let d = Daemon::start(&ns, &manifests, &["--min-sync-period=0"], &[]);
     let failed = |log: &str| log.lines().filter(|l| l.contains("sync failed")).map(str::to_string).collect::<Vec<_>>();

@@ -411,9 +411,9 @@ fn an_unhealthy_proxy_makes_every_health_check_port_say_so() {
     let mut d = Daemon::start(&c.node, &path, &["--healthz-bind-address=", "--sync-period=1s"], &[]);
     expect(&c, &d, 32078, Some((200, "1")), "healthy first");
     expect(&c, &d, 32079, Some((200, "1")), "healthy first");
-    // From now on another process owns the table: every sync fails with EPERM, so a new
+    // From now on another process owns the tables: every sync fails with EPERM, so a new
     // Service cannot be applied. (The checks reach the ports still: the owned table is empty.)
-    let _owner = TableOwner::take(&c.node, "ip");
+    let _owner = [TableOwner::take(&c.node, "ip"), TableOwner::take(&c.node, "ip6")];
     let mut more = objects;
     more.extend(local_lb(&c, "new", 80, 32080, &["pod-1"]));
     write_manifests(&c, more);

@@ -8,7 +8,7 @@ use kube_nftproxy::conntrack::{ConntrackError, Plan, Report};
 use kube_nftproxy::health::local::LocalView;
 use kube_nftproxy::inbox::Inbox;
 use kube_nftproxy::metrics::Metrics;
-use kube_nftproxy::model::{ApiObject, Model, ObjectChange};
+use kube_nftproxy::model::{ApiObject, Family, Model, ObjectChange};
 use kube_nftproxy::nft::{NftError, Resync, SyncKind, SyncReport};
 use kube_nftproxy::observe::Observers;
 use kube_nftproxy::render::{Ruleset, Update};
@@ -197,7 +197,7 @@ fn a_local_service_without_any_endpoint_is_not_counted_as_without_local_endpoint
 struct Fake(Arc<Mutex<(usize, usize)>>);
 
 impl Kernel for Fake {
-    fn sync(&mut self, _: &Ruleset, _: &Update, resync: Resync) -> Result<SyncReport, NftError> {
+    fn sync(&mut self, _: &Ruleset, _: &Update, resync: Resync, _: &[Family]) -> Result<SyncReport, NftError> {
         let mut s = self.0.lock().unwrap();
         s.0 += 1;
         if s.1 > 0 {
@@ -205,7 +205,7 @@ impl Kernel for Fake {
             return Err(NftError::Rejected { message: "fake failure".into(), line: None });
         }
         let kind = if resync == Resync::Changes { SyncKind::Partial } else { SyncKind::Full };
-        Ok(SyncReport { kind, bytes: 0, script: String::new(), deleted_chains: 0, unsure: false })
+        Ok(SyncReport { kind, bytes: 0, script: String::new(), deleted_chains: 0, unsure: false, refused: vec![] })
     }
     fn cleanup_due(&self) -> Option<Instant> {
         None

@@ -23,6 +23,8 @@ struct Call {
     update: &'static str,
     /// Endpoint map elements in the desired state (both families).
     endpoints: Vec<String>,
+    /// The families the loop left out.
+    hold: Vec<Family>,
 }
 
 #[derive(Default)]
@@ -31,6 +33,8 @@ struct Shared {
     cleanups: usize,
     /// Syncs still to fail.
     failing: usize,
+    /// Families whose part the kernel refuses (another process owns their table).
+    refusing: Vec<Family>,
     /// While set, a sync waits for it to clear (a hung `nft`).
     blocked: bool,
     stale_at: Option<Instant>,
@@ -65,7 +69,13 @@ impl Fake {
 }
 
 impl Kernel for Fake {
-    fn sync(&mut self, desired: &Ruleset, update: &Update, resync: Resync) -> Result<SyncReport, NftError> {
+    fn sync(
+        &mut self,
+        desired: &Ruleset,
+        update: &Update,
+        resync: Resync,
+        hold: &[Family],
+    ) -> Result<SyncReport, NftError> {
         while self.with(|s| s.blocked) {
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -82,13 +92,21 @@ impl Kernel for Fake {
             Update::Patched(_) => "Patched",
         };
         self.with(|s| {
-            s.calls.push(Call { resync, update, endpoints });
+            s.calls.push(Call { resync, update, endpoints, hold: hold.to_vec() });
             if s.failing > 0 {
                 s.failing -= 1;
                 return Err(NftError::Rejected { message: "fake failure".into(), line: None });
             }
+            let tried: Vec<Family> = Family::ALL.into_iter().filter(|f| !hold.contains(f)).collect();
+            let refused: Vec<(Family, NftError)> = (tried.iter().filter(|f| s.refusing.contains(f)))
+                .map(|f| (*f, NftError::Kernel { errno: libc::EPERM, seq: 1 }))
+                .collect();
+            if !tried.is_empty() && refused.len() == tried.len() {
+                return Err(NftError::Kernel { errno: libc::EPERM, seq: 1 });
+            }
             let kind = if resync == Resync::Changes { SyncKind::Partial } else { SyncKind::Full };
-            Ok(SyncReport { kind, bytes: s.script.len(), script: s.script.clone(), deleted_chains: 0, unsure: false })
+            let script = s.script.clone();
+            Ok(SyncReport { kind, bytes: script.len(), script, deleted_chains: 0, unsure: false, refused })
         })
     }
 
@@ -635,4 +653,59 @@ fn every_metric_the_loop_feeds_follows_what_it_did() {
     assert_eq!(m.conntrack_deleted.with_label_values(&["IPv4"]).get(), 2);
     assert_eq!(m.conntrack_duration.with_label_values(&["IPv4"]).get_sample_count(), 1);
     assert_eq!(m.conntrack_duration.with_label_values(&["IPv6"]).get_sample_count(), 0, "no IPv6 sweep reported");
+}
+
+#[test]
+fn a_family_the_kernel_refuses_is_retried_alone_while_the_other_keeps_syncing() {
+    use kube_nftproxy::health::{Health, answer};
+    use kube_nftproxy::metrics::Metrics;
+    use kube_nftproxy::observe::Observers;
+    use std::time::SystemTime;
+    let fake = Fake::default();
+    // Another process owns IPv4's table from the start; IPv6's takes every sync.
+    fake.with(|s| s.refusing = vec![Family::V4]);
+    let (m, h) = (Arc::new(Metrics::new().unwrap()), Arc::new(Health::new(Duration::from_millis(500))));
+    let (syncer, inbox) = listed(&fake, periods(Duration::ZERO), 3);
+    let ran = Arc::new(Mutex::new(0));
+    let seen = ran.clone();
+    let mut syncer = syncer
+        .with_observers(Observers::default().with_metrics(m.clone()).with_health(h.clone()))
+        .after_first_sync(Box::new(move || *seen.lock().unwrap() += 1));
+    let failures = |f: &str| m.sync_failures.with_label_values(&[f]).get();
+    let status = |after: Duration| {
+        let (code, body) = answer(&h, "/healthz", SystemTime::now() + after).unwrap();
+        (code, serde_json::from_str::<Value>(&body).unwrap()["status"].clone())
+    };
+    turn(&mut syncer, &inbox);
+    assert_eq!((failures("IPv4"), failures("IPv6")), (1, 0), "counted for the refused family only");
+    assert_eq!(*ran.lock().unwrap(), 0, "no takeover of kube-proxy's rules while one of ours is refused");
+    let (code, s) = status(Duration::from_secs(5));
+    assert_eq!((code, s["IPv4"].is_null(), s["IPv6"]["healthy"].clone()), (200, true, json!(true)), "{s}");
+    // A change meanwhile is synced at once, to IPv6 alone, as a partial sync: IPv4 waits
+    // for its retry (the loop's backoff), and the loop wakes for that retry.
+    inbox.send(slice(1, 1));
+    turn(&mut syncer, &inbox);
+    let calls = fake.calls();
+    assert_eq!(calls.iter().map(|c| c.hold.clone()).collect::<Vec<_>>(), [vec![], vec![Family::V4]]);
+    assert_eq!(calls[1].resync, Resync::Changes, "IPv6's sync stays partial");
+    assert!(syncer.next_wake() <= Instant::now() + MIN_RETRY, "the loop must wake for the retry");
+    // The table is freed: the retry, with nothing else to sync, applies IPv4.
+    fake.with(|s| s.refusing.clear());
+    std::thread::sleep(MIN_RETRY);
+    turn(&mut syncer, &inbox);
+    assert_eq!(fake.calls().len(), 3, "{:?}", fake.calls());
+    assert!(fake.calls()[2].hold.is_empty());
+    assert_eq!(*ran.lock().unwrap(), 1, "the takeover once both families are in");
+    assert_eq!(failures("IPv4"), 1, "the retry went through");
+    let (code, s) = status(Duration::ZERO);
+    assert_eq!((code, s["IPv4"]["healthy"].clone()), (200, json!(true)), "{s}");
+    // Refused again, after both had synced: past the timeout IPv4 is unhealthy, IPv6 not.
+    fake.with(|s| s.refusing = vec![Family::V4]);
+    inbox.send(slice(2, 1));
+    turn(&mut syncer, &inbox);
+    let (code, s) = status(Duration::from_secs(1));
+    assert_eq!((code, s["IPv4"]["healthy"].clone(), s["IPv6"]["healthy"].clone()), (503, json!(false), json!(true)));
+    assert_eq!((failures("IPv4"), failures("IPv6")), (2, 0));
+    assert!(syncer.summary().contains("the kernel refuses the rules of IPv4 (1 attempts)"), "{}", syncer.summary());
+    assert!(m.last_sync.with_label_values(&["IPv4"]).get() < m.last_sync.with_label_values(&["IPv6"]).get());
 }

@@ -1,7 +1,10 @@
 //! The proxy's health, as kube-proxy reports it on `/healthz` and `/livez`: the sync thread
-//! notes when a change is queued and when a sync applied it; once a sync has gone through,
-//! the proxy is unhealthy while a change has waited longer than the health timeout (twice
-//! `--sync-period`). Before its first sync it is healthy, as upstream's. `/healthz` is
+//! notes when a change is queued and, per family, when a sync applied it; once a family's
+//! sync has gone through, that family is unhealthy while a change has waited for it longer
+//! than the health timeout (twice `--sync-period`), and the proxy is healthy while every
+//! family that has synced is (upstream's proxier per family, each judged alone: the kernel
+//! may refuse one family's table while the other's syncs). Before its first sync a family
+//! is not judged, as upstream's. `/healthz` is
 //! also 503 when this node should not take load-balanced traffic (its Node unknown, being
 //! deleted, or tainted by the cluster autoscaler for deletion), so load balancers drain it
 //! first. The `http` thread serves the answers (`crate::http`); `services` says what the
@@ -12,6 +15,8 @@ pub mod services;
 
 use crate::http::{self, Reply};
 use crate::inbox::Inbox;
+use crate::metrics::family_label;
+use crate::model::Family;
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -27,23 +32,42 @@ pub struct Health {
 
 #[derive(Debug, Default, Clone, Copy)]
 struct State {
-    /// When the last sync succeeded.
-    last_updated: Option<SystemTime>,
-    /// When the oldest change not yet applied was queued.
-    oldest_queued: Option<SystemTime>,
+    /// Each family's, in `Family::ALL`'s order.
+    families: [FamilyState; 2],
     /// Whether this node may take load-balanced traffic (`None`: its Node is unknown).
     node_eligible: Option<bool>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct FamilyState {
+    /// When the family's last sync succeeded.
+    last_updated: Option<SystemTime>,
+    /// When the oldest change not yet applied to the family was queued.
+    oldest_queued: Option<SystemTime>,
 }
 
 /// One answer of `/healthz` or `/livez`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
-    /// Whether every change was applied within the timeout.
+    /// Whether every family that has synced applied every change within the timeout.
     pub healthy: bool,
     /// Whether this node may take load-balanced traffic.
     pub node_eligible: bool,
-    /// When the last sync succeeded.
+    /// When a family's sync last succeeded (the latest of them).
     pub last_updated: Option<SystemTime>,
+    /// Each family that has synced, as upstream lists them.
+    pub families: Vec<FamilyReport>,
+}
+
+/// One family's health.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FamilyReport {
+    /// The family.
+    pub family: Family,
+    /// When its last sync succeeded.
+    pub last_updated: SystemTime,
+    /// Whether every change was applied to it within the timeout.
+    pub healthy: bool,
 }
 
 impl Health {
@@ -62,16 +86,24 @@ impl Health {
         f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Notes a change waiting to be applied (the oldest one counts).
+    /// Notes a change waiting to be applied to both families (the oldest one counts).
     pub fn queued(&self, now: SystemTime) {
-        self.with(|s| s.oldest_queued = s.oldest_queued.or(Some(now)));
+        self.with(|s| {
+            for f in &mut s.families {
+                f.oldest_queued = f.oldest_queued.or(Some(now));
+            }
+        });
     }
 
-    /// Notes a sync that applied every change queued before it.
-    pub fn updated(&self, now: SystemTime) {
+    /// Notes a sync that applied every change queued before it to `families`' tables.
+    pub fn updated(&self, families: &[Family], now: SystemTime) {
         self.with(|s| {
-            s.last_updated = Some(now);
-            s.oldest_queued = None;
+            for (family, f) in Family::ALL.iter().zip(&mut s.families) {
+                if families.contains(family) {
+                    f.last_updated = Some(now);
+                    f.oldest_queued = None;
+                }
+            }
         });
     }
 
@@ -84,14 +116,23 @@ impl Health {
     pub fn report(&self, now: SystemTime) -> Report {
         let s = self.with(|s| *s);
         let waiting = self.inbox.as_ref().and_then(|i| i.oldest_waiting());
-        let oldest = [s.oldest_queued, waiting].into_iter().flatten().min();
-        let waited = oldest.and_then(|q| now.duration_since(q).ok()).unwrap_or_default();
+        // As upstream: only a family that has synced once is judged, so a proxy still
+        // listing a big cluster is not restarted by its liveness probe.
+        let families: Vec<FamilyReport> = Family::ALL
+            .iter()
+            .zip(&s.families)
+            .filter_map(|(family, f)| {
+                let oldest = [f.oldest_queued, waiting].into_iter().flatten().min();
+                let waited = oldest.and_then(|q| now.duration_since(q).ok()).unwrap_or_default();
+                let healthy = waited < self.timeout;
+                Some(FamilyReport { family: *family, last_updated: f.last_updated?, healthy })
+            })
+            .collect();
         Report {
-            // As upstream: only a family that has synced once is judged, so a proxy still
-            // listing a big cluster is not restarted by its liveness probe.
-            healthy: s.last_updated.is_none() || waited < self.timeout,
+            healthy: families.iter().all(|f| f.healthy),
             node_eligible: s.node_eligible == Some(true),
-            last_updated: s.last_updated,
+            last_updated: families.iter().map(|f| f.last_updated).max(),
+            families,
         }
     }
 }
@@ -137,11 +178,8 @@ pub fn answer(health: &Health, path: &str, now: SystemTime) -> Option<(u16, Stri
         "/livez" => (r.healthy, None),
         _ => return None,
     };
-    // Both families are programmed by every sync, so they share one state; as upstream, a
-    // family appears once it has synced.
-    let family = || FamilyBody { last_updated: rfc3339(r.last_updated), healthy: r.healthy };
-    let families = if r.last_updated.is_some() { &["IPv4", "IPv6"][..] } else { &[] };
-    let status = families.iter().map(|f| (*f, family())).collect();
+    let body = |f: &FamilyReport| FamilyBody { last_updated: rfc3339(Some(f.last_updated)), healthy: f.healthy };
+    let status = r.families.iter().map(|f| (family_label(f.family), body(f))).collect();
     // As upstream: a healthy answer says "last updated now", for clients that compare it.
     let last_updated = if ok { rfc3339(Some(now)) } else { rfc3339(r.last_updated) };
     let body = Body { last_updated, current_time: rfc3339(Some(now)), node_eligible, healthy: r.healthy, status };
@@ -178,7 +216,7 @@ mod tests {
         let (code, b) = body(&h, "/livez", at(600));
         assert_eq!(code, 200, "before its first sync the proxy is healthy, as upstream's: {b}");
         assert_eq!(b["status"], serde_json::json!({}), "no family has synced: {b}");
-        h.updated(at(601));
+        h.updated(&Family::ALL, at(601));
         h.queued(at(700));
         h.queued(at(730));
         assert_eq!(body(&h, "/livez", at(759)).0, 200, "the oldest change counts, within the timeout");
@@ -186,11 +224,40 @@ mod tests {
         assert_eq!((code, b["healthy"].clone()), (503, serde_json::json!(false)));
         assert_eq!(b["lastUpdated"], "2027-01-15T08:10:01Z", "the last sync, whole seconds as Go writes them");
         assert_eq!(b["status"]["IPv6"], serde_json::json!({"lastUpdated": "2027-01-15T08:10:01Z", "healthy": false}));
-        h.updated(at(762));
+        h.updated(&Family::ALL, at(762));
         let (code, b) = body(&h, "/healthz", at(763));
         assert_eq!(code, 200);
         assert_eq!(b["lastUpdated"], b["currentTime"], "a healthy answer says updated now, as upstream");
         assert_eq!(b["status"]["IPv4"]["lastUpdated"], "2027-01-15T08:12:42Z");
+    }
+
+    #[test]
+    fn each_family_is_judged_alone_and_the_proxy_is_healthy_only_when_every_synced_one_is() {
+        let h = Health::new(Duration::from_secs(60));
+        h.set_node_eligible(Some(true));
+        h.queued(at(0));
+        // The kernel refused IPv6's table from the start: as upstream, a family that never
+        // synced is not judged (nor listed).
+        h.updated(&[Family::V4], at(1));
+        let (code, b) = body(&h, "/healthz", at(100));
+        assert_eq!(code, 200, "{b}");
+        assert_eq!(b["status"], serde_json::json!({"IPv4": {"lastUpdated": "2027-01-15T08:00:01Z", "healthy": true}}));
+        h.updated(&Family::ALL, at(110));
+        // Now IPv6's sync is refused: a change reaches IPv4's table only.
+        h.queued(at(200));
+        h.updated(&[Family::V4], at(201));
+        assert_eq!(body(&h, "/healthz", at(259)).0, 200, "within the timeout");
+        let (code, b) = body(&h, "/healthz", at(261));
+        assert_eq!((code, b["healthy"].clone()), (503, serde_json::json!(false)), "{b}");
+        assert_eq!(b["status"]["IPv4"], serde_json::json!({"lastUpdated": "2027-01-15T08:03:21Z", "healthy": true}));
+        assert_eq!(b["status"]["IPv6"], serde_json::json!({"lastUpdated": "2027-01-15T08:01:50Z", "healthy": false}));
+        assert_eq!(b["lastUpdated"], "2027-01-15T08:03:21Z", "the latest family's, as upstream");
+        assert_eq!(body(&h, "/livez", at(261)).0, 503);
+        // IPv6's retry goes through.
+        h.updated(&[Family::V6], at(262));
+        let (code, b) = body(&h, "/healthz", at(263));
+        assert_eq!(code, 200, "{b}");
+        assert_eq!(b["status"]["IPv6"]["healthy"], true);
     }
 
     #[test]
@@ -200,7 +267,7 @@ mod tests {
         let later = || SystemTime::now() + Duration::from_secs(61);
         inbox.send(crate::model::ObjectChange::Service(("ns".into(), "a".into()), None));
         assert!(h.report(later()).healthy, "not judged before the first sync");
-        h.updated(SystemTime::now());
+        h.updated(&Family::ALL, SystemTime::now());
         assert!(!h.report(later()).healthy, "the sync thread is stuck: the change waits in the inbox");
         let _ = inbox.wait(std::time::Instant::now());
         assert!(h.report(later()).healthy, "taken, and (as no sync is due for it) nothing waits");

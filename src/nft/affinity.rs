@@ -28,61 +28,80 @@ pub struct Sweeper {
     known: HashMap<Group, BTreeSet<u32>>,
     /// Sets a failed sweep left to read, whatever the next sync is.
     pending: BTreeSet<(Family, String)>,
-    /// A sync has been seen since the start: from then on a group not known is new, so it
-    /// has no entries to read.
-    primed: bool,
+    /// Families a sync has been seen for since the start (or since the family's last
+    /// refused sync): from then on a group of theirs not known is new, so it has no entries
+    /// to read.
+    primed: Vec<Family>,
 }
 
 impl Sweeper {
-    /// After a sync of `kind` that applied `desired`: deletes the entries of endpoints no
-    /// longer serving. Returns how many went; sets not swept are read after the next sync.
+    /// After a sync of `kind` that applied `desired`'s tables of `families`: deletes the
+    /// entries of endpoints no longer serving. Returns how many went; sets not swept are read
+    /// after the next sync.
     pub fn after_sync(
         &mut self,
         desired: &Ruleset,
+        families: &[Family],
         kind: SyncKind,
         sender: &Sender,
         own: &OwnPorts,
     ) -> Result<usize, NftError> {
-        let due = self.due(desired, kind);
+        let due = self.due(desired, families, kind);
         if due.is_empty() {
             return Ok(0);
         }
-        sweep(&due, &self.known, sender, own).inspect_err(|_| self.pending = due)
+        sweep(&due, &self.known, sender, own).inspect_err(|_| self.pending.extend(due))
     }
 
-    /// The sets to read after a sync of `kind` that applied `desired`: those of groups that
-    /// lost endpoints or went, those a failed sweep left, and at the first sync over kept
-    /// tables all of them. Notes `desired`'s groups as known.
-    fn due(&mut self, desired: &Ruleset, kind: SyncKind) -> BTreeSet<(Family, String)> {
-        let current = groups(desired);
-        let mut due = std::mem::take(&mut self.pending);
+    /// Forgets what `family`'s sets held: a sync of it was refused, so its table may hold
+    /// anything; its next sync reads every set, as the first over kept tables.
+    pub fn forget(&mut self, family: Family) {
+        self.known.retain(|g, _| g.0 != family);
+        self.pending.retain(|(f, _)| *f != family);
+        self.primed.retain(|f| *f != family);
+    }
+
+    /// The sets of `families` to read after a sync of `kind` that applied `desired`: those of
+    /// groups that lost endpoints or went, those a failed sweep left, and at the first sync
+    /// over kept tables all of them. Notes `desired`'s groups of `families` as known.
+    fn due(&mut self, desired: &Ruleset, families: &[Family], kind: SyncKind) -> BTreeSet<(Family, String)> {
+        let current = groups(desired, families);
+        let (mut due, other): (BTreeSet<_>, BTreeSet<_>) =
+            std::mem::take(&mut self.pending).into_iter().partition(|(f, _)| families.contains(f));
+        self.pending = other;
         for (group, endpoints) in &current {
             let stale = match self.known.get(group) {
                 Some(old) => !old.is_subset(endpoints),
-                None => !self.primed,
+                None => !self.primed.contains(&group.0),
             };
             if stale {
                 due.insert((group.0, affinity_map(group.1)));
             }
         }
-        for gone in self.known.keys().filter(|g| !current.contains_key(g)) {
+        let ours = |g: &Group| families.contains(&g.0);
+        for gone in self.known.keys().filter(|g| ours(g) && !current.contains_key(g)) {
             due.insert((gone.0, affinity_map(gone.1)));
         }
         if kind == SyncKind::Full {
             // The tables were made anew: every set is empty.
             due.clear();
         }
-        self.known = current;
-        self.primed = true;
+        self.known.retain(|g, _| !ours(g));
+        self.known.extend(current);
+        for f in families {
+            if !self.primed.contains(f) {
+                self.primed.push(*f);
+            }
+        }
         due
     }
 }
 
-/// Every group of `desired`, with its endpoints (both scopes, and groups whose ids collide,
+/// Every group of `desired`'s tables of `families`, with its endpoints (both scopes, and groups whose ids collide,
 /// pooled).
-fn groups(desired: &Ruleset) -> HashMap<Group, BTreeSet<u32>> {
+fn groups(desired: &Ruleset, families: &[Family]) -> HashMap<Group, BTreeSet<u32>> {
     let mut all: HashMap<Group, BTreeSet<u32>> = HashMap::new();
-    for t in &desired.tables {
+    for t in desired.tables.iter().filter(|t| families.contains(&t.family)) {
         for g in t.affinity_maps.values().flatten() {
             all.entry((t.family, g.id)).or_default().extend(g.endpoints.iter().copied());
         }
@@ -165,13 +184,45 @@ mod tests {
     fn reads_sets_of_groups_that_lost_endpoints_or_went_never_of_new_or_grown_ones() {
         let set = |id: u32| (Family::V4, affinity_map(id));
         let mut s = Sweeper::default();
-        assert_eq!(s.due(&ruleset(&[(7, &[1, 2])]), SyncKind::Refresh), [set(7)].into(), "kept tables: unknown");
-        assert!(s.due(&ruleset(&[(7, &[1, 2]), (8, &[5])]), SyncKind::Partial).is_empty(), "a new group");
-        assert!(s.due(&ruleset(&[(7, &[1, 2, 3]), (8, &[5])]), SyncKind::Partial).is_empty(), "it only grew");
-        assert_eq!(s.due(&ruleset(&[(7, &[3]), (8, &[5])]), SyncKind::Partial), [set(7)].into(), "it lost two");
-        assert_eq!(s.due(&ruleset(&[(7, &[3])]), SyncKind::Partial), [set(8)].into(), "group 8 went");
+        assert_eq!(
+            s.due(&ruleset(&[(7, &[1, 2])]), &Family::ALL, SyncKind::Refresh),
+            [set(7)].into(),
+            "kept tables: unknown"
+        );
+        assert!(s.due(&ruleset(&[(7, &[1, 2]), (8, &[5])]), &Family::ALL, SyncKind::Partial).is_empty(), "a new group");
+        assert!(
+            s.due(&ruleset(&[(7, &[1, 2, 3]), (8, &[5])]), &Family::ALL, SyncKind::Partial).is_empty(),
+            "it only grew"
+        );
+        assert_eq!(
+            s.due(&ruleset(&[(7, &[3]), (8, &[5])]), &Family::ALL, SyncKind::Partial),
+            [set(7)].into(),
+            "it lost two"
+        );
+        assert_eq!(s.due(&ruleset(&[(7, &[3])]), &Family::ALL, SyncKind::Partial), [set(8)].into(), "group 8 went");
         s.pending = [set(9)].into();
-        assert_eq!(s.due(&ruleset(&[(7, &[3])]), SyncKind::Unchanged), [set(9)].into(), "a failed sweep's sets");
-        assert!(s.due(&ruleset(&[(7, &[])]), SyncKind::Full).is_empty(), "tables made anew hold no entries");
+        assert_eq!(
+            s.due(&ruleset(&[(7, &[3])]), &Family::ALL, SyncKind::Unchanged),
+            [set(9)].into(),
+            "a failed sweep's sets"
+        );
+        assert!(
+            s.due(&ruleset(&[(7, &[])]), &Family::ALL, SyncKind::Full).is_empty(),
+            "tables made anew hold no entries"
+        );
+    }
+
+    #[test]
+    fn a_sync_of_one_family_leaves_the_others_groups_and_a_refused_family_is_read_anew() {
+        let set = |id: u32| (Family::V4, affinity_map(id));
+        let mut s = Sweeper::default();
+        assert_eq!(s.due(&ruleset(&[(7, &[1, 2])]), &Family::ALL, SyncKind::Refresh), [set(7)].into());
+        // IPv6 synced alone (its IPv4 part refused): IPv4's group is neither gone nor read.
+        let v6 = [Family::V6];
+        assert!(s.due(&ruleset(&[(7, &[2])]), &v6, SyncKind::Partial).is_empty(), "IPv4 was not synced");
+        assert!(s.known.contains_key(&(Family::V4, 7)), "IPv4's group is still known");
+        // IPv4's sync refused: its table may hold anything, so its next sync reads every set.
+        s.forget(Family::V4);
+        assert_eq!(s.due(&ruleset(&[(7, &[1, 2])]), &Family::ALL, SyncKind::Refresh), [set(7)].into());
     }
 }

@@ -6,51 +6,74 @@
 use super::compile::compile;
 use super::wire::Batch;
 use super::{Applier, NftError, SyncKind, SyncReport, netlink};
+use crate::model::Family;
 use crate::render::{self, Foreign, Found, MapName, ObjectKind, Ruleset, TABLE_NAME};
 
 impl Applier {
-    /// Brings the kernel to `desired` whatever it holds: refreshes the tables in place when
-    /// they exist (tampering included: whatever someone else added goes), replaces them when
-    /// they do not or the refresh fails.
-    pub(super) fn full(&mut self, desired: &Ruleset, deleted_chains: usize) -> Result<SyncReport, NftError> {
-        if self.tables_exist()? {
-            match self.refresh(desired, deleted_chains) {
+    /// Brings the tables of `scope` to `desired` whatever they hold: refreshes them in place
+    /// when they exist (tampering included: whatever someone else added goes), replaces them
+    /// when they do not or the refresh fails.
+    pub(super) fn full(
+        &mut self,
+        desired: &Ruleset,
+        scope: &[Family],
+        deleted_chains: usize,
+    ) -> Result<SyncReport, NftError> {
+        if self.tables_exist(scope)? {
+            match self.refresh(desired, scope, deleted_chains) {
                 Ok(report) => return Ok(report),
+                // A family refused before is retried quietly: the sync loop said it once.
+                Err(e) if scope.iter().all(|f| self.refused.contains(f)) => {
+                    log::debug!("rewriting the tables in place failed again, replacing them: {e}")
+                }
                 Err(e) => log::warn!("rewriting the tables in place failed, replacing them: {e}"),
             }
         }
-        let script = render::full_sync_script_without_elements(desired, &self.node)?;
+        let script = render::full_sync_script_of(desired, &self.node, scope)?;
         let mut batch = Batch::new();
-        self.schema = Default::default();
+        self.forget(scope);
         compile(&script, &mut self.schema, &mut batch)?;
-        add_elements(&mut batch, desired);
-        self.stale.clear();
+        add_elements(&mut batch, desired, scope);
+        self.stale.retain(|(f, _), _| !scope.contains(f));
         self.send_whole(SyncKind::Full, batch, script, deleted_chains)
+    }
+
+    /// Forgets the sets of `scope`'s tables, which a full sync declares anew.
+    fn forget(&mut self, scope: &[Family]) {
+        for family in scope {
+            self.schema.forget(*family);
+        }
     }
 
     /// Rewrites every rule in place, deletes whatever someone else added to the tables, and
     /// declares every map of ours anew (sized for its elements) and fills it; the affinity
     /// sets stay, with their entries: the periodic full sync, and the repair of the tables.
-    pub(super) fn refresh(&mut self, desired: &Ruleset, deleted_chains: usize) -> Result<SyncReport, NftError> {
-        let found = self.found(desired)?;
-        let script = render::refresh_script(desired, &self.node, &found)?;
+    /// Only the tables of `scope` are touched.
+    pub(super) fn refresh(
+        &mut self,
+        desired: &Ruleset,
+        scope: &[Family],
+        deleted_chains: usize,
+    ) -> Result<SyncReport, NftError> {
+        let found = self.found(desired, scope)?;
+        let script = render::refresh_script(desired, &self.node, scope, &found)?;
         let mut batch = Batch::new();
-        self.schema = Default::default();
+        self.forget(scope);
         compile(&script, &mut self.schema, &mut batch)?;
         // What the script cannot delete goes next, once the script has dropped the rules and
         // sets that used it.
-        for (t, found) in desired.tables.iter().zip(&found) {
+        for (t, found) in desired.tables.iter().filter(|t| scope.contains(&t.family)).zip(&found) {
             for f in found.foreign.iter().filter(|f| f.kind.nft_words().is_none()) {
                 if let Some(kind) = f.kind.object_type() {
                     batch.delete_object(t.family, TABLE_NAME, kind, f.handle);
                 }
             }
         }
-        add_elements(&mut batch, desired);
+        add_elements(&mut batch, desired, scope);
         let report = self.send_whole(SyncKind::Refresh, batch, script, deleted_chains)?;
         // A chain flushed as stale and declared again by this refresh is in use once more.
         self.stale.retain(|(family, chain), _| {
-            !desired.tables.iter().any(|t| t.family == *family && t.declares_chain(chain))
+            !scope.contains(family) || !desired.tables.iter().any(|t| t.family == *family && t.declares_chain(chain))
         });
         Ok(report)
     }
@@ -66,7 +89,7 @@ impl Applier {
         let (bytes, lines) = batch.finish_with_lines();
         let unsure = self.quietly(&bytes).map_err(|e| lines.explain(e, &script))?;
         self.schema.sent();
-        Ok(SyncReport { kind, bytes: bytes.len(), script, deleted_chains, unsure })
+        Ok(SyncReport { kind, bytes: bytes.len(), script, deleted_chains, unsure, refused: Vec::new() })
     }
 
     /// Sends `batch` with the guard's notifications paused; true when another process
@@ -92,11 +115,11 @@ impl Applier {
     /// are deleted later, when the kernel no longer holds them busy), and which of our maps
     /// are there to be declared anew. Only names of ours are compared; the others are only
     /// logged.
-    fn found(&self, desired: &Ruleset) -> Result<Vec<Found>, NftError> {
+    fn found(&self, desired: &Ruleset, scope: &[Family]) -> Result<Vec<Found>, NftError> {
         let mut sock = netlink::Socket::open()?;
         let mut all = Vec::new();
         let ours_static: Vec<String> = MapName::all().iter().map(MapName::to_string).collect();
-        for t in &desired.tables {
+        for t in desired.tables.iter().filter(|t| scope.contains(&t.family)) {
             let ours = |o: &netlink::Listed| match o.kind {
                 ObjectKind::Chain => t.declares_chain(&o.name) || self.stale.contains_key(&(t.family, o.name.clone())),
                 ObjectKind::Set => t.declares_set(&o.name),
@@ -122,19 +145,24 @@ impl Applier {
         Ok(all)
     }
 
-    fn tables_exist(&self) -> Result<bool, NftError> {
+    /// Whether a table of `scope` exists.
+    fn tables_exist(&self, scope: &[Family]) -> Result<bool, NftError> {
         let mut sock = netlink::Socket::open()?;
-        Ok(sock.table_exists(netlink::NfFamily::Ip, TABLE_NAME)?
-            || sock.table_exists(netlink::NfFamily::Ip6, TABLE_NAME)?)
+        for family in scope {
+            if sock.table_exists(netlink::NfFamily::from(*family), TABLE_NAME)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 }
 
-/// Adds every element of `desired` to `batch`, endpoint maps first, so a dispatch element
-/// never leads to slots not filled yet.
-fn add_elements(batch: &mut Batch, desired: &Ruleset) {
+/// Adds every element of `desired`'s tables of `scope` to `batch`, endpoint maps first, so a
+/// dispatch element never leads to slots not filled yet.
+fn add_elements(batch: &mut Batch, desired: &Ruleset, scope: &[Family]) {
     let mut maps: Vec<MapName> = MapName::all();
     maps.sort_by_key(|m| !matches!(m, MapName::Endpoints(..) | MapName::NodeportEndpoints(..)));
-    for t in &desired.tables {
+    for t in desired.tables.iter().filter(|t| scope.contains(&t.family)) {
         for map in &maps {
             if let Some(entries) = t.elements.get(map) {
                 batch.elements(t.family, TABLE_NAME, map, true, entries.iter().map(|(k, e)| (k, &e.value)));

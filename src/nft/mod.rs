@@ -8,6 +8,7 @@ pub mod compile;
 mod diff;
 pub(crate) mod element;
 pub mod exec;
+mod families;
 mod full;
 pub mod guard;
 pub mod kdiff;
@@ -16,7 +17,7 @@ pub mod owners;
 pub mod wire;
 
 use crate::model::Family;
-use crate::render::{MapName, RenderError, Ruleset, Update};
+use crate::render::{self, MapName, RenderError, Ruleset, Update};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -94,7 +95,7 @@ pub enum SyncKind {
 }
 
 /// The outcome of one successful sync.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct SyncReport {
     /// Kind of transaction.
     pub kind: SyncKind,
@@ -108,6 +109,9 @@ pub struct SyncReport {
     /// Another process committed while notifications were paused for this sync: whether it
     /// touched our tables is unknown, so they should be checked.
     pub unsure: bool,
+    /// Families whose part the kernel refused, with why; the others' went through. Their
+    /// tables keep what they held; the next sync of each is a full one.
+    pub refused: Vec<(Family, NftError)>,
 }
 
 /// What a sync is asked to do beyond sending the changes.
@@ -170,10 +174,14 @@ enum Plan {
     Partial(Partial),
 }
 
-/// Applies desired rulesets and remembers whether the kernel holds the last one.
+/// Applies desired rulesets and remembers, per family, whether the kernel holds the last one.
 pub struct Applier {
     node: String,
-    in_sync: bool,
+    /// Families whose table holds the last desired state: only these get partial syncs.
+    in_sync: BTreeSet<Family>,
+    /// Families whose last sync the kernel refused: their retries log their trouble quietly
+    /// (the sync loop says it once).
+    refused: BTreeSet<Family>,
     stale: BTreeMap<(Family, String), Instant>,
     own: Arc<OwnPorts>,
     quiet: Option<Arc<guard::Quiet>>,
@@ -192,7 +200,8 @@ impl Applier {
         let sender = wire::Sender::default();
         let schema = compile::Schema::default();
         let (stale, sizes, sweeper) = (BTreeMap::new(), BTreeMap::new(), affinity::Sweeper::default());
-        Applier { node: node.to_string(), in_sync: false, stale, own, quiet: None, sender, schema, sweeper, sizes }
+        let (in_sync, refused) = (BTreeSet::new(), BTreeSet::new());
+        Applier { node: node.to_string(), in_sync, refused, stale, own, quiet: None, sender, schema, sweeper, sizes }
     }
 
     /// Pauses the guard's notifications around full syncs.
@@ -201,47 +210,26 @@ impl Applier {
         self
     }
 
-    /// Forgets what was applied, so the next sync is full.
-    fn invalidate(&mut self) {
-        self.in_sync = false;
-        self.stale.clear();
-    }
-
-    /// Brings the kernel to `desired`, which `update` says how it came from what was applied
-    /// last: a full sync when `resync` asks for one, nothing is known to be applied, or the
-    /// change needs one; otherwise only the differences. On error the kernel keeps its
-    /// previous rules and the next sync is full.
-    pub fn sync(&mut self, desired: &Ruleset, update: &Update, resync: Resync) -> Result<SyncReport, NftError> {
-        let result = self.try_sync(desired, update, resync);
-        match &result {
-            Ok(report) => {
-                self.in_sync = true;
-                if matches!(report.kind, SyncKind::Full | SyncKind::Refresh) {
-                    self.sizes = declared_sizes(desired);
-                }
-                if let Err(e) = self.sweeper.after_sync(desired, report.kind, &self.sender, &self.own) {
-                    log::warn!("sweeping session-affinity entries of gone endpoints failed, will retry: {e}");
-                }
-            }
-            Err(_) => self.invalidate(),
-        }
-        result
-    }
-
-    fn try_sync(&mut self, desired: &Ruleset, update: &Update, resync: Resync) -> Result<SyncReport, NftError> {
-        let deleted_chains = self.delete_stale_chains().unwrap_or_else(|e| {
+    fn try_sync(
+        &mut self,
+        desired: &Ruleset,
+        update: &Update,
+        resync: Resync,
+        scope: &[Family],
+    ) -> Result<SyncReport, NftError> {
+        let deleted_chains = self.delete_stale_chains(scope).unwrap_or_else(|e| {
             log::warn!("deleting stale chains failed, will retry: {e}");
             0
         });
         let plan = match resync {
-            _ if !self.in_sync => Plan::Full,
+            _ if !scope.iter().all(|f| self.in_sync.contains(f)) => Plan::Full,
             Resync::Replace => Plan::Full,
             // Stale chains stay listed: the refresh flushed them again; they are deleted later.
-            Resync::Refresh => return self.refresh(desired, deleted_chains),
-            Resync::Changes => self.plan(desired, update)?,
+            Resync::Refresh => return self.refresh(desired, scope, deleted_chains),
+            Resync::Changes => self.plan(desired, update, scope)?,
         };
         let part = match plan {
-            Plan::Full => return self.full(desired, deleted_chains),
+            Plan::Full => return self.full(desired, scope, deleted_chains),
             Plan::Nothing => {
                 let report = SyncReport {
                     kind: SyncKind::Unchanged,
@@ -249,6 +237,7 @@ impl Applier {
                     script: String::new(),
                     deleted_chains,
                     unsure: false,
+                    refused: Vec::new(),
                 };
                 return Ok(report);
             }
@@ -265,39 +254,43 @@ impl Applier {
             self.stale.remove(chain);
         }
         let bytes = part.batch.len();
-        Ok(SyncReport { kind: SyncKind::Partial, bytes, script: part.script, deleted_chains, unsure: false })
+        let script = part.script;
+        Ok(SyncReport { kind: SyncKind::Partial, bytes, script, deleted_chains, unsure: false, refused: Vec::new() })
     }
 
-    /// The partial transaction for `update`.
-    fn plan(&mut self, desired: &Ruleset, update: &Update) -> Result<Plan, NftError> {
+    /// The partial transaction for `update`, for the tables of `scope`.
+    fn plan(&mut self, desired: &Ruleset, update: &Update, scope: &[Family]) -> Result<Plan, NftError> {
         let stale_of = |family: Family| -> BTreeSet<String> {
             self.stale.keys().filter(|(f, _)| *f == family).map(|(_, c)| c.clone()).collect()
         };
         let tables = desired.tables.len();
+        let ours = |t: &&render::Table| scope.contains(&t.family);
         // `None`: only a full sync can express the change.
         let diffs: Option<Vec<diff::TableDiff>> = match update {
             Update::Rebuilt(old) if old.tables.len() == tables => old
                 .tables
                 .iter()
-                .zip(&desired.tables)
+                .zip(desired.tables.iter())
+                .filter(|(_, n)| ours(n))
                 .map(|(o, n)| if diff::needs_full(o, n) { None } else { diff::diff(o, n, &stale_of(n.family)) })
                 .collect(),
             Update::Patched(journals) if journals.len() == tables => desired
                 .tables
                 .iter()
                 .zip(journals)
+                .filter(|(t, _)| ours(t))
                 .map(|(t, j)| diff::from_journal(t, j, &stale_of(t.family)))
                 .collect(),
             Update::Replaced | Update::Rebuilt(_) | Update::Patched(_) => None,
         };
         let Some(diffs) = diffs else { return Ok(Plan::Full) };
-        if self.outgrown(desired) {
+        if self.outgrown(desired, scope) {
             return Ok(Plan::Full);
         }
         if diffs.iter().all(diff::TableDiff::is_empty) {
             return Ok(Plan::Nothing);
         }
-        let families: Vec<Family> = desired.tables.iter().map(|t| t.family).collect();
+        let families: Vec<Family> = desired.tables.iter().filter(ours).map(|t| t.family).collect();
         let mut flushed = Vec::new();
         let mut reused = Vec::new();
         for (d, family) in diffs.iter().zip(&families) {
@@ -315,9 +308,10 @@ impl Applier {
         Ok(Plan::Partial(Partial { script, batch, lines, compiled, flushed, reused }))
     }
 
-    /// Whether a map of `desired` holds more elements than the kernel's was declared for.
-    fn outgrown(&self, desired: &Ruleset) -> bool {
-        self.sizes.iter().any(|((family, map), size)| {
+    /// Whether a map of `desired`'s tables of `scope` holds more elements than the kernel's
+    /// was declared for.
+    fn outgrown(&self, desired: &Ruleset, scope: &[Family]) -> bool {
+        self.sizes.iter().filter(|((family, _), _)| scope.contains(family)).any(|((family, map), size)| {
             let t = desired.tables.iter().find(|t| t.family == *family);
             t.and_then(|t| t.elements.get(map)).is_some_and(|e| e.len() > *size as usize)
         })
@@ -328,11 +322,15 @@ impl Applier {
         self.stale.values().min().map(|at| *at + STALE_CHAIN_DELAY)
     }
 
-    /// Deletes chains flushed at least `STALE_CHAIN_DELAY` ago, in their own transaction; a
-    /// failure is logged and retried by a later sync.
-    fn delete_stale_chains(&mut self) -> Result<usize, NftError> {
-        let due: Vec<(Family, String)> =
-            self.stale.iter().filter(|(_, at)| at.elapsed() >= STALE_CHAIN_DELAY).map(|(k, _)| k.clone()).collect();
+    /// Deletes chains of `scope`'s tables flushed at least `STALE_CHAIN_DELAY` ago, in their
+    /// own transaction; a failure is logged and retried by a later sync.
+    fn delete_stale_chains(&mut self, scope: &[Family]) -> Result<usize, NftError> {
+        let due: Vec<(Family, String)> = self
+            .stale
+            .iter()
+            .filter(|((f, _), at)| scope.contains(f) && at.elapsed() >= STALE_CHAIN_DELAY)
+            .map(|(k, _)| k.clone())
+            .collect();
         if due.is_empty() {
             return Ok(0);
         }
@@ -349,10 +347,10 @@ impl Applier {
     }
 }
 
-/// The sizes `desired`'s maps are declared with at a full sync.
-fn declared_sizes(desired: &Ruleset) -> BTreeMap<(Family, MapName), u32> {
+/// The sizes the maps of `desired`'s tables of `scope` are declared with at a full sync.
+fn declared_sizes(desired: &Ruleset, scope: &[Family]) -> BTreeMap<(Family, MapName), u32> {
     let mut sizes = BTreeMap::new();
-    for t in &desired.tables {
+    for t in desired.tables.iter().filter(|t| scope.contains(&t.family)) {
         for map in MapName::all() {
             if let Some(size) = t.declared_size(map) {
                 sizes.insert((t.family, map), size);
@@ -363,8 +361,14 @@ fn declared_sizes(desired: &Ruleset) -> BTreeMap<(Family, MapName), u32> {
 }
 
 impl crate::sync::Kernel for Applier {
-    fn sync(&mut self, desired: &Ruleset, update: &Update, resync: Resync) -> Result<SyncReport, NftError> {
-        Applier::sync(self, desired, update, resync)
+    fn sync(
+        &mut self,
+        desired: &Ruleset,
+        update: &Update,
+        resync: Resync,
+        hold: &[Family],
+    ) -> Result<SyncReport, NftError> {
+        self.sync_families(desired, update, resync, hold)
     }
 
     fn cleanup_due(&self) -> Option<Instant> {
@@ -372,7 +376,7 @@ impl crate::sync::Kernel for Applier {
     }
 
     fn cleanup(&mut self) -> Result<usize, NftError> {
-        self.delete_stale_chains()
+        self.delete_stale_chains(&Family::ALL)
     }
 
     fn tables_look_intact(&mut self) -> bool {

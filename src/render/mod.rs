@@ -229,7 +229,7 @@ fn endpoint_maps() -> Vec<EndpointMapDecl> {
 /// Writes the full-sync script: both tables created or replaced in one transaction, with
 /// every element (what `--dry-run` prints).
 pub fn full_sync_script(ruleset: &Ruleset, node: &str) -> Result<String, RenderError> {
-    let sync = FullSync { node, refresh: false, tables: table_views(ruleset, false) };
+    let sync = FullSync { node, refresh: false, tables: table_views(ruleset, false, &Family::ALL) };
     render_template(&sync, "full-sync.nft")
 }
 
@@ -240,14 +240,20 @@ pub fn write_full_sync_script(
     node: &str,
     out: &mut impl std::fmt::Write,
 ) -> Result<(), RenderError> {
-    let sync = FullSync { node, refresh: false, tables: table_views(ruleset, false) };
+    let sync = FullSync { node, refresh: false, tables: table_views(ruleset, false, &Family::ALL) };
     sync.render_into(out).map_err(|source| RenderError::Template { template: "full-sync.nft", source })
 }
 
 /// The full-sync script without elements, which the daemon sends from `ruleset` itself in
 /// the same transaction (`nft::wire`): what it compiles.
 pub fn full_sync_script_without_elements(ruleset: &Ruleset, node: &str) -> Result<String, RenderError> {
-    let sync = FullSync { node, refresh: false, tables: table_views(ruleset, true) };
+    full_sync_script_of(ruleset, node, &Family::ALL)
+}
+
+/// As [`full_sync_script_without_elements`], for the tables of `families` only (a family
+/// the kernel refused is synced alone).
+pub fn full_sync_script_of(ruleset: &Ruleset, node: &str, families: &[Family]) -> Result<String, RenderError> {
+    let sync = FullSync { node, refresh: false, tables: table_views(ruleset, true, families) };
     render_template(&sync, "full-sync.nft")
 }
 
@@ -266,9 +272,14 @@ pub struct Found {
 /// call for; the caller adds the elements again in the same transaction. Affinity maps stay,
 /// with their entries. What is not ours (per table) is deleted by handle, in kind order, after
 /// the flush has dropped the rules that referred to it; kinds `nft` cannot delete by handle
-/// are left to the caller.
-pub fn refresh_script(ruleset: &Ruleset, node: &str, found: &[Found]) -> Result<String, RenderError> {
-    let mut tables = table_views(ruleset, true);
+/// are left to the caller. Only the tables of `families` are written; `found` is theirs.
+pub fn refresh_script(
+    ruleset: &Ruleset,
+    node: &str,
+    families: &[Family],
+    found: &[Found],
+) -> Result<String, RenderError> {
+    let mut tables = table_views(ruleset, true, families);
     for (view, found) in tables.iter_mut().zip(found) {
         let mut foreign = found.foreign.clone();
         foreign.sort_unstable();
@@ -278,10 +289,11 @@ pub fn refresh_script(ruleset: &Ruleset, node: &str, found: &[Found]) -> Result<
     render_template(&FullSync { node, refresh: true, tables }, "full-sync.nft")
 }
 
-fn table_views(ruleset: &Ruleset, without_elements: bool) -> Vec<TableView<'_>> {
+fn table_views<'a>(ruleset: &'a Ruleset, without_elements: bool, families: &[Family]) -> Vec<TableView<'a>> {
     ruleset
         .tables
         .iter()
+        .filter(|t| families.contains(&t.family))
         .map(|table| {
             let w = words(table.family);
             TableView {
@@ -335,7 +347,7 @@ mod tests {
             found(ObjectKind::Set, 5),
         ];
         let found = [Found { foreign: ip, maps: vec![] }, Found::default()];
-        let script = refresh_script(&ruleset, "n", &found).expect("script");
+        let script = refresh_script(&ruleset, "n", &Family::ALL, &found).expect("script");
         let deletes: Vec<&str> = script.lines().filter(|l| l.starts_with("delete ")).collect();
         assert_eq!(
             deletes,

@@ -31,19 +31,20 @@ impl<K: Kernel> Syncer<K> {
 
     /// `/debug/ruleset`: the tables as the last successful sync left them, as the full-sync
     /// script `--dry-run` prints, after a comment saying when. Unavailable (503) before the
-    /// first sync and after a failed one: what is rendered then was not applied, and what
-    /// was is not kept apart.
+    /// first sync and after a failed one, or while the kernel refuses a family's rules: what
+    /// is rendered then was not applied, and what was is not kept apart.
     fn ruleset_view(&self) -> Result<Reply, DebugError> {
         let unavailable = |why: String| Ok(Reply::new(503, TEXT, why + "\n"));
         let (Some((kind, _, _)), Some((at, ago))) = (self.last, self.last_success()) else {
             return unavailable("no sync has gone through yet".into());
         };
         // A failed sync (in rendering too, which leaves nothing rendered) is checked first.
-        let failed = self.unapplied.is_some() || self.rendered.is_none();
+        let failed = self.unapplied.is_some() || self.rendered.is_none() || !self.refused.is_empty();
         let (false, Some(rendered)) = (failed, &self.rendered) else {
+            let refused = self.refused.describe().map(|r| format!(" ({r})")).unwrap_or_default();
             return unavailable(format!(
-                "the last sync failed (see the log); the kernel holds what the {kind:?} sync {ago:.1?} ago applied, \
-                 and the proxy holds only the state that failed: ask again after the next successful sync"
+                "the last sync failed{refused} (see the log); the kernel holds what the {kind:?} sync {ago:.1?} ago \
+                 applied, and the proxy holds only the state that failed: ask again after the next successful sync"
             ));
         };
         let at = humantime::format_rfc3339_millis(at);
@@ -60,7 +61,9 @@ impl<K: Kernel> Syncer<K> {
             kind: format!("{kind:?}").to_lowercase(),
             at: humantime::format_rfc3339_millis(at).to_string(),
         });
-        SyncState { last, pending: self.dirty, failing: self.unapplied.is_some() }
+        // A family the kernel refuses has every change since waiting for it.
+        let refused = !self.refused.is_empty();
+        SyncState { last, pending: self.dirty || refused, failing: self.unapplied.is_some() || refused }
     }
 
     /// `/debug/services`, of Service `only` if given.
@@ -82,7 +85,8 @@ impl<K: Kernel> Syncer<K> {
         } else {
             format!("; waiting for the first listing of {:?}", self.unlisted)
         };
-        format!("{} services with {ports} ports; {last}{waiting}", self.model.services.len())
+        let refused = self.refused.describe().map(|r| format!("; {r}")).unwrap_or_default();
+        format!("{} services with {ports} ports; {last}{waiting}{refused}", self.model.services.len())
     }
 
     /// The summary SIGUSR1 logs, a line each: [`Syncer::summary`], what the tables hold, the

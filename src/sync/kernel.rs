@@ -2,6 +2,7 @@
 //! and netlink (`nft::Applier`), the tests' is in memory.
 
 use crate::conntrack;
+use crate::model::Family;
 use crate::nft::{NftError, Resync, SyncReport};
 use crate::render::{Ruleset, Update};
 use std::net::IpAddr;
@@ -10,8 +11,15 @@ use std::time::Instant;
 /// What the sync loop needs of the node: applying rulesets and reading the host's addresses.
 /// `nft::Applier` is the real one; tests use an in-memory fake.
 pub trait Kernel {
-    /// Brings the kernel to `desired` (see `nft::Applier::sync`).
-    fn sync(&mut self, desired: &Ruleset, update: &Update, resync: Resync) -> Result<SyncReport, NftError>;
+    /// Brings the kernel to `desired` (see `nft::Applier::sync`), leaving the tables of the
+    /// families in `hold` as they are; the report names the families the kernel refused.
+    fn sync(
+        &mut self,
+        desired: &Ruleset,
+        update: &Update,
+        resync: Resync,
+        hold: &[Family],
+    ) -> Result<SyncReport, NftError>;
     /// When chains left stale by earlier syncs may be deleted; `None` when none wait.
     fn cleanup_due(&self) -> Option<Instant>;
     /// Deletes the stale chains whose delay has passed; returns how many.

@@ -2,14 +2,16 @@
 //! through the [`Inbox`]; the loop files them, renders only the Services they touched, and
 //! applies at most once per `min_sync_period`. A failed sync is retried as a full one after a
 //! backoff (at least [`MIN_RETRY`], doubling up to `sync_period`); the tables are rewritten in
-//! place every `full_sync_period` and replaced when another process tampered with them.
+//! place every `full_sync_period` and replaced when another process tampered with them. When
+//! the kernel refuses one family's part only, the other's is applied and the refused one
+//! retried on its own ([`families`]).
 //! Chains a sync left stale are deleted when their delay has passed, even if no other sync
 //! comes. What applies is behind the [`Kernel`] trait, so all of this is tested without root.
 
 use crate::config::{Config, MAX_DURATION};
 use crate::conntrack::Reconciler;
 use crate::inbox::{Delivery, Inbox};
-use crate::model::{Changes, Model};
+use crate::model::{Changes, Family, Model};
 use crate::nft::{NftError, Resync, SyncKind, SyncReport};
 use crate::observe::{Observers, Synced};
 use crate::render::{Rendered, Update};
@@ -18,6 +20,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime};
 
 mod debug;
+mod families;
 mod kernel;
 mod pace;
 
@@ -61,6 +64,8 @@ pub struct Syncer<K: Kernel> {
     last_full: Instant,
     /// Retries of failed syncs.
     retry: Backoff,
+    /// Families the kernel refused while the other's part went through, and their retries.
+    refused: families::Refused,
     /// Rendering warnings already reported, so each is logged once, not on every sync.
     reported: BTreeSet<String>,
     /// Full syncs in a row during which another process committed.
@@ -102,6 +107,7 @@ impl<K: Kernel> Syncer<K> {
             pace: Pace::new(periods.min_sync, now),
             last_full: now,
             retry: Backoff::new(periods.min_sync, periods.sync),
+            refused: families::Refused::new(periods.min_sync, periods.sync),
             reported: BTreeSet::new(),
             unsure_streak: 0,
             last: None,
@@ -177,13 +183,15 @@ impl<K: Kernel> Syncer<K> {
         let mut wake = if self.unlisted.is_empty() {
             let due = self.dirty || self.force_full || self.refresh || now >= periodic;
             let allowed = self.retry.not_before(self.pace.next_allowed());
-            match node_wait {
+            let wake = match node_wait {
                 // Until the Node arrives (a delivery wakes the loop), only the log line and
                 // the end of the wait are due.
                 Some((deadline, log_at)) if due => log_at.min(deadline).max(allowed),
                 _ if due => allowed,
                 _ => periodic,
-            }
+            };
+            // A refused family's retry, once a sync is allowed.
+            self.refused.retry_at(now).map_or(wake, |at| wake.min(at.max(allowed)))
         } else {
             after(now, MAX_DURATION)
         };
@@ -252,7 +260,7 @@ impl<K: Kernel> Syncer<K> {
         if self.last_full.elapsed() >= self.periods.full_sync {
             self.refresh = true;
         }
-        let due = self.dirty || self.force_full || self.refresh;
+        let due = self.dirty || self.force_full || self.refresh || self.refused.due(now);
         if self.unlisted.is_empty()
             && due
             && now >= self.retry.not_before(self.pace.next_allowed())
@@ -306,6 +314,7 @@ impl<K: Kernel> Syncer<K> {
         };
         let mut rendered_at = started;
         let mut applied = None;
+        let hold = self.refused.hold(started);
         // Taken before rendering, so a sync that fails (in rendering or in the kernel) hands
         // them on to the next one that succeeds.
         let mut changes = self.model.take_changes();
@@ -324,23 +333,27 @@ impl<K: Kernel> Syncer<K> {
                     matches!(update, Update::Replaced | Update::Rebuilt(_)),
                     update.elements(rendered.ruleset()),
                 ));
-                self.kernel.sync(rendered.ruleset(), &update, resync)
+                self.kernel.sync(rendered.ruleset(), &update, resync, &hold)
             });
         let end = Instant::now();
         self.pace.take(end);
         let (all, elements) = applied.unwrap_or_default();
+        let tried: Vec<Family> = Family::ALL.into_iter().filter(|f| !hold.contains(f)).collect();
         match result {
             Ok(report) => {
+                let families = self.refused.note(&tried, &report.refused, end);
+                let refused: Vec<Family> = report.refused.iter().map(|(f, _)| *f).collect();
+                self.observe.failed(end - started, &refused);
                 let s = Synced { kind: report.kind, took: end - started, bytes: report.bytes, elements };
                 self.succeeded(&report, &s, (rendered_at - started, end - rendered_at), end);
-                self.observe.synced(&s, &changes, SystemTime::now());
+                self.observe.synced(&s, &changes, SystemTime::now(), &families);
                 self.observe.local(&self.model, &self.cfg, &changes, all);
                 self.conntrack.touch(&changes.services);
                 self.clear_stale_flows();
             }
             Err(e) => {
                 self.unapplied = Some(changes);
-                self.observe.failed(end - started);
+                self.observe.failed(end - started, &tried);
                 let wait = self.retry.failed(end);
                 log::error!("sync failed, old rules stay in place; retrying in {wait:?} with a full sync: {e}");
                 self.force_full = true;
@@ -367,7 +380,11 @@ impl<K: Kernel> Syncer<K> {
             self.last_full = end;
         }
         self.retry.succeeded();
-        if let Some(then) = self.after_first_sync.take() {
+        // The takeover removes kube-proxy's rules of both families: not while one of ours is
+        // refused.
+        if self.refused.is_empty()
+            && let Some(then) = self.after_first_sync.take()
+        {
             then();
         }
         // Another process committed while notifications were paused: what it changed is

@@ -83,6 +83,11 @@ impl Schema {
         set::anon_vmap(entries, id)
     }
 
+    /// Forgets `family`'s sets, before a full sync declares them anew.
+    pub fn forget(&mut self, family: Family) {
+        self.sets.retain(|(f, _), _| *f != family);
+    }
+
     /// The batch went to the kernel: its sets are known there by name from now on.
     pub fn sent(&mut self) {
         for info in self.sets.values_mut() {
