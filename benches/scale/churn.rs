@@ -1,6 +1,6 @@
 //! The daemon's memory under churn: the real binary on a node-like namespace follows a
 //! manifest of a whole cluster rewritten again and again (every EndpointSlice changed each
-//! time), once syncing and once with every sync failing (another process owns its table), so
+//! time), once syncing and once with every sync failing (another process owns both tables), so
 //! changes keep coming while none is applied. Its resident memory must stay flat in both.
 
 use super::common::Netns;
@@ -34,7 +34,8 @@ fn scenario(case: &Case, rewrites: u32, every: Duration, stuck: bool) -> Value {
     let manifest = dir.join("cluster.json");
     write_manifest(case, 0, &manifest);
     let ns = Netns::node_like("churn");
-    let owner = stuck.then(|| TableOwner::take(&ns, "ip"));
+    // Both tables: with one owned, the other family's syncs would go through.
+    let owners = stuck.then(|| [TableOwner::take(&ns, "ip"), TableOwner::take(&ns, "ip6")]);
     let d = Daemon::start(&ns, &manifest, &[], &[]);
     let started = if stuck { "sync failed" } else { " sync" };
     let ready = wait_for(Duration::from_secs(60), || d.logged().contains(started));
@@ -51,7 +52,7 @@ fn scenario(case: &Case, rewrites: u32, every: Duration, stuck: bool) -> Value {
     let after = rss_mb(d.pid());
     let syncs = d.logged().lines().filter(|l| is_sync(l)).count();
     d.stop();
-    drop(owner);
+    drop(owners);
     let _ = std::fs::remove_dir_all(&dir);
     json!({"scenario": if stuck { "syncs failing" } else { "syncing" }, "rewrites": rewrites,
            "rss_before_mb": before, "rss_most_mb": most.max(after), "rss_after_mb": after, "syncs": syncs})

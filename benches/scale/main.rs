@@ -13,7 +13,8 @@
 //! also has the static musl binary and the glibc build each do a first sync at 30k services
 //! (`musl.rs`; `-- --musl-only` runs that part alone, `-- --no-musl` leaves it out). Every full
 //! run also times `--dry-run --diff` against its own full sync at 30k services (`diff.rs`;
-//! `-- --diff-only` runs that part alone).
+//! `-- --diff-only` runs that part alone), and what a family's refused table costs the other
+//! family's first sync (`refused.rs`; `-- --refused-only` runs that part alone).
 
 mod api;
 mod churn;
@@ -25,6 +26,7 @@ mod health;
 mod measure;
 mod musl;
 mod observe;
+mod refused;
 mod report;
 mod runs;
 mod synth;
@@ -257,6 +259,8 @@ fn main() {
         "--conntrack-child",
         "--diff",
         "--diff-only",
+        "--refused",
+        "--refused-only",
     ];
     if !all.iter().any(|a| modes.contains(&a.as_str())) {
         println!("scale benchmark: run it with `cargo bench --bench scale [-- --smoke]`");
@@ -318,6 +322,10 @@ fn main() {
         println!("{}", diff::run(&daemon_case));
         return;
     }
+    if args.iter().any(|a| a == "--refused") {
+        println!("{}", refused::run(&daemon_case));
+        return;
+    }
     let health_services = if smoke { 50 } else { health::SERVICES };
     if args.iter().any(|a| a == "--health") {
         println!("{}", health::run(health_services));
@@ -365,6 +373,11 @@ fn main() {
         diff::print(&all);
         return;
     }
+    if args.iter().any(|a| a == "--refused-only") {
+        let all: Vec<Value> = (0..runs).map(|_| in_child(&[mode.clone(), vec!["--refused".into()]].concat())).collect();
+        refused::print(&all);
+        return;
+    }
     if args.iter().any(|a| a == "--health-only") {
         let runs: Vec<Value> = (0..runs).map(|_| in_child(&[mode.clone(), vec!["--health".into()]].concat())).collect();
         health::print(&runs::combine(&runs));
@@ -378,6 +391,7 @@ fn main() {
     let mut healths = Vec::new();
     let mut musls = Vec::new();
     let mut diffs = Vec::new();
+    let mut refusals = Vec::new();
     let large = if smoke { "1000" } else { "30000" };
     // Runs interleave the cases, so a slow spell on the machine does not land on one case.
     for run in 1..=runs {
@@ -394,6 +408,7 @@ fn main() {
         eprintln!("run {run}: the daemon following the API server");
         healths.push(in_child(&[mode.clone(), vec!["--health".into()]].concat()));
         diffs.push(in_child(&[mode.clone(), vec!["--diff".into()]].concat()));
+        refusals.push(in_child(&[mode.clone(), vec!["--refused".into()]].concat()));
         if let Some(bins) = &statics {
             musls.push(musl::run(&daemon_case, bins, run));
             eprintln!("run {run}: the static binary and the glibc build");
@@ -404,6 +419,7 @@ fn main() {
     report::finish(&results, &runs::combine_lists(&latencies), &runs::combine_lists(&churns), &api, &machine);
     health::print(&runs::combine(&healths));
     diff::print(&diffs);
+    refused::print(&refusals);
     if !musls.is_empty() {
         musl::print(&runs::combine(&musls));
     }
