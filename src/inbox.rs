@@ -152,11 +152,15 @@ impl Inbox {
 
     /// When the oldest Service or EndpointSlice change not yet taken arrived: health counts a
     /// change as queued from here, as upstream's event handlers do, so a sync thread stuck in
-    /// the kernel still turns the proxy unhealthy while changes pile up behind it. A source
-    /// that lost its feed counts as a change waiting since its last sign of life.
+    /// the kernel still turns the proxy unhealthy while changes pile up behind it.
     pub fn oldest_waiting(&self) -> Option<SystemTime> {
-        let stale = self.stale_marks().values().min().copied();
-        [self.lock().oldest, stale].into_iter().flatten().min()
+        self.lock().oldest
+    }
+
+    /// Since when the longest-lost source has been without its feed (its last sign of life):
+    /// changes made since may be waiting unseen. `None` while every source is fed.
+    pub fn stale_since(&self) -> Option<SystemTime> {
+        self.stale_marks().values().min().copied()
     }
 
     fn stale_marks(&self) -> MutexGuard<'_, BTreeMap<&'static str, SystemTime>> {
@@ -228,11 +232,12 @@ mod tests {
         inbox.stale("services", then);
         inbox.stale("services", SystemTime::now());
         inbox.send(svc("a"));
-        assert_eq!(inbox.oldest_waiting(), Some(then), "the earliest sign of life counts, and survives a take");
+        assert_eq!(inbox.stale_since(), Some(then), "the earliest sign of life counts, and survives a take");
+        assert!(inbox.oldest_waiting().is_some_and(|t| t > then), "queued changes are apart");
         inbox.wait(Instant::now());
-        assert_eq!(inbox.oldest_waiting(), Some(then));
+        assert_eq!((inbox.stale_since(), inbox.oldest_waiting()), (Some(then), None));
         inbox.fresh("services");
-        assert_eq!(inbox.oldest_waiting(), None);
+        assert_eq!(inbox.stale_since(), None);
     }
 
     #[test]

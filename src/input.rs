@@ -33,6 +33,10 @@ pub const TOKEN: Limit = Limit { what: "token file", max: 1 << 20 };
 /// 200 KiB; this leaves room for any chain.
 pub const PEM: Limit = Limit { what: "PEM file", max: 4 << 20 };
 
+/// A manifest file (`--manifests`): a whole cluster may stand in one (30k Services with their
+/// EndpointSlices are some 60 MB of JSON); a file past this has grown without end.
+pub const MANIFEST: Limit = Limit { what: "manifest file", max: 1 << 30 };
+
 /// Why a file could not be read; the caller names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {

@@ -97,6 +97,11 @@ fn init_logging(level: Option<log::LevelFilter>) {
     // Authorization header too: never at all, whatever RUST_LOG asks.
     builder.filter_module("ureq_proto", log::LevelFilter::Info);
     builder.format(|buf, record| {
+        // A more specific RUST_LOG directive (`ureq_proto::util=trace`) wins over the filter
+        // above: such records are dropped here whatever let them through.
+        if record.target().starts_with("ureq_proto") && record.level() > log::Level::Info {
+            return Ok(());
+        }
         let style = buf.default_level_style(record.level());
         let message = record.args().to_string();
         let message = kube_nftproxy::text::printable(&message);

@@ -26,14 +26,6 @@ pub enum MetricsError {
 /// What `/proxyMode` answers, as upstream in nftables mode.
 pub const PROXY_MODE: &str = "nftables";
 
-/// Upstream's label value for a family.
-pub fn family_label(f: Family) -> &'static str {
-    match f {
-        Family::V4 => "IPv4",
-        Family::V6 => "IPv6",
-    }
-}
-
 /// Every metric the proxy exports.
 pub struct Metrics {
     registry: Registry,
@@ -259,7 +251,7 @@ impl Metrics {
 
     /// Shows every per-family series from the start, as upstream's do once a proxier runs.
     fn zero_families(&self) {
-        for f in Family::ALL.map(family_label) {
+        for f in Family::ALL.map(Family::label) {
             for h in [&self.sync_duration, &self.network_programming, &self.conntrack_duration] {
                 let _ = h.with_label_values(&[f]);
             }
@@ -272,25 +264,25 @@ impl Metrics {
         }
     }
 
-    /// Observes `took` in `h` once per family.
-    pub fn observe_families(h: &HistogramVec, took: Duration) {
-        for f in Family::ALL.map(family_label) {
-            h.with_label_values(&[f]).observe(took.as_secs_f64());
+    /// Observes `took` in `h` once for each of `families`.
+    pub fn observe_families(h: &HistogramVec, families: &[Family], took: Duration) {
+        for f in families {
+            h.with_label_values(&[f.label()]).observe(took.as_secs_f64());
         }
     }
 
-    /// Adds one to `c` for every family.
-    pub fn count_families(c: &IntCounterVec) {
-        for f in Family::ALL.map(family_label) {
-            c.with_label_values(&[f]).inc();
+    /// Adds one to `c` for each of `families`.
+    pub fn count_families(c: &IntCounterVec, families: &[Family]) {
+        for f in families {
+            c.with_label_values(&[f.label()]).inc();
         }
     }
 
-    /// Sets a timestamp gauge of every family to `t`.
-    pub fn stamp_families(g: &prometheus::GaugeVec, t: SystemTime) {
+    /// Sets a timestamp gauge of each of `families` to `t`.
+    pub fn stamp_families(g: &prometheus::GaugeVec, families: &[Family], t: SystemTime) {
         let secs = t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or_default();
-        for f in Family::ALL.map(family_label) {
-            g.with_label_values(&[f]).set(secs);
+        for f in families {
+            g.with_label_values(&[f.label()]).set(secs);
         }
     }
 
@@ -331,7 +323,7 @@ mod tests {
     #[test]
     fn upstream_names_types_and_buckets_are_exported() {
         let m = Metrics::new().expect("metrics");
-        Metrics::observe_families(&m.sync_duration, Duration::from_millis(3));
+        Metrics::observe_families(&m.sync_duration, &Family::ALL, Duration::from_millis(3));
         m.count_health("/healthz", 503);
         let text = m.text();
         for line in [

@@ -7,7 +7,7 @@ use crate::health::Health;
 use crate::health::local::LocalView;
 use crate::health::services::{Listen, Wanted};
 use crate::http::Server;
-use crate::metrics::{Metrics, family_label};
+use crate::metrics::Metrics;
 use crate::model::{Changes, Family, Model, ObjectKey, ObjectKind};
 use crate::nft::SyncKind;
 use std::collections::BTreeSet;
@@ -98,7 +98,7 @@ impl Observers {
                 pending.insert(service);
             }
             gauge.set(pending.len() as i64);
-            Metrics::stamp_families(&m.last_queued, now);
+            Metrics::stamp_families(&m.last_queued, &Family::ALL, now);
         }
     }
 
@@ -124,17 +124,15 @@ impl Observers {
     /// failures ÷ attempts is a failure ratio per family.
     pub fn failed(&self, took: Duration, families: &[Family]) {
         if let Some(m) = &self.metrics {
-            for f in families.iter().map(|f| family_label(*f)) {
-                m.sync_failures.with_label_values(&[f]).inc();
-                m.sync_duration.with_label_values(&[f]).observe(took.as_secs_f64());
-            }
+            Metrics::count_families(&m.sync_failures, families);
+            Metrics::observe_families(&m.sync_duration, families, took);
         }
     }
 
     /// Notes a failed deletion of stale chains.
     pub fn cleanup_failed(&self) {
         if let Some(m) = &self.metrics {
-            Metrics::count_families(&m.cleanup_failures);
+            Metrics::count_families(&m.cleanup_failures, &Family::ALL);
         }
     }
 
@@ -153,16 +151,13 @@ impl Observers {
             SyncKind::Full | SyncKind::Refresh => &m.sync_full_duration,
             SyncKind::Partial | SyncKind::Unchanged => &m.sync_partial_duration,
         };
-        let secs = now.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or_default();
-        for f in families.iter().map(|f| family_label(*f)) {
-            m.sync_duration.with_label_values(&[f]).observe(s.took.as_secs_f64());
-            by_kind.with_label_values(&[f]).observe(s.took.as_secs_f64());
-            m.last_sync.with_label_values(&[f]).set(secs);
-        }
+        Metrics::observe_families(&m.sync_duration, families, s.took);
+        Metrics::observe_families(by_kind, families, s.took);
+        Metrics::stamp_families(&m.last_sync, families, now);
         let applied = changes.trigger_times.iter().filter(|(f, t)| *t > self.started && families.contains(f));
         for (family, triggered) in applied {
             if let Ok(waited) = now.duration_since(*triggered) {
-                m.network_programming.with_label_values(&[family_label(*family)]).observe(waited.as_secs_f64());
+                m.network_programming.with_label_values(&[family.label()]).observe(waited.as_secs_f64());
             }
         }
         self.pending_services.clear();
@@ -175,7 +170,7 @@ impl Observers {
     pub fn conntrack(&self, report: &crate::conntrack::Report) {
         let Some(m) = &self.metrics else { return };
         for f in &report.families {
-            let family = family_label(f.family);
+            let family = f.family.label();
             m.conntrack_duration.with_label_values(&[family]).observe(f.took.as_secs_f64());
             m.conntrack_deleted.with_label_values(&[family]).inc_by(f.deleted);
         }
@@ -191,7 +186,7 @@ impl Observers {
         let changed = self.local.update(model, &cfg.node_name, all, changes.services.iter());
         if let Some(m) = &self.metrics {
             for (family, policy, n) in self.local.no_local_endpoints() {
-                m.no_local_endpoints.with_label_values(&[family_label(family), policy]).set(i64::from(n));
+                m.no_local_endpoints.with_label_values(&[family.label(), policy]).set(i64::from(n));
             }
         }
         let Some(server) = &self.server else { return };

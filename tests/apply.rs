@@ -413,15 +413,6 @@ fn a_chain_of_ours_someone_hooked_is_undone_by_replacing_the_tables() {
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
 }
 
-/// Service `name` at 172.30.0.`n` and fd00:172:30::`n`, port 80, with endpoints on `pods` in
-/// both families.
-fn dual(c: &Cluster, name: &str, n: u8, pods: &[&str]) -> Vec<Value> {
-    let spec = json!({"ipFamilyPolicy": "RequireDualStack", "clusterIPs": [format!("172.30.0.{n}"), format!("fd00:172:30::{n}")],
-        "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
-    let eps = |v6: bool| pods.iter().map(|p| common::cluster::endpoint(c.pod_named(p), v6, json!({}))).collect();
-    vec![service(name, spec, json!({})), slice(name, false, "TCP", eps(false)), slice(name, true, "TCP", eps(true))]
-}
-
 #[test]
 fn a_family_the_kernel_refuses_keeps_its_table_while_the_other_syncs_and_is_synced_fully_once_freed() {
     if !kernel_available() {
@@ -433,12 +424,12 @@ fn a_family_the_kernel_refuses_keeps_its_table_while_the_other_syncs_and_is_sync
             if f == Family::V4 { format!("172.30.0.{n}:80") } else { format!("[fd00:172:30::{n}]:80") }
         };
         let mut proxy = Proxy::new(node_a_config());
-        sync(&c.node, &mut proxy, &dual(&c, "web", 40, &["pod-1"]), false).unwrap();
+        sync(&c.node, &mut proxy, &c.dual("web", 40, &["pod-1"]), false).unwrap();
         // Another process owns one family's table (nftables `flags owner`): the kernel refuses
         // any change to it from the proxy.
         let owner = TableOwner::take(&c.node, family);
         let held = c.node.nft(&["list", "table", family, "kube-nftproxy"]);
-        let changed = [dual(&c, "web", 40, &["pod-2"]), dual(&c, "api", 41, &["pod-1"])].concat();
+        let changed = [c.dual("web", 40, &["pod-2"]), c.dual("api", 41, &["pod-1"])].concat();
         let report = sync(&c.node, &mut proxy, &changed, false).expect("the other family went through");
         let [(f, e)] = &report.refused[..] else { panic!("{family}: {:?}", report.refused) };
         assert_eq!(*f, refused);
@@ -457,7 +448,7 @@ fn a_family_the_kernel_refuses_keeps_its_table_while_the_other_syncs_and_is_sync
         assert_eq!(healed.kind, SyncKind::Full, "{family}: freed, its table is made anew");
         assert_eq!(who(&c.client, &to(refused, 40)), "pod-2", "{family} freed: the endpoint change");
         assert_eq!(who(&c.client, &to(refused, 41)), "pod-1", "{family} freed: the new service");
-        let partial = sync(&c.node, &mut proxy, &dual(&c, "web", 40, &["pod-1"]), false).unwrap();
+        let partial = sync(&c.node, &mut proxy, &c.dual("web", 40, &["pod-1"]), false).unwrap();
         assert_eq!(partial.kind, SyncKind::Partial, "both families in step again: one partial sync");
         assert_eq!(who(&c.client, &to(refused, 40)), "pod-1");
     }

@@ -247,16 +247,6 @@ fn no_nft_is_needed_and_an_old_one_is_only_warned_about() {
     std::fs::remove_file(manifests).expect("remove manifests");
 }
 
-/// Service `name` at 172.30.0.`n` and fd00:172:30::`n`, port 80, served by `pod` in both
-/// families.
-fn dual(c: &Cluster, name: &str, n: u8, pod: &str) -> Vec<serde_json::Value> {
-    use common::cluster::{endpoint, slice};
-    let spec = json!({"ipFamilyPolicy": "RequireDualStack", "clusterIPs": [format!("172.30.0.{n}"), format!("fd00:172:30::{n}")],
-        "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
-    let eps = |v6: bool| vec![endpoint(c.pod_named(pod), v6, json!({}))];
-    vec![service(name, spec, json!({})), slice(name, false, "TCP", eps(false)), slice(name, true, "TCP", eps(true))]
-}
-
 #[test]
 fn a_squatted_ipv6_table_stops_neither_ipv4_nor_its_health_and_ipv6_heals_once_freed() {
     if !kernel_available() {
@@ -275,7 +265,7 @@ fn a_squatted_ipv6_table_stops_neither_ipv4_nor_its_health_and_ipv6_heals_once_f
     // to it is refused from now on. A Service created meanwhile must still reach IPv4.
     let owner = TableOwner::take(&c.node, "ip6");
     let held = c.node.nft(&["list", "table", "ip6", "kube-nftproxy"]);
-    write_manifests(&c, [web(&c, &["pod-1"]), dual(&c, "api", 41, "pod-1")].concat());
+    write_manifests(&c, [web(&c, &["pod-1"]), c.dual("api", 41, &["pod-1"])].concat());
     let served = wait_for(Duration::from_secs(5), || who(&c.client, "172.30.0.41:80") == "pod-1");
     assert!(served.is_some(), "a new Service never reached IPv4 while IPv6's table was taken:\n{}", d.logged());
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1", "{}", d.logged());

@@ -5,7 +5,6 @@
 //! the selection rendering uses (`topology`), so it says what the rules do; the schema is
 //! documented in the README and versioned by [`SCHEMA_VERSION`].
 
-use crate::metrics::family_label;
 use crate::model::{Endpoint, Family, Model, ObjectKey, Protocol, ServicePort};
 use crate::topology::{Categorized, Choice, Unused, categorize_endpoints, endpoint_uses};
 use serde::{Serialize, Serializer};
@@ -225,7 +224,7 @@ impl<'m> PortView<'m> {
                 Protocol::Udp => "UDP",
                 Protocol::Sctp => "SCTP",
             },
-            ip_family: family_label(family),
+            ip_family: family.label(),
             cluster_ip,
             port: sp.port,
             external_ips: of_family(&sp.external_ips),

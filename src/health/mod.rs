@@ -15,7 +15,6 @@ pub mod services;
 
 use crate::http::{self, Reply};
 use crate::inbox::Inbox;
-use crate::metrics::family_label;
 use crate::model::Family;
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
@@ -57,6 +56,11 @@ pub struct Report {
     pub last_updated: Option<SystemTime>,
     /// Each family that has synced, as upstream lists them.
     pub families: Vec<FamilyReport>,
+    /// Whether the API server's feed is whole: no source has been without it longer than the
+    /// timeout. Only `/livez` needs it: the node's rules still serve while the control plane
+    /// is away, so load balancers (`/healthz`, health-check node ports) must not drain every
+    /// node at once for it; a proxy cut off for good is restarted.
+    pub fed: bool,
 }
 
 /// One family's health.
@@ -128,8 +132,12 @@ impl Health {
                 Some(FamilyReport { family: *family, last_updated: f.last_updated?, healthy })
             })
             .collect();
+        // Judged as queued changes are: once a family has synced.
+        let lost = self.inbox.as_ref().and_then(|i| i.stale_since()).filter(|_| !families.is_empty());
+        let fed = lost.and_then(|t| now.duration_since(t).ok()).is_none_or(|d| d < self.timeout);
         Report {
             healthy: families.iter().all(|f| f.healthy),
+            fed,
             node_eligible: s.node_eligible == Some(true),
             last_updated: families.iter().map(|f| f.last_updated).max(),
             families,
@@ -175,14 +183,15 @@ pub fn answer(health: &Health, path: &str, now: SystemTime) -> Option<(u16, Stri
     let r = health.report(now);
     let (ok, node_eligible) = match path {
         "/healthz" => (r.healthy && r.node_eligible, Some(r.node_eligible)),
-        "/livez" => (r.healthy, None),
+        "/livez" => (r.healthy && r.fed, None),
         _ => return None,
     };
     let body = |f: &FamilyReport| FamilyBody { last_updated: rfc3339(Some(f.last_updated)), healthy: f.healthy };
-    let status = r.families.iter().map(|f| (family_label(f.family), body(f))).collect();
+    let status = r.families.iter().map(|f| (f.family.label(), body(f))).collect();
     // As upstream: a healthy answer says "last updated now", for clients that compare it.
     let last_updated = if ok { rfc3339(Some(now)) } else { rfc3339(r.last_updated) };
-    let body = Body { last_updated, current_time: rfc3339(Some(now)), node_eligible, healthy: r.healthy, status };
+    let healthy = r.healthy && (node_eligible.is_some() || r.fed);
+    let body = Body { last_updated, current_time: rfc3339(Some(now)), node_eligible, healthy, status };
     let text = serde_json::to_string(&body).unwrap_or_default();
     Some((if ok { 200 } else { 503 }, text))
 }
@@ -273,6 +282,24 @@ mod tests {
         assert!(h.report(later()).healthy, "taken, and (as no sync is due for it) nothing waits");
         inbox.send(crate::model::ObjectChange::Node(None));
         assert!(h.report(later()).healthy, "a Node change is not a queued rule change, as upstream");
+    }
+
+    #[test]
+    fn a_lost_feed_turns_livez_alone_unhealthy_once_it_outlasts_the_timeout() {
+        let inbox = Arc::new(Inbox::default());
+        let h = Health::new(Duration::from_secs(60)).watching(inbox.clone());
+        h.set_node_eligible(Some(true));
+        let now = SystemTime::now();
+        inbox.stale("services", now - Duration::from_secs(61));
+        assert_eq!(body(&h, "/livez", now).0, 200, "not judged before the first sync");
+        h.updated(&Family::ALL, now);
+        let (code, b) = body(&h, "/livez", now);
+        assert_eq!((code, b["healthy"].clone()), (503, false.into()), "{b}");
+        let (code, b) = body(&h, "/healthz", now);
+        assert_eq!((code, b["healthy"].clone()), (200, true.into()), "load balancers keep the node: {b}");
+        inbox.fresh("services");
+        inbox.stale("services", now - Duration::from_secs(59));
+        assert_eq!(body(&h, "/livez", now).0, 200, "lost for less than the timeout");
     }
 
     #[test]

@@ -74,9 +74,12 @@ impl Reserve {
         self.0.take().is_some()
     }
 
-    /// Takes it again (it stays let go if another thread took the descriptor meanwhile).
+    /// Takes it again (it stays let go if another thread took the descriptor meanwhile, or
+    /// none was free at start: then it is taken at the next try).
     fn retake(&mut self) {
-        self.0 = File::open("/dev/null").ok();
+        if self.0.is_none() {
+            self.0 = File::open("/dev/null").ok();
+        }
     }
 }
 
@@ -125,6 +128,8 @@ impl Loop {
             return;
         }
         self.accept_at = None;
+        // A reserve lost to another thread's descriptor is taken again once one is free.
+        self.reserve.retake();
         let keys: Vec<Key> = self.backlogged.iter().copied().collect();
         for key in keys {
             self.accept(key);

@@ -91,7 +91,16 @@ mod tests {
 
     #[test]
     fn the_soft_limit_is_raised_to_the_hard_one() {
+        // Lowered by one first, so that the raise has something to do where the test
+        // runner's soft limit is its hard one already (harmless to the other tests).
+        if let Rlimit { current: Some(soft), maximum: Some(hard) } = getrlimit(Resource::Nofile)
+            && soft == hard
+        {
+            let lowered = Rlimit { current: Some(hard - 1), maximum: Some(hard) };
+            setrlimit(Resource::Nofile, lowered).expect("lower the soft limit");
+        }
         let before = getrlimit(Resource::Nofile);
+        assert!(before.maximum.is_none() || before.current < before.maximum, "{before:?}");
         raise_open_files_limit();
         let after = getrlimit(Resource::Nofile);
         assert_eq!(after.maximum, before.maximum, "the hard limit stays");

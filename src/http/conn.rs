@@ -74,8 +74,12 @@ pub(super) fn read_request(c: &mut Conn) -> std::io::Result<Head> {
     }
 }
 
+/// The most a lingering client's bytes are read in one turn of the loop: one that keeps
+/// sending must not hold the `http` thread (its linger time ends it).
+const DRAIN_AT_ONCE: usize = 64 * 1024;
+
 /// Reads and drops what a lingering client still sends, its answer written and the
-/// sending side shut; true once it has closed its side (or failed).
+/// sending side shut; true once it has closed its side (or failed, or lingered its time).
 pub(super) fn drain(c: &mut Conn) -> bool {
     if !c.draining {
         c.draining = true;
@@ -83,10 +87,14 @@ pub(super) fn drain(c: &mut Conn) -> bool {
         let _ = c.stream.shutdown(Shutdown::Write);
     }
     let mut buf = [0u8; 2048];
+    let mut drained = 0;
     loop {
+        if drained >= DRAIN_AT_ONCE {
+            return Instant::now() >= c.deadline;
+        }
         match c.stream.read(&mut buf) {
             Ok(0) => return true,
-            Ok(_) => {}
+            Ok(n) => drained += n,
             Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(_) => return true,

@@ -162,7 +162,7 @@ mod tests {
     use rustix::net::sockopt;
 
     #[test]
-    fn a_dialled_socket_is_kept_alive_and_times_out_unacknowledged_data() {
+    fn a_dialled_socket_carries_keepalive_and_a_user_timeout_that_add_up_to_under_a_minute() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let stream = dial(listener.local_addr().unwrap(), Some(Duration::from_secs(1))).unwrap();
         assert!(sockopt::socket_keepalive(&stream).unwrap());

@@ -2,8 +2,9 @@
 //! found without following any link twice, and a fingerprint that notices every rewrite.
 
 use super::ManifestError;
+use crate::input::{self, ReadError};
 use std::collections::BTreeSet;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The manifest files below a path, and what was passed over (with why).
@@ -65,15 +66,16 @@ fn walk(dir: &Path, seen: &mut BTreeSet<(u64, u64)>, found: &mut Found) -> Resul
     Ok(())
 }
 
-/// Reads a manifest file whole. It is opened without blocking and checked to be a regular
-/// file on the open handle, so a FIFO swapped in after `find` cannot hang the reader.
+/// Reads a manifest file whole, as every input file is read (`crate::input`): a FIFO
+/// swapped in after `find` cannot hang the reader, nor a file grown without end fill memory.
 pub fn read(path: &Path) -> Result<String, ManifestError> {
-    let io = |cause| ManifestError::Io { path: path.to_path_buf(), cause };
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(io)?;
-    if !file.metadata().map_err(io)?.is_file() {
-        return Err(io(std::io::Error::other("not a regular file")));
-    }
-    std::io::read_to_string(file).map_err(io)
+    input::read_text(path, input::MANIFEST).map_err(|e| ManifestError::Io {
+        path: path.to_path_buf(),
+        cause: match e {
+            ReadError::Io(e) => e,
+            other => std::io::Error::other(other.to_string()),
+        },
+    })
 }
 
 /// What identifies one version of a file: its path, device, inode, size, and modification

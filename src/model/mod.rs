@@ -30,6 +30,15 @@ impl Family {
     /// Both families, in the order tables are written.
     pub const ALL: [Family; 2] = [Family::V4, Family::V6];
 
+    /// Upstream's name of the family (`v1.IPFamily`): the metrics' `ip_family` label, the
+    /// health answers' `status` keys, and what logs call it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Family::V4 => "IPv4",
+            Family::V6 => "IPv6",
+        }
+    }
+
     /// The family an address belongs to.
     pub fn of(ip: &IpAddr) -> Family {
         match ip {

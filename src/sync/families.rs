@@ -5,7 +5,6 @@
 //! starts and when it ends; the retries between are logged at debug level only.
 
 use super::pace::Backoff;
-use crate::metrics::family_label;
 use crate::model::Family;
 use crate::nft::NftError;
 use std::collections::BTreeMap;
@@ -47,8 +46,7 @@ impl Refused {
 
     /// The refused families, for the summary.
     pub(super) fn describe(&self) -> Option<String> {
-        let each: Vec<String> =
-            self.families.iter().map(|(f, n)| format!("{} ({n} attempts)", family_label(*f))).collect();
+        let each: Vec<String> = self.families.iter().map(|(f, n)| format!("{} ({n} attempts)", f.label())).collect();
         (!each.is_empty()).then(|| format!("the kernel refuses the rules of {}", each.join(", ")))
     }
 
@@ -58,7 +56,7 @@ impl Refused {
         let applied: Vec<Family> = tried.iter().copied().filter(|f| refused.iter().all(|(r, _)| r != f)).collect();
         for family in &applied {
             if let Some(n) = self.families.remove(family) {
-                log::info!("the {} rules went through again after {n} refused attempts", family_label(*family));
+                log::info!("the {} rules went through again after {n} refused attempts", family.label());
             }
         }
         if refused.is_empty() {
@@ -68,11 +66,11 @@ impl Refused {
             return applied;
         }
         let wait = self.retry.failed(now);
-        let others: Vec<&str> = applied.iter().map(|f| family_label(*f)).collect();
+        let others: Vec<&str> = applied.iter().map(|f| f.label()).collect();
         for (family, e) in refused {
             let n = self.families.entry(*family).or_default();
             *n += 1;
-            let name = family_label(*family);
+            let name = family.label();
             if *n == 1 {
                 log::error!(
                     "the kernel refused the {name} rules, which stay as they were; {} applied alone; retrying {name} \

@@ -218,6 +218,17 @@ pub fn endpoint(pod: &Pod, v6: bool, extra: serde_json::Value) -> serde_json::Va
 }
 
 impl Cluster {
+    /// A dual-stack Service `name` at 172.30.0.`n` and fd00:172:30::`n`, port 80 to the echo
+    /// port, with endpoints on `pods` in both families.
+    pub fn dual(&self, name: &str, n: u8, pods: &[&str]) -> Vec<serde_json::Value> {
+        let spec = serde_json::json!({"ipFamilyPolicy": "RequireDualStack",
+            "clusterIPs": [format!("172.30.0.{n}"), format!("fd00:172:30::{n}")],
+            "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
+        let eps = |v6: bool| pods.iter().map(|p| endpoint(self.pod_named(p), v6, serde_json::json!({}))).collect();
+        let status = serde_json::json!({});
+        vec![service(name, spec, status), slice(name, false, "TCP", eps(false)), slice(name, true, "TCP", eps(true))]
+    }
+
     /// Renders `objects` (plus this node's Node object) with the dry run and loads the result
     /// into the node's namespace, as a full sync would.
     pub fn apply(&self, objects: Vec<serde_json::Value>, args: &[&str]) -> String {

@@ -16,10 +16,8 @@ const BASE: &[&str] = &["--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8
 /// `prlimit` takes them; the hard one no higher than this process' (raising a hard limit
 /// takes CAP_SYS_RESOURCE, which a sandbox may lack).
 pub fn systemd_nofile() -> String {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit fills the struct it is given.
-    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
-    format!("1024:{}", r.rlim_max.min(524_288))
+    let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile).maximum;
+    format!("1024:{}", hard.unwrap_or(u64::MAX).min(524_288))
 }
 
 /// A running daemon, killed if the test fails before stopping it.
