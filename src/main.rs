@@ -11,7 +11,7 @@ use kube_nftproxy::model::Model;
 use kube_nftproxy::nft::{Applier, OwnPorts, cleanup, exec, guard, kdiff};
 use kube_nftproxy::observe::Observers;
 use kube_nftproxy::sync::{Periods, Syncer};
-use kube_nftproxy::{conntrack, kube, lock, manifests, render, requirements, takeover};
+use kube_nftproxy::{conntrack, kube, lock, logging, manifests, render, requirements, takeover, zpages};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -43,7 +43,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 fn main() -> ExitCode {
     let flags = match config::load_from(std::env::args_os()) {
         Ok((flags, unknown)) => {
-            init_logging(flags.log_level());
+            logging::init(logging::Format::Text, flags.log_level());
             for field in unknown {
                 log::warn!("--config: unknown field {field:?} ignored");
             }
@@ -51,7 +51,7 @@ fn main() -> ExitCode {
         }
         Err(ConfigError::Usage(e)) => e.exit(),
         Err(e) => {
-            init_logging(None);
+            logging::init(logging::Format::Text, None);
             log::error!("{e}");
             return ExitCode::from(EXIT_BAD_INPUT);
         }
@@ -82,32 +82,6 @@ fn main() -> ExitCode {
             if not_input { ExitCode::FAILURE } else { ExitCode::from(EXIT_BAD_INPUT) }
         }
     }
-}
-
-/// Logs at `level` (from `-v`) for this crate, else as RUST_LOG says, else at info; one
-/// line a message, as env_logger writes it, with control characters escaped: a message may
-/// carry names read from the kernel or the API server, and logs reach terminals and
-/// aggregators that split on line breaks.
-fn init_logging(level: Option<log::LevelFilter>) {
-    let mut builder = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
-    if let Some(level) = level {
-        builder.filter_module("kube_nftproxy", level);
-    }
-    // ureq_proto logs only below info, and its trace dumps every byte a request sends, the
-    // Authorization header too: never at all, whatever RUST_LOG asks.
-    builder.filter_module("ureq_proto", log::LevelFilter::Info);
-    builder.format(|buf, record| {
-        // A more specific RUST_LOG directive (`ureq_proto::util=trace`) wins over the filter
-        // above: such records are dropped here whatever let them through.
-        if record.target().starts_with("ureq_proto") && record.level() > log::Level::Info {
-            return Ok(());
-        }
-        let style = buf.default_level_style(record.level());
-        let message = record.args().to_string();
-        let message = kube_nftproxy::text::printable(&message);
-        writeln!(buf, "[{} {style}{:<5}{style:#} {}] {message}", buf.timestamp(), record.level(), record.target())
-    });
-    builder.init();
 }
 
 /// The API source's shared state for the flags, if an API server is to be followed.
@@ -330,12 +304,23 @@ fn observers(flags: &Flags, api: Option<&kube::Shared>, inbox: &Arc<Inbox>) -> a
     let health = Arc::new(Health::new(flags.sync_period.saturating_mul(2)).watching(inbox.clone()));
     let fixed = [(flags.healthz_bind_address.0, Route::Health), (flags.metrics_bind_address.0, Route::Metrics)];
     let fixed = fixed.into_iter().filter_map(|(addr, route)| addr.map(|a| (a, route))).collect();
-    let server = http::Server::start(fixed, health.clone(), metrics.clone(), inbox.clone())?;
+    let server = http::Server::start(fixed, health.clone(), metrics.clone(), inbox.clone(), Some(z_pages()))?;
     let observe = Observers::default().with_health(health).with_service_health(server);
     Ok(match metrics {
         Some(m) => observe.with_metrics(m),
         None => observe,
     })
+}
+
+/// `/configz`, `/statusz` and `/flagz`: the command line read again for its flags' values.
+fn z_pages() -> Arc<zpages::ZPages> {
+    use clap::CommandFactory;
+    let flags = Flags::command()
+        .try_get_matches_from(std::env::args_os())
+        .map(|m| zpages::flagz::from_matches(&Flags::command(), &m))
+        .unwrap_or_default();
+    // The effective configuration is for `config::effective` to give (None: `{}`).
+    Arc::new(zpages::ZPages::new(std::time::SystemTime::now(), None, flags))
 }
 
 /// What the main thread waits for.

@@ -1,7 +1,9 @@
 //! Prometheus metrics on `--metrics-bind-address`: upstream kube-proxy's nftables-mode names,
 //! types, labels and buckets (so its dashboards and alerts work unchanged), plus the proxy's
 //! own (`kube_nftproxy_*`) for what upstream's cannot answer: what each sync sent, repairs
-//! after tampering, watch restarts and relists. Also `/healthz` ("ok") and `/proxyMode`.
+//! after tampering, watch restarts and relists; `kubernetes_build_info` as every Kubernetes
+//! component. Also `/healthz` ("ok", its one check, `ping`, counted in `/metrics/slis` as
+//! upstream's component-base counts it) and `/proxyMode`.
 //!
 //! Both families are programmed by every sync, so a per-family metric is observed once for
 //! each (a family whose part the kernel refused only as failed): a dual-stack dashboard sees
@@ -9,6 +11,7 @@
 
 use crate::http::{self, Reply};
 use crate::model::Family;
+use crate::version;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
     TextEncoder, exponential_buckets,
@@ -77,7 +80,19 @@ pub struct Metrics {
     pub relists: IntCounterVec,
     /// `kube_nftproxy_health_check_node_ports`: health-check node ports served now.
     pub health_check_node_ports: IntGauge,
+    /// `/metrics/slis`, a registry of its own as upstream's.
+    slis: Registry,
+    /// `kubernetes_healthcheck{name,type}`: the last result of each check, 1 or 0.
+    healthcheck: IntGaugeVec,
+    /// `kubernetes_healthchecks_total{name,type,status}`.
+    healthchecks: IntCounterVec,
 }
+
+/// The one check upstream's generic `/healthz` on the metrics address runs.
+pub const PING: &str = "ping";
+
+/// The paths [`answer`] serves (their first segment), for `/statusz` to list.
+pub const PATHS: &[&str] = &["/healthz", "/metrics", "/proxyMode"];
 
 /// Upstream's sync buckets: 1 ms doubling to about 16 s.
 fn sync_buckets() -> Vec<f64> {
@@ -129,6 +144,44 @@ impl Add<'_> {
 
 const FAMILY: &[&str] = &["ip_family"];
 
+/// The labels of `kubernetes_healthcheck`: the check's name, and the path (`healthz`).
+const SLI: &[&str] = &["name", "type"];
+
+/// `kubernetes_build_info`, constant 1, with upstream's labels: see [`version`] for what each
+/// holds here (`go_version` the compiler's version line, `compiler` `rustc`).
+fn build_info(a: &Add) -> Result<(), MetricsError> {
+    let info = a.gauges(
+        "kubernetes_build_info",
+        "A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, \
+build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running.",
+        &[
+            "major",
+            "minor",
+            "git_version",
+            "git_commit",
+            "git_tree_state",
+            "build_date",
+            "go_version",
+            "compiler",
+            "platform",
+        ],
+    )?;
+    let (git_version, platform) = (version::git_version(), version::platform());
+    info.with_label_values(&[
+        version::MAJOR,
+        version::MINOR,
+        &git_version,
+        version::git_commit(),
+        version::git_tree_state(),
+        version::BUILD_DATE,
+        version::RUSTC,
+        version::COMPILER,
+        &platform,
+    ])
+    .set(1);
+    Ok(())
+}
+
 impl Metrics {
     /// Every metric, registered, at zero; with the process's own (memory, CPU, descriptors).
     pub fn new() -> Result<Metrics, MetricsError> {
@@ -137,7 +190,17 @@ impl Metrics {
         registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
         let a = Add(&registry);
         let info = a.gauges("kube_nftproxy_build_info", "The proxy's version, always 1.", &["version"])?;
-        info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        info.with_label_values(&[version::VERSION]).set(1);
+        build_info(&a)?;
+        let slis = Registry::new();
+        let s = Add(&slis);
+        let healthcheck =
+            s.gauges("kubernetes_healthcheck", "This metric records the result of a single healthcheck.", SLI)?;
+        let healthchecks = s.counters(
+            "kubernetes_healthchecks_total",
+            "This metric records the results of all healthcheck.",
+            &["name", "type", "status"],
+        )?;
         let m = Metrics {
             sync_duration: a.histogram(
                 "kubeproxy_sync_proxy_rules_duration_seconds",
@@ -244,6 +307,9 @@ impl Metrics {
             health_check_node_ports: a
                 .gauge("kube_nftproxy_health_check_node_ports", "Service health-check node ports served")?,
             registry,
+            slis,
+            healthcheck,
+            healthchecks,
         };
         m.zero_families();
         Ok(m)
@@ -296,21 +362,40 @@ impl Metrics {
         counter.with_label_values(&[&code.to_string()]).inc();
     }
 
+    /// Notes the result of health check `name` run for path `kind` (`healthz`).
+    pub fn observe_check(&self, name: &str, kind: &str, ok: bool) {
+        self.healthcheck.with_label_values(&[name, kind]).set(i64::from(ok));
+        let status = if ok { "success" } else { "error" };
+        self.healthchecks.with_label_values(&[name, kind, status]).inc();
+    }
+
     /// The metrics in Prometheus' text format (0.0.4), as upstream serves them by default.
     pub fn text(&self) -> String {
-        let mut out = Vec::new();
-        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
-            log::warn!("encoding metrics: {e}");
-        }
-        String::from_utf8(out).unwrap_or_default()
+        encode(&self.registry)
     }
 }
 
-/// The answer of the metrics server for `path`.
-pub fn answer(metrics: &Metrics, path: &str) -> Reply {
+fn encode(registry: &Registry) -> String {
+    let mut out = Vec::new();
+    if let Err(e) = TextEncoder::new().encode(&registry.gather(), &mut out) {
+        log::warn!("encoding metrics: {e}");
+    }
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// The answer of the metrics server for `path` with `query`. `/healthz` runs upstream's one
+/// check there, `ping`, and counts it; `?verbose` lists it as upstream does.
+pub fn answer(metrics: &Metrics, path: &str, query: Option<&str>) -> Reply {
     match path {
         "/metrics" => Reply::new(200, prometheus::TEXT_FORMAT, metrics.text()),
-        "/healthz" => Reply::new(200, http::TEXT, "ok"),
+        "/metrics/slis" => Reply::new(200, prometheus::TEXT_FORMAT, encode(&metrics.slis)),
+        "/healthz" => {
+            metrics.observe_check(PING, "healthz", true);
+            let verbose = query.unwrap_or_default().split('&').any(|p| p == "verbose" || p.starts_with("verbose="));
+            let body = if verbose { format!("[+]{PING} ok\nhealthz check passed\n") } else { "ok".into() };
+            Reply::new(200, http::TEXT, body)
+        }
+        "/healthz/ping" => Reply::new(200, http::TEXT, "ok"),
         "/proxyMode" => Reply::new(200, http::TEXT, PROXY_MODE),
         _ => Reply::not_found(),
     }
@@ -339,7 +424,31 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in:\n{text}");
         }
         assert_eq!(programming_buckets().len(), 3 + 59 + 12 + 7);
-        assert_eq!(answer(&m, "/proxyMode").body, "nftables");
-        assert_eq!(answer(&m, "/nothing").code, 404);
+        assert_eq!(answer(&m, "/proxyMode", None).body, "nftables");
+        assert_eq!(answer(&m, "/nothing", None).code, 404);
+        let info = text.lines().find(|l| l.starts_with("kubernetes_build_info{")).expect("kubernetes_build_info");
+        for label in ["major=", "minor=", "git_version=\"v", "git_commit=", "git_tree_state=", "build_date="] {
+            assert!(info.contains(label), "{label} in {info}");
+        }
+        assert!(
+            info.contains("compiler=\"rustc\"") && info.contains("go_version=\"") && info.ends_with("} 1"),
+            "{info}"
+        );
+    }
+
+    #[test]
+    fn healthz_runs_the_ping_check_and_slis_count_it() {
+        let m = Metrics::new().expect("metrics");
+        let slis = |m: &Metrics| answer(m, "/metrics/slis", None).body;
+        assert!(!slis(&m).contains("kubernetes_healthcheck{"), "nothing checked yet, as upstream");
+        assert_eq!(answer(&m, "/healthz", None).body, "ok");
+        assert_eq!(answer(&m, "/healthz", Some("verbose")).body, "[+]ping ok\nhealthz check passed\n");
+        assert_eq!(answer(&m, "/healthz/ping", None).body, "ok", "the check's own path, not counted");
+        let text = slis(&m);
+        assert!(text.contains("# TYPE kubernetes_healthcheck gauge"), "{text}");
+        assert!(text.lines().any(|l| l == "kubernetes_healthcheck{name=\"ping\",type=\"healthz\"} 1"), "{text}");
+        let total = "kubernetes_healthchecks_total{name=\"ping\",status=\"success\",type=\"healthz\"} 2";
+        assert!(text.lines().any(|l| l == total), "{text}");
+        assert!(!m.text().contains("kubernetes_healthcheck"), "not in /metrics: a registry of their own");
     }
 }

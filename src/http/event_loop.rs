@@ -10,7 +10,7 @@ use super::accept::{Refusals, Reserve};
 use super::budget::Budget;
 use super::conn::{Conn, drain, read_request, write_out};
 use super::desk::{Desk, WRITE_WAIT};
-use super::{Head, REBIND, Reply, Route, TEXT, bind_for, encode};
+use super::{Head, Pages, REBIND, Reply, Request, Route, TEXT, bind_for, encode};
 use crate::debug::View;
 use crate::health::services::{ServiceHealth, Wanted, answer};
 use crate::health::{self, Health};
@@ -45,6 +45,8 @@ pub struct Loop {
     pub(super) poll: Poll,
     health: Arc<Health>,
     metrics: Option<Arc<Metrics>>,
+    /// The z-pages, on the metrics address.
+    pages: Option<Arc<dyn Pages>>,
     /// Listeners that are always wanted (health, metrics).
     fixed: Vec<Key>,
     table: BTreeMap<u16, ServiceHealth>,
@@ -74,6 +76,7 @@ impl Loop {
             poll,
             health,
             metrics,
+            pages: None,
             wanted: fixed.iter().copied().collect(),
             fixed,
             table: BTreeMap::new(),
@@ -90,6 +93,11 @@ impl Loop {
             refusals: Refusals::default(),
             reserve: Reserve::new(),
         }
+    }
+
+    /// The same loop, serving `pages` on the metrics address as well.
+    pub fn with_pages(self, pages: Option<Arc<dyn Pages>>) -> Loop {
+        Loop { pages, ..self }
     }
 
     /// Serves until the sending side of `rx` is gone.
@@ -251,13 +259,14 @@ impl Loop {
                     c.linger = true;
                     self.respond(token)
                 }
-                Ok(Head::Request { head, path, query }) => {
+                Ok(Head::Request { head, path, query, accept }) => {
                     let (route, port, family) = (c.route, c.port, c.family);
                     match self.debug_view(token, route, &path, query.as_deref(), head) {
                         Some(Ok(())) => false,
                         Some(Err(reply)) => self.out(token, reply, head),
                         None => {
-                            let reply = self.answer(route, port, family, &path);
+                            let req = Request { path: &path, query: query.as_deref(), accept: accept.as_deref() };
+                            let reply = self.answer(route, port, family, &req);
                             self.out(token, reply, head)
                         }
                     }
@@ -329,9 +338,9 @@ impl Loop {
         }
     }
 
-    /// The answer of `route` for `path`.
-    fn answer(&self, route: Route, port: u16, family: Family, path: &str) -> Reply {
-        let now = SystemTime::now();
+    /// The answer of `route` to `req`.
+    fn answer(&self, route: Route, port: u16, family: Family, req: &Request<'_>) -> Reply {
+        let (now, path) = (SystemTime::now(), req.path);
         match (route, &self.metrics) {
             (Route::HealthCheck { .. }, _) => answer(self.table.get(&port), family, self.health.report(now).healthy),
             (Route::Health, m) => {
@@ -341,7 +350,10 @@ impl Loop {
                 }
                 reply
             }
-            (Route::Metrics, Some(m)) => metrics::answer(m, path),
+            (Route::Metrics, Some(m)) => match self.pages.as_ref().and_then(|p| p.answer(req)) {
+                Some(reply) => reply,
+                None => metrics::answer(m, path, req.query),
+            },
             (Route::Metrics, None) => Reply::not_found(),
         }
     }

@@ -4,8 +4,9 @@
 //! connection would let a node with many Local Services, or a client opening connections,
 //! cost threads without bound; the answers are small and decided from memory, so one loop
 //! serves them all. The debug views are the exception, made by the sync thread: the loop
-//! asks and serves other clients until the answer comes (`desk.rs`). This file holds the
-//! framing: the request head parsed by httparse, and an answer that closes.
+//! asks and serves other clients until the answer comes (`desk.rs`). The z-pages are handed
+//! in ([`Pages`]): this module serves what it is given and imports none of them. This file
+//! holds the framing: the request head parsed by httparse, and an answer that closes.
 
 mod accept;
 mod budget;
@@ -69,6 +70,24 @@ impl Reply {
     }
 }
 
+/// A request as the handed-in [`Pages`] see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request<'a> {
+    /// The path, without the query.
+    pub path: &'a str,
+    /// What follows `?`, if anything.
+    pub query: Option<&'a str>,
+    /// The `Accept` header (several joined by `,`), if sent: the z-pages negotiate by it.
+    pub accept: Option<&'a str>,
+}
+
+/// Pages the metrics address serves besides the metrics and the debug views (the z-pages),
+/// handed in by whoever starts the server.
+pub trait Pages: Send + Sync {
+    /// The answer to `req`; `None` when its path is not one of these pages.
+    fn answer(&self, req: &Request<'_>) -> Option<Reply>;
+}
+
 /// What a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Route {
@@ -109,18 +128,20 @@ pub struct Server {
 impl Server {
     /// Starts the `http` thread serving `fixed` listeners at once and, as they are asked for,
     /// the health-check node ports; the debug views are asked of the sync thread through
-    /// `inbox`. It ends, closing every listener, when this is dropped.
+    /// `inbox`; `pages` (the z-pages) on the metrics address too. It ends, closing every
+    /// listener, when this is dropped.
     pub fn start(
         fixed: Vec<(SocketAddr, Route)>,
         health: Arc<Health>,
         metrics: Option<Arc<Metrics>>,
         inbox: Arc<Inbox>,
+        pages: Option<Arc<dyn Pages>>,
     ) -> std::io::Result<Server> {
         let (tx, rx) = channel();
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), event_loop::WAKER)?);
         let desk = desk::Desk::new(inbox, waker.clone());
-        let mut l = event_loop::Loop::new(poll, fixed, health, metrics, desk);
+        let mut l = event_loop::Loop::new(poll, fixed, health, metrics, desk).with_pages(pages);
         std::thread::Builder::new().name("http".into()).spawn(move || l.run(&rx))?;
         Ok(Server { wanted: tx, waker })
     }
@@ -150,16 +171,16 @@ enum Head {
     Bad,
     /// A request head longer than is read (Go answers 431).
     TooLarge,
-    /// A request for `path` with `query` (after `?`, if any); `head` for the HEAD method,
-    /// whose answer has no body.
-    Request { head: bool, path: String, query: Option<String> },
+    /// A request for `path` with `query` (after `?`, if any) and the `Accept` header, if
+    /// any; `head` for the HEAD method, whose answer has no body.
+    Request { head: bool, path: String, query: Option<String>, accept: Option<String> },
 }
 
 /// The most header lines a request may carry (a request head is at most 8 KiB anyway).
 const MAX_HEADERS: usize = 128;
 
-/// Parses a request head in `read` (httparse). Only the method and target matter: no
-/// answer depends on a header.
+/// Parses a request head in `read` (httparse). Only the method, target and `Accept` matter:
+/// no other header changes an answer.
 fn request(read: &[u8]) -> Head {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
@@ -172,7 +193,14 @@ fn request(read: &[u8]) -> Head {
                 None if target.is_empty() => ("/", None),
                 None => (target, None),
             };
-            Head::Request { head: req.method == Some("HEAD"), path: path.to_string(), query }
+            let accept: Vec<&str> = req
+                .headers
+                .iter()
+                .filter(|h| h.name.eq_ignore_ascii_case("accept"))
+                .filter_map(|h| std::str::from_utf8(h.value).ok())
+                .collect();
+            let accept = (!accept.is_empty()).then(|| accept.join(","));
+            Head::Request { head: req.method == Some("HEAD"), path: path.to_string(), query, accept }
         }
         Ok(httparse::Status::Partial) => Head::Partial,
         Err(_) => Head::Bad,
@@ -202,6 +230,7 @@ fn encode(r: Reply, with_body: bool) -> VecDeque<Vec<u8>> {
         200 => "OK",
         400 => "Bad Request",
         404 => "Not Found",
+        406 => "Not Acceptable",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         _ => "Service Unavailable",
@@ -273,21 +302,33 @@ mod tests {
     #[test]
     fn only_the_request_line_is_read() {
         let get = b"GET /livez?x=1 HTTP/1.1\r\nHost: a\r\n\r\n";
-        let livez = Head::Request { head: false, path: "/livez".into(), query: Some("x=1".into()) };
+        let livez = Head::Request { head: false, path: "/livez".into(), query: Some("x=1".into()), accept: None };
         assert_eq!(request(get), livez);
-        let root = Head::Request { head: true, path: "/".into(), query: None };
+        let root = Head::Request { head: true, path: "/".into(), query: None, accept: None };
         assert_eq!(request(b"HEAD / HTTP/1.0\r\n\r\n"), root);
         assert_eq!(request(b"GET / HTTP/1.1\r\nHost: a\r\n"), Head::Partial);
         assert_eq!(request(b"\x01\x02 not http\r\n\r\n"), Head::Bad);
         // As Go's server: an absolute-form target is served by its path.
-        let healthz =
-            |query: Option<&str>| Head::Request { head: false, path: "/healthz".into(), query: query.map(Into::into) };
+        let healthz = |query: Option<&str>| Head::Request {
+            head: false,
+            path: "/healthz".into(),
+            query: query.map(Into::into),
+            accept: None,
+        };
         assert_eq!(request(b"GET http://node:10256/healthz HTTP/1.1\r\n\r\n"), healthz(None));
         assert_eq!(request(b"GET HTTP://node/healthz?a=b HTTP/1.1\r\n\r\n"), healthz(Some("a=b")));
         assert_eq!(request(b"GET /healthz?next=http://x/ HTTP/1.1\r\n\r\n"), healthz(Some("next=http://x/")));
-        let root = |query: Option<&str>| Head::Request { head: false, path: "/".into(), query: query.map(Into::into) };
+        let root = |query: Option<&str>| Head::Request {
+            head: false,
+            path: "/".into(),
+            query: query.map(Into::into),
+            accept: None,
+        };
         assert_eq!(request(b"GET http://node HTTP/1.1\r\n\r\n"), root(None));
         assert_eq!(request(b"GET http://node?x HTTP/1.1\r\n\r\n"), root(Some("x")));
+        let two = b"GET /statusz HTTP/1.1\r\nACCEPT: text/plain\r\nHost: a\r\naccept: */*;q=0.1\r\n\r\n";
+        let Head::Request { accept, .. } = request(two) else { panic!("a request") };
+        assert_eq!(accept.as_deref(), Some("text/plain,*/*;q=0.1"), "every Accept header, any case");
         let head = encode(Reply::new(503, JSON, "{}"), false);
         assert_eq!(head.len(), 1, "no body");
         assert!(String::from_utf8_lossy(&head[0]).ends_with("Content-Length: 2\r\nConnection: close\r\n\r\n"));
