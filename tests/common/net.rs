@@ -315,8 +315,15 @@ pub fn connect_nonblocking(addr: SocketAddr) -> std::os::fd::OwnedFd {
 /// kubelet probe sends it: status, head (names lower-cased) and body; `None` when nothing
 /// answers (refused, or silent for 2 s).
 pub fn http_get(ns: &str, addr: &str, path: &str) -> Option<(u16, String, String)> {
+    http_get_accepting(ns, addr, path, None)
+}
+
+/// As [`http_get`], sending `accept` as the `Accept` header if given.
+pub fn http_get_accepting(ns: &str, addr: &str, path: &str, accept: Option<&str>) -> Option<(u16, String, String)> {
     let addr: SocketAddr = addr.parse().unwrap_or_else(|_| panic!("bad address {addr}"));
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: checker\r\nConnection: close\r\n\r\n");
+    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: checker\r\n{accept}Connection: close\r\n\r\n");
     let text = in_netns(ns, move || {
         let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
