@@ -175,6 +175,59 @@ fn metrics_carry_upstreams_names_and_what_the_proxy_did() {
     d.stop();
 }
 
+/// Every metric the kubernetes-mixin's "Proxy" dashboard (`dashboards/proxy.libsonnet`, as of
+/// kubernetes-monitoring/kubernetes-mixin aa38e2b) queries, with the series its queries read;
+/// its panels select `job="kube-proxy"`. Left out: `up` (Prometheus' own, per scrape target)
+/// and `go_goroutines` (the "Goroutines" panel: Go's runtime, which this binary has not).
+const DASHBOARD: &[(&str, &str)] = &[
+    // "Rules Sync Rate": sum(rate(…_count)); "Rules Sync Latency 99th Quantile": from _bucket.
+    ("kubeproxy_sync_proxy_rules_duration_seconds_count", "proxy"),
+    ("kubeproxy_sync_proxy_rules_duration_seconds_bucket", "proxy"),
+    // "Network Programming Rate" and "… Latency 99th Quantile".
+    ("kubeproxy_network_programming_duration_seconds_count", "proxy"),
+    ("kubeproxy_network_programming_duration_seconds_bucket", "proxy"),
+    // "Kube API Request Rate" by code class: client-go's, from the API client.
+    ("rest_client_requests_total", "api client"),
+    // "Post Request Latency" (verb POST: the Events) and "Get Request Latency" (verb GET).
+    ("rest_client_request_duration_seconds_bucket", "api client"),
+    // "Memory".
+    ("process_resident_memory_bytes", "process"),
+    // "CPU usage": rate(…).
+    ("process_cpu_seconds_total", "process"),
+];
+
+#[test]
+fn the_mixins_proxy_dashboard_finds_every_series_it_queries() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 1);
+    let path = write_manifests(&c, local_lb(&c, "web", 15, &["pod-1"]));
+    let d = Daemon::start(&c.node, &path, &[], &[]);
+    expect(&c, &d, 32015, Some((200, "1")), "served");
+    let text = http_get(&c.node.name, METRICS, "/metrics").map(|r| r.2).unwrap_or_default();
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).expect("parses");
+    // prometheus_parse folds a histogram's series into its family's name.
+    let present = |series: &str| {
+        let family = ["_count", "_bucket", "_sum"].iter().find_map(|s| series.strip_suffix(s)).unwrap_or(series);
+        scrape.samples.iter().any(|s| s.metric == series || s.metric == family)
+    };
+    for (series, from) in DASHBOARD {
+        // Over manifests no API client runs: its series are required once it has any.
+        if *from == "api client" && !text.contains("rest_client_") {
+            continue;
+        }
+        assert!(present(series), "{series} ({from}) missing:\n{text}");
+        // A histogram's family must be one, as the dashboard's quantiles need `le`.
+        if let Some(family) = series.strip_suffix("_bucket") {
+            assert!(text.contains(&format!("# TYPE {family} histogram")), "{family}:\n{text}");
+        }
+    }
+    let synced = samples(&text, "kubeproxy_sync_proxy_rules_duration_seconds_count");
+    assert!(synced.get("ip_family=IPv4").is_some_and(|n| *n >= 1.0), "the rate has syncs to count: {synced:?}");
+    d.stop();
+}
+
 #[test]
 fn one_loop_serves_every_port_and_a_silent_client_holds_up_no_check() {
     if !kernel_available() {
