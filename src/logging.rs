@@ -214,6 +214,42 @@ mod tests {
         assert!(l.get("v").is_none() && l.get("stacktrace").is_none(), "{l}");
     }
 
+    /// Set in the copy of this test binary that [`every_line_on_stderr_is_json_panics_too`]
+    /// runs, which logs and panics there.
+    const CHILD: &str = "KUBE_NFTPROXY_LOGGING_CHILD";
+
+    #[test]
+    fn every_line_on_stderr_is_json_panics_too() {
+        if std::env::var_os(CHILD).is_some() {
+            init(Format::Json, Some(log::LevelFilter::Debug));
+            log::info!("synced\nin one line");
+            log::debug!("a detail");
+            log::error!("a failure");
+            panic!("boom\nagain");
+        }
+        let me = std::env::current_exe().expect("this test binary");
+        let out = std::process::Command::new(me)
+            .args(["--exact", "logging::tests::every_line_on_stderr_is_json_panics_too", "--nocapture"])
+            .env(CHILD, "1")
+            .env_remove("RUST_BACKTRACE")
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("the child runs");
+        assert!(!out.status.success(), "the child panics");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<serde_json::Value> = stderr
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: not JSON: {l:?} in\n{stderr}")))
+            .collect();
+        let msgs: Vec<&str> = lines.iter().filter_map(|l| l["msg"].as_str()).collect();
+        assert_eq!(msgs, ["synced\nin one line", "a detail", "a failure", "Observed a panic"], "{stderr}");
+        let panic = &lines[3];
+        assert_eq!(panic["panic"], "boom\nagain");
+        assert!(panic["caller"].as_str().is_some_and(|c| c.starts_with("src/logging.rs:")), "{panic}");
+        assert!(panic["thread"].as_str().is_some_and(|t| t.contains("every_line_on_stderr")), "{panic}");
+        assert_eq!((lines[1]["v"].as_u64(), lines[0]["v"].as_u64()), (Some(u64::from(DEBUG_V)), Some(0)));
+    }
+
     #[test]
     fn formats_and_levels() {
         assert_eq!("json".parse::<Format>().ok(), Some(Format::Json));
