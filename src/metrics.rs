@@ -11,6 +11,7 @@
 
 use crate::http::{self, Reply};
 use crate::model::Family;
+use crate::slis::Slis;
 use crate::version;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
@@ -80,12 +81,8 @@ pub struct Metrics {
     pub relists: IntCounterVec,
     /// `kube_nftproxy_health_check_node_ports`: health-check node ports served now.
     pub health_check_node_ports: IntGauge,
-    /// `/metrics/slis`, a registry of its own as upstream's.
-    slis: Registry,
-    /// `kubernetes_healthcheck{name,type}`: the last result of each check, 1 or 0.
-    healthcheck: IntGaugeVec,
-    /// `kubernetes_healthchecks_total{name,type,status}`.
-    healthchecks: IntCounterVec,
+    /// `/metrics/slis`.
+    pub slis: Slis,
 }
 
 /// The one check upstream's generic `/healthz` on the metrics address runs.
@@ -144,41 +141,14 @@ impl Add<'_> {
 
 const FAMILY: &[&str] = &["ip_family"];
 
-/// The labels of `kubernetes_healthcheck`: the check's name, and the path (`healthz`).
-const SLI: &[&str] = &["name", "type"];
-
-/// `kubernetes_build_info`, constant 1, with upstream's labels: see [`version`] for what each
-/// holds here (`go_version` the compiler's version line, `compiler` `rustc`).
+/// `kubernetes_build_info`, constant 1, with upstream's labels ([`version::labels`]).
 fn build_info(a: &Add) -> Result<(), MetricsError> {
-    let info = a.gauges(
-        "kubernetes_build_info",
-        "A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, \
-build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running.",
-        &[
-            "major",
-            "minor",
-            "git_version",
-            "git_commit",
-            "git_tree_state",
-            "build_date",
-            "go_version",
-            "compiler",
-            "platform",
-        ],
-    )?;
-    let (git_version, platform) = (version::git_version(), version::platform());
-    info.with_label_values(&[
-        version::MAJOR,
-        version::MINOR,
-        &git_version,
-        version::git_commit(),
-        version::git_tree_state(),
-        version::BUILD_DATE,
-        version::RUSTC,
-        version::COMPILER,
-        &platform,
-    ])
-    .set(1);
+    let help = "A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree \
+state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running.";
+    let labels = version::labels();
+    let names: Vec<&str> = labels.iter().map(|(k, _)| *k).collect();
+    let values: Vec<&str> = labels.iter().map(|(_, v)| v.as_str()).collect();
+    a.gauges("kubernetes_build_info", help, &names)?.with_label_values(&values).set(1);
     Ok(())
 }
 
@@ -192,15 +162,6 @@ impl Metrics {
         let info = a.gauges("kube_nftproxy_build_info", "The proxy's version, always 1.", &["version"])?;
         info.with_label_values(&[version::VERSION]).set(1);
         build_info(&a)?;
-        let slis = Registry::new();
-        let s = Add(&slis);
-        let healthcheck =
-            s.gauges("kubernetes_healthcheck", "This metric records the result of a single healthcheck.", SLI)?;
-        let healthchecks = s.counters(
-            "kubernetes_healthchecks_total",
-            "This metric records the results of all healthcheck.",
-            &["name", "type", "status"],
-        )?;
         let m = Metrics {
             sync_duration: a.histogram(
                 "kubeproxy_sync_proxy_rules_duration_seconds",
@@ -307,9 +268,7 @@ impl Metrics {
             health_check_node_ports: a
                 .gauge("kube_nftproxy_health_check_node_ports", "Service health-check node ports served")?,
             registry,
-            slis,
-            healthcheck,
-            healthchecks,
+            slis: Slis::new()?,
         };
         m.zero_families();
         Ok(m)
@@ -362,25 +321,14 @@ impl Metrics {
         counter.with_label_values(&[&code.to_string()]).inc();
     }
 
-    /// Notes the result of health check `name` run for path `kind` (`healthz`).
-    pub fn observe_check(&self, name: &str, kind: &str, ok: bool) {
-        self.healthcheck.with_label_values(&[name, kind]).set(i64::from(ok));
-        let status = if ok { "success" } else { "error" };
-        self.healthchecks.with_label_values(&[name, kind, status]).inc();
-    }
-
     /// The metrics in Prometheus' text format (0.0.4), as upstream serves them by default.
     pub fn text(&self) -> String {
-        encode(&self.registry)
+        let mut out = Vec::new();
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            log::warn!("encoding metrics: {e}");
+        }
+        String::from_utf8(out).unwrap_or_default()
     }
-}
-
-fn encode(registry: &Registry) -> String {
-    let mut out = Vec::new();
-    if let Err(e) = TextEncoder::new().encode(&registry.gather(), &mut out) {
-        log::warn!("encoding metrics: {e}");
-    }
-    String::from_utf8(out).unwrap_or_default()
 }
 
 /// The answer of the metrics server for `path` with `query`. `/healthz` runs upstream's one
@@ -388,9 +336,9 @@ fn encode(registry: &Registry) -> String {
 pub fn answer(metrics: &Metrics, path: &str, query: Option<&str>) -> Reply {
     match path {
         "/metrics" => Reply::new(200, prometheus::TEXT_FORMAT, metrics.text()),
-        "/metrics/slis" => Reply::new(200, prometheus::TEXT_FORMAT, encode(&metrics.slis)),
+        "/metrics/slis" => Reply::new(200, prometheus::TEXT_FORMAT, metrics.slis.text()),
         "/healthz" => {
-            metrics.observe_check(PING, "healthz", true);
+            metrics.slis.observe(PING, "healthz", true);
             let verbose = query.unwrap_or_default().split('&').any(|p| p == "verbose" || p.starts_with("verbose="));
             let body = if verbose { format!("[+]{PING} ok\nhealthz check passed\n") } else { "ok".into() };
             Reply::new(200, http::TEXT, body)
@@ -439,14 +387,10 @@ mod tests {
     #[test]
     fn healthz_runs_the_ping_check_and_slis_count_it() {
         let m = Metrics::new().expect("metrics");
-        let slis = |m: &Metrics| answer(m, "/metrics/slis", None).body;
-        assert!(!slis(&m).contains("kubernetes_healthcheck{"), "nothing checked yet, as upstream");
         assert_eq!(answer(&m, "/healthz", None).body, "ok");
         assert_eq!(answer(&m, "/healthz", Some("verbose")).body, "[+]ping ok\nhealthz check passed\n");
         assert_eq!(answer(&m, "/healthz/ping", None).body, "ok", "the check's own path, not counted");
-        let text = slis(&m);
-        assert!(text.contains("# TYPE kubernetes_healthcheck gauge"), "{text}");
-        assert!(text.lines().any(|l| l == "kubernetes_healthcheck{name=\"ping\",type=\"healthz\"} 1"), "{text}");
+        let text = answer(&m, "/metrics/slis", None).body;
         let total = "kubernetes_healthchecks_total{name=\"ping\",status=\"success\",type=\"healthz\"} 2";
         assert!(text.lines().any(|l| l == total), "{text}");
         assert!(!m.text().contains("kubernetes_healthcheck"), "not in /metrics: a registry of their own");

@@ -60,6 +60,21 @@ pub fn platform() -> String {
     format!("{}/{arch}", std::env::consts::OS)
 }
 
+/// Upstream's `kubernetes_build_info` labels, in its order, with this binary's values.
+pub fn labels() -> [(&'static str, String); 9] {
+    [
+        ("major", MAJOR.into()),
+        ("minor", MINOR.into()),
+        ("git_version", git_version()),
+        ("git_commit", git_commit().into()),
+        ("git_tree_state", git_tree_state().into()),
+        ("build_date", BUILD_DATE.into()),
+        ("go_version", RUSTC.into()),
+        ("compiler", COMPILER.into()),
+        ("platform", platform()),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
