@@ -15,6 +15,13 @@ use std::time::{Duration, SystemTime};
 /// The key `/configz` files the configuration under, upstream's API group.
 pub const CONFIGZ_KEY: &str = "kubeproxy.config.k8s.io";
 
+/// The pages' paths.
+pub const CONFIGZ_PATH: &str = "/configz";
+/// See [`CONFIGZ_PATH`].
+pub const STATUSZ_PATH: &str = "/statusz";
+/// See [`CONFIGZ_PATH`].
+pub const FLAGZ_PATH: &str = "/flagz";
+
 /// The component the pages name.
 pub const COMPONENT: &str = "kube-nftproxy";
 
@@ -95,9 +102,9 @@ impl ZPages {
 impl Pages for ZPages {
     fn answer(&self, req: &Request<'_>) -> Option<Reply> {
         let kind = match req.path {
-            "/configz" => return Some(Reply::new(200, http::JSON, self.configz.clone())),
-            "/statusz" => "Statusz",
-            "/flagz" => "Flagz",
+            CONFIGZ_PATH => return Some(Reply::new(200, http::JSON, self.configz.clone())),
+            STATUSZ_PATH => "Statusz",
+            FLAGZ_PATH => "Flagz",
             _ => return None,
         };
         let Some(media) = negotiate::negotiate(req.accept, kind) else {
@@ -110,7 +117,7 @@ impl Pages for ZPages {
 /// The first segment of every path the metrics address serves but `/statusz`, sorted, as
 /// upstream lists its mux's paths.
 fn paths() -> Vec<String> {
-    let mut all: Vec<String> = ["/configz", "/flagz", debug::RULESET_PATH, debug::SERVICES_PATH]
+    let mut all: Vec<String> = [CONFIGZ_PATH, FLAGZ_PATH, debug::RULESET_PATH, debug::SERVICES_PATH]
         .into_iter()
         .chain(metrics::PATHS.iter().copied())
         .filter_map(|p| p.split('/').nth(1).map(|first| format!("/{first}")))
