@@ -1,6 +1,9 @@
 //! `/flagz`: the command line's flags and their values (defaults for those not given), as
 //! upstream lists every flag of its flag sets; read from any clap command and its matches.
+//! A URL's user info (`--master=https://admin:PASSWORD@host`) is left out, as everywhere
+//! the proxy shows a server's URL.
 
+use crate::kube::without_userinfo;
 use clap::{ArgAction, ArgMatches, Command};
 
 /// Every long flag of `cmd` with its value in `matches` (several joined by `,`; empty when
@@ -14,7 +17,9 @@ pub fn from_matches(cmd: &Command, matches: &ArgMatches) -> Vec<(String, String)
         .filter_map(|a| {
             let name = a.get_long()?;
             let value = match matches.try_get_raw(a.get_id().as_str()) {
-                Ok(Some(values)) => values.map(|v| v.to_string_lossy()).collect::<Vec<_>>().join(","),
+                Ok(Some(values)) => {
+                    values.map(|v| without_userinfo(&v.to_string_lossy())).collect::<Vec<_>>().join(",")
+                }
                 Ok(None) => String::new(),
                 // A count (`-vvv`) keeps no raw value; any other error is a flag not parsed.
                 Err(_) => matches.try_get_one::<u8>(a.get_id().as_str()).ok().flatten()?.to_string(),
@@ -65,7 +70,8 @@ mod tests {
 
     #[test]
     fn every_flag_with_its_value_or_default_and_no_positional() {
-        let argv = ["proxy", "--nodeport-addresses=10.0.0.0/8,fd00::/8", "--cleanup", "-ll", "explain"];
+        let argv = ["proxy", "--nodeport-addresses=10.0.0.0/8,fd00::/8", "--cleanup", "-ll", "explain", "--master"];
+        let argv = [&argv[..], &["https://admin:s3cr@t@api:6443"]].concat();
         let cmd = command();
         let matches = cmd.clone().try_get_matches_from(argv).expect("parsed");
         let got = from_matches(&cmd, &matches);
@@ -73,17 +79,20 @@ mod tests {
             ("bind-address", "0.0.0.0"),
             ("cleanup", "true"),
             ("loud", "2"),
-            ("master", ""),
+            ("master", "https://api:6443"),
             ("nodeport-addresses", "10.0.0.0/8,fd00::/8"),
         ];
         let want: Vec<(String, String)> = want.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         assert_eq!(got, want);
         let page = text("kube-nftproxy", &got, "=");
         assert!(page.starts_with("\nkube-nftproxy flags\nWarning: This endpoint is not meant to be machine parseable"));
-        let lines = "bind-address=0.0.0.0\ncleanup=true\nloud=2\nmaster=\nnodeport-addresses=10.0.0.0/8,fd00::/8\n";
+        let lines = "bind-address=0.0.0.0\ncleanup=true\nloud=2\nmaster=https://api:6443\nnodeport-addresses=10.0.0.0/8,fd00::/8\n";
         assert!(page.ends_with(&format!("for debugging purposes only.\n\n{lines}")), "{page}");
         let doc = json("kube-nftproxy", &got);
         assert_eq!(doc["apiVersion"], "config.k8s.io/v1beta1");
         assert_eq!(doc["flags"]["cleanup"], "true");
+        let unset = command().try_get_matches_from(["proxy"]).expect("parsed");
+        let unset = from_matches(&cmd, &unset);
+        assert!(unset.contains(&("master".into(), String::new())), "a flag not given, with no default: {unset:?}");
     }
 }
