@@ -247,6 +247,19 @@ pub fn at_start(
     })
 }
 
+/// What the daemon runs after its first sync with `--service-proxy-name`: nothing. Beside a
+/// running kube-proxy, its rules, its interface and its IPVS servers are its own, neither
+/// removed nor reported as leftovers (nor are the conntrack sysctls set: main.rs). Says so at once, and that `--cleanup-kube-proxy-at-start`
+/// is off when `cleanup_asked` (its default) would have had it on.
+pub fn beside_kube_proxy(proxy_name: &str, cleanup_asked: bool) -> Box<dyn FnOnce() + Send> {
+    let off = if cleanup_asked { "; --cleanup-kube-proxy-at-start is off" } else { "" };
+    log::info!(
+        "--service-proxy-name={proxy_name}: serving only Services labelled {}={proxy_name}, beside kube-proxy; its rules and the conntrack sysctls stay{off}",
+        crate::model::SERVICE_PROXY_NAME_LABEL
+    );
+    Box::new(|| log::info!("this proxy's rules are in; kube-proxy's are left as they are (--service-proxy-name)"))
+}
+
 fn retrying(stop: &AtomicBool, then: impl FnOnce(bool)) {
     log::info!("this proxy's rules are in; removing upstream kube-proxy's");
     let mut waits = RETRIES.iter();

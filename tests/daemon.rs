@@ -296,3 +296,33 @@ fn a_squatted_ipv6_table_stops_neither_ipv4_nor_its_health_and_ipv6_heals_once_f
     d.stop();
     std::fs::remove_file(manifests).unwrap();
 }
+
+#[test]
+fn beside_kube_proxy_a_health_port_in_use_is_a_start_error_naming_its_flag() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    // kube-proxy's health port, held as kube-proxy holds it (every address, both families).
+    let held = common::net::in_netns(&c.node.name, || std::net::TcpListener::bind("[::]:10256").expect("bind 10256"));
+    let manifests = write_manifests(&c, web(&c, &["pod-1"]));
+    let mut d = Daemon::start(&c.node, &manifests, &["--service-proxy-name=canary"], &[]);
+    let status = d.wait_exit(Duration::from_secs(10)).expect("the daemon kept running with its port taken");
+    let log = d.logged();
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("give --healthz-bind-address another") && log.contains("10256"), "{log}");
+    // Another port, as the README says: it serves.
+    let mut d = Daemon::start(
+        &c.node,
+        &manifests,
+        &["--service-proxy-name=canary", "--healthz-bind-address=0.0.0.0:10266"],
+        &[],
+    );
+    let served = wait_for(Duration::from_secs(10), || {
+        common::net::http_get(&c.node.name, "127.0.0.1:10266", "/healthz").is_some()
+    });
+    assert!(served.is_some() && d.running(), "{}", d.logged());
+    drop(held);
+    d.stop();
+    std::fs::remove_file(manifests).expect("remove manifests");
+}

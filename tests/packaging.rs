@@ -76,7 +76,7 @@ fn the_cluster_role_grants_exactly_what_the_watches_need() {
     // The API client lists and watches (src/kube: reflector.rs and watch.rs), and writes
     // only what kube::WRITES names (the Starting Event, src/kube/events.rs).
     let mut need = BTreeSet::new();
-    for r in kube_nftproxy::kube::resources("node-a") {
+    for r in kube_nftproxy::kube::resources("node-a", None) {
         let (group, resource) = group_resource(r.path);
         for verb in ["list", "watch"] {
             need.insert((group.clone(), resource.clone(), verb.to_string()));
