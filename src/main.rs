@@ -228,6 +228,10 @@ fn run_cleanup(flags: &Flags) -> anyhow::Result<()> {
 /// `--init-only`: what needs more than CAP_NET_ADMIN, done once; each setting must take.
 fn init_only(flags: &Flags) -> anyhow::Result<()> {
     Config::from_flags(flags)?;
+    if flags.service_proxy_name.is_some() {
+        log::info!("--init-only: beside kube-proxy (--service-proxy-name) the conntrack settings are its; none set");
+        return Ok(());
+    }
     conntrack::sysctl::apply_to_node(&conntrack::sysctl::Settings::from_flags(flags)).result()?;
     log::info!("--init-only: conntrack settings in place");
     Ok(())

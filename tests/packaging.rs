@@ -221,6 +221,10 @@ fn the_init_container_sets_the_conntrack_sysctls_and_fails_when_it_cannot() {
     assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(read("nf_conntrack_tcp_timeout_established"), "86400");
     assert_eq!(read("nf_conntrack_tcp_timeout_close_wait"), "3600");
+    // Beside kube-proxy (--service-proxy-name) the settings are kube-proxy's: none is set.
+    let beside = run_init(&["--service-proxy-name=canary", "--conntrack-tcp-timeout-established=2h"]);
+    assert!(beside.status.success(), "{}", String::from_utf8_lossy(&beside.stderr));
+    assert_eq!(read("nf_conntrack_tcp_timeout_established"), "86400");
 
     // Asked for a bigger table than the namespace has, --init-only, whose task it is, says it
     // cannot and fails.
