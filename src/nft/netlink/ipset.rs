@@ -4,7 +4,7 @@
 
 use super::abi::{
     IPSET_ATTR_PROTOCOL, IPSET_ATTR_SETNAME, IPSET_CMD_DESTROY, IPSET_CMD_HEADER, IPSET_ERR_BUSY, IPSET_MAXNAMELEN,
-    IPSET_PROTOCOL_MIN, NFNL_SUBSYS_IPSET, NFPROTO_IPV4, NLM_F_ACK,
+    IPSET_PROTOCOL_MIN, NFNL_SUBSYS_IPSET, NFPROTO_IPV4, NLM_F_ACK, NLM_F_EXCL,
 };
 use super::{Socket, finish_message, start_message};
 use crate::nft::wire;
@@ -63,9 +63,12 @@ impl Sets {
 }
 
 /// An acknowledged ipset request `cmd` about set `name`: the protocol version and the name.
+/// `NLM_F_EXCL` makes an absent set an error (`ENOENT`) rather than a silent success (the
+/// kernel reads its absence as ipset's `-exist`). The name is always sent: a `DESTROY`
+/// without one destroys every set.
 fn message(cmd: u16, name: &str, seq: u32) -> Vec<u8> {
     let mut buf = Vec::with_capacity(64);
-    start_message(&mut buf, (NFNL_SUBSYS_IPSET << 8) | cmd, NLM_F_ACK, seq);
+    start_message(&mut buf, (NFNL_SUBSYS_IPSET << 8) | cmd, NLM_F_ACK | NLM_F_EXCL, seq);
     // nfgenmsg: the family ipset(8) sends; version 0; resource id 0.
     buf.extend_from_slice(&[NFPROTO_IPV4, 0, 0, 0]);
     wire::attr(&mut buf, IPSET_ATTR_PROTOCOL, |b| b.push(IPSET_PROTOCOL_MIN));
@@ -83,13 +86,13 @@ mod tests {
         // `ipset destroy KUBE-CLUSTER-IP` (ipset 7.17, Linux 6.18) as strace shows it: a
         // 48-byte message of type 0x0603 (subsystem 6, command 3), an nfgenmsg for AF_INET,
         // then PROTOCOL (len 5, u8, 3 bytes padding) and SETNAME (len 20, the name and its
-        // NUL). Two bytes differ from ipset's: it sends protocol 7, which a kernel of protocol 6
-        // refuses, where 6 is the minimum every kernel takes for DESTROY and HEADER; and its
-        // flags add 0x200, which DESTROY ignores.
+        // NUL); flags REQUEST|ACK|EXCL (0x205). One byte differs from ipset's: it sends
+        // protocol 7, which a kernel of protocol 6 refuses, where 6 is the minimum every
+        // kernel takes for DESTROY and HEADER.
         let mut want: Vec<u8> = Vec::new();
         want.extend_from_slice(&48u32.to_ne_bytes());
         want.extend_from_slice(&0x0603u16.to_ne_bytes());
-        want.extend_from_slice(&0x0005u16.to_ne_bytes());
+        want.extend_from_slice(&0x0205u16.to_ne_bytes());
         want.extend_from_slice(&9u32.to_ne_bytes());
         want.extend_from_slice(&0u32.to_ne_bytes());
         want.extend_from_slice(&[2, 0, 0, 0]);
