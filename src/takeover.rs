@@ -139,7 +139,7 @@ pub fn log_outcome(o: &Outcome) {
 
 fn log_removed(r: &Removed) {
     if r.tables.is_empty() && r.chains.is_empty() {
-        log::info!("no rules of upstream kube-proxy on this node");
+        log::info!("no nftables or iptables-nft rules of upstream kube-proxy on this node");
         return;
     }
     for what in cleanup::describe(&r.tables, &r.chains).into_iter().chain(cleanup::describe_rules(&r.rules)) {
