@@ -311,12 +311,26 @@ fn kube_proxys_chains_in_iptables_legacy_tables_are_removed_and_no_one_elses() {
         let out = c.node.run(&[&["iptables-legacy"][..], args].concat(), "");
         assert!(out.status.success(), "iptables-legacy {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
+    // And IPv6: IPVS mode's filter chain with the jump to it, next to a user's chain.
+    for args in [
+        &["-t", "filter", "-N", "KUBE-FORWARD"][..],
+        &["-t", "filter", "-A", "FORWARD", "-j", "KUBE-FORWARD"],
+        &["-t", "filter", "-N", "USER-FWD"],
+        &["-t", "filter", "-A", "FORWARD", "-j", "USER-FWD"],
+    ] {
+        let out = c.node.run(&[&["ip6tables-legacy"][..], args].concat(), "");
+        assert!(out.status.success(), "ip6tables-legacy {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
     let manifests = write_manifests(&c, web_on(&c, &["pod-1"]));
     let daemon = Daemon::start(&c.node, &manifests, &[], &[]);
     let removed = "removed upstream kube-proxy's chains from `ip` iptables-legacy tables: nat/KUBE-SERVICES, nat/KUBE-SVC-LEGACY1, with 1 rules that led to them";
+    let removed6 =
+        "removed upstream kube-proxy's chains from `ip6` iptables-legacy tables: filter/KUBE-FORWARD, with 1 rules";
     let done = wait_for(Duration::from_secs(15), || daemon.logged().contains(removed));
     let log = daemon.stop();
-    assert!(done.is_some(), "legacy chains not removed:\n{log}");
+    assert!(done.is_some() && log.contains(removed6), "legacy chains not removed:\n{log}");
+    let saved6 = String::from_utf8_lossy(&c.node.run(&["ip6tables-legacy-save"], "").stdout).into_owned();
+    assert!(!saved6.contains("KUBE-FORWARD") && saved6.contains("-A FORWARD -j USER-FWD"), "{saved6}");
     let saved = String::from_utf8_lossy(&c.node.run(&["iptables-legacy-save"], "").stdout).into_owned();
     assert!(!saved.contains("KUBE-SERVICES") && !saved.contains("KUBE-SVC-LEGACY1"), "{saved}");
     for kept in [":KUBE-KUBELET-CANARY", ":USER-NAT", "-A PREROUTING -p udp -j USER-NAT", ":KUBE-NWPLCY-ABC"] {
