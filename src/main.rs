@@ -213,8 +213,10 @@ fn run_cleanup(flags: &Flags) -> anyhow::Result<()> {
     if flags.cleanup_kube_proxy {
         let outcome = takeover::take_over();
         takeover::log_outcome(&outcome);
+        let all_went = outcome.ok();
         outcome.rules.context("removing kube-proxy's rules")?;
         outcome.interface.with_context(|| format!("removing interface {}", takeover::IPVS_INTERFACE))?;
+        anyhow::ensure!(all_went, "removing what kube-proxy left failed in part (logged above)");
     } else {
         let found =
             takeover::report("--cleanup --cleanup-kube-proxy removes it").context("looking for kube-proxy's rules")?;
@@ -287,6 +289,8 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     }
     let applier = Applier::new(&cfg.node_name, own).with_quiet(Arc::new(quiet));
     let observe = observers(flags, api.as_deref(), &inbox)?;
+    // A node of kube-proxy's IPVS mode is told if NodePorts move to the primary IPs.
+    let nodeport_addresses_set = !matches!(cfg.nodeport_addresses, config::NodePortAddresses::Primary);
     let mut syncer = Syncer::new(cfg, periods, applier, &sources).with_observers(observe);
     if api.is_some() {
         syncer = syncer.wait_for_node(flags.node_wait);
@@ -296,11 +300,13 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     let requests = inbox.clone();
     let takeover = match &flags.service_proxy_name {
         Some(name) => takeover::beside_kube_proxy(name, flags.cleanup_kube_proxy_at_start),
-        None => takeover::at_start(flags.cleanup_kube_proxy_at_start, stop.clone(), move |gone| {
-            if gone {
-                requests.request(|r| r.refresh = true);
-            }
-        }),
+        None => {
+            takeover::at_start(flags.cleanup_kube_proxy_at_start, nodeport_addresses_set, stop.clone(), move |gone| {
+                if gone {
+                    requests.request(|r| r.refresh = true);
+                }
+            })
+        }
     };
     // And, as kube-proxy, a Starting Event on this node's Node.
     syncer = syncer.after_first_sync(kube::events::and_starting(api.clone(), takeover));
