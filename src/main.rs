@@ -98,7 +98,8 @@ fn api_source(
     };
     let client = kube::Client::new(&cfg)?;
     let settings = kube::Settings { page_size: flags.list_page_size.max(1), watch_timeout: flags.watch_timeout };
-    Ok(Some(Arc::new(kube::Shared::new(client, settings, node_name, inbox.clone(), stop.clone()))))
+    let shared = kube::Shared::new(client, settings, node_name, inbox.clone(), stop.clone());
+    Ok(Some(Arc::new(shared.with_proxy_name(flags.service_proxy_name.clone()))))
 }
 
 fn dry_run(flags: &Flags) -> anyhow::Result<()> {
@@ -158,7 +159,7 @@ fn dry_run_diff(flags: &Flags) -> ExitCode {
 fn load_model(flags: &Flags, cfg: &Config) -> anyhow::Result<Model> {
     let mut model = Model::default();
     if let Some(path) = &flags.manifests {
-        let (loaded, warnings) = manifests::load_model(path, &cfg.node_name)?;
+        let (loaded, warnings) = manifests::load_model_for(path, &cfg.node_name, cfg.service_proxy_name.as_deref())?;
         for w in warnings {
             log::warn!("{w}");
         }
@@ -186,8 +187,10 @@ fn run_cleanup(flags: &Flags) -> anyhow::Result<()> {
     if flags.cleanup_kube_proxy {
         let outcome = takeover::take_over();
         takeover::log_outcome(&outcome);
+        let all_went = outcome.ok();
         outcome.rules.context("removing kube-proxy's rules")?;
         outcome.interface.with_context(|| format!("removing interface {}", takeover::IPVS_INTERFACE))?;
+        anyhow::ensure!(all_went, "removing what kube-proxy left failed in part (logged above)");
     } else {
         let found =
             takeover::report("--cleanup --cleanup-kube-proxy removes it").context("looking for kube-proxy's rules")?;
@@ -201,6 +204,10 @@ fn run_cleanup(flags: &Flags) -> anyhow::Result<()> {
 /// `--init-only`: what needs more than CAP_NET_ADMIN, done once; each setting must take.
 fn init_only(flags: &Flags) -> anyhow::Result<()> {
     Config::from_flags(flags)?;
+    if flags.service_proxy_name.is_some() {
+        log::info!("--init-only: beside kube-proxy (--service-proxy-name) the conntrack settings are its; none set");
+        return Ok(());
+    }
     conntrack::sysctl::apply_to_node(&conntrack::sysctl::Settings::from_flags(flags)).result()?;
     log::info!("--init-only: conntrack settings in place");
     Ok(())
@@ -230,7 +237,10 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
         log::info!("stopped while waiting for the other instance");
         return Ok(());
     };
-    conntrack::sysctl::apply_to_node(&conntrack::sysctl::Settings::from_flags(flags));
+    // Beside kube-proxy (--service-proxy-name) the node's conntrack settings are its.
+    if flags.service_proxy_name.is_none() {
+        conntrack::sysctl::apply_to_node(&conntrack::sysctl::Settings::from_flags(flags));
+    }
     set_oom_score_adj(flags.oom_score_adj);
     let own = Arc::new(OwnPorts::default());
     let alarms = inbox.clone();
@@ -241,7 +251,8 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     .context("watching nftables notifications")?;
     let mut sources = Vec::new();
     if let Some(path) = flags.manifests.clone() {
-        manifests::watch(path, cfg.node_name.clone(), MANIFEST_POLL, stop.clone(), inbox.clone())?;
+        let name = cfg.service_proxy_name.clone();
+        manifests::watch_for(path, cfg.node_name.clone(), name, MANIFEST_POLL, stop.clone(), inbox.clone())?;
         sources.push(manifests::SOURCE);
     }
     let api = api_source(flags, &cfg.node_name, &inbox, &stop)?;
@@ -252,6 +263,8 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     }
     let applier = Applier::new(&cfg.node_name, own).with_quiet(Arc::new(quiet));
     let observe = observers(flags, api.as_deref(), &inbox)?;
+    // A node of kube-proxy's IPVS mode is told if NodePorts move to the primary IPs.
+    let nodeport_addresses_set = !matches!(cfg.nodeport_addresses, config::NodePortAddresses::Primary);
     let mut syncer = Syncer::new(cfg, periods, applier, &sources).with_observers(observe);
     if api.is_some() {
         syncer = syncer.wait_for_node(flags.node_wait);
@@ -259,11 +272,16 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     // Once this proxy's rules are in, kube-proxy's go. Removing kube-ipvs0 takes the service
     // IPs off the host's addresses, which a refresh reads again.
     let requests = inbox.clone();
-    let takeover = takeover::at_start(flags.cleanup_kube_proxy_at_start, stop.clone(), move |gone| {
-        if gone {
-            requests.request(|r| r.refresh = true);
+    let takeover = match &flags.service_proxy_name {
+        Some(name) => takeover::beside_kube_proxy(name, flags.cleanup_kube_proxy_at_start),
+        None => {
+            takeover::at_start(flags.cleanup_kube_proxy_at_start, nodeport_addresses_set, stop.clone(), move |gone| {
+                if gone {
+                    requests.request(|r| r.refresh = true);
+                }
+            })
         }
-    });
+    };
     // And, as kube-proxy, a Starting Event on this node's Node.
     syncer = syncer.after_first_sync(kube::events::and_starting(api.clone(), takeover));
     std::thread::Builder::new().name("sync".into()).spawn(move || {
@@ -303,7 +321,10 @@ fn observers(flags: &Flags, api: Option<&kube::Shared>, inbox: &Arc<Inbox>) -> a
     // As kube-proxy: a change may wait up to twice the sync period before it is unhealthy.
     let health = Arc::new(Health::new(flags.sync_period.saturating_mul(2)).watching(inbox.clone()));
     let fixed = [(flags.healthz_bind_address.0, Route::Health), (flags.metrics_bind_address.0, Route::Metrics)];
-    let fixed = fixed.into_iter().filter_map(|(addr, route)| addr.map(|a| (a, route))).collect();
+    let fixed: Vec<_> = fixed.into_iter().filter_map(|(addr, route)| addr.map(|a| (a, route))).collect();
+    if flags.service_proxy_name.is_some() {
+        http::check_free(&fixed).context("--service-proxy-name")?;
+    }
     let server = http::Server::start(fixed, health.clone(), metrics.clone(), inbox.clone(), Some(z_pages()))?;
     let observe = Observers::default().with_health(health).with_service_health(server);
     Ok(match metrics {

@@ -13,7 +13,7 @@
 mod common;
 
 use common::Netns;
-use common::layouts::{iptables_available, load, state};
+use common::layouts::{ipsets, iptables_available, ipvs_tools_available, load, state};
 use std::process::Command;
 
 /// Runs `kube-nftproxy --cleanup` (with `extra` flags) in `ns`; returns its log.
@@ -41,7 +41,9 @@ fn removes_exactly_kube_proxy(tag: &str, files: &[&str]) -> String {
     let log = cleanup(&host, &["--cleanup-kube-proxy"]);
     assert_eq!(state(&host), want, "after --cleanup-kube-proxy, the host is not as without kube-proxy\n{log}");
     let again = cleanup(&host, &["--cleanup-kube-proxy"]);
-    assert!(!again.contains("removed `"), "a second run found more to remove:\n{again}");
+    for more in ["removed `", "removed upstream", "destroyed "] {
+        assert!(!again.contains(more), "a second run found more to remove:\n{again}");
+    }
     assert_eq!(state(&host), want, "a second run changed the host");
     log
 }
@@ -67,13 +69,63 @@ fn iptables_mode_goes_and_kubelet_kube_router_and_user_rules_stay() {
     }
 }
 
+/// An IPVS node: kube-proxy's sets, its iptables-nft chains and its iptables-legacy chains,
+/// each matching on the sets.
+const IPVS_NODE: &[&str] = &["ipvs.ipset", "ipvs.rules", "ipvs-legacy.rules"];
+
 #[test]
-fn ipvs_mode_goes_and_kubelets_chains_stay() {
-    if !iptables_available() {
+fn ipvs_mode_goes_with_its_ipsets_and_legacy_chains_and_the_rest_stays() {
+    if !ipvs_tools_available() {
         return;
     }
-    let log = removes_exactly_kube_proxy("ipvs", &["ipvs.rules"]);
-    assert!(log.contains("left `ip filter` KUBE-FIREWALL, KUBE-KUBELET-CANARY: kubelet's"), "{log}");
+    let log = removes_exactly_kube_proxy("ipvs", IPVS_NODE);
+    for line in [
+        "left `ip filter` KUBE-FIREWALL, KUBE-KUBELET-CANARY: kubelet's",
+        "removed upstream kube-proxy's chains from `ip` iptables-legacy tables: nat/KUBE-LOAD-BALANCER, nat/KUBE-MARK-MASQ, nat/KUBE-NODE-PORT, nat/KUBE-POSTROUTING, nat/KUBE-SERVICES, filter/KUBE-FORWARD, filter/KUBE-IPVS-FILTER, filter/KUBE-NODE-PORT, with 6 rules that led to them",
+        "destroyed 20 ipsets of kube-proxy's IPVS mode: KUBE-LOOP-BACK, KUBE-CLUSTER-IP,",
+        "KUBE-6-CLUSTER-IP, KUBE-6-LOAD-BALANCER-SOURCE-CID, KUBE-6-NODE-PORT-LOCAL-SCTP-HAS",
+        "no IPVS in this kernel: no virtual servers to flush",
+    ] {
+        assert!(log.contains(line), "the log lacks {line:?}:\n{log}");
+    }
+}
+
+#[test]
+fn ipvs_leftovers_are_only_reported_without_cleanup_kube_proxy() {
+    if !ipvs_tools_available() {
+        return;
+    }
+    let host = Netns::new("ipvsrep");
+    load(&host, IPVS_NODE, true);
+    let before = state(&host);
+    let log = cleanup(&host, &[]);
+    assert_eq!(state(&host), before, "--cleanup alone changed kube-proxy's sets or legacy chains\n{log}");
+    for line in [
+        "upstream kube-proxy left chains in `ip` iptables-legacy tables, whose rules may still catch service traffic: nat/KUBE-LOAD-BALANCER,",
+        "upstream kube-proxy left ipsets KUBE-LOOP-BACK, KUBE-CLUSTER-IP,",
+    ] {
+        assert!(log.contains(line), "the report lacks {line:?}:\n{log}");
+    }
+}
+
+#[test]
+fn a_set_another_rule_still_matches_on_stays_with_a_warning() {
+    if !ipvs_tools_available() {
+        return;
+    }
+    let host = Netns::new("ipvsbusy");
+    load(&host, IPVS_NODE, true);
+    // A user's own rule, in a chain of its own, matching on kube-proxy's set: the set is
+    // busy until the user removes the rule, and that is theirs to do.
+    let user =
+        "*filter\n:USER-LB - [0:0]\n-A USER-LB -m set --match-set KUBE-LOAD-BALANCER-FW dst,dst -j ACCEPT\nCOMMIT\n";
+    let out = host.run(&["iptables-nft-restore", "--noflush"], user);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let log = cleanup(&host, &["--cleanup-kube-proxy"]);
+    assert_eq!(ipsets(&host), ["KUBE-CUSTOM", "KUBE-LOAD-BALANCER-FW", "my-set"], "{log}");
+    let warning = "left ipsets of kube-proxy's IPVS mode that something still references (an iptables rule, a list:set): KUBE-LOAD-BALANCER-FW;";
+    assert!(log.contains(warning), "{log}");
+    assert!(log.contains("destroyed 19 ipsets"), "{log}");
 }
 
 #[test]

@@ -426,3 +426,30 @@ fn a_file_that_does_not_parse_is_told_by_place_never_by_its_text() {
     }
     common::inputs::assert_none(&complaints);
 }
+
+#[test]
+fn service_proxy_name_is_a_label_value_from_the_flag_or_the_file() {
+    let load_args = |args: &[&str]| config::load_from(["kube-nftproxy"].iter().chain(args));
+    assert_eq!(defaults().service_proxy_name, None, "upstream's behaviour unless asked");
+    let long = "a".repeat(63);
+    for good in ["canary", "kube-nftproxy", "a", "v1.2_b-3", &long] {
+        let flags = load_args(&[&format!("--service-proxy-name={good}")]).expect(good).0;
+        assert_eq!(flags.service_proxy_name.as_deref(), Some(good));
+    }
+    let too_long = "a".repeat(64);
+    for bad in ["", "-canary", "canary.", "_x", "two words", "kube/nftproxy", "ünï", &too_long] {
+        let err = load_args(&[&format!("--service-proxy-name={bad}")]).unwrap_err();
+        assert!(
+            matches!(err, ConfigError::Usage(_)) && err.to_string().contains("--service-proxy-name"),
+            "{bad:?}: {err}"
+        );
+    }
+    let filed = with("proxy-name", "kubeNftproxy: {serviceProxyName: canary}");
+    assert_eq!(load(&filed, &[]).unwrap().0.service_proxy_name.as_deref(), Some("canary"));
+    let over = load(&filed, &["--service-proxy-name=other"]).unwrap().0;
+    assert_eq!(over.service_proxy_name.as_deref(), Some("other"), "the command line wins over the file");
+    let err = load(&with("proxy-name-bad", "kubeNftproxy: {serviceProxyName: -x-}"), &[]).unwrap_err();
+    assert!(err.to_string().contains("kubeNftproxy.serviceProxyName"), "{err}");
+    let cfg = Config::from_flags(&load_args(&["--service-proxy-name=canary", "--hostname-override=n"]).unwrap().0);
+    assert_eq!(cfg.expect("config").service_proxy_name.as_deref(), Some("canary"));
+}

@@ -54,6 +54,10 @@ fn services_the_proxy_does_not_handle_are_skipped_quietly() {
     let mut svc = service(json!({"clusterIP": "10.96.0.1", "ports": [{"port": 80}]}), json!({}));
     svc.metadata.labels = Some([(SERVICE_PROXY_NAME_LABEL.to_string(), "other".to_string())].into());
     assert_eq!(ServicePort::from_api(&svc), Ok(None), "another proxy's service");
+    assert!(ServicePort::from_api_for(&svc, Some("other")).unwrap().is_some(), "--service-proxy-name=other serves it");
+    assert_eq!(ServicePort::from_api_for(&svc, Some("canary")), Ok(None), "and no other name does");
+    let unlabelled = service(json!({"clusterIP": "10.96.0.1", "ports": [{"port": 80}]}), json!({}));
+    assert_eq!(ServicePort::from_api_for(&unlabelled, Some("other")), Ok(None), "kube-proxy's, beside it");
     svc.metadata.labels = Some([("service.kubernetes.io/headless".to_string(), String::new())].into());
     assert_eq!(ServicePort::from_api(&svc), Ok(None), "labelled headless, though it has a ClusterIP");
 }

@@ -76,7 +76,7 @@ fn the_cluster_role_grants_exactly_what_the_watches_need() {
     // The API client lists and watches (src/kube: reflector.rs and watch.rs), and writes
     // only what kube::WRITES names (the Starting Event, src/kube/events.rs).
     let mut need = BTreeSet::new();
-    for r in kube_nftproxy::kube::resources("node-a") {
+    for r in kube_nftproxy::kube::resources("node-a", None) {
         let (group, resource) = group_resource(r.path);
         for verb in ["list", "watch"] {
             need.insert((group.clone(), resource.clone(), verb.to_string()));
@@ -221,6 +221,10 @@ fn the_init_container_sets_the_conntrack_sysctls_and_fails_when_it_cannot() {
     assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(read("nf_conntrack_tcp_timeout_established"), "86400");
     assert_eq!(read("nf_conntrack_tcp_timeout_close_wait"), "3600");
+    // Beside kube-proxy (--service-proxy-name) the settings are kube-proxy's: none is set.
+    let beside = run_init(&["--service-proxy-name=canary", "--conntrack-tcp-timeout-established=2h"]);
+    assert!(beside.status.success(), "{}", String::from_utf8_lossy(&beside.stderr));
+    assert_eq!(read("nf_conntrack_tcp_timeout_established"), "86400");
 
     // Asked for a bigger table than the namespace has, --init-only, whose task it is, says it
     // cannot and fails.

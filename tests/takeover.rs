@@ -10,14 +10,17 @@
 mod common;
 
 use common::check::{probe_during, web_on, who};
-use common::cluster::Cluster;
+use common::cluster::{Cluster, ECHO_PORT, endpoint, service, slice};
 use common::daemon::{Daemon, wait_for, write_manifests};
-use common::layouts::{iptables_available, load, state};
+use common::layouts::{ipsets, iptables_available, ipvs_tools_available, load, state};
 use common::net::in_netns;
 use common::owner::TableOwner;
 use common::{Netns, Scratch};
-use kube_nftproxy::nft::netlink::link;
+use kube_nftproxy::nft::netlink::conntrack::{IPPROTO_UDP, NewFlow, create};
+use kube_nftproxy::nft::netlink::{NfFamily, Socket, ipvs, link};
 use kube_nftproxy::takeover::{Interface, remove_ipvs_interface};
+use serde_json::{Value, json};
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -222,56 +225,200 @@ fn kube_ipvs0_goes_only_when_it_is_a_dummy_and_link_deletion_works() {
     });
 }
 
+/// A node of kube-proxy's IPVS mode serving `test/web`: its ipsets, its iptables-nft and
+/// iptables-legacy chains matching on them, and a DNAT standing in for IPVS.
+const IPVS_NODE: &[&str] = &["ipvs.ipset", "ipvs.rules", "ipvs-legacy.rules", "ipvs-web-legacy.rules"];
+
 #[test]
-fn ipvs_mode_is_taken_over() {
-    if !iptables_available() {
+fn ipvs_mode_is_taken_over_without_a_failed_connection() {
+    if !ipvs_tools_available() {
         return;
     }
     let c = Cluster::new(1, 0);
-    load(&c.node, &["ipvs.rules"], true);
+    load(&c.node, IPVS_NODE, true);
     let dummy = ipvs_interface(&c.node);
     let expected = Netns::new("ipvs-exp");
-    load(&expected, &["ipvs.rules"], false);
-    let manifests = write_manifests(&c, web_on(&c, &["pod-1"]));
-    let daemon = Daemon::start(&c.node, &manifests, &[], &[]);
-    let done = if dummy { "removed interface kube-ipvs0" } else { "left interface kube-ipvs0: a veth" };
-    assert!(wait_for(Duration::from_secs(15), || daemon.logged().contains(done)).is_some(), "{}", daemon.logged());
-    assert_eq!(who(&c.client, WEB), "pod-1");
-    let log = daemon.stop();
-    assert_eq!(state(&c.node), state(&expected), "kube-proxy's IPVS-mode chains stayed\n{log}");
+    load(&expected, IPVS_NODE, false);
+    let (log, failures) = start_under_traffic(&c, &[], "ipsets of kube-proxy's IPVS mode");
+    assert!(failures.is_empty(), "connections failed while the daemon took over: {failures:?}\n{log}");
+    assert_eq!(state(&c.node), state(&expected), "kube-proxy's IPVS-mode leftovers stayed\n{log}");
+    assert_eq!(ipsets(&c.node), ["KUBE-CUSTOM", "my-set"], "{log}");
+    assert_eq!(who(&c.client, WEB), "pod-1", "the service is not served after the takeover");
     let links = String::from_utf8_lossy(&c.node.run(&["ip", "link"], "").stdout).into_owned();
     assert_eq!(links.contains("kube-ipvs0"), !dummy, "{links}\n{log}");
-    if dummy {
-        assert!(log.contains("and the 2 service addresses it held"), "{log}");
+    let interface = if dummy { "and the 2 service addresses it held" } else { "left interface kube-ipvs0: a veth" };
+    for line in [
+        interface,
+        "removed upstream kube-proxy's chains from `ip` iptables-legacy tables: nat/KUBE-LOAD-BALANCER,",
+        "destroyed 20 ipsets of kube-proxy's IPVS mode",
+        "no IPVS in this kernel: no virtual servers to flush",
+        "this node ran kube-proxy's IPVS mode, which served NodePorts on every local IP",
+    ] {
+        assert!(log.contains(line), "the log lacks {line:?}:\n{log}");
     }
+    let ours_first = log.find("Full sync").expect("no full sync logged");
+    assert!(ours_first < log.find("removed upstream").expect("nothing removed"), "{log}");
+}
+
+#[test]
+fn nodeport_addresses_chosen_silence_the_ipvs_nodeport_warning() {
+    if !ipvs_tools_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    load(&c.node, &["ipvs.ipset"], true);
+    let manifests = write_manifests(&c, web_on(&c, &["pod-1"]));
+    let daemon = Daemon::start(&c.node, &manifests, &["--nodeport-addresses=all"], &[]);
+    let done = wait_for(Duration::from_secs(15), || daemon.logged().contains("destroyed 20 ipsets"));
+    let log = daemon.stop();
+    assert!(done.is_some(), "{log}");
+    assert!(!log.contains("served NodePorts on every local IP"), "{log}");
     std::fs::remove_file(manifests).expect("remove manifests");
 }
 
 #[test]
-fn kube_proxys_chains_in_iptables_legacy_tables_are_named_in_a_warning() {
+fn without_ipvs_in_the_kernel_there_is_nothing_to_flush() {
+    if !common::kernel_available() {
+        return;
+    }
+    if std::path::Path::new("/proc/net/ip_vs").exists() {
+        eprintln!("SKIPPING the absent-IPVS path: this kernel has IPVS");
+        return;
+    }
+    let ns = Netns::new("noipvs");
+    in_netns(&ns.name.clone(), || {
+        assert_eq!(ipvs::family().expect("CTRL_CMD_GETFAMILY"), None);
+        assert_eq!(ipvs::flush().expect("IPVS flush"), ipvs::Flush::NoIpvs);
+    });
+}
+
+#[test]
+fn kube_proxys_chains_in_iptables_legacy_tables_are_removed_and_no_one_elses() {
     if !iptables_available() {
         return;
     }
     let c = Cluster::new(1, 0);
-    // A node whose iptables was the legacy one: kube-proxy's chains and kubelet's canary in
-    // x_tables, where nftables cannot see them.
+    // A node whose iptables was the legacy one: kube-proxy's chains, kubelet's canary,
+    // kube-router's chain and a user's chain and rule in x_tables, where nftables cannot
+    // see them.
     for args in [
         &["-t", "nat", "-N", "KUBE-SERVICES"][..],
         &["-t", "nat", "-A", "PREROUTING", "-j", "KUBE-SERVICES"],
         &["-t", "nat", "-N", "KUBE-SVC-LEGACY1"],
+        &["-t", "nat", "-A", "KUBE-SERVICES", "-j", "KUBE-SVC-LEGACY1"],
         &["-t", "nat", "-N", "KUBE-KUBELET-CANARY"],
+        &["-t", "nat", "-N", "USER-NAT"],
+        &["-t", "nat", "-A", "PREROUTING", "-p", "udp", "-j", "USER-NAT"],
         &["-t", "filter", "-N", "KUBE-NWPLCY-ABC"],
     ] {
         let out = c.node.run(&[&["iptables-legacy"][..], args].concat(), "");
         assert!(out.status.success(), "iptables-legacy {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
+    // And IPv6: IPVS mode's filter chain with the jump to it, next to a user's chain.
+    for args in [
+        &["-t", "filter", "-N", "KUBE-FORWARD"][..],
+        &["-t", "filter", "-A", "FORWARD", "-j", "KUBE-FORWARD"],
+        &["-t", "filter", "-N", "USER-FWD"],
+        &["-t", "filter", "-A", "FORWARD", "-j", "USER-FWD"],
+    ] {
+        let out = c.node.run(&[&["ip6tables-legacy"][..], args].concat(), "");
+        assert!(out.status.success(), "ip6tables-legacy {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
     let manifests = write_manifests(&c, web_on(&c, &["pod-1"]));
     let daemon = Daemon::start(&c.node, &manifests, &[], &[]);
-    let warned = wait_for(Duration::from_secs(15), || daemon.logged().contains("iptables-legacy tables"));
+    let removed = "removed upstream kube-proxy's chains from `ip` iptables-legacy tables: nat/KUBE-SERVICES, nat/KUBE-SVC-LEGACY1, with 1 rules that led to them";
+    let removed6 =
+        "removed upstream kube-proxy's chains from `ip6` iptables-legacy tables: filter/KUBE-FORWARD, with 1 rules";
+    let done = wait_for(Duration::from_secs(15), || daemon.logged().contains(removed));
     let log = daemon.stop();
-    assert!(warned.is_some(), "no warning of legacy chains:\n{log}");
-    let line = log.lines().find(|l| l.contains("iptables-legacy tables")).unwrap_or_default();
-    assert!(line.contains("nat/KUBE-SERVICES, nat/KUBE-SVC-LEGACY1;"), "{line}");
-    assert!(!line.contains("CANARY") && !line.contains("NWPLCY"), "only kube-proxy's chains are named: {line}");
+    assert!(done.is_some() && log.contains(removed6), "legacy chains not removed:\n{log}");
+    let saved6 = String::from_utf8_lossy(&c.node.run(&["ip6tables-legacy-save"], "").stdout).into_owned();
+    assert!(!saved6.contains("KUBE-FORWARD") && saved6.contains("-A FORWARD -j USER-FWD"), "{saved6}");
+    let saved = String::from_utf8_lossy(&c.node.run(&["iptables-legacy-save"], "").stdout).into_owned();
+    assert!(!saved.contains("KUBE-SERVICES") && !saved.contains("KUBE-SVC-LEGACY1"), "{saved}");
+    for kept in [":KUBE-KUBELET-CANARY", ":USER-NAT", "-A PREROUTING -p udp -j USER-NAT", ":KUBE-NWPLCY-ABC"] {
+        assert!(saved.contains(kept), "{kept} did not stay:\n{saved}");
+    }
+    std::fs::remove_file(manifests).expect("remove manifests");
+}
+
+/// Service `test/api` at 172.30.0.41 (TCP 80 and UDP 53, to the echo port) on `pods`,
+/// labelled for the proxy named `canary`; kube-proxy leaves it alone.
+fn canary_api(c: &Cluster, pods: &[&str]) -> Vec<Value> {
+    let spec = json!({"clusterIP": "172.30.0.41", "ports": [
+        {"name": "http", "port": 80, "targetPort": ECHO_PORT}, {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": ECHO_PORT}]});
+    let mut svc = service("api", spec, json!({}));
+    svc["metadata"]["labels"] = json!({"service.kubernetes.io/service-proxy-name": "canary"});
+    let mut s = slice("api", false, "TCP", pods.iter().map(|p| endpoint(c.pod_named(p), false, json!({}))).collect());
+    s["ports"] = json!([{"name": "http", "port": ECHO_PORT, "protocol": "TCP"}, {"name": "dns", "port": ECHO_PORT, "protocol": "UDP"}]);
+    // As the EndpointSlice controller copies them from the Service.
+    s["metadata"]["labels"]["service.kubernetes.io/service-proxy-name"] = json!("canary");
+    vec![svc, s]
+}
+
+/// A UDP flow from a client to `orig_dst` answered from `reply_src`, as conntrack holds one.
+fn udp_flow(port: u16, orig_dst: &str, reply_src: &str) -> NewFlow {
+    let client: SocketAddr = format!("10.9.0.2:{port}").parse().unwrap();
+    let (orig_dst, reply_src) = (orig_dst.parse().unwrap(), reply_src.parse().unwrap());
+    NewFlow { proto: IPPROTO_UDP, orig_src: client, orig_dst, reply_src, reply_dst: client, timeout: 600 }
+}
+
+/// The UDP entries of `ns` as (original destination, reply source).
+fn udp_entries(ns: &Netns) -> Vec<(SocketAddr, SocketAddr)> {
+    in_netns(&ns.name, || {
+        let mut all = Vec::new();
+        let mut sock = Socket::open().expect("netlink socket");
+        let dump = sock.dump_conntrack(NfFamily::Ip, |e| {
+            all.extend((e.proto == IPPROTO_UDP).then_some((e.orig_dst, e.reply_src)));
+            Ok(())
+        });
+        dump.expect("conntrack dump");
+        all
+    })
+}
+
+#[test]
+fn beside_kube_proxy_only_the_labelled_services_are_served_and_nothing_of_kube_proxys_changes() {
+    if !iptables_available() {
+        return;
+    }
+    let c = Cluster::new(3, 0);
+    load(&c.node, &["nftables-web.nft"], true);
+    load(&c.node, IPTABLES_NODE, true);
+    // kube-proxy's flow to an endpoint it no longer has (its own to sweep), and ours to one.
+    let (theirs, ours) =
+        (udp_flow(40001, "172.30.0.40:80", "10.9.9.9:8080"), udp_flow(40002, "172.30.0.41:53", "10.9.9.9:8080"));
+    assert_eq!(in_netns(&c.node.name, || create([theirs, ours])).expect("conntrack entries"), 2);
+    let established = "/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_established";
+    let timeout = || String::from_utf8_lossy(&c.node.run(&["cat", established], "").stdout).into_owned();
+    let (before, timeout_before) = (state(&c.node), timeout());
+    let cidr = json!({"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR", "metadata": {"name": "kubernetes"}, "spec": {"cidrs": ["172.30.0.0/16"]}});
+    let objects = |pod: &str| [web_on(&c, &["pod-1"]), canary_api(&c, &[pod]), vec![cidr.clone()]].concat();
+    let manifests = write_manifests(&c, objects("pod-2"));
+    let d = Daemon::start(&c.node, &manifests, &["--service-proxy-name=canary"], &[]);
+    let cleanups = || d.logged().matches("conntrack cleanup:").count();
+    assert!(wait_for(Duration::from_secs(15), || cleanups() > 0).is_some(), "no first cleanup:\n{}", d.logged());
+    assert_eq!(who(&c.client, "172.30.0.41:80"), "pod-2", "the labelled Service is not served");
+    assert_eq!(who(&c.client, WEB), "pod-1", "kube-proxy's Service is not served through its rules");
+    let table = c.node.nft(&["list", "table", "ip", "kube-nftproxy"]);
+    assert!(!table.contains("172.30.0.40"), "kube-proxy's Service is in our table:\n{table}");
+    assert!(!table.contains("@service-cidrs drop"), "beside kube-proxy, unallocated addresses are its:\n{table}");
+    write_manifests(&c, objects("pod-3"));
+    assert!(
+        wait_for(Duration::from_secs(10), || cleanups() > 1).is_some(),
+        "no sweep after B changed:\n{}",
+        d.logged()
+    );
+    assert_eq!(who(&c.client, "172.30.0.41:80"), "pod-3", "a change of the labelled Service is not applied");
+    std::thread::sleep(Duration::from_secs(1));
+    let log = d.stop();
+    assert_eq!(state(&c.node), before, "kube-proxy's tables and chains changed:\n{log}");
+    assert_eq!(timeout(), timeout_before, "beside kube-proxy the conntrack sysctls are its own");
+    let left: Vec<_> = udp_entries(&c.node).into_iter().map(|(dst, _)| dst.to_string()).collect();
+    assert_eq!(left, ["172.30.0.40:80"], "our sweep must take our stale flow and leave kube-proxy's\n{log}");
+    assert!(log.contains("--service-proxy-name=canary: serving only Services labelled"), "{log}");
+    for never in ["removed ", "upstream kube-proxy left", "/proc/sys/net/netfilter"] {
+        assert!(!log.contains(never), "beside kube-proxy the log has {never:?}:\n{log}");
+    }
     std::fs::remove_file(manifests).expect("remove manifests");
 }

@@ -6,6 +6,7 @@
 //! kube-proxy. Fields of kube-proxy's other modes are read and left alone; any other field is
 //! a warning naming it.
 
+use super::values::parse_service_proxy_name;
 use super::values::{
     MAX_DURATION, parse_duration, parse_healthz_bind, parse_metrics_bind, parse_proxy_mode, valid_node_name,
 };
@@ -145,6 +146,7 @@ struct Own {
     full_sync_period: Option<GoDuration>,
     nft_timeout: Option<GoDuration>,
     cleanup_kube_proxy_at_start: Option<bool>,
+    service_proxy_name: Option<String>,
 }
 
 /// A duration as Kubernetes writes one (`"30s"`, `"1h0m0s"`).
@@ -257,6 +259,8 @@ impl FileSettings {
         set!(m, full_sync_period, nonzero(own.full_sync_period));
         set!(m, nft_timeout, nonzero(own.nft_timeout));
         set!(m, cleanup_kube_proxy_at_start, own.cleanup_kube_proxy_at_start);
+        let name = text(&own.service_proxy_name).map(|n| parse_service_proxy_name(&n).map(Some));
+        set!(m, service_proxy_name, name.transpose().map_err(|e| field("kubeNftproxy.serviceProxyName", e))?);
         Ok(m.filed)
     }
 }

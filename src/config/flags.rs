@@ -2,6 +2,7 @@
 //! of their values.
 
 use super::BindAddress;
+use super::values::parse_service_proxy_name;
 use super::values::{parse_duration, parse_healthz_bind, parse_metrics_bind, parse_period, parse_proxy_mode};
 use clap::Parser;
 use std::path::PathBuf;
@@ -202,6 +203,12 @@ pub struct Flags {
     /// The connection's protocol.
     #[arg(long, value_name = "PROTO", default_value = "tcp", value_parser = ["tcp", "udp", "sctp"], help_heading = EXPLAIN)]
     pub protocol: String,
+
+    /// Serve only the Services labelled `service.kubernetes.io/service-proxy-name=NAME` (which
+    /// kube-proxy leaves alone) and touch nothing else: kube-proxy's rules stay, so Services
+    /// can move over one at a time beside it (README, Canary beside kube-proxy). Not upstream's.
+    #[arg(long, value_name = "NAME", value_parser = parse_service_proxy_name, help_heading = NODE)]
+    pub service_proxy_name: Option<String>,
 }
 
 impl Flags {

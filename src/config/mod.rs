@@ -145,6 +145,9 @@ pub struct Config {
     pub masquerade_all: bool,
     /// The masquerade mark (`1 << masquerade_bit`).
     pub masquerade_mark: u32,
+    /// `--service-proxy-name`: serve only the Services labelled with this name, beside
+    /// kube-proxy (no takeover, no node-wide rule that could catch its traffic).
+    pub service_proxy_name: Option<String>,
 }
 
 impl Config {
@@ -184,6 +187,7 @@ impl Config {
             nodeport_addresses: nodeport_addresses(&flags.nodeport_addresses)?,
             masquerade_all: flags.masquerade_all,
             masquerade_mark: 1u32 << flags.masquerade_bit,
+            service_proxy_name: flags.service_proxy_name.clone(),
         })
     }
 }

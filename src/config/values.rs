@@ -121,6 +121,24 @@ pub fn valid_interface_name(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'@' | b':'))
 }
 
+/// `--service-proxy-name`: a label value as the API server takes one (at most 63 of
+/// alphanumerics, `-`, `_` and `.`, starting and ending alphanumeric), and not empty: an
+/// empty value would claim Services no proxy serves by name.
+pub fn parse_service_proxy_name(s: &str) -> Result<String, String> {
+    let edge_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    let valid = s.len() <= 63
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && edge_ok(s.chars().next())
+        && edge_ok(s.chars().last());
+    if valid {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a label value (1 to 63 of A-Z a-z 0-9 - _ ., starting and ending with a letter or digit)"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -252,6 +252,28 @@ fn encode(r: Reply, with_body: bool) -> VecDeque<Vec<u8>> {
     out
 }
 
+/// Binds each fixed address once and lets it go, for a proxy beside kube-proxy
+/// (`--service-proxy-name`): there an address in use is most likely kube-proxy's own (it
+/// listens on the same default ports), and retrying it for ever, as a restart's overlap
+/// calls for, would leave this proxy's health unanswered. The error names the flag to change.
+pub fn check_free(fixed: &[(SocketAddr, Route)]) -> std::io::Result<()> {
+    for &(addr, route) in fixed {
+        let flag = match route {
+            Route::Health => "--healthz-bind-address",
+            Route::Metrics => "--metrics-bind-address",
+            Route::HealthCheck { .. } => continue,
+        };
+        if let Err(e) = bind_for(addr, route) {
+            let why = format!(
+                "{} at {addr}: {e}; beside kube-proxy, which listens on the same ports, give {flag} another",
+                route.what()
+            );
+            return Err(std::io::Error::new(e.kind(), why));
+        }
+    }
+    Ok(())
+}
+
 /// Connections waiting to be accepted, per listener.
 const BACKLOG: i32 = 128;
 

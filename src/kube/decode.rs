@@ -62,8 +62,8 @@ pub(super) enum Decoded {
     Nameless(String),
 }
 
-/// Decodes one object of `kind` for node `node_name`.
-pub(super) fn object(kind: ObjectKind, raw: &RawValue, node_name: &str) -> Decoded {
+/// Decodes one object of `kind` for node `node_name` and the proxy named `proxy_name`.
+pub(super) fn object(kind: ObjectKind, raw: &RawValue, node_name: &str, proxy_name: Option<&str>) -> Decoded {
     let typed = match kind {
         ObjectKind::Service => serde_json::from_str(raw.get()).map(|s| ApiObject::Service(Box::new(s))),
         ObjectKind::EndpointSlice => serde_json::from_str(raw.get()).map(|s| ApiObject::EndpointSlice(Box::new(s))),
@@ -87,7 +87,7 @@ pub(super) fn object(kind: ObjectKind, raw: &RawValue, node_name: &str) -> Decod
     if key.1.is_empty() {
         return Decoded::Nameless("it has no metadata.name".into());
     }
-    match ObjectChange::from_api(&obj, node_name) {
+    match ObjectChange::from_api_for(&obj, node_name, proxy_name) {
         Ok(change) => Decoded::Good(key, change),
         Err(e) => Decoded::Bad(key, e.reason),
     }

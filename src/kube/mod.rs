@@ -20,7 +20,7 @@ pub use kubeconfig::{
 pub use reflector::{Reflector, Resource, Settings, Shared};
 pub use retry::{Backoff, Quiet};
 
-use crate::model::ObjectKind;
+use crate::model::{HEADLESS_LABEL, ObjectKind, SERVICE_PROXY_NAME_LABEL};
 
 /// Source names (for the inbox's first-listing rule) of the resources the proxy must have
 /// listed before it applies anything.
@@ -32,14 +32,23 @@ pub const WRITES: [(&str, &str); 1] = [(events::PATH, events::VERB)];
 
 /// What kube-proxy watches, for node `node_name`: Services not claimed by another proxy and
 /// not headless, EndpointSlices not of headless Services, this node's Node, and the
-/// ServiceCIDRs (where the server has them).
-pub fn resources(node_name: &str) -> Vec<Resource> {
-    vec![
+/// ServiceCIDRs (where the server has them). With `proxy_name` (`--service-proxy-name`), the
+/// Services labelled with it instead, and no ServiceCIDRs: beside kube-proxy, the rule that
+/// drops unallocated service addresses is left to it. EndpointSlices are not narrowed: the
+/// EndpointSlice controller copies a Service's labels onto its slices, but slices made by
+/// others (the Endpoints mirroring controller's) need not carry them; the model joins slices
+/// to the Services it serves, so other slices make no rules.
+pub fn resources(node_name: &str, proxy_name: Option<&str>) -> Vec<Resource> {
+    let claimed = match proxy_name {
+        Some(name) => format!("{SERVICE_PROXY_NAME_LABEL}={name}"),
+        None => format!("!{SERVICE_PROXY_NAME_LABEL}"),
+    };
+    let mut all = vec![
         Resource {
             name: "services",
             kind: ObjectKind::Service,
             path: "/api/v1/services",
-            label_selector: Some("!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless"),
+            label_selector: Some(format!("{claimed},!{HEADLESS_LABEL}")),
             field_selector: Some("spec.clusterIP!=None".into()),
             field_selector_optional: true,
             optional: false,
@@ -48,7 +57,7 @@ pub fn resources(node_name: &str) -> Vec<Resource> {
             name: "endpointslices",
             kind: ObjectKind::EndpointSlice,
             path: "/apis/discovery.k8s.io/v1/endpointslices",
-            label_selector: Some("!service.kubernetes.io/headless"),
+            label_selector: Some(format!("!{HEADLESS_LABEL}")),
             field_selector: None,
             field_selector_optional: false,
             optional: false,
@@ -72,7 +81,11 @@ pub fn resources(node_name: &str) -> Vec<Resource> {
             field_selector_optional: false,
             optional: true,
         },
-    ]
+    ];
+    if proxy_name.is_some() {
+        all.retain(|r| r.kind != ObjectKind::ServiceCidr);
+    }
+    all
 }
 
 /// Where the API server is, from the flags as kube-proxy reads them: `--kubeconfig` (with
@@ -113,12 +126,15 @@ pub fn client_config(
 
 /// Starts one reflector thread per resource.
 pub fn start(shared: &std::sync::Arc<Shared>) -> std::io::Result<Vec<std::thread::JoinHandle<()>>> {
-    resources(&shared.node_name).into_iter().map(|r| Reflector::new(shared.clone(), r).spawn()).collect()
+    resources(&shared.node_name, shared.proxy_name.as_deref())
+        .into_iter()
+        .map(|r| Reflector::new(shared.clone(), r).spawn())
+        .collect()
 }
 
 /// Lists every resource once into the shared inbox (for a dry run).
 pub fn list_once(shared: &std::sync::Arc<Shared>) -> Result<(), ApiError> {
-    for r in resources(&shared.node_name) {
+    for r in resources(&shared.node_name, shared.proxy_name.as_deref()) {
         Reflector::new(shared.clone(), r).list_once()?;
     }
     Ok(())

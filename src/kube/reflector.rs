@@ -28,7 +28,7 @@ pub struct Resource {
     /// The collection's path (`/api/v1/services`).
     pub path: &'static str,
     /// `labelSelector`, if any.
-    pub label_selector: Option<&'static str>,
+    pub label_selector: Option<String>,
     /// `fieldSelector`, if any.
     pub field_selector: Option<String>,
     /// Whether the field selector is only an optimisation, dropped when the server refuses
@@ -62,6 +62,8 @@ pub struct Shared {
     pub settings: Settings,
     /// This node's name.
     pub node_name: String,
+    /// `--service-proxy-name`: only Services labelled with it are served.
+    pub proxy_name: Option<String>,
     /// Where objects go.
     pub inbox: Arc<Inbox>,
     /// Set when the daemon stops.
@@ -82,7 +84,13 @@ impl Shared {
         stop: Arc<AtomicBool>,
     ) -> Shared {
         let node_name = node_name.to_string();
-        Shared { client, settings, node_name, inbox, stop, quiet: Mutex::default(), metrics: OnceLock::new() }
+        let (quiet, metrics) = (Mutex::default(), OnceLock::new());
+        Shared { client, settings, node_name, proxy_name: None, inbox, stop, quiet, metrics }
+    }
+
+    /// The same, for the proxy named `proxy_name` (`--service-proxy-name`).
+    pub fn with_proxy_name(self, proxy_name: Option<String>) -> Shared {
+        Shared { proxy_name, ..self }
     }
 
     /// Counts watch restarts and relists in `metrics` from now on.
@@ -248,7 +256,7 @@ impl Reflector {
     /// The selectors as query parameters.
     pub(super) fn selectors(&self) -> String {
         let mut q = String::new();
-        if let Some(s) = self.resource.label_selector {
+        if let Some(s) = &self.resource.label_selector {
             q.push_str(&format!("&labelSelector={}", escape(s)));
         }
         if let Some(s) = &self.resource.field_selector {
@@ -281,7 +289,7 @@ impl Reflector {
     /// is one to deliver. A bad object is logged and keeps its key, so its last good state stays.
     pub(super) fn decode(&self, raw: &serde_json::value::RawValue) -> (Option<ObjectKey>, Option<ObjectChange>) {
         let kind = self.resource.kind.as_str();
-        match decode::object(self.resource.kind, raw, &self.shared.node_name) {
+        match decode::object(self.resource.kind, raw, &self.shared.node_name, self.shared.proxy_name.as_deref()) {
             Decoded::Good(key, change) => (Some(key), change),
             Decoded::Bad(key, why) => {
                 log::warn!("skipping {kind} {}: {why} (it keeps its last good state)", decode::describe(&key));

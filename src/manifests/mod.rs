@@ -3,7 +3,7 @@
 mod files;
 mod watch;
 
-pub use watch::{SOURCE, Watcher, watch};
+pub use watch::{SOURCE, Watcher, watch, watch_for};
 
 use crate::model::{ApiObject, Model, ObjectId, ObjectKind};
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -71,11 +71,20 @@ pub fn load(path: &Path) -> Result<Loaded, ManifestError> {
 /// decoded (a 30k-service cluster's objects would take more memory than its model). Returns
 /// the model and a warning for each object skipped.
 pub fn load_model(path: &Path, node_name: &str) -> Result<(Model, Vec<String>), ManifestError> {
+    load_model_for(path, node_name, None)
+}
+
+/// As [`load_model`], for the proxy named `proxy_name` (`--service-proxy-name`).
+pub fn load_model_for(
+    path: &Path,
+    node_name: &str,
+    proxy_name: Option<&str>,
+) -> Result<(Model, Vec<String>), ManifestError> {
     let mut model = Model::default();
     let mut warnings = Vec::new();
     let passed_over = read(path, &mut |file, _, doc| match decode(file, doc) {
         Ok(Some(obj)) => {
-            if let Err(e) = model.apply(&obj, node_name) {
+            if let Err(e) = model.apply_for(&obj, node_name, proxy_name) {
                 warnings.push(e.to_string());
             }
         }

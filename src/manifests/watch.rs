@@ -29,8 +29,20 @@ pub fn watch(
     stop: Arc<AtomicBool>,
     inbox: Arc<Inbox>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
+    watch_for(path, node_name, None, interval, stop, inbox)
+}
+
+/// As [`watch`], for the proxy named `proxy_name` (`--service-proxy-name`).
+pub fn watch_for(
+    path: PathBuf,
+    node_name: String,
+    proxy_name: Option<String>,
+    interval: Duration,
+    stop: Arc<AtomicBool>,
+    inbox: Arc<Inbox>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new().name("manifests".into()).spawn(move || {
-        let mut watcher = Watcher::new(path, node_name, inbox);
+        let mut watcher = Watcher::new(path, node_name, inbox).for_proxy(proxy_name);
         let mut seen = None;
         let mut last_error = None;
         while !stop.load(Ordering::SeqCst) {
@@ -68,6 +80,8 @@ pub fn watch(
 pub struct Watcher {
     path: PathBuf,
     node_name: String,
+    /// `--service-proxy-name`: only Services labelled with it are served.
+    proxy_name: Option<String>,
     inbox: Arc<Inbox>,
     /// A hash of every object's JSON as last delivered (or, for an object whose new content
     /// was refused, as last delivered good).
@@ -78,7 +92,12 @@ pub struct Watcher {
 impl Watcher {
     /// A watcher of `path` for node `node_name`, delivering to `inbox`.
     pub fn new(path: PathBuf, node_name: String, inbox: Arc<Inbox>) -> Watcher {
-        Watcher { path, node_name, inbox, known: HashMap::new(), listed: false }
+        Watcher { path, node_name, proxy_name: None, inbox, known: HashMap::new(), listed: false }
+    }
+
+    /// The same, for the proxy named `proxy_name` (`--service-proxy-name`).
+    pub fn for_proxy(self, proxy_name: Option<String>) -> Watcher {
+        Watcher { proxy_name, ..self }
     }
 
     /// Reads the manifests once and delivers what changed; returns how many objects did.
@@ -135,7 +154,9 @@ impl Watcher {
     /// Decodes and validates one object.
     fn validate(&self, file: &std::path::Path, doc: Value) -> Result<Option<ObjectChange>, String> {
         match decode(file, doc).map_err(|bad| bad.to_string())? {
-            Some(obj) => ObjectChange::from_api(&obj, &self.node_name).map_err(|e| e.to_string()),
+            Some(obj) => {
+                ObjectChange::from_api_for(&obj, &self.node_name, self.proxy_name.as_deref()).map_err(|e| e.to_string())
+            }
             None => Ok(None),
         }
     }

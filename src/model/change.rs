@@ -72,10 +72,20 @@ impl ObjectChange {
 
     /// Validates an object for node `node_name`; `Ok(None)` for another node's Node object.
     pub fn from_api(obj: &ApiObject, node_name: &str) -> Result<Option<ObjectChange>, ObjectError> {
+        ObjectChange::from_api_for(obj, node_name, None)
+    }
+
+    /// As [`ObjectChange::from_api`] for the proxy named `proxy_name` (`--service-proxy-name`):
+    /// a Service it does not serve is one with nothing to proxy.
+    pub fn from_api_for(
+        obj: &ApiObject,
+        node_name: &str,
+        proxy_name: Option<&str>,
+    ) -> Result<Option<ObjectChange>, ObjectError> {
         Ok(Some(match obj {
             ApiObject::Service(svc) => {
                 let key = endpoints::object_key("Service", &svc.metadata)?;
-                ObjectChange::Service(key, ServicePort::from_api(svc)?.map(|(_, ports)| ports))
+                ObjectChange::Service(key, ServicePort::from_api_for(svc, proxy_name)?.map(|(_, ports)| ports))
             }
             ApiObject::EndpointSlice(slice) => {
                 let key = endpoints::object_key("EndpointSlice", &slice.metadata)?;

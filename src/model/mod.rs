@@ -10,7 +10,9 @@ pub use change::{ObjectChange, ObjectId, ObjectKind};
 pub use cidrs::service_cidrs_from_api;
 pub use endpoints::{Endpoint, EndpointSliceInfo, SliceEndpoint, SlicePort, TRIGGER_TIME_ANNOTATION};
 pub use node::NodeInfo;
-pub use services::{DEFAULT_AFFINITY_TIMEOUT, ObjectError, SERVICE_PROXY_NAME_LABEL, ServicePort, is_dns_label};
+pub use services::{
+    DEFAULT_AFFINITY_TIMEOUT, HEADLESS_LABEL, ObjectError, SERVICE_PROXY_NAME_LABEL, ServicePort, is_dns_label,
+};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -338,7 +340,12 @@ impl Model {
     /// Validates an object and files it; a malformed object is returned as an error and
     /// changes nothing. Nodes other than `node_name` are ignored.
     pub fn apply(&mut self, obj: &ApiObject, node_name: &str) -> Result<(), ObjectError> {
-        if let Some(change) = ObjectChange::from_api(obj, node_name)? {
+        self.apply_for(obj, node_name, None)
+    }
+
+    /// As [`Model::apply`] for the proxy named `proxy_name` (`--service-proxy-name`).
+    pub fn apply_for(&mut self, obj: &ApiObject, node_name: &str, proxy_name: Option<&str>) -> Result<(), ObjectError> {
+        if let Some(change) = ObjectChange::from_api_for(obj, node_name, proxy_name)? {
             self.file(change);
         }
         Ok(())

@@ -90,11 +90,21 @@ impl ServicePort {
     /// Converts a Service; `Ok(None)` means the proxy has nothing to do for it
     /// (headless or labelled headless, ExternalName, another proxy's, or no ports).
     pub fn from_api(svc: &Service) -> Result<Option<(ObjectKey, Vec<ServicePort>)>, ObjectError> {
+        ServicePort::from_api_for(svc, None)
+    }
+
+    /// As [`ServicePort::from_api`] for the proxy named `proxy_name`
+    /// (`--service-proxy-name`): with a name, only Services labelled with it are served.
+    pub fn from_api_for(
+        svc: &Service,
+        proxy_name: Option<&str>,
+    ) -> Result<Option<(ObjectKey, Vec<ServicePort>)>, ObjectError> {
         let (namespace, name) = object_key("Service", &svc.metadata)?;
         let err = |what: String| ObjectError::new("Service", &namespace, &name, what);
         check_name(&namespace).and(check_name(&name)).map_err(&err)?;
         let labels = svc.metadata.labels.as_ref();
-        if labels.is_some_and(|l| l.contains_key(SERVICE_PROXY_NAME_LABEL) || l.contains_key(HEADLESS_LABEL)) {
+        let claimed_by = labels.and_then(|l| l.get(SERVICE_PROXY_NAME_LABEL)).map(String::as_str);
+        if claimed_by != proxy_name || labels.is_some_and(|l| l.contains_key(HEADLESS_LABEL)) {
             return Ok(None);
         }
         let spec = svc.spec.clone().unwrap_or_default();

@@ -1,6 +1,7 @@
 //! Runs the few helper commands the proxy starts, every run bounded in time and ended at
 //! shutdown: the node's `nft --version`, looked at for the log (the proxy needs no `nft`),
-//! and `iptables-legacy-save`, for the takeover's warning about legacy tables. Syncs, the
+//! and `iptables-legacy-save`/`-restore` (and the `ip6` ones), with which the takeover finds
+//! and removes kube-proxy's chains in legacy tables. Syncs and everything else of the
 //! takeover and `--cleanup` talk to the kernel over netlink and run nothing.
 
 use super::NftError;
@@ -51,11 +52,23 @@ impl Default for Limits {
 /// Runs `program` with `args` within `limits`, nothing on its stdin; returns what it printed.
 /// A failure's error holds what it said on stderr.
 pub fn run_binary(program: &str, args: &[&str], limits: &Limits) -> Result<String, NftError> {
+    run_with_input(program, args, None, limits)
+}
+
+/// Runs `program` with `args` within `limits`, `input` (if any) written to its stdin on a
+/// thread of its own (a child that stops reading cannot block the caller); returns what it
+/// printed. A failure's error holds what it said on stderr.
+pub fn run_with_input(
+    program: &str,
+    args: &[&str],
+    input: Option<String>,
+    limits: &Limits,
+) -> Result<String, NftError> {
     // Its own process group, so a child that started others (a wrapper script) is ended whole.
     let mut child = Command::new(program)
         .process_group(0)
         .args(args)
-        .stdin(Stdio::null())
+        .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -65,6 +78,17 @@ pub fn run_binary(program: &str, args: &[&str], limits: &Limits) -> Result<Strin
         let _ = child.wait();
         return Err(NftError::Io(std::io::Error::other("the child's stdout or stderr is missing")));
     };
+    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+        // Dropped at the end of the write: the child sees its input end.
+        let writer = std::thread::Builder::new().name("child-stdin".into()).spawn(move || {
+            let _ = std::io::Write::write_all(&mut stdin, text.as_bytes());
+        });
+        if let Err(e) = writer {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(NftError::Io(e));
+        }
+    }
     // Read on detached threads: a child that leaves a grandchild holding its pipes must not
     // keep the caller waiting for them.
     let printed = read_on_thread("child-stdout", stdout)?;

@@ -109,6 +109,48 @@ const KUBELET: &[&str] = &["KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"];
 /// kube-router's network-policy chains.
 const KUBE_ROUTER_PREFIXES: &[&str] = &["KUBE-ROUTER-", "KUBE-NWPLCY-", "KUBE-POD-FW-"];
 
+/// The ipsets kube-proxy's IPVS mode creates, by their IPv4 names (`ipsetInfo` in
+/// `pkg/proxy/ipvs/proxier.go`, the names in `ipset.go`); `KUBE-IPVS-IPS` since 1.26. Older
+/// releases named the SCTP sets without `-HASH` (as bitmaps). No other component uses these.
+pub const IPVS_SETS: &[&str] = &[
+    "KUBE-LOOP-BACK",
+    "KUBE-CLUSTER-IP",
+    "KUBE-EXTERNAL-IP",
+    "KUBE-EXTERNAL-IP-LOCAL",
+    "KUBE-LOAD-BALANCER",
+    "KUBE-LOAD-BALANCER-FW",
+    "KUBE-LOAD-BALANCER-LOCAL",
+    "KUBE-LOAD-BALANCER-SOURCE-IP",
+    "KUBE-LOAD-BALANCER-SOURCE-CIDR",
+    "KUBE-NODE-PORT-TCP",
+    "KUBE-NODE-PORT-LOCAL-TCP",
+    "KUBE-NODE-PORT-UDP",
+    "KUBE-NODE-PORT-LOCAL-UDP",
+    "KUBE-NODE-PORT-SCTP-HASH",
+    "KUBE-NODE-PORT-LOCAL-SCTP-HASH",
+    "KUBE-HEALTH-CHECK-NODE-PORT",
+    "KUBE-IPVS-IPS",
+    "KUBE-NODE-PORT-SCTP",
+    "KUBE-NODE-PORT-LOCAL-SCTP",
+];
+
+/// What an IPv6 proxier puts in place of the first `KUBE-` of a set's name.
+const IPV6_SET_PREFIX: &str = "KUBE-6-";
+
+/// The longest ipset name upstream writes (the kernel's limit, without the NUL).
+const SET_NAME_MAX: usize = 31;
+
+/// Every name of kube-proxy's IPVS-mode ipsets: [`IPVS_SETS`], then the IPv6 proxier's
+/// form of each (`KUBE-6-…`, cut to 31 characters as upstream cuts it).
+pub fn ipvs_set_names() -> Vec<String> {
+    let v6 = IPVS_SETS.iter().filter_map(|n| n.strip_prefix("KUBE-")).map(|rest| {
+        let mut name = format!("{IPV6_SET_PREFIX}{rest}");
+        name.truncate(SET_NAME_MAX);
+        name
+    });
+    IPVS_SETS.iter().map(|n| n.to_string()).chain(v6).collect()
+}
+
 /// Whether `(family, table)` is an iptables-nft table kube-proxy writes to.
 fn is_kube_proxy_iptables_table(family: NfFamily, table: &str) -> bool {
     matches!(family, NfFamily::Ip | NfFamily::Ip6) && matches!(table, "nat" | "filter" | "mangle")
@@ -177,6 +219,16 @@ mod tests {
             assert_eq!(classify(NfFamily::Ip, "nat", name, true), Verdict::Keep(Keep::OldKubelet));
         }
         assert_eq!(ip("nat", MARK_DROP), Verdict::Keep(Keep::MarkDrop));
+    }
+
+    #[test]
+    fn ipv6_set_names_are_cut_as_upstream_cuts_them() {
+        let names = ipvs_set_names();
+        assert_eq!(names.len(), 2 * IPVS_SETS.len());
+        for want in ["KUBE-6-CLUSTER-IP", "KUBE-6-LOAD-BALANCER-SOURCE-CID", "KUBE-6-NODE-PORT-LOCAL-SCTP-HAS"] {
+            assert!(names.iter().any(|n| n == want), "{want} missing from {names:?}");
+        }
+        assert!(names.iter().all(|n| n.len() <= SET_NAME_MAX && n.starts_with("KUBE-")));
     }
 
     #[test]

@@ -179,6 +179,7 @@ impl FamilyContext<'_> {
             mark: self.cfg.masquerade_mark,
             local: self.local.clone(),
             nodeport_all: self.nodeports == NodePorts::All,
+            drop_unallocated: self.cfg.service_proxy_name.is_none(),
         }
     }
 }
@@ -303,6 +304,7 @@ fn table_views<'a>(ruleset: &'a Ruleset, without_elements: bool, families: &[Fam
                 mark: format!("{:#x}", table.fixed.mark),
                 local: table.fixed.local.clone(),
                 nodeport_all: table.fixed.nodeport_all,
+                drop_unallocated: table.fixed.drop_unallocated,
                 endpoint_maps: endpoint_maps(),
                 table,
                 without_elements,

@@ -216,6 +216,9 @@ pub struct Fixed {
     pub local: super::Detector,
     /// NodePorts are served on every local address rather than on `@nodeport-ips`.
     pub nodeport_all: bool,
+    /// Traffic to an address of the ServiceCIDRs that no Service holds is dropped; not beside
+    /// kube-proxy (`--service-proxy-name`), where such an address may be one of its Services'.
+    pub drop_unallocated: bool,
 }
 
 /// A session-affinity group (one scope of a service port) as its entries name it.

@@ -124,6 +124,8 @@ pub struct TableView<'a> {
     pub local: Detector,
     /// NodePorts on every local address rather than `@nodeport-ips`.
     pub nodeport_all: bool,
+    /// Drop traffic to ServiceCIDR addresses no Service holds (not beside kube-proxy).
+    pub drop_unallocated: bool,
     /// Endpoint maps to declare.
     pub endpoint_maps: Vec<EndpointMapDecl>,
     /// The rendered content.

@@ -19,6 +19,27 @@ pub fn iptables_available() -> bool {
     false
 }
 
+/// Whether `ipset` and `iptables-legacy` are here too (`tests/run` installs them), for the
+/// IPVS layouts; in CI their absence fails.
+pub fn ipvs_tools_available() -> bool {
+    if !iptables_available() {
+        return false;
+    }
+    let ok = |tool: &str| {
+        let status = Command::new(tool).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
+        matches!(status, Ok(s) if s.success())
+    };
+    if ok("ipset") && ok("iptables-legacy-restore") {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "IPVS layout tests cannot run in CI: ipset or iptables-legacy is missing"
+    );
+    eprintln!("SKIPPING IPVS layout test: ipset or iptables-legacy is missing (apt-get install ipset iptables)");
+    false
+}
+
 /// A layout file's text: kube-proxy's lines (prefix `P `) with the prefix cut, or left out.
 pub fn layout(file: &str, with_kube_proxy: bool) -> String {
     let path = root().join("tests/kube-proxy-layouts").join(file);
@@ -36,27 +57,38 @@ pub fn layout(file: &str, with_kube_proxy: bool) -> String {
 }
 
 /// Loads the layout files into `ns`, in order: `.rules` with `iptables-nft-restore --noflush`
-/// (the `ip6` one for names with a `6`), `.nft` with `nft -f`.
+/// (the `ip6` one for names with a `6`, the legacy one for names with `legacy`), `.nft` with
+/// `nft -f`, `.ipset` with `ipset restore`.
 pub fn load(ns: &Netns, files: &[&str], with_kube_proxy: bool) {
     for file in files {
         let text = layout(file, with_kube_proxy);
         let tool = match file {
             f if f.ends_with(".nft") => "nft",
+            f if f.ends_with(".ipset") => "ipset",
+            f if f.contains("legacy") => "iptables-legacy-restore",
             f if f.contains('6') => "ip6tables-nft-restore",
             _ => "iptables-nft-restore",
         };
-        let out = if tool == "nft" { ns.run(&["nft", "-f", "-"], &text) } else { ns.run(&[tool, "--noflush"], &text) };
+        let out = match tool {
+            "nft" => ns.run(&["nft", "-f", "-"], &text),
+            "ipset" => ns.run(&["ipset", "restore"], &text),
+            _ => ns.run(&[tool, "--noflush"], &text),
+        };
         assert!(out.status.success(), "{tool} < {file} in {}: {}", ns.name, String::from_utf8_lossy(&out.stderr));
     }
 }
 
 /// Everything in the namespace but kube-nftproxy's own tables: both iptables-nft saves
-/// (exact, with comments and matches nft cannot print) and nft's listing of every other
-/// table, without counter values (traffic may have moved them).
+/// (exact, with comments and matches nft cannot print), nft's listing of every other
+/// table, without counter values (traffic may have moved them), and, where the tools are
+/// installed, the iptables-legacy saves and the ipsets' names.
 pub fn state(ns: &Netns) -> String {
     let mut all = String::new();
-    for tool in ["iptables-nft-save", "ip6tables-nft-save"] {
+    for tool in ["iptables-nft-save", "ip6tables-nft-save", "iptables-legacy-save", "ip6tables-legacy-save"] {
         let out = ns.run(&[tool], "");
+        if tool.contains("legacy") && !out.status.success() {
+            continue;
+        }
         assert!(out.status.success(), "{tool}: {}", String::from_utf8_lossy(&out.stderr));
         for line in String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.starts_with('#')) {
             // A chain's policy counters (`:INPUT ACCEPT [3:180]`) move with traffic.
@@ -73,5 +105,21 @@ pub fn state(ns: &Netns) -> String {
             all += &ns.nft(&["-s", "list", "table", family, name]);
         }
     }
+    if let Some(names) = ipset_names(ns) {
+        all += &format!("ipsets: {}\n", names.join(" "));
+    }
     all
+}
+
+/// The ipsets of `ns` (`ipset list -n`), sorted; `None` without `ipset`.
+fn ipset_names(ns: &Netns) -> Option<Vec<String>> {
+    let out = ns.run(&["ipset", "list", "-n"], "");
+    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+    names.sort();
+    out.status.success().then_some(names)
+}
+
+/// The ipsets of `ns`, sorted.
+pub fn ipsets(ns: &Netns) -> Vec<String> {
+    ipset_names(ns).expect("ipset list -n")
 }

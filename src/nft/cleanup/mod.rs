@@ -4,9 +4,12 @@
 //!
 //! Everything goes over nf_tables netlink, no `nft` run: tables, chains and rules are read
 //! from the kernel's dumps (`netlink`), and each removal is one transaction (`batch.rs`).
+//! Legacy (x_tables) tables, which nftables cannot see, are read and written through
+//! `iptables-legacy-save`/`-restore` (`legacy.rs`).
 
 mod batch;
 mod describe;
+pub mod legacy;
 
 use super::NftError;
 use super::netlink::{NfFamily, Socket};

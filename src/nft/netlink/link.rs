@@ -2,7 +2,7 @@
 //! The takeover uses it to remove the `kube-ipvs0` dummy interface that upstream
 //! kube-proxy's IPVS mode leaves holding every service IP, without running `ip`.
 
-use super::{NLM_F_ACK, NLM_F_REQUEST, NLMSG_ERROR, RECV_TIMEOUT, messages, sock};
+use super::{NLM_F_ACK, RECV_TIMEOUT, exchange, finish_message, sock, start_message};
 use std::io;
 const RTM_DELLINK: u16 = 17;
 const RTM_GETLINK: u16 = 18;
@@ -45,32 +45,13 @@ fn request(kind: u16, index: i32, flags: u16, attrs: &[u8]) -> io::Result<Option
     let fd = sock::open(sock::NETLINK_ROUTE, RECV_TIMEOUT)?;
     const SEQ: u32 = 1;
     let mut msg = Vec::with_capacity(64);
-    msg.extend_from_slice(&0u32.to_ne_bytes());
-    msg.extend_from_slice(&kind.to_ne_bytes());
-    msg.extend_from_slice(&(NLM_F_REQUEST | flags).to_ne_bytes());
-    msg.extend_from_slice(&SEQ.to_ne_bytes());
-    msg.extend_from_slice(&0u32.to_ne_bytes());
+    start_message(&mut msg, kind, flags, SEQ);
     let mut ifinfo = [0u8; IFINFOMSG_LEN];
     ifinfo[4..8].copy_from_slice(&index.to_ne_bytes());
     msg.extend_from_slice(&ifinfo);
     msg.extend_from_slice(attrs);
-    let len = msg.len() as u32;
-    msg[..4].copy_from_slice(&len.to_ne_bytes());
-    sock::send(&fd, &msg)?;
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = sock::recv(&fd, &mut buf)?;
-        for super::Msg { kind, body, seq, .. } in messages(&buf[..n]) {
-            if seq != SEQ {
-                continue;
-            }
-            if kind != NLMSG_ERROR {
-                return Ok(Some(body.to_vec()));
-            }
-            let code = body.get(..4).map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0);
-            return if code == 0 { Ok(None) } else { Err(io::Error::from_raw_os_error(-code)) };
-        }
-    }
+    finish_message(&mut msg);
+    exchange(&fd, &msg, SEQ)
 }
 
 fn put_attr(buf: &mut Vec<u8>, kind: u16, payload: &[u8]) {

@@ -12,6 +12,8 @@ pub(crate) mod abi;
 pub mod conntrack;
 mod dump;
 pub mod elements;
+pub mod ipset;
+pub mod ipvs;
 pub mod link;
 pub(crate) mod nla;
 mod rules;
@@ -283,6 +285,41 @@ fn messages(mut data: &[u8]) -> impl Iterator<Item = Msg<'_>> {
         data = &data[len.next_multiple_of(4).min(data.len())..];
         Some(Msg { kind, flags, body, seq, port })
     })
+}
+
+/// Starts a request in `buf`: a netlink header of `kind`, with `flags` besides
+/// `NLM_F_REQUEST`, and `seq`; the port id is left 0 for the kernel to fill in.
+/// [`finish_message`] sets its length.
+fn start_message(buf: &mut Vec<u8>, kind: u16, flags: u16, seq: u32) {
+    buf.extend_from_slice(&0u32.to_ne_bytes());
+    buf.extend_from_slice(&kind.to_ne_bytes());
+    buf.extend_from_slice(&(NLM_F_REQUEST | flags).to_ne_bytes());
+    buf.extend_from_slice(&seq.to_ne_bytes());
+    buf.extend_from_slice(&0u32.to_ne_bytes());
+}
+
+/// Writes the length of the one message in `buf` into its header.
+fn finish_message(buf: &mut [u8]) {
+    let len = u32::try_from(buf.len()).unwrap_or(u32::MAX);
+    buf[..4].copy_from_slice(&len.to_ne_bytes());
+}
+
+/// Sends the one request `msg` (sequence number `seq`) on `fd` and waits for its answer: the
+/// first reply's payload (after the netlink header), `None` for a plain acknowledgement, or
+/// the kernel's refusal as an error. Every receive is bounded by the socket's timeout.
+fn exchange(fd: &OwnedFd, msg: &[u8], seq: u32) -> io::Result<Option<Vec<u8>>> {
+    sock::send(fd, msg)?;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = sock::recv(fd, &mut buf)?;
+        // Answers to an earlier request carry another sequence number.
+        let Some(Msg { kind, body, .. }) = messages(&buf[..n]).find(|m| m.seq == seq) else { continue };
+        if kind != NLMSG_ERROR {
+            return Ok(Some(body.to_vec()));
+        }
+        let code = body.get(..4).map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0);
+        return if code == 0 { Ok(None) } else { Err(io::Error::from_raw_os_error(-code)) };
+    }
 }
 
 /// The payload of top-level attribute `t` in a message body (after the nfgenmsg).

@@ -9,8 +9,10 @@ use std::time::Duration;
 
 /// rtnetlink: interfaces and addresses.
 pub const NETLINK_ROUTE: i32 = 0;
-/// nfnetlink: nf_tables and ctnetlink.
+/// nfnetlink: nf_tables, ctnetlink and ipset.
 pub const NETLINK_NETFILTER: i32 = 12;
+/// Generic netlink: IPVS.
+pub const NETLINK_GENERIC: i32 = 16;
 
 /// Opens a netlink socket of `protocol`, close-on-exec (an `nft` child must not inherit it),
 /// with every receive bounded by `timeout`.
