@@ -42,11 +42,9 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 fn main() -> ExitCode {
     let flags = match config::load_from(std::env::args_os()) {
-        Ok((flags, unknown)) => {
+        Ok((flags, notes)) => {
             init_logging(flags.log_level());
-            for field in unknown {
-                log::warn!("--config: unknown field {field:?} ignored");
-            }
+            notes.log();
             flags
         }
         Err(ConfigError::Usage(e)) => e.exit(),
@@ -56,7 +54,9 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
-    let result = if flags.command.is_some() {
+    let result = if let Some(path) = &flags.write_config_to {
+        write_config(&flags, path)
+    } else if flags.command.is_some() {
         explain(&flags)
     } else if flags.cleanup {
         run_cleanup(&flags)
@@ -78,7 +78,8 @@ fn main() -> ExitCode {
                 || e.downcast_ref::<kube::ApiError>().is_some()
                 || e.downcast_ref::<kube::KubeConfigError>().is_some()
                 || e.downcast_ref::<requirements::RequirementError>().is_some()
-                || e.downcast_ref::<conntrack::sysctl::NotSet>().is_some();
+                || e.downcast_ref::<conntrack::sysctl::NotSet>().is_some()
+                || e.downcast_ref::<config::watch::Changed>().is_some();
             if not_input { ExitCode::FAILURE } else { ExitCode::from(EXIT_BAD_INPUT) }
         }
     }
@@ -108,6 +109,13 @@ fn init_logging(level: Option<log::LevelFilter>) {
         writeln!(buf, "[{} {style}{:<5}{style:#} {}] {message}", buf.timestamp(), record.level(), record.target())
     });
     builder.init();
+}
+
+/// `--write-config-to`: the effective configuration written as kube-proxy writes it, then exit.
+fn write_config(flags: &Flags, path: &std::path::Path) -> anyhow::Result<()> {
+    config::write_config(flags, path)?;
+    log::info!("wrote the configuration to {}", path.display());
+    Ok(())
 }
 
 /// The API source's shared state for the flags, if an API server is to be followed.
@@ -252,6 +260,7 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     let inbox = Arc::new(Inbox::default());
     let (events, main_events) = channel::<Event>();
     spawn_signal_thread(inbox.clone(), stop.clone(), events.clone())?;
+    let config_changed = watch_config(flags, &inbox, &stop, &events)?;
     let Some(_owner) = lock::own(LOCK_POLL, || stop.load(Ordering::SeqCst)).context("taking the node lock")? else {
         log::info!("stopped while waiting for the other instance");
         return Ok(());
@@ -304,7 +313,36 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
         log::error!("the sync thread did not stop within {SHUTDOWN_GRACE:?}; exiting anyway, the rules stay in place");
     }
     exec::end_all();
-    Ok(())
+    match config_changed.lock().map(|mut c| c.take()) {
+        Ok(Some(changed)) => Err(changed.into()),
+        _ => Ok(()),
+    }
+}
+
+/// As kube-proxy: a change to the `--config` file stops the daemon, which then ends with an
+/// error saying so (its supervisor restarts it with the new file). Returns where the change is
+/// left for the end.
+fn watch_config(
+    flags: &Flags,
+    inbox: &Arc<Inbox>,
+    stop: &Arc<AtomicBool>,
+    events: &Sender<Event>,
+) -> anyhow::Result<Arc<std::sync::Mutex<Option<config::watch::Changed>>>> {
+    let found = Arc::new(std::sync::Mutex::new(None));
+    if let Some(path) = flags.config.clone() {
+        let (inbox, stop_now, events, slot) = (inbox.clone(), stop.clone(), events.clone(), found.clone());
+        config::watch::spawn(path, config::watch::POLL, stop.clone(), move |changed| {
+            log::error!("{changed}");
+            if let Ok(mut slot) = slot.lock() {
+                *slot = Some(changed);
+            }
+            stop_now.store(true, Ordering::SeqCst);
+            inbox.request(|r| r.shutdown = true);
+            let _ = events.send(Event::Stopping);
+        })
+        .context("watching the configuration file")?;
+    }
+    Ok(found)
 }
 
 /// Asks the kernel's OOM killer to spare the proxy, as kube-proxy does. A failure is logged

@@ -91,6 +91,10 @@ fn file(name: &str, text: &str) -> PathBuf {
 }
 
 fn load(path: &std::path::Path, extra: &[&str]) -> Result<(Flags, Vec<String>), ConfigError> {
+    load_notes(path, extra).map(|(f, notes)| (f, notes.unknown_fields))
+}
+
+fn load_notes(path: &std::path::Path, extra: &[&str]) -> Result<(Flags, config::Notes), ConfigError> {
     let mut args = vec!["kube-nftproxy".to_string(), format!("--config={}", path.display())];
     args.extend(extra.iter().map(|a| a.to_string()));
     config::load_from(args)
@@ -129,6 +133,7 @@ fn every_field_reaches_its_flag() {
     let text = r#"
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
+mode: nftables
 hostnameOverride: Node-B
 bindAddress: 192.0.2.7
 clusterCIDR: 10.0.0.0/8
@@ -179,22 +184,35 @@ kubeNftproxy: {manifests: /etc/m, fullSyncPeriod: 2h, nftTimeout: 10s, cleanupKu
 }
 
 #[test]
-fn the_command_line_wins_over_the_file() {
-    let text = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n\
-                nftables: {masqueradeBit: 5, masqueradeAll: true}\nhostnameOverride: from-file\n";
+fn with_config_kube_proxys_flags_are_ignored_but_the_hostname_logging_and_own_flags_win() {
+    let text = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\n\
+                nftables: {masqueradeBit: 5, masqueradeAll: true}\nhostnameOverride: from-file\n\
+                kubeNftproxy: {fullSyncPeriod: 2h}\n";
     let path = file("override", text);
-    let (f, _) = load(&path, &["--masquerade-bit=3", "--hostname-override=from-flag"]).unwrap();
-    assert_eq!((f.masquerade_bit, f.hostname_override.as_deref()), (3, Some("from-flag")));
-    assert!(f.masquerade_all, "what the command line leaves out still comes from the file");
-    // A flag given with its default value is still given.
-    let (f, _) = load(&path, &["--masquerade-bit=14"]).unwrap();
-    assert_eq!(f.masquerade_bit, 14);
+    let args = ["--iptables-masquerade-bit=3", "--hostname-override= From-Flag ", "--conntrack-min=7", "-v=3"];
+    let (f, notes) =
+        load_notes(&path, &[&args[..], &["--full-sync-period=1m", "--masquerade-all=false"]].concat()).unwrap();
+    assert_eq!(f.masquerade_bit, 5, "the file's bit, not the ignored flag's");
+    assert!(f.masquerade_all, "the file's, not --masquerade-all=false");
+    assert_eq!(f.conntrack_min, 131072, "an ignored flag the file leaves out takes kube-proxy's default");
+    let cfg = Config::from_flags(&f).unwrap();
+    assert_eq!(cfg.node_name, "from-flag", "--hostname-override wins, trimmed and lower-cased");
+    assert_eq!((f.verbosity, f.full_sync_period), (Some(3), Duration::from_secs(60)), "logging and own flags win");
+    for flag in ["--iptables-masquerade-bit", "--conntrack-min", "--masquerade-all"] {
+        let want = format!("{flag} is ignored: --config is given (as kube-proxy)");
+        assert_eq!(notes.warnings.iter().filter(|w| **w == want).count(), 1, "{want}: {:?}", notes.warnings);
+    }
+    assert_eq!(notes.warnings.len(), 3, "hostname, -v and own flags are not ignored: {:?}", notes.warnings);
+    // Without --config the same flags are taken.
+    let (f, notes) = config::load_from(["kube-nftproxy", "--iptables-masquerade-bit=3", "--masquerade-all"]).unwrap();
+    assert_eq!((f.masquerade_bit, f.masquerade_all), (3, true));
+    assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
 }
 
 #[test]
 fn json_is_read_too_and_unknown_fields_are_named() {
     let text = r#"{"apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
-        "nftables": {"masqueradeBit": 9, "frobnicate": true}, "clusterCidr": "10.0.0.0/8", "kubeNftproxy": {"x": 1}}"#;
+        "mode": "nftables", "nftables": {"masqueradeBit": 9, "frobnicate": true}, "clusterCidr": "10.0.0.0/8", "kubeNftproxy": {"x": 1}}"#;
     let (f, unknown) = load(&file("json", text), &[]).unwrap();
     assert_eq!(f.masquerade_bit, 9);
     let mut unknown = unknown;
@@ -207,7 +225,12 @@ fn json_is_read_too_and_unknown_fields_are_named() {
 fn a_bad_value_is_refused_by_its_field_name() {
     let head = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
     for (i, (body, field)) in [
-        ("nftables: {masqueradeBit: 40}", "nftables.masqueradeBit"),
+        ("iptables: {masqueradeBit: 40}", "iptables.masqueradeBit"),
+        ("mode: nftables\nnftables: {masqueradeBit: -1}", "nftables.masqueradeBit"),
+        ("clientConnection: {burst: -1}", "clientConnection.burst"),
+        ("featureGates: {Frobnicate: true}", "featureGates"),
+        ("mode: ipvs\nipvs: {scheduler: fastest}", "ipvs.scheduler"),
+        ("logging: {format: xml}", "logging.format"),
         ("nftables: {syncPeriod: 5 parsecs}", "nftables.syncPeriod"),
         ("nftables: {masqueradeAll: sometimes}", "nftables.masqueradeAll"),
         ("clusterCIDR: 10.0.0.0/33", "clusterCIDR"),
@@ -219,7 +242,7 @@ fn a_bad_value_is_refused_by_its_field_name() {
         ("detectLocalMode: Guess", "detectLocalMode"),
         ("conntrack: {maxPerCore: -1}", "conntrack.maxPerCore"),
         ("oomScoreAdj: 5000", "oomScoreAdj"),
-        ("mode: iptables", "mode"),
+        ("mode: kernelspace", "mode"),
     ]
     .into_iter()
     .enumerate()
@@ -251,7 +274,7 @@ fn binary(args: &[&str]) -> std::process::Output {
 fn the_binary_takes_the_file_and_says_what_is_wrong_with_it() {
     let cluster = common::root().join("examples/cluster");
     let text = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nhostnameOverride: node-a\n\
-                nftables: {masqueradeBit: 3}\nfrobnicate: 1\n";
+                mode: nftables\nnftables: {masqueradeBit: 3}\nfrobnicate: 1\n";
     let good = file("binary", text);
     let out = binary(&["--config", good.to_str().unwrap(), "--dry-run", "--manifests", cluster.to_str().unwrap()]);
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -266,7 +289,7 @@ fn the_binary_takes_the_file_and_says_what_is_wrong_with_it() {
     );
     let bad = file(
         "binary-bad",
-        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nnftables: {masqueradeBit: 99}\n",
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\nnftables: {masqueradeBit: 99}\n",
     );
     let out = binary(&["--config", bad.to_str().unwrap(), "--dry-run", "--manifests", cluster.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "an invalid file is bad input");
@@ -313,25 +336,29 @@ fn with(name: &str, body: &str) -> PathBuf {
 }
 
 #[test]
-fn proxy_mode_is_taken_by_kube_proxys_flag_name_and_only_nftables() {
-    for args in [&["--proxy-mode=nftables"][..], &["--proxy-mode", "nftables"], &["--proxy-mode="]] {
-        let argv = ["kube-nftproxy"].iter().chain(args);
-        assert!(config::load_from(argv).is_ok(), "{args:?}");
+fn every_linux_proxy_mode_runs_this_proxy_and_others_are_refused() {
+    for mode in ["nftables", "iptables", "ipvs", ""] {
+        let (f, notes) = config::load_from(["kube-nftproxy", &format!("--proxy-mode={mode}")]).unwrap();
+        assert_eq!(f.proxy_mode.as_deref(), Some(mode));
+        let warned = notes.warnings.iter().filter(|w| w.contains("kube-nftproxy serves the")).count();
+        assert_eq!(warned, usize::from(matches!(mode, "iptables" | "ipvs")), "{mode}: {:?}", notes.warnings);
     }
-    let iptables = with("mode-iptables", "mode: iptables");
-    let (f, _) = load(&iptables, &["--proxy-mode=nftables"]).expect("the flag stands in for the file's mode");
-    assert_eq!(f.proxy_mode.as_deref(), Some("nftables"));
-    let err = load(&with("mode-nftables", "mode: nftables"), &["--proxy-mode=ipvs"]).unwrap_err();
-    assert!(matches!(err, ConfigError::Usage(_)) && err.to_string().contains("--proxy-mode"), "{err}");
+    let (f, notes) = load_notes(&with("mode-ipvs", "mode: ipvs\nipvs: {scheduler: lc}"), &[]).unwrap();
+    assert_eq!((f.proxy_mode.as_deref(), f.ipvs_scheduler.as_str()), (Some("ipvs"), "lc"));
+    assert!(notes.warnings.iter().any(|w| w.contains("\"lc\"") && w.contains("random")), "{:?}", notes.warnings);
+    let err = config::load_from(["kube-nftproxy", "--proxy-mode=ipvs", "--ipvs-scheduler=fastest"]).unwrap_err();
+    assert!(err.to_string().contains("--ipvs-scheduler"), "{err}");
+    assert!(config::load_from(["kube-nftproxy", "--ipvs-scheduler=fastest"]).is_ok(), "checked in ipvs mode only");
     // The binary: a usage error naming the flag, status 2, as the file's mode.
+    let kernelspace = with("mode-kernelspace", "mode: kernelspace");
     for (args, named) in [
-        (vec!["--proxy-mode=iptables".to_string()], "--proxy-mode"),
-        (vec![format!("--config={}", iptables.display())], "mode"),
+        (vec!["--proxy-mode=userspace".to_string()], "--proxy-mode"),
+        (vec![format!("--config={}", kernelspace.display())], "mode"),
     ] {
         let out = binary(&[&args[0], "--dry-run", "--hostname-override=node-a"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains(named) && stderr.contains("iptables"), "{args:?}: {stderr}");
+        assert!(stderr.contains(named) && stderr.contains("space"), "{args:?}: {stderr}");
     }
 }
 
@@ -352,7 +379,7 @@ fn default_health_and_metrics_addresses_follow_the_bind_address_family() {
     // kubeadm's file with an IPv6 bindAddress: its empty addresses are unset, so defaulted.
     let kubeadm6 = file("kubeadm6", &KUBEADM.replace("bindAddress: 0.0.0.0", "bindAddress: \"::\""));
     assert_eq!(serving(load(&kubeadm6, &[]).unwrap().0), v6);
-    assert_eq!(serving(load(&kubeadm6, &["--bind-address=10.0.0.1"]).unwrap().0), v4, "the flag's family counts");
+    assert_eq!(serving(load(&kubeadm6, &["--bind-address=10.0.0.1"]).unwrap().0), v6, "the flag is ignored");
     let set = with("serving6", "bindAddress: 2001:db8::7\nmetricsBindAddress: 127.0.0.1:9999");
     let (f, _) = load(&set, &[]).unwrap();
     assert_eq!(serving(f), (v6.0, BindAddress(Some("127.0.0.1:9999".parse().unwrap()))));
@@ -380,23 +407,29 @@ fn kube_proxys_logging_block_is_read_and_its_verbosity_is_v() {
 }
 
 #[test]
-fn a_min_sync_period_longer_than_the_sync_period_is_refused_after_the_flags() {
-    let slow = with("min-above", "nftables: {syncPeriod: 5s, minSyncPeriod: 10s}");
+fn a_min_sync_period_longer_than_the_sync_period_is_refused_naming_what_set_it() {
+    let slow = with("min-above", "mode: nftables\nnftables: {syncPeriod: 5s, minSyncPeriod: 10s}");
     let err = load(&slow, &[]).unwrap_err().to_string();
     assert!(err.contains("nftables.minSyncPeriod") && err.contains("nftables.syncPeriod"), "{err}");
-    let (f, _) = load(&slow, &["--sync-period=1m"]).expect("the flag's period is the one checked");
-    assert_eq!((f.min_sync_period, f.sync_period), (Duration::from_secs(10), Duration::from_secs(60)));
-    assert!(load(&slow, &["--min-sync-period=5s"]).is_ok(), "equal periods are allowed");
-    let err = config::load_from(["kube-nftproxy", "--min-sync-period=31s"]).unwrap_err().to_string();
-    assert!(err.contains("--min-sync-period"), "kube-proxy's 30s sync period is the bound: {err}");
+    let err = load(&with("min-above-ipt", "iptables: {syncPeriod: 5s, minSyncPeriod: 10s}"), &[]).unwrap_err();
+    assert!(err.to_string().contains("iptables.minSyncPeriod"), "an empty mode reads iptables': {err}");
+    let (f, _) = load(&with("ipvs-periods", "mode: ipvs\nipvs: {syncPeriod: 2m, minSyncPeriod: 3s}"), &[]).unwrap();
+    assert_eq!((f.sync_period, f.min_sync_period), (Duration::from_secs(120), Duration::from_secs(3)));
+    let err = config::load_from(["kube-nftproxy", "--iptables-min-sync-period=31s"]).unwrap_err().to_string();
+    assert!(err.contains("--iptables-min-sync-period"), "kube-proxy's 30s sync period is the bound: {err}");
+    let err = config::load_from(["kube-nftproxy", "--proxy-mode=ipvs", "--ipvs-min-sync-period=31s"]).unwrap_err();
+    assert!(err.to_string().contains("--ipvs-min-sync-period"), "{err}");
     // Negative periods are not durations at all.
-    let err = load(&with("negative", "nftables: {minSyncPeriod: -1s}"), &[]).unwrap_err().to_string();
+    let err = load(&with("negative", "mode: nftables\nnftables: {minSyncPeriod: -1s}"), &[]).unwrap_err().to_string();
     assert!(err.contains("nftables.minSyncPeriod"), "{err}");
-    for args in [vec![format!("--config={}", slow.display())], vec!["--min-sync-period=1m".to_string()]] {
-        let out = binary(&[&args[0], "--dry-run", "--hostname-override=node-a"]);
+    for (args, named) in [
+        (format!("--config={}", slow.display()), "nftables.minSyncPeriod"),
+        ("--min-sync-period=1m".to_string(), "--iptables-min-sync-period"),
+    ] {
+        let out = binary(&[&args, "--dry-run", "--hostname-override=node-a"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains("minSyncPeriod"), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(2), "{args}: {stderr}");
+        assert!(stderr.contains(named), "{args}: {stderr}");
     }
 }
 

@@ -6,6 +6,7 @@
 //! kube-proxy. Fields of kube-proxy's other modes are read and left alone; any other field is
 //! a warning naming it.
 
+use super::features::FeatureGates;
 use super::values::{
     MAX_DURATION, parse_duration, parse_healthz_bind, parse_metrics_bind, parse_proxy_mode, valid_node_name,
 };
@@ -13,6 +14,7 @@ use super::{ConfigError, Flags};
 use crate::input;
 use ipnet::IpNet;
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -42,7 +44,12 @@ struct KubeProxyConfiguration {
     healthz_bind_address: Option<String>,
     metrics_bind_address: Option<String>,
     #[serde(default)]
-    nftables: NfTables,
+    nftables: ModeSection,
+    #[serde(default)]
+    iptables: ModeSection,
+    #[serde(default)]
+    ipvs: Ipvs,
+    feature_gates: Option<BTreeMap<String, bool>>,
     detect_local_mode: Option<String>,
     #[serde(default)]
     detect_local: DetectLocal,
@@ -57,35 +64,53 @@ struct KubeProxyConfiguration {
     kube_nftproxy: Own,
     // kube-proxy's settings that do not apply here (other modes, other platforms, and what
     // this proxy does its own way): accepted as kube-proxy accepts them, and not used.
-    #[serde(rename = "iptables")]
-    _iptables: Option<Unused>,
-    #[serde(rename = "ipvs")]
-    _ipvs: Option<Unused>,
-    #[serde(rename = "winkernel")]
-    _winkernel: Option<Unused>,
-    #[serde(rename = "windowsRunAsService")]
-    _windows_run_as_service: Option<Unused>,
-    #[serde(rename = "featureGates")]
-    _feature_gates: Option<Unused>,
-    #[serde(rename = "portRange")]
-    _port_range: Option<Unused>,
-    #[serde(rename = "enableProfiling")]
-    _enable_profiling: Option<Unused>,
-    #[serde(rename = "bindAddressHardFail")]
-    _bind_address_hard_fail: Option<Unused>,
-    #[serde(rename = "configSyncPeriod")]
-    _config_sync_period: Option<Unused>,
-    #[serde(rename = "showHiddenMetricsForVersion")]
-    _show_hidden_metrics_for_version: Option<Unused>,
+    winkernel: Option<Unused>,
+    windows_run_as_service: Option<Unused>,
+    port_range: Option<Unused>,
+    enable_profiling: Option<Unused>,
+    bind_address_hard_fail: Option<Unused>,
+    config_sync_period: Option<Unused>,
+    show_hidden_metrics_for_version: Option<Unused>,
 }
 
+/// The no-effect top-level fields, named at start when they hold a value.
+const NO_EFFECT_FIELDS: [&str; 7] = [
+    "winkernel",
+    "windowsRunAsService",
+    "portRange",
+    "enableProfiling",
+    "bindAddressHardFail",
+    "configSyncPeriod",
+    "showHiddenMetricsForVersion",
+];
+
+/// A mode's section (`nftables`, `iptables`): which one is read depends on `mode`, as in
+/// upstream's conversion.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct NfTables {
+struct ModeSection {
     masquerade_all: Option<bool>,
     masquerade_bit: Option<i32>,
     sync_period: Option<GoDuration>,
     min_sync_period: Option<GoDuration>,
+    localhost_node_ports: Option<Unused>,
+}
+
+/// The `ipvs` section: its periods in ipvs mode, its scheduler (checked in ipvs mode), and
+/// knobs with no effect here.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Ipvs {
+    sync_period: Option<GoDuration>,
+    min_sync_period: Option<GoDuration>,
+    scheduler: Option<String>,
+    #[serde(rename = "excludeCIDRs")]
+    exclude_cidrs: Option<Vec<String>>,
+    #[serde(rename = "strictARP")]
+    strict_arp: Option<Unused>,
+    tcp_timeout: Option<Unused>,
+    tcp_fin_timeout: Option<Unused>,
+    udp_timeout: Option<Unused>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -111,30 +136,22 @@ struct Conntrack {
 #[serde(rename_all = "camelCase")]
 struct ClientConnection {
     kubeconfig: Option<String>,
-    #[serde(rename = "acceptContentTypes")]
-    _accept_content_types: Option<Unused>,
-    #[serde(rename = "contentType")]
-    _content_type: Option<Unused>,
-    #[serde(rename = "qps")]
-    _qps: Option<Unused>,
-    #[serde(rename = "burst")]
-    _burst: Option<Unused>,
+    accept_content_types: Option<String>,
+    content_type: Option<String>,
+    qps: Option<f32>,
+    burst: Option<i32>,
 }
 
-/// kube-proxy's `logging` (component-base's LoggingConfiguration): only the verbosity means
-/// anything here; the log format and per-file levels are klog's, and have no counterpart.
+/// kube-proxy's `logging` (component-base's LoggingConfiguration): the verbosity and format
+/// mean something here; flushing, per-file levels and stream options are klog's.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Logging {
     verbosity: Option<u32>,
-    #[serde(rename = "vmodule")]
-    _vmodule: Option<Unused>,
-    #[serde(rename = "flushFrequency")]
-    _flush_frequency: Option<Unused>,
-    #[serde(rename = "format")]
-    _format: Option<Unused>,
-    #[serde(rename = "options")]
-    _options: Option<Unused>,
+    format: Option<String>,
+    vmodule: Option<Unused>,
+    flush_frequency: Option<Unused>,
+    options: Option<Unused>,
 }
 
 /// kube-nftproxy's own settings, under `kubeNftproxy:`.
@@ -167,6 +184,53 @@ pub struct FileSettings {
     file: KubeProxyConfiguration,
     /// Fields of the file this proxy does not know (paths like `nftables.foo`).
     pub unknown_fields: Vec<String>,
+}
+
+impl FileSettings {
+    /// The file's fields that have no effect here and hold a value other than kube-proxy's
+    /// "unset" (kubeadm writes them all, empty), by path.
+    pub fn no_effect_fields(&self) -> Vec<String> {
+        let f = &self.file;
+        let ipvs = &f.ipvs;
+        let top = [
+            &f.winkernel,
+            &f.windows_run_as_service,
+            &f.port_range,
+            &f.enable_profiling,
+            &f.bind_address_hard_fail,
+            &f.config_sync_period,
+            &f.show_hidden_metrics_for_version,
+        ];
+        let mut named: Vec<(String, &Option<Unused>)> =
+            NO_EFFECT_FIELDS.iter().map(|n| n.to_string()).zip(top).collect();
+        for (name, v) in [
+            ("ipvs.strictARP", &ipvs.strict_arp),
+            ("ipvs.tcpTimeout", &ipvs.tcp_timeout),
+            ("ipvs.tcpFinTimeout", &ipvs.tcp_fin_timeout),
+            ("ipvs.udpTimeout", &ipvs.udp_timeout),
+            ("iptables.localhostNodePorts", &f.iptables.localhost_node_ports),
+            ("nftables.localhostNodePorts", &f.nftables.localhost_node_ports),
+            ("logging.vmodule", &f.logging.vmodule),
+            ("logging.flushFrequency", &f.logging.flush_frequency),
+            ("logging.options", &f.logging.options),
+        ] {
+            named.push((name.to_string(), v));
+        }
+        named.into_iter().filter(|(_, v)| v.as_ref().is_some_and(holds_value)).map(|(n, _)| n).collect()
+    }
+}
+
+/// Whether a value is more than kube-proxy's "unset" (null, false, zero, empty).
+fn holds_value(v: &Unused) -> bool {
+    use serde_json::Value;
+    match v {
+        Value::Null | Value::Bool(false) => false,
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::String(s) => !matches!(s.trim(), "" | "0" | "0s"),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => o.values().any(holds_value),
+        Value::Bool(true) => true,
+    }
 }
 
 /// Reads and checks a configuration file.
@@ -218,20 +282,10 @@ impl FileSettings {
     pub fn apply(self, flags: &mut Flags, given: impl Fn(&str) -> bool) -> Result<Vec<&'static str>, ConfigError> {
         let f = self.file;
         let mut m = Merge { flags, given, filed: Vec::new() };
-        // Only the mode in force is checked: `--proxy-mode=nftables` stands in for the file's.
-        if !(m.given)("proxy_mode") {
-            let mode = text(&f.mode).map(|mode| parse_proxy_mode(&mode).map(Some)).transpose();
-            set!(m, proxy_mode, mode.map_err(|e| field("mode", e))?);
-        }
+        let mode = text(&f.mode).map(|mode| parse_proxy_mode(&mode)).transpose().map_err(|e| field("mode", e))?;
+        set!(m, proxy_mode, mode.map(Some));
         node(&f, &mut m)?;
-        let n = &f.nftables;
-        set!(m, masquerade_all, n.masquerade_all);
-        let bit = checked(("nftables.masqueradeBit", "must be within 0..=31"), n.masquerade_bit, |b| {
-            u8::try_from(b).ok().filter(|b| *b <= 31)
-        })?;
-        set!(m, masquerade_bit, bit);
-        set!(m, sync_period, nonzero(n.sync_period));
-        set!(m, min_sync_period, nonzero(n.min_sync_period));
+        mode_sections(&f, &mut m)?;
         let c = &f.conntrack;
         set!(
             m,
@@ -244,14 +298,18 @@ impl FileSettings {
         set!(m, conntrack_tcp_be_liberal, c.tcp_be_liberal);
         set!(m, conntrack_udp_timeout, c.udp_timeout.map(|d| d.0));
         set!(m, conntrack_udp_timeout_stream, c.udp_stream_timeout.map(|d| d.0));
-        set!(m, kubeconfig, text(&f.client_connection.kubeconfig).map(|k| Some(PathBuf::from(k))));
+        client(&f.client_connection, &mut m)?;
         let oom = checked(("oomScoreAdj", "must be within -1000..=1000"), f.oom_score_adj, |n| {
             (-1000..=1000).contains(&n).then_some(n)
         })?;
         set!(m, oom_score_adj, oom);
-        // klog takes any 32-bit level; past 5 every level logs all the same here.
-        let verbosity = f.logging.verbosity.filter(|v| *v > 0).map(|v| Some(u8::try_from(v).unwrap_or(u8::MAX)));
+        set!(m, feature_gates, f.feature_gates.clone().map(FeatureGates));
+        let verbosity = f.logging.verbosity.filter(|v| *v > 0).map(Some);
         set!(m, verbosity, verbosity);
+        let format = checked(("logging.format", "must be text or json"), text(&f.logging.format), |f| {
+            matches!(f.as_str(), "text" | "json").then_some(f)
+        })?;
+        set!(m, logging_format, format);
         let own = &f.kube_nftproxy;
         set!(m, manifests, text(&own.manifests).map(|p| Some(PathBuf::from(p))));
         set!(m, full_sync_period, nonzero(own.full_sync_period));
@@ -259,6 +317,45 @@ impl FileSettings {
         set!(m, cleanup_kube_proxy_at_start, own.cleanup_kube_proxy_at_start);
         Ok(m.filed)
     }
+}
+
+/// The periods and masquerading from the section of the file's mode, as upstream's
+/// conversion reads them: `nftables` in nftables mode, `ipvs`'s periods and `iptables`'s
+/// masquerading in ipvs mode, `iptables` otherwise; and the IPVS scheduler.
+fn mode_sections<G: Fn(&str) -> bool>(f: &KubeProxyConfiguration, m: &mut Merge<'_, G>) -> Result<(), ConfigError> {
+    let mode = text(&f.mode).unwrap_or_default();
+    let (masq, masq_name) = if mode == "nftables" { (&f.nftables, "nftables") } else { (&f.iptables, "iptables") };
+    let (sync, min) = match mode.as_str() {
+        "nftables" => (f.nftables.sync_period, f.nftables.min_sync_period),
+        "ipvs" => (f.ipvs.sync_period, f.ipvs.min_sync_period),
+        _ => (f.iptables.sync_period, f.iptables.min_sync_period),
+    };
+    set!(m, masquerade_all, masq.masquerade_all);
+    let bit_name = format!("{masq_name}.masqueradeBit");
+    let bit = checked((&bit_name, "must be within 0..=31"), masq.masquerade_bit, |b| {
+        u8::try_from(b).ok().filter(|b| *b <= 31)
+    })?;
+    set!(m, masquerade_bit, bit);
+    set!(m, sync_period, nonzero(sync));
+    set!(m, min_sync_period, nonzero(min));
+    set!(m, ipvs_scheduler, f.ipvs.scheduler.clone().map(|s| s.trim().to_string()));
+    if let Some(cidrs) = &f.ipvs.exclude_cidrs {
+        m.flags.no_effect.ipvs_exclude_cidrs = cidrs.clone();
+    }
+    Ok(())
+}
+
+/// `clientConnection`: zero and empty values take kube-proxy's defaults.
+fn client<G: Fn(&str) -> bool>(c: &ClientConnection, m: &mut Merge<'_, G>) -> Result<(), ConfigError> {
+    set!(m, kubeconfig, text(&c.kubeconfig).map(|k| Some(PathBuf::from(k))));
+    set!(m, kube_api_content_type, text(&c.content_type));
+    set!(m, kube_api_accept_content_types, text(&c.accept_content_types));
+    set!(m, kube_api_qps, c.qps.filter(|q| *q != 0.0));
+    let burst = checked(("clientConnection.burst", "must not be negative"), c.burst.filter(|b| *b != 0), |b| {
+        (b >= 0).then_some(b)
+    })?;
+    set!(m, kube_api_burst, burst);
+    Ok(())
 }
 
 /// The settings about this node and where it serves, each checked as its flag would be.
