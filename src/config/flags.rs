@@ -41,6 +41,8 @@ const LONG_VERSION: &str = concat!(
 #[command(
     name = "kube-nftproxy",
     version,
+    // As pflag: a flag given again takes the later value.
+    args_override_self = true,
     long_version = LONG_VERSION,
     about = "Kubernetes service proxy on nftables, a drop-in for kube-proxy's nftables mode",
     after_help = "With --config, as with kube-proxy, the file replaces kube-proxy's flags given on the command \
