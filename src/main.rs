@@ -205,6 +205,7 @@ fn load_model(flags: &Flags, cfg: &Config) -> anyhow::Result<Model> {
             model.file(change);
         }
     }
+    model.set_external_ips(cfg.external_ips);
     model.set_host_addresses(kube_nftproxy::host::interface_addresses().context("reading interface addresses")?);
     Ok(model)
 }

@@ -615,3 +615,21 @@ fn write_config_to_writes_what_reads_back_the_same() {
     assert!(String::from_utf8_lossy(&a.stdout).contains("0x20"), "the masquerade bit 5 is in the ruleset");
     assert_eq!(String::from_utf8_lossy(&a.stdout), String::from_utf8_lossy(&b.stdout));
 }
+
+#[test]
+fn allow_service_external_ips_off_stops_serving_external_ips_as_upstream() {
+    let cluster = common::root().join("examples/cluster");
+    let dry_run = |extra: &[&str]| {
+        let base = ["--dry-run", "--hostname-override=node-a", "--manifests", cluster.to_str().unwrap()];
+        let out = binary(&[&base[..], extra].concat());
+        assert!(out.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (on, off) = (dry_run(&[]), dry_run(&["--feature-gates=AllowServiceExternalIPs=false"]));
+    assert!(on.contains("198.51.100.20"), "the external IP is served by default:\n{on}");
+    assert!(!off.contains("198.51.100.20"), "the external IP is still served with the gate off:\n{off}");
+    assert!(off.contains("198.51.100.10"), "load-balancer IPs stay served:\n{off}");
+    assert_eq!(dry_run(&["--feature-gates=AllowServiceExternalIPs=true"]), on);
+    let file = with("no-external-ips", "featureGates: {AllowServiceExternalIPs: false}");
+    assert_eq!(dry_run(&[&format!("--config={}", file.display())]), off, "the file's featureGates too");
+}

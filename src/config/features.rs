@@ -2,10 +2,10 @@
 //! checked as its feature gate does (unknown names and locked gates set away from their
 //! default are refused).
 //!
-//! No gate the newest kube-proxy reads in its proxy code can be changed: each one
-//! (`PreferSameTrafficDistribution`, `NFTablesProxyMode`, `MultiCIDRServiceAllocator`, ...) is
-//! GA and locked to on, which is what this proxy implements. The table serves to accept
-//! what kube-proxy accepts, and to answer `enabled()` for the few gates read here.
+//! Of the gates the newest kube-proxy reads in its proxy code, AllowServiceExternalIPs can be
+//! changed (off: Services' `externalIPs` are not served, `Config::external_ips`); the others
+//! (`PreferSameTrafficDistribution`, `NFTablesProxyMode`, `MultiCIDRServiceAllocator`, ...) are
+//! GA and locked on, which is what this proxy implements.
 
 use std::collections::BTreeMap;
 
@@ -94,9 +94,17 @@ const KUBERNETES: &str = "\
     WindowsGracefulNodeShutdown=true WindowsHostNetwork=false \
 ";
 
+/// Gates newer than that list: AllowServiceExternalIPs (1.36, deprecated, on) and
+/// KubeProxyIPVS (on; IPVS mode's, deprecated).
+const NEWER: &str = "AllowServiceExternalIPs=true KubeProxyIPVS=true";
+
 /// Gates component-base adds for logging, and the two that set every alpha or beta gate.
 const COMPONENT_BASE: &str =
     "AllAlpha=false AllBeta=false ContextualLogging=true LoggingAlphaOptions=false LoggingBetaOptions=true";
+
+/// The gate that keeps Services' `externalIPs` served (deprecated in 1.36, on by default; off,
+/// kube-proxy programs none).
+pub const ALLOW_SERVICE_EXTERNAL_IPS: &str = "AllowServiceExternalIPs";
 
 /// The gate the alpha logging options (`--log-*-split-stream`, `--log-*-info-buffer-size`) need.
 pub const LOGGING_ALPHA_OPTIONS: &str = "LoggingAlphaOptions";
@@ -114,7 +122,8 @@ pub struct Gate {
 
 /// Every gate kube-proxy knows.
 pub fn known() -> impl Iterator<Item = Gate> {
-    KUBERNETES.split_whitespace().chain(COMPONENT_BASE.split_whitespace()).filter_map(|entry| {
+    let lists = [KUBERNETES, NEWER, COMPONENT_BASE];
+    lists.into_iter().flat_map(str::split_whitespace).filter_map(|entry| {
         let (name, value) = entry.split_once('=')?;
         let locked = value.ends_with('!');
         Some(Gate { name, default: value.trim_end_matches('!') == "true", locked })

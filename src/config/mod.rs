@@ -169,6 +169,9 @@ pub struct Config {
     pub masquerade_all: bool,
     /// The masquerade mark (`1 << masquerade_bit`).
     pub masquerade_mark: u32,
+    /// Whether Services' `externalIPs` are served: the AllowServiceExternalIPs feature gate
+    /// (on by default; kube-proxy stops programming them when it is off).
+    pub external_ips: bool,
 }
 
 impl Config {
@@ -208,8 +211,17 @@ impl Config {
             nodeport_addresses: nodeport_addresses(&flags.nodeport_addresses)?,
             masquerade_all: flags.masquerade_all,
             masquerade_mark: 1u32 << flags.masquerade_bit,
+            external_ips: gates(flags).enabled(features::ALLOW_SERVICE_EXTERNAL_IPS),
         })
     }
+}
+
+/// The feature gates in force: the file's or the merged `--feature-gates` (`load_from` merges
+/// them; flags parsed without it still count).
+fn gates(flags: &Flags) -> FeatureGates {
+    let mut gates = flags.feature_gates.clone();
+    flags.feature_gates_given.iter().for_each(|g| gates.merge(g.clone()));
+    gates
 }
 
 /// The host's name, which kube-proxy takes as the node's name when none is given.
