@@ -3,18 +3,16 @@
 //!
 //! A value the file leaves out, null or zero takes kube-proxy's default, as its defaulting
 //! does, so the file kubeadm writes (every field present, most zero) means what it means to
-//! kube-proxy. Fields of kube-proxy's other modes are read and left alone; any other field is
-//! a warning naming it.
+//! kube-proxy. The periods and masquerading come from the mode's section, as upstream's
+//! conversion reads them; fields with no effect here are named, and any unknown field is a
+//! warning naming it (kube-proxy's lenient decoding).
 
 use super::features::FeatureGates;
-use super::values::{
-    MAX_DURATION, parse_duration, parse_healthz_bind, parse_metrics_bind, parse_proxy_mode, valid_node_name,
-};
+use super::schema::{ClientConnection, GoDuration, KubeProxyConfiguration};
+use super::values::{parse_healthz_bind, parse_metrics_bind, parse_proxy_mode, valid_node_name};
 use super::{ConfigError, Flags};
 use crate::input;
 use ipnet::IpNet;
-use serde::Deserialize;
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -24,159 +22,6 @@ pub const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
 
 /// The file's `kind`.
 pub const KIND: &str = "KubeProxyConfiguration";
-
-/// A kube-proxy field this proxy has no use for. (Not `IgnoredAny`: what that reads counts as
-/// ignored, and would be warned about as unknown.)
-type Unused = serde_json::Value;
-
-/// The fields of a `KubeProxyConfiguration` this proxy reads.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct KubeProxyConfiguration {
-    api_version: Option<String>,
-    kind: Option<String>,
-    mode: Option<String>,
-    hostname_override: Option<String>,
-    bind_address: Option<String>,
-    #[serde(rename = "clusterCIDR")]
-    cluster_cidr: Option<String>,
-    node_port_addresses: Option<Vec<String>>,
-    healthz_bind_address: Option<String>,
-    metrics_bind_address: Option<String>,
-    #[serde(default)]
-    nftables: ModeSection,
-    #[serde(default)]
-    iptables: ModeSection,
-    #[serde(default)]
-    ipvs: Ipvs,
-    feature_gates: Option<BTreeMap<String, bool>>,
-    detect_local_mode: Option<String>,
-    #[serde(default)]
-    detect_local: DetectLocal,
-    #[serde(default)]
-    conntrack: Conntrack,
-    #[serde(default)]
-    client_connection: ClientConnection,
-    oom_score_adj: Option<i32>,
-    #[serde(default)]
-    logging: Logging,
-    #[serde(default)]
-    kube_nftproxy: Own,
-    // kube-proxy's settings that do not apply here (other modes, other platforms, and what
-    // this proxy does its own way): accepted as kube-proxy accepts them, and not used.
-    winkernel: Option<Unused>,
-    windows_run_as_service: Option<Unused>,
-    port_range: Option<Unused>,
-    enable_profiling: Option<Unused>,
-    bind_address_hard_fail: Option<Unused>,
-    config_sync_period: Option<Unused>,
-    show_hidden_metrics_for_version: Option<Unused>,
-}
-
-/// The no-effect top-level fields, named at start when they hold a value.
-const NO_EFFECT_FIELDS: [&str; 7] = [
-    "winkernel",
-    "windowsRunAsService",
-    "portRange",
-    "enableProfiling",
-    "bindAddressHardFail",
-    "configSyncPeriod",
-    "showHiddenMetricsForVersion",
-];
-
-/// A mode's section (`nftables`, `iptables`): which one is read depends on `mode`, as in
-/// upstream's conversion.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ModeSection {
-    masquerade_all: Option<bool>,
-    masquerade_bit: Option<i32>,
-    sync_period: Option<GoDuration>,
-    min_sync_period: Option<GoDuration>,
-    localhost_node_ports: Option<Unused>,
-}
-
-/// The `ipvs` section: its periods in ipvs mode, its scheduler (checked in ipvs mode), and
-/// knobs with no effect here.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Ipvs {
-    sync_period: Option<GoDuration>,
-    min_sync_period: Option<GoDuration>,
-    scheduler: Option<String>,
-    #[serde(rename = "excludeCIDRs")]
-    exclude_cidrs: Option<Vec<String>>,
-    #[serde(rename = "strictARP")]
-    strict_arp: Option<Unused>,
-    tcp_timeout: Option<Unused>,
-    tcp_fin_timeout: Option<Unused>,
-    udp_timeout: Option<Unused>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct DetectLocal {
-    bridge_interface: Option<String>,
-    interface_name_prefix: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Conntrack {
-    max_per_core: Option<i32>,
-    min: Option<i32>,
-    tcp_established_timeout: Option<GoDuration>,
-    tcp_close_wait_timeout: Option<GoDuration>,
-    tcp_be_liberal: Option<bool>,
-    udp_timeout: Option<GoDuration>,
-    udp_stream_timeout: Option<GoDuration>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ClientConnection {
-    kubeconfig: Option<String>,
-    accept_content_types: Option<String>,
-    content_type: Option<String>,
-    qps: Option<f32>,
-    burst: Option<i32>,
-}
-
-/// kube-proxy's `logging` (component-base's LoggingConfiguration): the verbosity and format
-/// mean something here; flushing, per-file levels and stream options are klog's.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Logging {
-    verbosity: Option<u32>,
-    format: Option<String>,
-    vmodule: Option<Unused>,
-    flush_frequency: Option<Unused>,
-    options: Option<Unused>,
-}
-
-/// kube-nftproxy's own settings, under `kubeNftproxy:`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Own {
-    manifests: Option<String>,
-    full_sync_period: Option<GoDuration>,
-    nft_timeout: Option<GoDuration>,
-    cleanup_kube_proxy_at_start: Option<bool>,
-}
-
-/// A duration as Kubernetes writes one (`"30s"`, `"1h0m0s"`).
-#[derive(Debug, Clone, Copy)]
-struct GoDuration(Duration);
-
-impl<'de> Deserialize<'de> for GoDuration {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        // Not the parser's message: it quotes the value, and the file's values are not quoted.
-        let wanted =
-            format!("not a duration like 500ms, 30s, 15m or 1h30m0s of at most {}h", MAX_DURATION.as_secs() / 3600);
-        parse_duration(&text).map(GoDuration).map_err(|_| serde::de::Error::custom(wanted))
-    }
-}
 
 /// What a configuration file said: the flags it sets, and the fields it held that nothing reads.
 #[derive(Debug)]
@@ -190,46 +35,7 @@ impl FileSettings {
     /// The file's fields that have no effect here and hold a value other than kube-proxy's
     /// "unset" (kubeadm writes them all, empty), by path.
     pub fn no_effect_fields(&self) -> Vec<String> {
-        let f = &self.file;
-        let ipvs = &f.ipvs;
-        let top = [
-            &f.winkernel,
-            &f.windows_run_as_service,
-            &f.port_range,
-            &f.enable_profiling,
-            &f.bind_address_hard_fail,
-            &f.config_sync_period,
-            &f.show_hidden_metrics_for_version,
-        ];
-        let mut named: Vec<(String, &Option<Unused>)> =
-            NO_EFFECT_FIELDS.iter().map(|n| n.to_string()).zip(top).collect();
-        for (name, v) in [
-            ("ipvs.strictARP", &ipvs.strict_arp),
-            ("ipvs.tcpTimeout", &ipvs.tcp_timeout),
-            ("ipvs.tcpFinTimeout", &ipvs.tcp_fin_timeout),
-            ("ipvs.udpTimeout", &ipvs.udp_timeout),
-            ("iptables.localhostNodePorts", &f.iptables.localhost_node_ports),
-            ("nftables.localhostNodePorts", &f.nftables.localhost_node_ports),
-            ("logging.vmodule", &f.logging.vmodule),
-            ("logging.flushFrequency", &f.logging.flush_frequency),
-            ("logging.options", &f.logging.options),
-        ] {
-            named.push((name.to_string(), v));
-        }
-        named.into_iter().filter(|(_, v)| v.as_ref().is_some_and(holds_value)).map(|(n, _)| n).collect()
-    }
-}
-
-/// Whether a value is more than kube-proxy's "unset" (null, false, zero, empty).
-fn holds_value(v: &Unused) -> bool {
-    use serde_json::Value;
-    match v {
-        Value::Null | Value::Bool(false) => false,
-        Value::Number(n) => n.as_f64() != Some(0.0),
-        Value::String(s) => !matches!(s.trim(), "" | "0" | "0s"),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => o.values().any(holds_value),
-        Value::Bool(true) => true,
+        self.file.no_effect_fields()
     }
 }
 

@@ -7,6 +7,7 @@ pub mod features;
 mod file;
 mod flags;
 mod load;
+mod schema;
 mod values;
 pub mod watch;
 
