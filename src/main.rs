@@ -264,7 +264,7 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     let config_changed = watch_config(flags, &inbox, &stop, &events)?;
     let Some(_owner) = lock::own(LOCK_POLL, || stop.load(Ordering::SeqCst)).context("taking the node lock")? else {
         log::info!("stopped while waiting for the other instance");
-        return Ok(());
+        return config_outcome(&config_changed);
     };
     conntrack::sysctl::apply_to_node(&conntrack::sysctl::Settings::from_flags(flags));
     set_oom_score_adj(flags.oom_score_adj);
@@ -314,7 +314,12 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
         log::error!("the sync thread did not stop within {SHUTDOWN_GRACE:?}; exiting anyway, the rules stay in place");
     }
     exec::end_all();
-    match config_changed.lock().map(|mut c| c.take()) {
+    config_outcome(&config_changed)
+}
+
+/// The daemon's end: an error when it stopped because its configuration file changed.
+fn config_outcome(changed: &std::sync::Mutex<Option<config::watch::Changed>>) -> anyhow::Result<()> {
+    match changed.lock().map(|mut c| c.take()) {
         Ok(Some(changed)) => Err(changed.into()),
         _ => Ok(()),
     }

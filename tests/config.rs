@@ -222,6 +222,21 @@ fn json_is_read_too_and_unknown_fields_are_named() {
 }
 
 #[test]
+fn an_eks_file_with_removed_fields_is_read_leniently_naming_them() {
+    let text = "mode: iptables\nclientConnection: {contentType: application/vnd.kubernetes.protobuf, qps: 5, burst: 10, \
+                kubeconfig: /var/lib/kube-proxy/kubeconfig}\nudpIdleTimeout: 250ms\nresourceContainer: \"\"\n\
+                iptables: {masqueradeBit: 14, syncPeriod: 30s, minSyncPeriod: 0s}\nclusterCIDR: 10.0.0.0/16";
+    let (f, notes) =
+        load_notes(&with("eks", text), &["--hostname-override=ip-10-0-1-2.ec2.internal", "--v=2"]).unwrap();
+    let mut unknown = notes.unknown_fields.clone();
+    unknown.sort();
+    assert_eq!(unknown, ["resourceContainer", "udpIdleTimeout"]);
+    assert_eq!((f.kube_api_qps, f.kube_api_burst, f.verbosity), (5.0, 10, Some(2)));
+    assert_eq!((f.proxy_mode.as_deref(), f.min_sync_period), (Some("iptables"), Duration::from_secs(1)));
+    assert!(notes.warnings.iter().any(|w| w.contains("iptables mode's configuration")), "{:?}", notes.warnings);
+}
+
+#[test]
 fn a_bad_value_is_refused_by_its_field_name() {
     let head = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
     for (i, (body, field)) in [
