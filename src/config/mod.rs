@@ -8,6 +8,8 @@ mod file;
 mod flags;
 mod load;
 mod schema;
+#[cfg(test)]
+mod tests;
 mod values;
 pub mod watch;
 
