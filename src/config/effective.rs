@@ -13,21 +13,6 @@ use std::path::Path;
 /// `--config` gives the same configuration.
 pub fn effective(flags: &Flags) -> Value {
     let mode = flags.proxy_mode.clone().unwrap_or_default();
-    let section = match mode.as_str() {
-        "nftables" | "ipvs" => mode.as_str(),
-        _ => "iptables",
-    };
-    let periods = |name: &str| {
-        let (sync, min) = if name == section {
-            (go_duration(flags.sync_period), go_duration(flags.min_sync_period))
-        } else {
-            ("0s".to_string(), "0s".to_string())
-        };
-        (sync, min)
-    };
-    let (nft_sync, nft_min) = periods("nftables");
-    let (ipt_sync, ipt_min) = periods("iptables");
-    let nft_masq = mode == "nftables";
     let n = &flags.no_effect;
     let mut config = json!({
         "apiVersion": API_VERSION,
@@ -41,17 +26,9 @@ pub fn effective(flags: &Flags) -> Value {
             "kubeconfig": flags.kubeconfig.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
             "qps": flags.kube_api_qps,
         },
+        "conntrack": conntrack(flags),
         "clusterCIDR": flags.cluster_cidr.join(","),
         "configSyncPeriod": go_duration(n.config_sync_period),
-        "conntrack": {
-            "maxPerCore": flags.conntrack_max_per_core,
-            "min": flags.conntrack_min,
-            "tcpBeLiberal": flags.conntrack_tcp_be_liberal,
-            "tcpCloseWaitTimeout": go_duration(flags.conntrack_tcp_timeout_close_wait),
-            "tcpEstablishedTimeout": go_duration(flags.conntrack_tcp_timeout_established),
-            "udpStreamTimeout": go_duration(flags.conntrack_udp_timeout_stream),
-            "udpTimeout": go_duration(flags.conntrack_udp_timeout),
-        },
         "detectLocal": {
             "bridgeInterface": flags.pod_bridge_interface,
             "interfaceNamePrefix": flags.pod_interface_name_prefix,
@@ -61,23 +38,10 @@ pub fn effective(flags: &Flags) -> Value {
         "featureGates": flags.feature_gates.0,
         "healthzBindAddress": address(flags.healthz_bind_address),
         "hostnameOverride": flags.hostname_override.as_deref().map(|h| h.trim().to_lowercase()).unwrap_or_default(),
-        "iptables": {
-            "localhostNodePorts": n.iptables_localhost_nodeports,
-            "masqueradeAll": flags.masquerade_all && !nft_masq,
-            "masqueradeBit": flags.masquerade_bit,
-            "minSyncPeriod": ipt_min,
-            "syncPeriod": ipt_sync,
-        },
-        "ipvs": ipvs(flags, periods("ipvs")),
+
         "logging": logging(flags),
         "metricsBindAddress": address(flags.metrics_bind_address),
         "mode": mode,
-        "nftables": {
-            "masqueradeAll": flags.masquerade_all && nft_masq,
-            "masqueradeBit": flags.masquerade_bit,
-            "minSyncPeriod": nft_min,
-            "syncPeriod": nft_sync,
-        },
         "nodePortAddresses": flags.nodeport_addresses,
         "oomScoreAdj": flags.oom_score_adj,
         "portRange": "",
@@ -86,6 +50,10 @@ pub fn effective(flags: &Flags) -> Value {
                       "rootHnsEndpointName": "", "sourceVip": ""},
         "windowsRunAsService": false,
     });
+    let [iptables, ipvs, nftables] = mode_sections(flags, &mode);
+    config["iptables"] = iptables;
+    config["ipvs"] = ipvs;
+    config["nftables"] = nftables;
     config["kubeNftproxy"] = json!({
         "manifests": flags.manifests.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
         "fullSyncPeriod": go_duration(flags.full_sync_period),
@@ -93,6 +61,50 @@ pub fn effective(flags: &Flags) -> Value {
         "cleanupKubeProxyAtStart": flags.cleanup_kube_proxy_at_start,
     });
     config
+}
+
+fn conntrack(flags: &Flags) -> Value {
+    json!({
+        "maxPerCore": flags.conntrack_max_per_core,
+        "min": flags.conntrack_min,
+        "tcpBeLiberal": flags.conntrack_tcp_be_liberal,
+        "tcpCloseWaitTimeout": go_duration(flags.conntrack_tcp_timeout_close_wait),
+        "tcpEstablishedTimeout": go_duration(flags.conntrack_tcp_timeout_established),
+        "udpStreamTimeout": go_duration(flags.conntrack_udp_timeout_stream),
+        "udpTimeout": go_duration(flags.conntrack_udp_timeout),
+    })
+}
+
+/// The `iptables`, `ipvs` and `nftables` sections: the periods in the mode's section (0s in
+/// the others, as upstream's conversion writes them), masquerading in nftables' or iptables'.
+fn mode_sections(flags: &Flags, mode: &str) -> [Value; 3] {
+    let section = match mode {
+        "nftables" | "ipvs" => mode,
+        _ => "iptables",
+    };
+    let periods = |name: &str| {
+        if name == section {
+            (go_duration(flags.sync_period), go_duration(flags.min_sync_period))
+        } else {
+            ("0s".to_string(), "0s".to_string())
+        }
+    };
+    let ((ipt_sync, ipt_min), (nft_sync, nft_min)) = (periods("iptables"), periods("nftables"));
+    let nft_masq = mode == "nftables";
+    let iptables = json!({
+        "localhostNodePorts": flags.no_effect.iptables_localhost_nodeports,
+        "masqueradeAll": flags.masquerade_all && !nft_masq,
+        "masqueradeBit": flags.masquerade_bit,
+        "minSyncPeriod": ipt_min,
+        "syncPeriod": ipt_sync,
+    });
+    let nftables = json!({
+        "masqueradeAll": flags.masquerade_all && nft_masq,
+        "masqueradeBit": flags.masquerade_bit,
+        "minSyncPeriod": nft_min,
+        "syncPeriod": nft_sync,
+    });
+    [iptables, ipvs(flags, periods("ipvs")), nftables]
 }
 
 fn ipvs(flags: &Flags, (sync, min): (String, String)) -> Value {

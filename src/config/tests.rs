@@ -259,3 +259,49 @@ fn default_health_and_metrics_addresses_follow_the_bind_address_family() {
     let (f, _) = load(&set, &[]).unwrap();
     assert_eq!(serving(f), (v6.0, BindAddress(Some("127.0.0.1:9999".parse().unwrap()))));
 }
+
+#[test]
+fn the_effective_configuration_has_every_v1alpha1_field() {
+    let value = super::effective(&defaults());
+    let keys: Vec<&str> = value.as_object().unwrap().keys().map(String::as_str).collect();
+    let mut want = vec![
+        "apiVersion",
+        "kind",
+        "bindAddress",
+        "bindAddressHardFail",
+        "clientConnection",
+        "clusterCIDR",
+        "configSyncPeriod",
+        "conntrack",
+        "detectLocal",
+        "detectLocalMode",
+        "enableProfiling",
+        "featureGates",
+        "healthzBindAddress",
+        "hostnameOverride",
+        "iptables",
+        "ipvs",
+        "kubeNftproxy",
+        "logging",
+        "metricsBindAddress",
+        "mode",
+        "nftables",
+        "nodePortAddresses",
+        "oomScoreAdj",
+        "portRange",
+        "showHiddenMetricsForVersion",
+        "windowsRunAsService",
+        "winkernel",
+    ];
+    want.sort_unstable();
+    assert_eq!(keys, want);
+    // An empty mode is iptables' to upstream: the periods go in that section.
+    assert_eq!(
+        (value["iptables"]["syncPeriod"].as_str(), value["nftables"]["syncPeriod"].as_str()),
+        (Some("30s"), Some("0s"))
+    );
+    let nft = load_from(["kube-nftproxy", "--proxy-mode=nftables", "--iptables-min-sync-period=250ms"]).unwrap().0;
+    let value = super::effective(&nft);
+    assert_eq!(value["nftables"]["minSyncPeriod"], "250ms");
+    assert_eq!(value["clientConnection"]["contentType"], "application/vnd.kubernetes.protobuf");
+}
