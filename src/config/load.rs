@@ -132,7 +132,11 @@ where
             if !unused.is_empty() {
                 notes.infos.push(format!("--config: {} have no effect in kube-nftproxy", unused.join(", ")));
             }
-            settings.apply(&mut flags, |id| given(id) && !CONFIG_BOUND.contains(&id))?
+            // An empty --hostname-override is none, and the file's stands (as upstream).
+            let empty_hostname = flags.hostname_override.as_deref() == Some("");
+            let keep =
+                |id: &str| given(id) && !CONFIG_BOUND.contains(&id) && !(empty_hostname && id == "hostname_override");
+            settings.apply(&mut flags, keep)?
         }
         None => {
             for gates in std::mem::take(&mut flags.feature_gates_given) {

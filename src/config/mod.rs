@@ -181,10 +181,11 @@ impl Config {
     /// Validates flags into a configuration.
     pub fn from_flags(flags: &Flags) -> Result<Config, ConfigError> {
         // Upstream trims and lower-cases the name, then it must be a valid node name: it is
-        // written into the script's header.
+        // written into the script's header. An empty override is no override, as upstream.
         let node_name = flags
             .hostname_override
             .clone()
+            .filter(|h| !h.is_empty())
             .or_else(host_name)
             .map(|h| h.trim().to_lowercase())
             .filter(|h| !h.is_empty())

@@ -204,6 +204,8 @@ fn with_config_kube_proxys_flags_are_ignored_but_the_hostname_logging_and_own_fl
         assert_eq!(notes.warnings.iter().filter(|w| **w == want).count(), 1, "{want}: {:?}", notes.warnings);
     }
     assert_eq!(notes.warnings.len(), 3, "hostname, -v and own flags are not ignored: {:?}", notes.warnings);
+    let (f, _) = load_notes(&path, &["--hostname-override="]).unwrap();
+    assert_eq!(Config::from_flags(&f).unwrap().node_name, "from-file", "an empty override is none");
     // Without --config the same flags are taken.
     let (f, notes) = load_from(["kube-nftproxy", "--iptables-masquerade-bit=3", "--masquerade-all"]).unwrap();
     assert_eq!((f.masquerade_bit, f.masquerade_all), (3, true));
