@@ -175,6 +175,9 @@ pub struct Config {
     /// Whether Services' `externalIPs` are served: the AllowServiceExternalIPs feature gate
     /// (on by default; kube-proxy stops programming them when it is off).
     pub external_ips: bool,
+    /// kube-proxy's IPVS scheduler (`--ipvs-scheduler`, `ipvs.scheduler`; checked in ipvs
+    /// mode, empty otherwise as upstream reads it only there). Served as a random choice.
+    pub ipvs_scheduler: String,
 }
 
 impl Config {
@@ -216,6 +219,11 @@ impl Config {
             masquerade_all: flags.masquerade_all,
             masquerade_mark: 1u32 << flags.masquerade_bit,
             external_ips: gates(flags).enabled(features::ALLOW_SERVICE_EXTERNAL_IPS),
+            ipvs_scheduler: if flags.proxy_mode.as_deref() == Some("ipvs") {
+                flags.ipvs_scheduler.trim().to_string()
+            } else {
+                String::new()
+            },
         })
     }
 }

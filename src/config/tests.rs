@@ -307,3 +307,15 @@ fn the_effective_configuration_has_every_v1alpha1_field() {
     assert_eq!(value["nftables"]["minSyncPeriod"], "250ms");
     assert_eq!(value["clientConnection"]["contentType"], "application/vnd.kubernetes.protobuf");
 }
+
+#[test]
+fn the_ipvs_scheduler_reaches_the_config_in_ipvs_mode_only() {
+    let cfg = |args: &[&str]| {
+        let argv = ["kube-nftproxy", "--hostname-override=n"].iter().chain(args);
+        Config::from_flags(&load_from(argv).unwrap().0).unwrap().ipvs_scheduler
+    };
+    assert_eq!(cfg(&["--proxy-mode=ipvs", "--ipvs-scheduler=sh"]), "sh");
+    assert_eq!(cfg(&["--ipvs-scheduler=sh"]), "", "upstream reads it in ipvs mode only");
+    let f = load(&with("sched", "mode: ipvs\nipvs: {scheduler: mh}"), &["--hostname-override=n"]).unwrap().0;
+    assert_eq!(Config::from_flags(&f).unwrap().ipvs_scheduler, "mh");
+}
