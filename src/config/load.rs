@@ -130,7 +130,7 @@ where
             notes.unknown_fields.clone_from(&settings.unknown_fields);
             let unused = settings.no_effect_fields();
             if !unused.is_empty() {
-                notes.infos.push(format!("--config: {} have no effect in kube-nftproxy", unused.join(", ")));
+                notes.infos.push(format!("--config: taken with no effect in kube-nftproxy: {}", unused.join(", ")));
             }
             // An empty --hostname-override is none, and the file's stands (as upstream).
             let empty_hostname = flags.hostname_override.as_deref() == Some("");
@@ -160,9 +160,7 @@ where
         .map(|id| long_name(id))
         .collect();
     if !unused.is_empty() {
-        notes
-            .infos
-            .push(format!("{} have no effect in kube-nftproxy (taken as kube-proxy takes them)", unused.join(", ")));
+        notes.infos.push(format!("kube-proxy flags taken with no effect in kube-nftproxy: {}", unused.join(", ")));
     }
     Ok((flags, notes))
 }

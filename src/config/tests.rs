@@ -319,3 +319,19 @@ fn the_ipvs_scheduler_reaches_the_config_in_ipvs_mode_only() {
     let f = load(&with("sched", "mode: ipvs\nipvs: {scheduler: mh}"), &["--hostname-override=n"]).unwrap().0;
     assert_eq!(Config::from_flags(&f).unwrap().ipvs_scheduler, "mh");
 }
+
+#[test]
+fn the_files_no_effect_fields_are_named_once_when_they_hold_a_value() {
+    let (_, notes) = load_notes(&file("kubeadm-quiet", KUBEADM), &[]).unwrap();
+    assert!(notes.infos.is_empty(), "kubeadm's empty fields are not named: {:?}", notes.infos);
+    let body =
+        "enableProfiling: true\nipvs: {strictARP: true, tcpTimeout: 0s}\nwinkernel: {enableDSR: true}\nportRange: \"\"";
+    let (_, notes) = load_notes(&with("no-effect", body), &[]).unwrap();
+    assert_eq!(notes.infos.len(), 1, "{:?}", notes.infos);
+    for field in ["enableProfiling", "ipvs.strictARP", "winkernel"] {
+        assert!(notes.infos[0].contains(field), "{field}: {}", notes.infos[0]);
+    }
+    for field in ["portRange", "ipvs.tcpTimeout"] {
+        assert!(!notes.infos[0].contains(field), "{field} is unset: {}", notes.infos[0]);
+    }
+}
