@@ -8,10 +8,10 @@ use std::io::Write;
 use std::time::SystemTime;
 
 /// The `-v` level from which debug messages are shown (`-v=3` and `-v=4`).
-pub const DEBUG_V: u8 = 3;
+pub const DEBUG_V: u32 = 3;
 
 /// The `-v` level from which everything is shown.
-pub const TRACE_V: u8 = 5;
+pub const TRACE_V: u32 = 5;
 
 /// A bad `--logging-format` / `logging.format`.
 #[derive(Debug, thiserror::Error)]
@@ -43,7 +43,7 @@ impl std::str::FromStr for Format {
 }
 
 /// The log level `-v N` asks for: info up to 2, debug from [`DEBUG_V`], trace from [`TRACE_V`].
-pub fn level_for(v: u8) -> log::LevelFilter {
+pub fn level_for(v: u32) -> log::LevelFilter {
     match v {
         v if v >= TRACE_V => log::LevelFilter::Trace,
         v if v >= DEBUG_V => log::LevelFilter::Debug,
@@ -53,7 +53,7 @@ pub fn level_for(v: u8) -> log::LevelFilter {
 
 /// The `v` of a message at `level` (the least `-v` that shows it); `None` for an error,
 /// which klog writes without one. A warning is 0, as klog's `Warning` logs at `V(0)`.
-pub fn verbosity(level: log::Level) -> Option<u8> {
+pub fn verbosity(level: log::Level) -> Option<u32> {
     match level {
         log::Level::Error => None,
         log::Level::Warn | log::Level::Info => Some(0),

@@ -42,11 +42,11 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 fn main() -> ExitCode {
     let flags = match config::load_from(std::env::args_os()) {
-        Ok((flags, unknown)) => {
-            logging::init(logging::Format::Text, flags.log_level());
-            for field in unknown {
-                log::warn!("--config: unknown field {field:?} ignored");
-            }
+        Ok((flags, notes)) => {
+            // Checked when the flags were read: text or json.
+            let format = flags.logging_format.parse().unwrap_or(logging::Format::Text);
+            logging::init(format, flags.log_level());
+            notes.log();
             flags
         }
         Err(ConfigError::Usage(e)) => e.exit(),
@@ -56,7 +56,9 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
-    let result = if flags.command.is_some() {
+    let result = if let Some(path) = &flags.write_config_to {
+        write_config(&flags, path)
+    } else if flags.command.is_some() {
         explain(&flags)
     } else if flags.cleanup {
         run_cleanup(&flags)
@@ -78,10 +80,18 @@ fn main() -> ExitCode {
                 || e.downcast_ref::<kube::ApiError>().is_some()
                 || e.downcast_ref::<kube::KubeConfigError>().is_some()
                 || e.downcast_ref::<requirements::RequirementError>().is_some()
-                || e.downcast_ref::<conntrack::sysctl::NotSet>().is_some();
+                || e.downcast_ref::<conntrack::sysctl::NotSet>().is_some()
+                || e.downcast_ref::<config::watch::Changed>().is_some();
             if not_input { ExitCode::FAILURE } else { ExitCode::from(EXIT_BAD_INPUT) }
         }
     }
+}
+
+/// `--write-config-to`: the effective configuration written as kube-proxy writes it, then exit.
+fn write_config(flags: &Flags, path: &std::path::Path) -> anyhow::Result<()> {
+    config::write_config(flags, path)?;
+    log::info!("wrote the configuration to {}", path.display());
+    Ok(())
 }
 
 /// The API source's shared state for the flags, if an API server is to be followed.
@@ -172,6 +182,7 @@ fn load_model(flags: &Flags, cfg: &Config) -> anyhow::Result<Model> {
             model.file(change);
         }
     }
+    model.set_external_ips(cfg.external_ips);
     model.set_host_addresses(kube_nftproxy::host::interface_addresses().context("reading interface addresses")?);
     Ok(model)
 }
@@ -233,9 +244,10 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
     let inbox = Arc::new(Inbox::default());
     let (events, main_events) = channel::<Event>();
     spawn_signal_thread(inbox.clone(), stop.clone(), events.clone())?;
+    let config_changed = watch_config(flags, &inbox, &stop, &events)?;
     let Some(_owner) = lock::own(LOCK_POLL, || stop.load(Ordering::SeqCst)).context("taking the node lock")? else {
         log::info!("stopped while waiting for the other instance");
-        return Ok(());
+        return config_outcome(&config_changed);
     };
     // Beside kube-proxy (--service-proxy-name) the node's conntrack settings are its.
     if flags.service_proxy_name.is_none() {
@@ -296,7 +308,41 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
         log::error!("the sync thread did not stop within {SHUTDOWN_GRACE:?}; exiting anyway, the rules stay in place");
     }
     exec::end_all();
-    Ok(())
+    config_outcome(&config_changed)
+}
+
+/// The daemon's end: an error when it stopped because its configuration file changed.
+fn config_outcome(changed: &std::sync::Mutex<Option<config::watch::Changed>>) -> anyhow::Result<()> {
+    match changed.lock().map(|mut c| c.take()) {
+        Ok(Some(changed)) => Err(changed.into()),
+        _ => Ok(()),
+    }
+}
+
+/// As kube-proxy: a change to the `--config` file stops the daemon, which then ends with an
+/// error saying so (its supervisor restarts it with the new file). Returns where the change is
+/// left for the end.
+fn watch_config(
+    flags: &Flags,
+    inbox: &Arc<Inbox>,
+    stop: &Arc<AtomicBool>,
+    events: &Sender<Event>,
+) -> anyhow::Result<Arc<std::sync::Mutex<Option<config::watch::Changed>>>> {
+    let found = Arc::new(std::sync::Mutex::new(None));
+    if let Some(path) = flags.config.clone() {
+        let (inbox, stop_now, events, slot) = (inbox.clone(), stop.clone(), events.clone(), found.clone());
+        config::watch::spawn(path, config::watch::POLL, stop.clone(), move |changed| {
+            log::error!("{changed}");
+            if let Ok(mut slot) = slot.lock() {
+                *slot = Some(changed);
+            }
+            stop_now.store(true, Ordering::SeqCst);
+            inbox.request(|r| r.shutdown = true);
+            let _ = events.send(Event::Stopping);
+        })
+        .context("watching the configuration file")?;
+    }
+    Ok(found)
 }
 
 /// Asks the kernel's OOM killer to spare the proxy, as kube-proxy does. A failure is logged
@@ -325,7 +371,7 @@ fn observers(flags: &Flags, api: Option<&kube::Shared>, inbox: &Arc<Inbox>) -> a
     if flags.service_proxy_name.is_some() {
         http::check_free(&fixed).context("--service-proxy-name")?;
     }
-    let server = http::Server::start(fixed, health.clone(), metrics.clone(), inbox.clone(), Some(z_pages()))?;
+    let server = http::Server::start(fixed, health.clone(), metrics.clone(), inbox.clone(), Some(z_pages(flags)))?;
     let observe = Observers::default().with_health(health).with_service_health(server);
     Ok(match metrics {
         Some(m) => observe.with_metrics(m),
@@ -334,14 +380,13 @@ fn observers(flags: &Flags, api: Option<&kube::Shared>, inbox: &Arc<Inbox>) -> a
 }
 
 /// `/configz`, `/statusz` and `/flagz`: the command line read again for its flags' values.
-fn z_pages() -> Arc<zpages::ZPages> {
+fn z_pages(config: &Flags) -> Arc<zpages::ZPages> {
     use clap::CommandFactory;
     let flags = Flags::command()
         .try_get_matches_from(std::env::args_os())
         .map(|m| zpages::flagz::from_matches(&Flags::command(), &m))
         .unwrap_or_default();
-    // The effective configuration is for `config::effective` to give (None: `{}`).
-    Arc::new(zpages::ZPages::new(std::time::SystemTime::now(), None, flags))
+    Arc::new(zpages::ZPages::new(std::time::SystemTime::now(), Some(config::effective(config)), flags))
 }
 
 /// What the main thread waits for.

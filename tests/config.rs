@@ -1,85 +1,14 @@
-//! `--config`: kube-proxy's configuration file read as kube-proxy reads it (kubeadm's file,
-//! defaults for unset values, flags over the file, unknown fields warned, bad values refused
-//! by field name), and the command line around it (`--help`, `--version`; `-v` is in
-//! tests/daemon.rs, where a sync logs).
+//! kube-proxy's command line and configuration file as the binary takes them: bad values
+//! refused by field or flag name, modes, periods, distributions' command lines, no-effect
+//! and deprecated flags, feature gates, `--write-config-to` read back, `--help`, `--version`
+//! (`-v` is in tests/daemon.rs, where a sync logs; the library's side in src/config/tests.rs).
 
 mod common;
 
-use kube_nftproxy::config::{self, BindAddress, Config, ConfigError, DetectLocal, Flags, NodePortAddresses};
+use kube_nftproxy::config::{self, BindAddress, ConfigError, Flags};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
-
-/// The file kubeadm writes for kube-proxy (every field present, most left at zero), switched
-/// to nftables mode with a few values set.
-const KUBEADM: &str = r#"apiVersion: kubeproxy.config.k8s.io/v1alpha1
-bindAddress: 0.0.0.0
-bindAddressHardFail: false
-clientConnection:
-  acceptContentTypes: ""
-  burst: 0
-  contentType: ""
-  kubeconfig: /var/lib/kube-proxy/kubeconfig.conf
-  qps: 0
-clusterCIDR: 10.244.0.0/16,fd00:10:244::/56
-configSyncPeriod: 0s
-conntrack:
-  maxPerCore: null
-  min: null
-  tcpBeLiberal: false
-  tcpCloseWaitTimeout: null
-  tcpEstablishedTimeout: null
-  udpStreamTimeout: 0s
-  udpTimeout: 0s
-detectLocal:
-  bridgeInterface: ""
-  interfaceNamePrefix: ""
-detectLocalMode: ""
-enableProfiling: false
-healthzBindAddress: ""
-hostnameOverride: ""
-iptables:
-  localhostNodePorts: null
-  masqueradeAll: false
-  masqueradeBit: null
-  minSyncPeriod: 0s
-  syncPeriod: 0s
-ipvs:
-  excludeCIDRs: null
-  minSyncPeriod: 0s
-  scheduler: ""
-  strictARP: false
-  syncPeriod: 0s
-  tcpFinTimeout: 0s
-  tcpTimeout: 0s
-  udpTimeout: 0s
-kind: KubeProxyConfiguration
-logging:
-  flushFrequency: 0
-  options:
-    json:
-      infoBufferSize: "0"
-    text:
-      infoBufferSize: "0"
-  verbosity: 0
-metricsBindAddress: ""
-mode: nftables
-nftables:
-  masqueradeAll: false
-  masqueradeBit: null
-  minSyncPeriod: 0s
-  syncPeriod: 0s
-nodePortAddresses: null
-oomScoreAdj: null
-portRange: ""
-showHiddenMetricsForVersion: ""
-winkernel:
-  enableDSR: false
-  forwardHealthCheckVip: false
-  networkName: ""
-  rootHnsEndpointName: ""
-  sourceVip: ""
-"#;
 
 /// A file in a fresh directory, named after the test.
 fn file(name: &str, text: &str) -> PathBuf {
@@ -91,123 +20,25 @@ fn file(name: &str, text: &str) -> PathBuf {
 }
 
 fn load(path: &std::path::Path, extra: &[&str]) -> Result<(Flags, Vec<String>), ConfigError> {
+    load_notes(path, extra).map(|(f, notes)| (f, notes.unknown_fields))
+}
+
+fn load_notes(path: &std::path::Path, extra: &[&str]) -> Result<(Flags, config::Notes), ConfigError> {
     let mut args = vec!["kube-nftproxy".to_string(), format!("--config={}", path.display())];
     args.extend(extra.iter().map(|a| a.to_string()));
     config::load_from(args)
-}
-
-fn defaults() -> Flags {
-    config::load_from(["kube-nftproxy"]).unwrap().0
-}
-
-#[test]
-fn kubeadms_file_means_kube_proxys_defaults_plus_what_it_sets() {
-    let (flags, unknown) = load(&file("kubeadm", KUBEADM), &[]).unwrap();
-    assert!(unknown.is_empty(), "kube-proxy's own fields are not unknown: {unknown:?}");
-    let d = defaults();
-    // Zero and null are kube-proxy's "unset": its defaults stand.
-    assert_eq!(flags.sync_period, Duration::from_secs(30));
-    assert_eq!(flags.min_sync_period, Duration::from_secs(1));
-    assert_eq!(flags.masquerade_bit, 14);
-    assert_eq!(flags.healthz_bind_address, d.healthz_bind_address);
-    assert_eq!(flags.metrics_bind_address, d.metrics_bind_address);
-    assert_eq!(flags.conntrack_max_per_core, 32768);
-    assert_eq!(flags.conntrack_tcp_timeout_established, Duration::from_secs(86400));
-    assert_eq!(flags.oom_score_adj, -999);
-    assert_eq!(flags.nodeport_addresses, d.nodeport_addresses);
-    assert_eq!(flags.verbosity, None);
-    // What it sets is taken.
-    assert_eq!(flags.cluster_cidr, ["10.244.0.0/16", "fd00:10:244::/56"]);
-    assert_eq!(flags.kubeconfig, Some(PathBuf::from("/var/lib/kube-proxy/kubeconfig.conf")));
-    let cfg = Config::from_flags(&Flags { hostname_override: Some("node-a".into()), ..flags }).unwrap();
-    assert_eq!(cfg.cluster_cidrs.len(), 2);
-    assert_eq!(cfg.detect_local, DetectLocal::ClusterCidr);
-}
-
-#[test]
-fn every_field_reaches_its_flag() {
-    let text = r#"
-apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-hostnameOverride: Node-B
-bindAddress: 192.0.2.7
-clusterCIDR: 10.0.0.0/8
-nodePortAddresses: [192.0.2.0/24, "2001:db8::/64"]
-healthzBindAddress: 0.0.0.0
-metricsBindAddress: "[::1]:9999"
-nftables: {masqueradeAll: true, masqueradeBit: 5, syncPeriod: 1m0s, minSyncPeriod: 250ms}
-detectLocalMode: BridgeInterface
-detectLocal: {bridgeInterface: cbr0}
-conntrack: {maxPerCore: 0, min: 7, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 30m, tcpBeLiberal: true,
-            udpTimeout: 30s, udpStreamTimeout: 2m}
-clientConnection: {kubeconfig: /etc/kube-nftproxy/kubeconfig}
-oomScoreAdj: -500
-logging: {verbosity: 4}
-kubeNftproxy: {manifests: /etc/m, fullSyncPeriod: 2h, nftTimeout: 10s, cleanupKubeProxyAtStart: false}
-"#;
-    let (f, unknown) = load(&file("every", text), &[]).unwrap();
-    assert!(unknown.is_empty(), "{unknown:?}");
-    assert_eq!(f.hostname_override.as_deref(), Some("node-b"));
-    assert_eq!(f.bind_address, "192.0.2.7");
-    assert_eq!(f.cluster_cidr, ["10.0.0.0/8"]);
-    assert_eq!(f.nodeport_addresses, ["192.0.2.0/24", "2001:db8::/64"]);
-    assert_eq!(f.healthz_bind_address, BindAddress(Some("0.0.0.0:10256".parse().unwrap())));
-    assert_eq!(f.metrics_bind_address, BindAddress(Some("[::1]:9999".parse().unwrap())));
-    assert!(f.masquerade_all);
-    assert_eq!(
-        (f.masquerade_bit, f.sync_period, f.min_sync_period),
-        (5, Duration::from_secs(60), Duration::from_millis(250))
-    );
-    assert_eq!(f.conntrack_max_per_core, 0, "an explicit 0 (leave the table alone) is kept");
-    assert_eq!(f.conntrack_min, 7);
-    assert_eq!(f.conntrack_tcp_timeout_established, Duration::ZERO, "an explicit 0s is kept");
-    assert_eq!(f.conntrack_tcp_timeout_close_wait, Duration::from_secs(1800));
-    assert!(f.conntrack_tcp_be_liberal);
-    assert_eq!(
-        (f.conntrack_udp_timeout, f.conntrack_udp_timeout_stream),
-        (Duration::from_secs(30), Duration::from_secs(120))
-    );
-    assert_eq!(f.kubeconfig, Some(PathBuf::from("/etc/kube-nftproxy/kubeconfig")));
-    assert_eq!((f.oom_score_adj, f.verbosity), (-500, Some(4)));
-    assert_eq!(f.manifests, Some(PathBuf::from("/etc/m")));
-    assert_eq!((f.full_sync_period, f.nft_timeout), (Duration::from_secs(7200), Duration::from_secs(10)));
-    assert!(!f.cleanup_kube_proxy_at_start);
-    let cfg = Config::from_flags(&f).unwrap();
-    assert_eq!(cfg.detect_local, DetectLocal::BridgeInterface("cbr0".into()));
-    assert_eq!(cfg.masquerade_mark, 1 << 5);
-    assert!(matches!(cfg.nodeport_addresses, NodePortAddresses::Cidrs(_)));
-}
-
-#[test]
-fn the_command_line_wins_over_the_file() {
-    let text = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n\
-                nftables: {masqueradeBit: 5, masqueradeAll: true}\nhostnameOverride: from-file\n";
-    let path = file("override", text);
-    let (f, _) = load(&path, &["--masquerade-bit=3", "--hostname-override=from-flag"]).unwrap();
-    assert_eq!((f.masquerade_bit, f.hostname_override.as_deref()), (3, Some("from-flag")));
-    assert!(f.masquerade_all, "what the command line leaves out still comes from the file");
-    // A flag given with its default value is still given.
-    let (f, _) = load(&path, &["--masquerade-bit=14"]).unwrap();
-    assert_eq!(f.masquerade_bit, 14);
-}
-
-#[test]
-fn json_is_read_too_and_unknown_fields_are_named() {
-    let text = r#"{"apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
-        "nftables": {"masqueradeBit": 9, "frobnicate": true}, "clusterCidr": "10.0.0.0/8", "kubeNftproxy": {"x": 1}}"#;
-    let (f, unknown) = load(&file("json", text), &[]).unwrap();
-    assert_eq!(f.masquerade_bit, 9);
-    let mut unknown = unknown;
-    unknown.sort();
-    assert_eq!(unknown, ["clusterCidr", "kubeNftproxy.x", "nftables.frobnicate"]);
-    assert!(f.cluster_cidr.is_empty(), "a misspelt field sets nothing");
 }
 
 #[test]
 fn a_bad_value_is_refused_by_its_field_name() {
     let head = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
     for (i, (body, field)) in [
-        ("nftables: {masqueradeBit: 40}", "nftables.masqueradeBit"),
+        ("iptables: {masqueradeBit: 40}", "iptables.masqueradeBit"),
+        ("mode: nftables\nnftables: {masqueradeBit: -1}", "nftables.masqueradeBit"),
+        ("clientConnection: {burst: -1}", "clientConnection.burst"),
+        ("featureGates: {Frobnicate: true}", "featureGates"),
+        ("mode: ipvs\nipvs: {scheduler: fastest}", "ipvs.scheduler"),
+        ("logging: {format: xml}", "logging.format"),
         ("nftables: {syncPeriod: 5 parsecs}", "nftables.syncPeriod"),
         ("nftables: {masqueradeAll: sometimes}", "nftables.masqueradeAll"),
         ("clusterCIDR: 10.0.0.0/33", "clusterCIDR"),
@@ -219,7 +50,7 @@ fn a_bad_value_is_refused_by_its_field_name() {
         ("detectLocalMode: Guess", "detectLocalMode"),
         ("conntrack: {maxPerCore: -1}", "conntrack.maxPerCore"),
         ("oomScoreAdj: 5000", "oomScoreAdj"),
-        ("mode: iptables", "mode"),
+        ("mode: kernelspace", "mode"),
     ]
     .into_iter()
     .enumerate()
@@ -251,7 +82,7 @@ fn binary(args: &[&str]) -> std::process::Output {
 fn the_binary_takes_the_file_and_says_what_is_wrong_with_it() {
     let cluster = common::root().join("examples/cluster");
     let text = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nhostnameOverride: node-a\n\
-                nftables: {masqueradeBit: 3}\nfrobnicate: 1\n";
+                mode: nftables\nnftables: {masqueradeBit: 3}\nfrobnicate: 1\n";
     let good = file("binary", text);
     let out = binary(&["--config", good.to_str().unwrap(), "--dry-run", "--manifests", cluster.to_str().unwrap()]);
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -266,7 +97,7 @@ fn the_binary_takes_the_file_and_says_what_is_wrong_with_it() {
     );
     let bad = file(
         "binary-bad",
-        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nnftables: {masqueradeBit: 99}\n",
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\nnftables: {masqueradeBit: 99}\n",
     );
     let out = binary(&["--config", bad.to_str().unwrap(), "--dry-run", "--manifests", cluster.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "an invalid file is bad input");
@@ -313,49 +144,30 @@ fn with(name: &str, body: &str) -> PathBuf {
 }
 
 #[test]
-fn proxy_mode_is_taken_by_kube_proxys_flag_name_and_only_nftables() {
-    for args in [&["--proxy-mode=nftables"][..], &["--proxy-mode", "nftables"], &["--proxy-mode="]] {
-        let argv = ["kube-nftproxy"].iter().chain(args);
-        assert!(config::load_from(argv).is_ok(), "{args:?}");
+fn every_linux_proxy_mode_runs_this_proxy_and_others_are_refused() {
+    for mode in ["nftables", "iptables", "ipvs", ""] {
+        let (f, notes) = config::load_from(["kube-nftproxy", &format!("--proxy-mode={mode}")]).unwrap();
+        assert_eq!(f.proxy_mode.as_deref(), Some(mode));
+        let warned = notes.warnings.iter().filter(|w| w.contains("kube-nftproxy serves the")).count();
+        assert_eq!(warned, usize::from(matches!(mode, "iptables" | "ipvs")), "{mode}: {:?}", notes.warnings);
     }
-    let iptables = with("mode-iptables", "mode: iptables");
-    let (f, _) = load(&iptables, &["--proxy-mode=nftables"]).expect("the flag stands in for the file's mode");
-    assert_eq!(f.proxy_mode.as_deref(), Some("nftables"));
-    let err = load(&with("mode-nftables", "mode: nftables"), &["--proxy-mode=ipvs"]).unwrap_err();
-    assert!(matches!(err, ConfigError::Usage(_)) && err.to_string().contains("--proxy-mode"), "{err}");
+    let (f, notes) = load_notes(&with("mode-ipvs", "mode: ipvs\nipvs: {scheduler: lc}"), &[]).unwrap();
+    assert_eq!((f.proxy_mode.as_deref(), f.ipvs_scheduler.as_str()), (Some("ipvs"), "lc"));
+    assert!(notes.warnings.iter().any(|w| w.contains("\"lc\"") && w.contains("random")), "{:?}", notes.warnings);
+    let err = config::load_from(["kube-nftproxy", "--proxy-mode=ipvs", "--ipvs-scheduler=fastest"]).unwrap_err();
+    assert!(err.to_string().contains("--ipvs-scheduler"), "{err}");
+    assert!(config::load_from(["kube-nftproxy", "--ipvs-scheduler=fastest"]).is_ok(), "checked in ipvs mode only");
     // The binary: a usage error naming the flag, status 2, as the file's mode.
+    let kernelspace = with("mode-kernelspace", "mode: kernelspace");
     for (args, named) in [
-        (vec!["--proxy-mode=iptables".to_string()], "--proxy-mode"),
-        (vec![format!("--config={}", iptables.display())], "mode"),
+        (vec!["--proxy-mode=userspace".to_string()], "--proxy-mode"),
+        (vec![format!("--config={}", kernelspace.display())], "mode"),
     ] {
         let out = binary(&[&args[0], "--dry-run", "--hostname-override=node-a"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains(named) && stderr.contains("iptables"), "{args:?}: {stderr}");
+        assert!(stderr.contains(named) && stderr.contains("space"), "{args:?}: {stderr}");
     }
-}
-
-#[test]
-fn default_health_and_metrics_addresses_follow_the_bind_address_family() {
-    let v4 =
-        (BindAddress(Some("0.0.0.0:10256".parse().unwrap())), BindAddress(Some("127.0.0.1:10249".parse().unwrap())));
-    let v6 = (BindAddress(Some("[::]:10256".parse().unwrap())), BindAddress(Some("[::1]:10249".parse().unwrap())));
-    let serving = |f: Flags| (f.healthz_bind_address, f.metrics_bind_address);
-    let flags = |args: &[&str]| serving(config::load_from(["kube-nftproxy"].iter().chain(args)).unwrap().0);
-    assert_eq!(flags(&[]), v4);
-    assert_eq!(flags(&["--bind-address=192.0.2.7"]), v4);
-    assert_eq!(flags(&["--bind-address=::"]), v6);
-    assert_eq!(flags(&["--bind-address=2001:db8::7"]), v6);
-    // Explicit values win, on the command line or in the file.
-    let explicit = flags(&["--bind-address=::", "--healthz-bind-address=0.0.0.0", "--metrics-bind-address="]);
-    assert_eq!(explicit, (v4.0, BindAddress(None)));
-    // kubeadm's file with an IPv6 bindAddress: its empty addresses are unset, so defaulted.
-    let kubeadm6 = file("kubeadm6", &KUBEADM.replace("bindAddress: 0.0.0.0", "bindAddress: \"::\""));
-    assert_eq!(serving(load(&kubeadm6, &[]).unwrap().0), v6);
-    assert_eq!(serving(load(&kubeadm6, &["--bind-address=10.0.0.1"]).unwrap().0), v4, "the flag's family counts");
-    let set = with("serving6", "bindAddress: 2001:db8::7\nmetricsBindAddress: 127.0.0.1:9999");
-    let (f, _) = load(&set, &[]).unwrap();
-    assert_eq!(serving(f), (v6.0, BindAddress(Some("127.0.0.1:9999".parse().unwrap()))));
 }
 
 #[test]
@@ -380,23 +192,29 @@ fn kube_proxys_logging_block_is_read_and_its_verbosity_is_v() {
 }
 
 #[test]
-fn a_min_sync_period_longer_than_the_sync_period_is_refused_after_the_flags() {
-    let slow = with("min-above", "nftables: {syncPeriod: 5s, minSyncPeriod: 10s}");
+fn a_min_sync_period_longer_than_the_sync_period_is_refused_naming_what_set_it() {
+    let slow = with("min-above", "mode: nftables\nnftables: {syncPeriod: 5s, minSyncPeriod: 10s}");
     let err = load(&slow, &[]).unwrap_err().to_string();
     assert!(err.contains("nftables.minSyncPeriod") && err.contains("nftables.syncPeriod"), "{err}");
-    let (f, _) = load(&slow, &["--sync-period=1m"]).expect("the flag's period is the one checked");
-    assert_eq!((f.min_sync_period, f.sync_period), (Duration::from_secs(10), Duration::from_secs(60)));
-    assert!(load(&slow, &["--min-sync-period=5s"]).is_ok(), "equal periods are allowed");
-    let err = config::load_from(["kube-nftproxy", "--min-sync-period=31s"]).unwrap_err().to_string();
-    assert!(err.contains("--min-sync-period"), "kube-proxy's 30s sync period is the bound: {err}");
+    let err = load(&with("min-above-ipt", "iptables: {syncPeriod: 5s, minSyncPeriod: 10s}"), &[]).unwrap_err();
+    assert!(err.to_string().contains("iptables.minSyncPeriod"), "an empty mode reads iptables': {err}");
+    let (f, _) = load(&with("ipvs-periods", "mode: ipvs\nipvs: {syncPeriod: 2m, minSyncPeriod: 3s}"), &[]).unwrap();
+    assert_eq!((f.sync_period, f.min_sync_period), (Duration::from_secs(120), Duration::from_secs(3)));
+    let err = config::load_from(["kube-nftproxy", "--iptables-min-sync-period=31s"]).unwrap_err().to_string();
+    assert!(err.contains("--iptables-min-sync-period"), "kube-proxy's 30s sync period is the bound: {err}");
+    let err = config::load_from(["kube-nftproxy", "--proxy-mode=ipvs", "--ipvs-min-sync-period=31s"]).unwrap_err();
+    assert!(err.to_string().contains("--ipvs-min-sync-period"), "{err}");
     // Negative periods are not durations at all.
-    let err = load(&with("negative", "nftables: {minSyncPeriod: -1s}"), &[]).unwrap_err().to_string();
+    let err = load(&with("negative", "mode: nftables\nnftables: {minSyncPeriod: -1s}"), &[]).unwrap_err().to_string();
     assert!(err.contains("nftables.minSyncPeriod"), "{err}");
-    for args in [vec![format!("--config={}", slow.display())], vec!["--min-sync-period=1m".to_string()]] {
-        let out = binary(&[&args[0], "--dry-run", "--hostname-override=node-a"]);
+    for (args, named) in [
+        (format!("--config={}", slow.display()), "nftables.minSyncPeriod"),
+        ("--min-sync-period=1m".to_string(), "--iptables-min-sync-period"),
+    ] {
+        let out = binary(&[&args, "--dry-run", "--hostname-override=node-a"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains("minSyncPeriod"), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(2), "{args}: {stderr}");
+        assert!(stderr.contains(named), "{args}: {stderr}");
     }
 }
 
@@ -430,7 +248,7 @@ fn a_file_that_does_not_parse_is_told_by_place_never_by_its_text() {
 #[test]
 fn service_proxy_name_is_a_label_value_from_the_flag_or_the_file() {
     let load_args = |args: &[&str]| config::load_from(["kube-nftproxy"].iter().chain(args));
-    assert_eq!(defaults().service_proxy_name, None, "upstream's behaviour unless asked");
+    assert_eq!(load_args(&[]).unwrap().0.service_proxy_name, None, "upstream's behaviour unless asked");
     let long = "a".repeat(63);
     for good in ["canary", "kube-nftproxy", "a", "v1.2_b-3", &long] {
         let flags = load_args(&[&format!("--service-proxy-name={good}")]).expect(good).0;
@@ -450,6 +268,181 @@ fn service_proxy_name_is_a_label_value_from_the_flag_or_the_file() {
     assert_eq!(over.service_proxy_name.as_deref(), Some("other"), "the command line wins over the file");
     let err = load(&with("proxy-name-bad", "kubeNftproxy: {serviceProxyName: -x-}"), &[]).unwrap_err();
     assert!(err.to_string().contains("kubeNftproxy.serviceProxyName"), "{err}");
-    let cfg = Config::from_flags(&load_args(&["--service-proxy-name=canary", "--hostname-override=n"]).unwrap().0);
+    let cfg =
+        config::Config::from_flags(&load_args(&["--service-proxy-name=canary", "--hostname-override=n"]).unwrap().0);
     assert_eq!(cfg.expect("config").service_proxy_name.as_deref(), Some("canary"));
+}
+
+/// The command lines distributions run kube-proxy with.
+const GKE: &[&str] = &[
+    "--v=2",
+    "--iptables-sync-period=1m",
+    "--iptables-min-sync-period=10s",
+    "--ipvs-sync-period=1m",
+    "--ipvs-min-sync-period=10s",
+    "--feature-gates=InOrderInformers=true, ComponentFlagz=true",
+    "--detect-local-mode=NodeCIDR",
+    "--oom-score-adj=-998",
+    "--cluster-cidr=10.64.0.0/14",
+];
+const K3S: &[&str] = &[
+    "--proxy-mode=iptables",
+    "--conntrack-max-per-core=0",
+    "--conntrack-tcp-timeout-close-wait=0s",
+    "--conntrack-tcp-timeout-established=0s",
+    "--healthz-bind-address=127.0.0.1",
+    "--cluster-cidr",
+    "10.42.0.0/16",
+    "--hostname-override",
+    "node-a",
+    "--kubeconfig",
+    "/var/lib/rancher/k3s/agent/kubeproxy.kubeconfig",
+];
+
+fn argv(args: &[&str]) -> Vec<String> {
+    ["kube-nftproxy"].iter().chain(args).map(|a| a.to_string()).collect()
+}
+
+#[test]
+fn distributions_command_lines_are_taken_with_kube_proxys_meaning() {
+    let (f, notes) = config::load_from(argv(GKE)).unwrap();
+    assert_eq!((f.sync_period, f.min_sync_period), (Duration::from_secs(60), Duration::from_secs(10)));
+    assert_eq!((f.verbosity, f.oom_score_adj, f.detect_local_mode.as_str()), (Some(2), -998, "NodeCIDR"));
+    assert!(f.feature_gates.enabled("ComponentFlagz") && notes.warnings.is_empty(), "{:?}", notes.warnings);
+    // The same in ipvs mode takes the --ipvs-* periods, and only those.
+    let ipvs = [GKE, &["--proxy-mode=ipvs", "--ipvs-sync-period=2m"]].concat();
+    let (f, _) = config::load_from(argv(&ipvs)).unwrap();
+    assert_eq!((f.sync_period, f.min_sync_period), (Duration::from_secs(120), Duration::from_secs(10)));
+    let (f, _) = config::load_from(argv(&["--proxy-mode=ipvs", "--iptables-sync-period=5m"])).unwrap();
+    assert_eq!(f.sync_period, Duration::from_secs(30), "--iptables-sync-period is ignored in ipvs mode");
+    let (f, notes) = config::load_from(argv(K3S)).unwrap();
+    assert_eq!((f.conntrack_max_per_core, f.conntrack_tcp_timeout_established), (0, Duration::ZERO));
+    assert_eq!(f.healthz_bind_address, BindAddress(Some("127.0.0.1:10256".parse().unwrap())));
+    assert_eq!((f.proxy_mode.as_deref(), f.sync_period), (Some("iptables"), Duration::from_secs(30)));
+    assert!(notes.warnings.iter().any(|w| w.contains("iptables")), "{:?}", notes.warnings);
+    let (f, _) = config::load_from(argv(&["--kube-api-qps=50", "--kube-api-burst", "100"])).unwrap();
+    assert_eq!(
+        (f.kube_api_qps, f.kube_api_burst, f.kube_api_content_type.as_str()),
+        (50.0, 100, "application/vnd.kubernetes.protobuf")
+    );
+    // Each runs the binary: a dry run that succeeds.
+    let cluster = common::root().join("examples/cluster");
+    for args in [GKE, K3S] {
+        let mut args = args.to_vec();
+        args.extend(["--dry-run", "--hostname-override=node-a", "--manifests", cluster.to_str().unwrap()]);
+        args.retain(|a| !a.starts_with("/var/lib") && *a != "--kubeconfig");
+        let out = binary(&args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+#[test]
+fn no_effect_flags_are_taken_and_named_once_deprecated_ports_work() {
+    let args = [
+        "--profiling",
+        "--ipvs-strict-arp=true",
+        "--bind-address-hard-fail=false",
+        "--config-sync-period=1m",
+        "--iptables-localhost-nodeports=false",
+        "--ipvs-tcp-timeout=5s",
+        "--show-hidden-metrics-for-version=1.35",
+    ];
+    let (_, notes) = config::load_from(argv(&args)).unwrap();
+    let line: Vec<&String> = notes.infos.iter().filter(|i| i.contains("no effect")).collect();
+    assert_eq!(line.len(), 1, "{:?}", notes.infos);
+    for flag in args {
+        let name = flag.split('=').next().unwrap();
+        assert!(line[0].contains(name), "{name} is not named: {}", line[0]);
+    }
+    let (f, notes) = config::load_from(argv(&["--healthz-port=0", "--metrics-port", "0"])).unwrap();
+    assert_eq!((f.healthz_bind_address, f.metrics_bind_address), (BindAddress(None), BindAddress(None)));
+    assert_eq!(notes.warnings.len(), 2, "deprecated: {:?}", notes.warnings);
+    let (f, _) = config::load_from(argv(&["--healthz-bind-address=127.0.0.1", "--healthz-port=9999"])).unwrap();
+    assert_eq!(f.healthz_bind_address, BindAddress(Some("127.0.0.1:9999".parse().unwrap())));
+    // What kube-proxy refuses is refused, naming the flag.
+    for (args, named) in [
+        (&["--profiling=maybe"][..], "--profiling"),
+        (&["--feature-gates=Frobnicate=true"], "Frobnicate"),
+        (&["--feature-gates=NFTablesProxyMode=false"], "locked"),
+        (&["--log-json-split-stream"], "LoggingAlphaOptions"),
+        (&["--kube-api-burst=-1"], "--kube-api-burst"),
+        (&["--logging-format=xml"], "--logging-format"),
+        (&["--config-sync-period=0s"], "--config-sync-period"),
+        (&["--frobnicate"], "--frobnicate"),
+    ] {
+        let out = binary(&[args, &["--dry-run", "--hostname-override=node-a"]].concat());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(named), "{args:?}: {stderr}");
+    }
+    let gated = ["--log-json-split-stream", "--feature-gates=LoggingAlphaOptions=true"];
+    assert!(config::load_from(argv(&gated)).is_ok());
+    // As pflag: a flag given again takes the later value; --feature-gates adds up.
+    let again = [
+        "--iptables-sync-period=1m",
+        "--iptables-sync-period=2m",
+        "--feature-gates=ComponentFlagz=true",
+        "--feature-gates=ComponentStatusz=true",
+    ];
+    let (f, _) = config::load_from(argv(&again)).unwrap();
+    assert_eq!(f.sync_period, Duration::from_secs(120));
+    assert!(f.feature_gates.enabled("ComponentFlagz") && f.feature_gates.enabled("ComponentStatusz"));
+}
+
+#[test]
+fn write_config_to_writes_what_reads_back_the_same() {
+    let dir = std::env::temp_dir().join(format!("knp-config-{}-write", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let written = dir.join("written.yaml");
+    let cluster = common::root().join("examples/cluster");
+    let mut args = vec![
+        "--proxy-mode=nftables",
+        "--iptables-masquerade-bit=5",
+        "--masquerade-all",
+        "--iptables-sync-period=45s",
+        "--cluster-cidr=10.0.0.0/8,fd00:10::/48",
+        "--feature-gates=ComponentFlagz=true",
+        "--kube-api-qps=7.5",
+        "--hostname-override=node-a",
+        "--conntrack-min=7",
+        "--full-sync-period=2h",
+        "-v=4",
+        "--ipvs-scheduler=sh",
+    ];
+    let mut first = args.clone();
+    first.push(format!("--write-config-to={}", written.display()).leak());
+    let out = binary(&first);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&written).unwrap();
+    assert!(text.contains("kind: KubeProxyConfiguration") && text.contains("kubeNftproxy:"), "{text}");
+    let (direct, _) = config::load_from(argv(&args)).unwrap();
+    let (read_back, notes) = load_notes(&written, &[]).unwrap();
+    assert!(notes.unknown_fields.is_empty() && notes.warnings.is_empty(), "{notes:?}");
+    assert_eq!(config::effective(&read_back), config::effective(&direct));
+    // And the same dry run.
+    args.extend(["--dry-run", "--manifests", cluster.to_str().unwrap()]);
+    let config = format!("--config={}", written.display());
+    let from_file = ["--dry-run", "--manifests", cluster.to_str().unwrap(), config.as_str()];
+    let (a, b) = (binary(&args), binary(&from_file));
+    assert!(a.status.success() && b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+    assert!(String::from_utf8_lossy(&a.stdout).contains("0x20"), "the masquerade bit 5 is in the ruleset");
+    assert_eq!(String::from_utf8_lossy(&a.stdout), String::from_utf8_lossy(&b.stdout));
+}
+
+#[test]
+fn allow_service_external_ips_off_stops_serving_external_ips_as_upstream() {
+    let cluster = common::root().join("examples/cluster");
+    let dry_run = |extra: &[&str]| {
+        let base = ["--dry-run", "--hostname-override=node-a", "--manifests", cluster.to_str().unwrap()];
+        let out = binary(&[&base[..], extra].concat());
+        assert!(out.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (on, off) = (dry_run(&[]), dry_run(&["--feature-gates=AllowServiceExternalIPs=false"]));
+    assert!(on.contains("198.51.100.20"), "the external IP is served by default:\n{on}");
+    assert!(!off.contains("198.51.100.20"), "the external IP is still served with the gate off:\n{off}");
+    assert!(off.contains("198.51.100.10"), "load-balancer IPs stay served:\n{off}");
+    assert_eq!(dry_run(&["--feature-gates=AllowServiceExternalIPs=true"]), on);
+    let file = with("no-external-ips", "featureGates: {AllowServiceExternalIPs: false}");
+    assert_eq!(dry_run(&[&format!("--config={}", file.display())]), off, "the file's featureGates too");
 }

@@ -355,3 +355,31 @@ fn beside_kube_proxy_a_service_moves_in_and_out_with_its_label() {
     assert!(wait_for(Duration::from_secs(5), || !ours()).is_some(), "a Service moved away stayed:\n{}", d.logged());
     d.stop();
 }
+
+#[test]
+fn a_change_to_the_config_file_ends_the_daemon_as_kube_proxys_does() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    let manifests = write_manifests(&c, web(&c, &["pod-1"]));
+    let config = std::env::temp_dir().join(format!("{}-kube-proxy-config.yaml", c.node.name));
+    let head = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\n";
+    std::fs::write(&config, format!("{head}clusterCIDR: 10.0.0.0/8\n")).unwrap();
+    let mut d = Daemon::start(&c.node, &manifests, &[&format!("--config={}", config.display())], &[]);
+    assert!(
+        wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some(),
+        "daemon never served:\n{}",
+        d.logged()
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(d.wait_exit(Duration::ZERO).is_none(), "the daemon ended with the file unchanged:\n{}", d.logged());
+    std::fs::write(&config, format!("{head}clusterCIDR: 10.0.0.0/8,fd00:10::/32\n")).unwrap();
+    let status = d.wait_exit(Duration::from_secs(5)).expect("the daemon did not end when its config file changed");
+    let log = d.logged();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("content of the proxy server's configuration file was updated"), "{log}");
+    assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1", "the rules stay in place");
+    std::fs::remove_file(manifests).unwrap();
+    std::fs::remove_file(config).unwrap();
+}

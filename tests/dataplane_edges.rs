@@ -274,3 +274,26 @@ fn objects_as_the_api_server_stores_them_are_served_as_upstream_serves_them() {
     let p = tcp("172.16.0.1:30083", SHORT);
     assert_eq!(p, Probe::Refused, "NodePort on a secondary address: the Node was not kept: {}", p.who());
 }
+
+#[test]
+fn allow_service_external_ips_off_stops_external_ips_and_keeps_load_balancer_ips() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    let ep = endpoint(c.pod_named("pod-1"), false, json!({}));
+    let objects = || {
+        vec![
+            lb_service("ext", "172.30.0.80", 30080, "192.168.100.80", json!({"externalIPs": ["192.168.100.81"]})),
+            slice("ext", false, "TCP", vec![ep.clone()]),
+        ]
+    };
+    c.apply(objects(), &[]);
+    for dst in ["192.168.100.80:80", "192.168.100.81:80"] {
+        reached(send(&c.client, Proto::Tcp, dst, None, LONG), &format!("{dst} with the gate on"), &["pod-1"]);
+    }
+    c.apply(objects(), &["--feature-gates=AllowServiceExternalIPs=false"]);
+    reached(send(&c.client, Proto::Tcp, "192.168.100.80:80", None, LONG), "the LB IP with the gate off", &["pod-1"]);
+    let p = send(&c.client, Proto::Tcp, "192.168.100.81:80", None, SHORT);
+    assert!(!matches!(p, Probe::Reply(_)), "the external IP is still served with the gate off: {}", p.who());
+}

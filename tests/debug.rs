@@ -304,10 +304,16 @@ fn z_pages_and_slis_are_served_beside_the_metrics_as_upstreams() {
     assert_eq!(doc["flags"].as_object().map(|f| f.len()), Some(flags.len()), "the text's flags: {doc}");
     let bare = http_get_accepting(&ns.name, METRICS, "/statusz", Some("application/json")).map(|r| r.0);
     assert_eq!(bare, Some(406), "JSON only when asked for by version, group and kind");
-    // Until config::effective is handed in, /configz is upstream's with nothing registered.
+    // The effective configuration under kube-proxy's API group, as --write-config-to writes it.
     let (code, head, body) = get(&ns, "/configz");
     assert!(code == 200 && head.contains("content-type: application/json"), "{head}");
-    assert!(serde_json::from_str::<Value>(&body).is_ok_and(|v| v.is_object()), "{body}");
+    let config: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let config = &config["kubeproxy.config.k8s.io"];
+    assert_eq!(config["kind"], "KubeProxyConfiguration", "{body}");
+    assert_eq!(
+        (config["hostnameOverride"].as_str(), config["metricsBindAddress"].as_str()),
+        (Some("node-a"), Some(METRICS))
+    );
     // The SLIs count the metrics address's /healthz, whose one check is `ping`.
     let slis = || get(&ns, "/metrics/slis").2;
     assert!(!slis().contains("kubernetes_healthcheck{"), "nothing checked yet: {}", slis());

@@ -106,7 +106,7 @@ fn bad_flags_fail_with_status_2() {
 
 #[test]
 fn periods_too_long_for_a_timer_fail_with_status_2_naming_the_flag() {
-    for flag in ["--sync-period", "--min-sync-period", "--full-sync-period", "--nft-timeout"] {
+    for flag in ["--iptables-sync-period", "--iptables-min-sync-period", "--full-sync-period", "--nft-timeout"] {
         for value in ["99999999999999999999h", "400d", "-1s", "1e30"] {
             let out = dry_run(&root().join("examples/cluster"), &[format!("{flag}={value}")]);
             let stderr = String::from_utf8_lossy(&out.stderr);
@@ -114,7 +114,7 @@ fn periods_too_long_for_a_timer_fail_with_status_2_naming_the_flag() {
             assert!(stderr.contains(flag), "{flag}={value}: {stderr}");
         }
     }
-    for flag in ["--sync-period", "--full-sync-period", "--nft-timeout"] {
+    for flag in ["--iptables-sync-period", "--full-sync-period", "--nft-timeout"] {
         let out = dry_run(&root().join("examples/cluster"), &[format!("{flag}=0")]);
         assert_eq!(out.status.code(), Some(2), "{flag}=0 must be refused");
     }

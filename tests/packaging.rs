@@ -202,7 +202,22 @@ fn the_init_container_sets_the_conntrack_sysctls_and_fails_when_it_cannot() {
     let (init, _) = daemonset_containers();
     let args = container_args(&init, &[("NODE_NAME", "node-a")], &conf.0);
     let sysctl = |name: &str| ns.run(&["cat", &format!("/proc/sys/net/netfilter/{name}")], "");
-    let run_init = |extra: &[&str]| {
+    // With --config, kube-proxy's --conntrack-* flags are ignored (as kube-proxy): each run
+    // sets the fields of the file's conntrack section it names.
+    let config = conf.0.join("config.conf");
+    let original = std::fs::read_to_string(&config).expect("config.conf");
+    let run_init = |conntrack: &[(&str, &str)], extra: &[&str]| {
+        let text: String = original
+            .lines()
+            .map(|l| {
+                let indent = &l[..l.len() - l.trim_start().len()];
+                match conntrack.iter().find(|(field, _)| l.trim_start().starts_with(&format!("{field}:"))) {
+                    Some((field, value)) => format!("{indent}{field}: {value}\n"),
+                    None => format!("{l}\n"),
+                }
+            })
+            .collect();
+        std::fs::write(&config, text).expect("write config.conf");
         let argv: Vec<&str> =
             [BIN].into_iter().chain(args.iter().map(String::as_str)).chain(extra.iter().copied()).collect();
         ns.run(&argv, "")
@@ -213,23 +228,23 @@ fn the_init_container_sets_the_conntrack_sysctls_and_fails_when_it_cannot() {
     // 1h. The table's size (nf_conntrack_max) is the host namespace's alone: the override
     // leaves it to the host's init container, as here it cannot be set.
     // (A run that sets nothing loads conntrack, so the namespace's sysctls exist.)
-    let nothing = ["--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0"];
-    assert!(run_init(&[&nothing[..], &["--conntrack-tcp-timeout-close-wait=0"]].concat()).status.success());
+    let nothing = [("maxPerCore", "0"), ("tcpEstablishedTimeout", "0s"), ("tcpCloseWaitTimeout", "0s")];
+    assert!(run_init(&nothing, &[]).status.success());
     assert_eq!(read("nf_conntrack_tcp_timeout_established"), "432000");
     assert_eq!(read("nf_conntrack_tcp_timeout_close_wait"), "60");
-    let out = run_init(&["--conntrack-max-per-core=0"]);
+    let out = run_init(&[("maxPerCore", "0")], &[]);
     assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(read("nf_conntrack_tcp_timeout_established"), "86400");
     assert_eq!(read("nf_conntrack_tcp_timeout_close_wait"), "3600");
     // Beside kube-proxy (--service-proxy-name) the settings are kube-proxy's: none is set.
-    let beside = run_init(&["--service-proxy-name=canary", "--conntrack-tcp-timeout-established=2h"]);
+    let beside = run_init(&[("tcpEstablishedTimeout", "2h")], &["--service-proxy-name=canary"]);
     assert!(beside.status.success(), "{}", String::from_utf8_lossy(&beside.stderr));
     assert_eq!(read("nf_conntrack_tcp_timeout_established"), "86400");
 
     // Asked for a bigger table than the namespace has, --init-only, whose task it is, says it
     // cannot and fails.
     let max: u64 = read("nf_conntrack_max").parse().expect("nf_conntrack_max");
-    let out = run_init(&[&format!("--conntrack-min={}", max * 2)]);
+    let out = run_init(&[("min", &(max * 2).to_string())], &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("conntrack settings not set") && stderr.contains("nf_conntrack_max"), "{stderr}");

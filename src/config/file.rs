@@ -3,17 +3,18 @@
 //!
 //! A value the file leaves out, null or zero takes kube-proxy's default, as its defaulting
 //! does, so the file kubeadm writes (every field present, most zero) means what it means to
-//! kube-proxy. Fields of kube-proxy's other modes are read and left alone; any other field is
-//! a warning naming it.
+//! kube-proxy. The periods and masquerading come from the mode's section, as upstream's
+//! conversion reads them; fields with no effect here are named, and any unknown field is a
+//! warning naming it (kube-proxy's lenient decoding).
 
-use super::values::parse_service_proxy_name;
+use super::features::FeatureGates;
+use super::schema::{ClientConnection, GoDuration, KubeProxyConfiguration};
 use super::values::{
-    MAX_DURATION, parse_duration, parse_healthz_bind, parse_metrics_bind, parse_proxy_mode, valid_node_name,
+    parse_healthz_bind, parse_metrics_bind, parse_proxy_mode, parse_service_proxy_name, valid_node_name,
 };
 use super::{ConfigError, Flags};
 use crate::input;
 use ipnet::IpNet;
-use serde::Deserialize;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -24,151 +25,20 @@ pub const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
 /// The file's `kind`.
 pub const KIND: &str = "KubeProxyConfiguration";
 
-/// A kube-proxy field this proxy has no use for. (Not `IgnoredAny`: what that reads counts as
-/// ignored, and would be warned about as unknown.)
-type Unused = serde_json::Value;
-
-/// The fields of a `KubeProxyConfiguration` this proxy reads.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct KubeProxyConfiguration {
-    api_version: Option<String>,
-    kind: Option<String>,
-    mode: Option<String>,
-    hostname_override: Option<String>,
-    bind_address: Option<String>,
-    #[serde(rename = "clusterCIDR")]
-    cluster_cidr: Option<String>,
-    node_port_addresses: Option<Vec<String>>,
-    healthz_bind_address: Option<String>,
-    metrics_bind_address: Option<String>,
-    #[serde(default)]
-    nftables: NfTables,
-    detect_local_mode: Option<String>,
-    #[serde(default)]
-    detect_local: DetectLocal,
-    #[serde(default)]
-    conntrack: Conntrack,
-    #[serde(default)]
-    client_connection: ClientConnection,
-    oom_score_adj: Option<i32>,
-    #[serde(default)]
-    logging: Logging,
-    #[serde(default)]
-    kube_nftproxy: Own,
-    // kube-proxy's settings that do not apply here (other modes, other platforms, and what
-    // this proxy does its own way): accepted as kube-proxy accepts them, and not used.
-    #[serde(rename = "iptables")]
-    _iptables: Option<Unused>,
-    #[serde(rename = "ipvs")]
-    _ipvs: Option<Unused>,
-    #[serde(rename = "winkernel")]
-    _winkernel: Option<Unused>,
-    #[serde(rename = "windowsRunAsService")]
-    _windows_run_as_service: Option<Unused>,
-    #[serde(rename = "featureGates")]
-    _feature_gates: Option<Unused>,
-    #[serde(rename = "portRange")]
-    _port_range: Option<Unused>,
-    #[serde(rename = "enableProfiling")]
-    _enable_profiling: Option<Unused>,
-    #[serde(rename = "bindAddressHardFail")]
-    _bind_address_hard_fail: Option<Unused>,
-    #[serde(rename = "configSyncPeriod")]
-    _config_sync_period: Option<Unused>,
-    #[serde(rename = "showHiddenMetricsForVersion")]
-    _show_hidden_metrics_for_version: Option<Unused>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct NfTables {
-    masquerade_all: Option<bool>,
-    masquerade_bit: Option<i32>,
-    sync_period: Option<GoDuration>,
-    min_sync_period: Option<GoDuration>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct DetectLocal {
-    bridge_interface: Option<String>,
-    interface_name_prefix: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Conntrack {
-    max_per_core: Option<i32>,
-    min: Option<i32>,
-    tcp_established_timeout: Option<GoDuration>,
-    tcp_close_wait_timeout: Option<GoDuration>,
-    tcp_be_liberal: Option<bool>,
-    udp_timeout: Option<GoDuration>,
-    udp_stream_timeout: Option<GoDuration>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ClientConnection {
-    kubeconfig: Option<String>,
-    #[serde(rename = "acceptContentTypes")]
-    _accept_content_types: Option<Unused>,
-    #[serde(rename = "contentType")]
-    _content_type: Option<Unused>,
-    #[serde(rename = "qps")]
-    _qps: Option<Unused>,
-    #[serde(rename = "burst")]
-    _burst: Option<Unused>,
-}
-
-/// kube-proxy's `logging` (component-base's LoggingConfiguration): only the verbosity means
-/// anything here; the log format and per-file levels are klog's, and have no counterpart.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Logging {
-    verbosity: Option<u32>,
-    #[serde(rename = "vmodule")]
-    _vmodule: Option<Unused>,
-    #[serde(rename = "flushFrequency")]
-    _flush_frequency: Option<Unused>,
-    #[serde(rename = "format")]
-    _format: Option<Unused>,
-    #[serde(rename = "options")]
-    _options: Option<Unused>,
-}
-
-/// kube-nftproxy's own settings, under `kubeNftproxy:`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Own {
-    manifests: Option<String>,
-    full_sync_period: Option<GoDuration>,
-    nft_timeout: Option<GoDuration>,
-    cleanup_kube_proxy_at_start: Option<bool>,
-    service_proxy_name: Option<String>,
-}
-
-/// A duration as Kubernetes writes one (`"30s"`, `"1h0m0s"`).
-#[derive(Debug, Clone, Copy)]
-struct GoDuration(Duration);
-
-impl<'de> Deserialize<'de> for GoDuration {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        // Not the parser's message: it quotes the value, and the file's values are not quoted.
-        let wanted =
-            format!("not a duration like 500ms, 30s, 15m or 1h30m0s of at most {}h", MAX_DURATION.as_secs() / 3600);
-        parse_duration(&text).map(GoDuration).map_err(|_| serde::de::Error::custom(wanted))
-    }
-}
-
 /// What a configuration file said: the flags it sets, and the fields it held that nothing reads.
 #[derive(Debug)]
 pub struct FileSettings {
     file: KubeProxyConfiguration,
     /// Fields of the file this proxy does not know (paths like `nftables.foo`).
     pub unknown_fields: Vec<String>,
+}
+
+impl FileSettings {
+    /// The file's fields that have no effect here and hold a value other than kube-proxy's
+    /// "unset" (kubeadm writes them all, empty), by path.
+    pub fn no_effect_fields(&self) -> Vec<String> {
+        self.file.no_effect_fields()
+    }
 }
 
 /// Reads and checks a configuration file.
@@ -220,20 +90,10 @@ impl FileSettings {
     pub fn apply(self, flags: &mut Flags, given: impl Fn(&str) -> bool) -> Result<Vec<&'static str>, ConfigError> {
         let f = self.file;
         let mut m = Merge { flags, given, filed: Vec::new() };
-        // Only the mode in force is checked: `--proxy-mode=nftables` stands in for the file's.
-        if !(m.given)("proxy_mode") {
-            let mode = text(&f.mode).map(|mode| parse_proxy_mode(&mode).map(Some)).transpose();
-            set!(m, proxy_mode, mode.map_err(|e| field("mode", e))?);
-        }
+        let mode = text(&f.mode).map(|mode| parse_proxy_mode(&mode)).transpose().map_err(|e| field("mode", e))?;
+        set!(m, proxy_mode, mode.map(Some));
         node(&f, &mut m)?;
-        let n = &f.nftables;
-        set!(m, masquerade_all, n.masquerade_all);
-        let bit = checked(("nftables.masqueradeBit", "must be within 0..=31"), n.masquerade_bit, |b| {
-            u8::try_from(b).ok().filter(|b| *b <= 31)
-        })?;
-        set!(m, masquerade_bit, bit);
-        set!(m, sync_period, nonzero(n.sync_period));
-        set!(m, min_sync_period, nonzero(n.min_sync_period));
+        mode_sections(&f, &mut m)?;
         let c = &f.conntrack;
         set!(
             m,
@@ -246,14 +106,18 @@ impl FileSettings {
         set!(m, conntrack_tcp_be_liberal, c.tcp_be_liberal);
         set!(m, conntrack_udp_timeout, c.udp_timeout.map(|d| d.0));
         set!(m, conntrack_udp_timeout_stream, c.udp_stream_timeout.map(|d| d.0));
-        set!(m, kubeconfig, text(&f.client_connection.kubeconfig).map(|k| Some(PathBuf::from(k))));
+        client(&f.client_connection, &mut m)?;
         let oom = checked(("oomScoreAdj", "must be within -1000..=1000"), f.oom_score_adj, |n| {
             (-1000..=1000).contains(&n).then_some(n)
         })?;
         set!(m, oom_score_adj, oom);
-        // klog takes any 32-bit level; past 5 every level logs all the same here.
-        let verbosity = f.logging.verbosity.filter(|v| *v > 0).map(|v| Some(u8::try_from(v).unwrap_or(u8::MAX)));
+        set!(m, feature_gates, f.feature_gates.clone().map(FeatureGates));
+        let verbosity = f.logging.verbosity.filter(|v| *v > 0).map(Some);
         set!(m, verbosity, verbosity);
+        let format = checked(("logging.format", "must be text or json"), text(&f.logging.format), |f| {
+            matches!(f.as_str(), "text" | "json").then_some(f)
+        })?;
+        set!(m, logging_format, format);
         let own = &f.kube_nftproxy;
         set!(m, manifests, text(&own.manifests).map(|p| Some(PathBuf::from(p))));
         set!(m, full_sync_period, nonzero(own.full_sync_period));
@@ -263,6 +127,45 @@ impl FileSettings {
         set!(m, service_proxy_name, name.transpose().map_err(|e| field("kubeNftproxy.serviceProxyName", e))?);
         Ok(m.filed)
     }
+}
+
+/// The periods and masquerading from the section of the file's mode, as upstream's
+/// conversion reads them: `nftables` in nftables mode, `ipvs`'s periods and `iptables`'s
+/// masquerading in ipvs mode, `iptables` otherwise; and the IPVS scheduler.
+fn mode_sections<G: Fn(&str) -> bool>(f: &KubeProxyConfiguration, m: &mut Merge<'_, G>) -> Result<(), ConfigError> {
+    let mode = text(&f.mode).unwrap_or_default();
+    let (masq, masq_name) = if mode == "nftables" { (&f.nftables, "nftables") } else { (&f.iptables, "iptables") };
+    let (sync, min) = match mode.as_str() {
+        "nftables" => (f.nftables.sync_period, f.nftables.min_sync_period),
+        "ipvs" => (f.ipvs.sync_period, f.ipvs.min_sync_period),
+        _ => (f.iptables.sync_period, f.iptables.min_sync_period),
+    };
+    set!(m, masquerade_all, masq.masquerade_all);
+    let bit_name = format!("{masq_name}.masqueradeBit");
+    let bit = checked((&bit_name, "must be within 0..=31"), masq.masquerade_bit, |b| {
+        u8::try_from(b).ok().filter(|b| *b <= 31)
+    })?;
+    set!(m, masquerade_bit, bit);
+    set!(m, sync_period, nonzero(sync));
+    set!(m, min_sync_period, nonzero(min));
+    set!(m, ipvs_scheduler, f.ipvs.scheduler.clone().map(|s| s.trim().to_string()));
+    if let Some(cidrs) = &f.ipvs.exclude_cidrs {
+        m.flags.no_effect.ipvs_exclude_cidrs = cidrs.clone();
+    }
+    Ok(())
+}
+
+/// `clientConnection`: zero and empty values take kube-proxy's defaults.
+fn client<G: Fn(&str) -> bool>(c: &ClientConnection, m: &mut Merge<'_, G>) -> Result<(), ConfigError> {
+    set!(m, kubeconfig, text(&c.kubeconfig).map(|k| Some(PathBuf::from(k))));
+    set!(m, kube_api_content_type, text(&c.content_type));
+    set!(m, kube_api_accept_content_types, text(&c.accept_content_types));
+    set!(m, kube_api_qps, c.qps.filter(|q| *q != 0.0));
+    let burst = checked(("clientConnection.burst", "must not be negative"), c.burst.filter(|b| *b != 0), |b| {
+        (b >= 0).then_some(b)
+    })?;
+    set!(m, kube_api_burst, burst);
+    Ok(())
 }
 
 /// The settings about this node and where it serves, each checked as its flag would be.

@@ -2,8 +2,12 @@
 //! of their values.
 
 use super::BindAddress;
-use super::values::parse_service_proxy_name;
-use super::values::{parse_duration, parse_healthz_bind, parse_metrics_bind, parse_period, parse_proxy_mode};
+use super::compat::NoEffect;
+use super::features::FeatureGates;
+use super::values::{
+    parse_duration, parse_go_bool, parse_healthz_bind, parse_metrics_bind, parse_period, parse_proxy_mode,
+    parse_service_proxy_name, parse_vmodule,
+};
 use clap::Parser;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -31,27 +35,46 @@ const LONG_VERSION: &str = concat!(
     " profile)",
 );
 
-/// Raw command-line flags; `--config` values fill in what the command line leaves out.
+/// The command line, with what `--config` sets (kube-proxy's flags are ignored when it is
+/// given, as upstream: `load_from` resets them and the file fills them in).
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "kube-nftproxy",
     version,
+    // As pflag: a flag given again takes the later value.
+    args_override_self = true,
     long_version = LONG_VERSION,
     about = "Kubernetes service proxy on nftables, a drop-in for kube-proxy's nftables mode",
-    after_help = "Flags given on the command line (or NODE_NAME in the environment) override --config; \
-                  what neither sets takes kube-proxy's default."
+    after_help = "With --config, as with kube-proxy, the file replaces kube-proxy's flags given on the command \
+                  line (each is named in a warning), except --hostname-override (or NODE_NAME) and the logging \
+                  flags, which win; kube-nftproxy's own flags win over the file's kubeNftproxy section."
 )]
 pub struct Flags {
     /// A kube-proxy configuration file (KubeProxyConfiguration, kubeproxy.config.k8s.io/v1alpha1,
     /// YAML or JSON); kube-nftproxy's own settings go under its `kubeNftproxy:` key.
     #[arg(long, value_name = "FILE", help_heading = SOURCES)]
     pub config: Option<PathBuf>,
+    /// Write the effective configuration (KubeProxyConfiguration YAML) to FILE and exit.
+    #[arg(long, value_name = "FILE", help_heading = RUN)]
+    pub write_config_to: Option<PathBuf>,
     /// A kubeconfig naming the API server and credentials (its current context is used).
     #[arg(long, value_name = "FILE", help_heading = SOURCES)]
     pub kubeconfig: Option<PathBuf>,
     /// The API server's URL, overriding the kubeconfig's server.
     #[arg(long, value_name = "URL", help_heading = SOURCES)]
     pub master: Option<String>,
+    /// Content type of requests to the API server.
+    #[arg(long, value_name = "TYPE", default_value = "application/vnd.kubernetes.protobuf", help_heading = SOURCES)]
+    pub kube_api_content_type: String,
+    /// Requests per second to the API server, sustained.
+    #[arg(long, value_name = "QPS", default_value_t = 5.0, help_heading = SOURCES)]
+    pub kube_api_qps: f32,
+    /// Requests to the API server in a burst.
+    #[arg(long, value_name = "N", default_value_t = 10, allow_negative_numbers = true, help_heading = SOURCES)]
+    pub kube_api_burst: i32,
+    /// The file's `clientConnection.acceptContentTypes` (no flag, as upstream).
+    #[arg(skip)]
+    pub kube_api_accept_content_types: String,
     /// A file or directory of YAML/JSON manifests (Services, EndpointSlices, this Node; `kind: List` too).
     #[arg(long, value_name = "PATH", help_heading = SOURCES)]
     pub manifests: Option<PathBuf>,
@@ -92,22 +115,46 @@ pub struct Flags {
     #[arg(long, value_name = "primary|all|CIDR,...", value_delimiter = ',', default_value = "primary", help_heading = NODE)]
     pub nodeport_addresses: Vec<String>,
 
-    /// kube-proxy's mode: `nftables`, or empty for the same; any other mode is refused.
+    /// kube-proxy's mode: `nftables`, `iptables`, `ipvs` or empty; each is served by this
+    /// proxy with nftables (`iptables` and `ipvs` with a warning). Others are refused.
     #[arg(long, value_name = "MODE", value_parser = parse_proxy_mode, help_heading = NFTABLES)]
     pub proxy_mode: Option<String>,
     /// Masquerade all traffic sent to ClusterIPs.
-    #[arg(long, help_heading = NFTABLES)]
+    #[arg(long, value_name = "BOOL", default_value = "false", value_parser = parse_go_bool, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", help_heading = NFTABLES)]
     pub masquerade_all: bool,
-    /// The bit of the packet mark used to flag packets for masquerading.
-    #[arg(long, value_name = "BIT", default_value_t = 14, help_heading = NFTABLES)]
+    /// The bit of the packet mark used to flag packets for masquerading (0 to 31).
+    #[arg(long = "iptables-masquerade-bit", alias = "masquerade-bit", value_name = "BIT", default_value_t = 14,
+          help_heading = NFTABLES)]
     pub masquerade_bit: u8,
-    /// Minimum time between syncs; changes arriving sooner are coalesced into the next one.
-    /// At most --sync-period.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration, help_heading = NFTABLES)]
+    /// kube-proxy's minSyncPeriod: the shortest time between syncs; changes arriving sooner
+    /// are coalesced into the next one. At most the sync period. Not in ipvs mode, where
+    /// --ipvs-min-sync-period sets it.
+    #[arg(long = "iptables-min-sync-period", alias = "min-sync-period", value_name = "DURATION", default_value = "1s",
+          value_parser = parse_duration, help_heading = NFTABLES)]
     pub min_sync_period: Duration,
-    /// Longest wait before a failed sync is retried (retries back off up to this).
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_period, help_heading = NFTABLES)]
+    /// kube-proxy's syncPeriod: the longest wait before a failed sync is retried (retries
+    /// back off up to this; kube-proxy retries after it too), and half the time a pending
+    /// change may wait before /healthz fails. Not in ipvs mode, where --ipvs-sync-period sets it.
+    #[arg(long = "iptables-sync-period", alias = "sync-period", value_name = "DURATION", default_value = "30s",
+          value_parser = parse_period, help_heading = NFTABLES)]
     pub sync_period: Duration,
+    /// The sync period in ipvs mode (ignored in other modes, as by kube-proxy).
+    #[arg(long, value_name = "DURATION", value_parser = parse_period, help_heading = NFTABLES)]
+    pub ipvs_sync_period: Option<Duration>,
+    /// The minimum sync period in ipvs mode (ignored in other modes, as by kube-proxy).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = NFTABLES)]
+    pub ipvs_min_sync_period: Option<Duration>,
+    /// kube-proxy's IPVS scheduler; read and checked in ipvs mode, served by random choice.
+    #[arg(long, value_name = "NAME", default_value = "", help_heading = NFTABLES)]
+    pub ipvs_scheduler: String,
+    /// Feature gates, `Name=true|false` separated by commas (kube-proxy's names).
+    #[arg(long = "feature-gates", value_name = "NAME=BOOL,...", value_parser = FeatureGates::parse,
+          action = clap::ArgAction::Append, help_heading = NFTABLES)]
+    pub feature_gates_given: Vec<FeatureGates>,
+    /// The feature gates in force: every `--feature-gates` merged, or the file's `featureGates`.
+    #[arg(skip)]
+    pub feature_gates: FeatureGates,
     /// Interval of full syncs that replace the tables whole, repairing any drift.
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_period, help_heading = NFTABLES)]
     pub full_sync_period: Duration,
@@ -126,6 +173,12 @@ pub struct Flags {
     /// off. `[::1]:10249` when --bind-address is IPv6.
     #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:10249", value_parser = parse_metrics_bind, help_heading = SERVING)]
     pub metrics_bind_address: BindAddress,
+    /// Deprecated (kube-proxy's): the health port; 0 turns /healthz off.
+    #[arg(long, value_name = "PORT", hide = true, allow_negative_numbers = true)]
+    pub healthz_port: Option<i32>,
+    /// Deprecated (kube-proxy's): the metrics port; 0 turns the metrics server off.
+    #[arg(long, value_name = "PORT", hide = true, allow_negative_numbers = true)]
+    pub metrics_port: Option<i32>,
 
     /// Conntrack table entries per CPU; the table is raised to this times the CPUs (at
     /// least --conntrack-min), never lowered. 0 leaves it alone.
@@ -141,7 +194,8 @@ pub struct Flags {
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration, help_heading = CONNTRACK)]
     pub conntrack_tcp_timeout_close_wait: Duration,
     /// Accept TCP packets outside the window instead of marking them INVALID (nf_conntrack_tcp_be_liberal).
-    #[arg(long, help_heading = CONNTRACK)]
+    #[arg(long, value_name = "BOOL", default_value = "false", value_parser = parse_go_bool, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", help_heading = CONNTRACK)]
     pub conntrack_tcp_be_liberal: bool,
     /// Timeout of unreplied UDP flows (nf_conntrack_udp_timeout); 0 leaves it alone.
     #[arg(long, value_name = "DURATION", default_value = "0", value_parser = parse_duration, help_heading = CONNTRACK)]
@@ -163,7 +217,8 @@ pub struct Flags {
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"], help_heading = RUN)]
     pub output: String,
     /// Remove everything kube-nftproxy created, report upstream kube-proxy leftovers, and exit.
-    #[arg(long, help_heading = RUN)]
+    #[arg(long, value_name = "BOOL", default_value = "false", value_parser = parse_go_bool, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", help_heading = RUN)]
     pub cleanup: bool,
     /// With --cleanup: also remove upstream kube-proxy's tables and iptables KUBE-* chains.
     #[arg(long, help_heading = RUN)]
@@ -181,13 +236,23 @@ pub struct Flags {
     /// Set the conntrack sysctls, which need a writable /proc/sys and /sys, then exit (as
     /// kube-proxy's flag): run it in a privileged init container, then the daemon with
     /// CAP_NET_ADMIN alone.
-    #[arg(long, help_heading = RUN)]
+    #[arg(long, value_name = "BOOL", default_value = "false", value_parser = parse_go_bool, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", help_heading = RUN)]
     pub init_only: bool,
 
     /// Log verbosity as kube-proxy's -v: 0-2 info, 3-4 debug, 5 and up trace (default:
     /// RUST_LOG, else info).
     #[arg(short = 'v', long = "v", value_name = "N", help_heading = LOGGING)]
-    pub verbosity: Option<u8>,
+    pub verbosity: Option<u32>,
+    /// The log format: `text` or `json` (klog's formats).
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"], help_heading = LOGGING)]
+    pub logging_format: String,
+    /// klog's flush interval (each line is written at once here: no effect).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration, help_heading = LOGGING)]
+    pub log_flush_frequency: Duration,
+    /// klog's per-file levels, `pattern=N,...` (no effect: RUST_LOG sets per-module levels).
+    #[arg(long, value_name = "PATTERN=N,...", value_parser = parse_vmodule, help_heading = LOGGING)]
+    pub vmodule: Option<String>,
 
     /// `explain`: say where a connection from --from to --to goes through the rules this node
     /// would apply, and why, then exit.
@@ -204,6 +269,10 @@ pub struct Flags {
     #[arg(long, value_name = "PROTO", default_value = "tcp", value_parser = ["tcp", "udp", "sctp"], help_heading = EXPLAIN)]
     pub protocol: String,
 
+    /// kube-proxy's flags with no effect here.
+    #[command(flatten)]
+    pub no_effect: NoEffect,
+
     /// Serve only the Services labelled `service.kubernetes.io/service-proxy-name=NAME` (which
     /// kube-proxy leaves alone) and touch nothing else: kube-proxy's rules stay, so Services
     /// can move over one at a time beside it (README, Canary beside kube-proxy). Not upstream's.
@@ -214,10 +283,6 @@ pub struct Flags {
 impl Flags {
     /// The log level `-v N` asks for, if it was given.
     pub fn log_level(&self) -> Option<log::LevelFilter> {
-        self.verbosity.map(|v| match v {
-            0..=2 => log::LevelFilter::Info,
-            3..=4 => log::LevelFilter::Debug,
-            _ => log::LevelFilter::Trace,
-        })
+        self.verbosity.map(crate::logging::level_for)
     }
 }

@@ -1,17 +1,26 @@
 //! The configuration: kube-proxy's flags and configuration file, merged and validated into
 //! what the renderer and the sync loop use.
 
+pub mod compat;
+mod effective;
+pub mod features;
 mod file;
 mod flags;
+mod load;
+mod schema;
+#[cfg(test)]
+mod tests;
 mod values;
+pub mod watch;
 
+pub use effective::{effective, write_config};
+pub use features::FeatureGates;
 pub use file::{API_VERSION, FileSettings, KIND};
 pub use flags::Flags;
+pub use load::{CONFIG_BOUND, Notes, load_from};
 pub use values::*;
 
-use clap::{CommandFactory, FromArgMatches};
 use ipnet::IpNet;
-use std::ffi::OsString;
 use std::path::PathBuf;
 
 /// Errors in the flags or the configuration file; they stop the program before it touches
@@ -27,7 +36,7 @@ pub enum ConfigError {
         value: String,
     },
     /// The masquerade bit is outside the 32-bit mark.
-    #[error("--masquerade-bit must be within 0..=31, got {0}")]
+    #[error("--iptables-masquerade-bit must be within 0..=31, got {0}")]
     BadMasqueradeBit(u8),
     /// The node name is needed to tell local endpoints apart.
     #[error("--hostname-override is required: the host name could not be read")]
@@ -58,14 +67,32 @@ pub enum ConfigError {
     #[error("--detect-local-mode: {0}")]
     BadDetectLocal(String),
     /// The shortest time between syncs is longer than the longest (upstream's validation).
-    #[error(
-        "--min-sync-period (nftables.minSyncPeriod) {min:?} must not be longer than --sync-period (nftables.syncPeriod) {sync:?}"
-    )]
+    #[error("{min_name} {min:?} must not be longer than {sync_name} {sync:?}")]
     MinSyncPeriodAboveSyncPeriod {
+        /// The flag or field that set the minimum sync period.
+        min_name: String,
         /// The minimum sync period in force.
         min: std::time::Duration,
+        /// The flag or field that set the sync period.
+        sync_name: String,
         /// The sync period in force.
         sync: std::time::Duration,
+    },
+    /// A value kube-proxy's validation refuses, named by its flag or the file's field.
+    #[error("{what}: {message}")]
+    Invalid {
+        /// `--flag` or the file's field path.
+        what: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// `--write-config-to` could not write its file.
+    #[error("--write-config-to {path:?}: {message}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
     },
     /// The node name is not one Kubernetes accepts (it reaches the script's text).
     #[error(
@@ -148,16 +175,23 @@ pub struct Config {
     /// `--service-proxy-name`: serve only the Services labelled with this name, beside
     /// kube-proxy (no takeover, no node-wide rule that could catch its traffic).
     pub service_proxy_name: Option<String>,
+    /// Whether Services' `externalIPs` are served: the AllowServiceExternalIPs feature gate
+    /// (on by default; kube-proxy stops programming them when it is off).
+    pub external_ips: bool,
+    /// kube-proxy's IPVS scheduler (`--ipvs-scheduler`, `ipvs.scheduler`; checked in ipvs
+    /// mode, empty otherwise as upstream reads it only there). Served as a random choice.
+    pub ipvs_scheduler: String,
 }
 
 impl Config {
     /// Validates flags into a configuration.
     pub fn from_flags(flags: &Flags) -> Result<Config, ConfigError> {
         // Upstream trims and lower-cases the name, then it must be a valid node name: it is
-        // written into the script's header.
+        // written into the script's header. An empty override is no override, as upstream.
         let node_name = flags
             .hostname_override
             .clone()
+            .filter(|h| !h.is_empty())
             .or_else(host_name)
             .map(|h| h.trim().to_lowercase())
             .filter(|h| !h.is_empty())
@@ -188,48 +222,22 @@ impl Config {
             masquerade_all: flags.masquerade_all,
             masquerade_mark: 1u32 << flags.masquerade_bit,
             service_proxy_name: flags.service_proxy_name.clone(),
+            external_ips: gates(flags).enabled(features::ALLOW_SERVICE_EXTERNAL_IPS),
+            ipvs_scheduler: if flags.proxy_mode.as_deref() == Some("ipvs") {
+                flags.ipvs_scheduler.trim().to_string()
+            } else {
+                String::new()
+            },
         })
     }
 }
 
-/// The flags of a command line, with what its `--config` file sets where the command line is
-/// silent, and the file's fields nothing reads; the settings that depend on each other are
-/// defaulted and checked together, once both sources are in.
-pub fn load_from<I, T>(args: I) -> Result<(Flags, Vec<String>), ConfigError>
-where
-    I: IntoIterator<Item = T>,
-    T: Into<OsString> + Clone,
-{
-    let matches = Flags::command().try_get_matches_from(args)?;
-    let mut flags = Flags::from_arg_matches(&matches)?;
-    let given = |id: &str| {
-        use clap::parser::ValueSource::{CommandLine, EnvVariable};
-        matches!(matches.value_source(id), Some(CommandLine | EnvVariable))
-    };
-    let (unknown, filed) = match flags.config.clone() {
-        Some(path) => {
-            let settings = file::read(&path)?;
-            let unknown = settings.unknown_fields.clone();
-            (unknown, settings.apply(&mut flags, given)?)
-        }
-        None => (Vec::new(), Vec::new()),
-    };
-    default_serving(&mut flags, |id| given(id) || filed.contains(&id));
-    if flags.min_sync_period > flags.sync_period {
-        return Err(ConfigError::MinSyncPeriodAboveSyncPeriod { min: flags.min_sync_period, sync: flags.sync_period });
-    }
-    Ok((flags, unknown))
-}
-
-/// Health and metrics addresses nobody set take the defaults of `--bind-address`'s family.
-fn default_serving(flags: &mut Flags, set: impl Fn(&str) -> bool) {
-    let (healthz, metrics) = default_bind_addresses(&flags.bind_address);
-    if !set("healthz_bind_address") {
-        flags.healthz_bind_address = BindAddress(Some(healthz));
-    }
-    if !set("metrics_bind_address") {
-        flags.metrics_bind_address = BindAddress(Some(metrics));
-    }
+/// The feature gates in force: the file's or the merged `--feature-gates` (`load_from` merges
+/// them; flags parsed without it still count).
+fn gates(flags: &Flags) -> FeatureGates {
+    let mut gates = flags.feature_gates.clone();
+    flags.feature_gates_given.iter().for_each(|g| gates.merge(g.clone()));
+    gates
 }
 
 /// The host's name, which kube-proxy takes as the node's name when none is given.

@@ -57,12 +57,73 @@ pub fn default_bind_addresses(bind_address: &str) -> (SocketAddr, SocketAddr) {
     (SocketAddr::new(any, HEALTHZ_PORT), SocketAddr::new(local, METRICS_PORT))
 }
 
-/// `--proxy-mode` and the file's `mode`: this proxy is kube-proxy's nftables mode, so that or
-/// kube-proxy's "unset" (empty, which picks nftables here) is all it takes.
+/// The modes kube-proxy takes on Linux; each runs this proxy (`iptables` and `ipvs` are served
+/// with nftables).
+pub const PROXY_MODES: [&str; 3] = ["iptables", "ipvs", "nftables"];
+
+/// `--proxy-mode` and the file's `mode`: empty (kube-proxy's "best available") or one of
+/// `PROXY_MODES`; what kube-proxy refuses on Linux (`kernelspace`, `userspace`) is refused.
 pub fn parse_proxy_mode(s: &str) -> Result<String, String> {
     match s.trim() {
-        mode @ ("" | "nftables") => Ok(mode.to_string()),
-        other => Err(format!("{other:?} is not supported: kube-nftproxy is kube-proxy's nftables mode")),
+        mode if mode.is_empty() || PROXY_MODES.contains(&mode) => Ok(mode.to_string()),
+        other => Err(format!("{other:?} is not a proxy mode on Linux (iptables, ipvs, nftables, or empty)")),
+    }
+}
+
+/// A boolean as Go's `strconv.ParseBool` reads one (kube-proxy's flags and `--feature-gates`).
+pub fn parse_go_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+        other => Err(format!("{other:?} is not a boolean (true or false)")),
+    }
+}
+
+/// The IPVS schedulers kube-proxy's validation takes (empty is its default, `rr`).
+pub const IPVS_SCHEDULERS: [&str; 12] = ["", "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "sh", "dh", "sed", "nq", "mh"];
+
+/// `--vmodule`: `pattern=N` pairs separated by commas (klog's syntax).
+pub fn parse_vmodule(s: &str) -> Result<String, String> {
+    let ok = s.split(',').filter(|p| !p.is_empty()).all(|pair| {
+        pair.split_once('=').is_some_and(|(pattern, level)| !pattern.is_empty() && level.parse::<u32>().is_ok())
+    });
+    if ok { Ok(s.to_string()) } else { Err(format!("{s:?} is not pattern=N[,pattern=N...]")) }
+}
+
+/// A size as Kubernetes writes a quantity (`512`, `1K`, `2Ki`, `5Mi`); the log buffer flags take one.
+pub fn parse_quantity(s: &str) -> Result<String, String> {
+    let digits = s.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let suffix = &s[digits.len()..];
+    let known = ["", "k", "K", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    if !digits.is_empty() && digits.parse::<f64>().is_ok_and(|n| n >= 0.0) && known.contains(&suffix) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("{s:?} is not a size like 512, 1K, 2Ki or 5Mi"))
+    }
+}
+
+/// A duration as Go's `time.Duration.String` writes it (`0s`, `250ms`, `1m0s`, `1h30m0s`),
+/// as kube-proxy writes durations into its configuration.
+pub fn go_duration(d: Duration) -> String {
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return "0s".to_string();
+    }
+    if nanos < 1_000_000_000 {
+        let (unit, scale) = match nanos {
+            n if n < 1_000 => ("ns", 1.0),
+            n if n < 1_000_000 => ("µs", 1e3),
+            _ => ("ms", 1e6),
+        };
+        return format!("{}{unit}", nanos as f64 / scale);
+    }
+    let secs = d.as_secs();
+    let (h, m) = (secs / 3600, secs % 3600 / 60);
+    let s = (secs % 60) as f64 + f64::from(d.subsec_nanos()) / 1e9;
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, m) => format!("{m}m{s}s"),
+        (h, m) => format!("{h}h{m}m{s}s"),
     }
 }
 
@@ -176,11 +237,21 @@ mod tests {
     }
 
     #[test]
-    fn only_the_nftables_mode_is_taken() {
-        assert_eq!(parse_proxy_mode(" nftables "), Ok("nftables".to_string()));
-        assert_eq!(parse_proxy_mode(""), Ok(String::new()));
-        for mode in ["iptables", "ipvs", "kernelspace", "NFTables"] {
+    fn the_linux_modes_are_taken() {
+        for mode in ["nftables", " iptables ", "ipvs", ""] {
+            assert_eq!(parse_proxy_mode(mode), Ok(mode.trim().to_string()));
+        }
+        for mode in ["kernelspace", "userspace", "NFTables"] {
             assert!(parse_proxy_mode(mode).unwrap_err().contains(mode), "{mode}");
         }
+    }
+
+    #[test]
+    fn durations_are_written_as_go_writes_them() {
+        for (secs, want) in [(0.0, "0s"), (0.25, "250ms"), (1.5, "1.5s"), (60.0, "1m0s"), (5400.0, "1h30m0s")] {
+            assert_eq!(go_duration(Duration::from_secs_f64(secs)), want);
+            assert_eq!(parse_duration(want), Ok(Duration::from_secs_f64(secs)), "{want} reads back");
+        }
+        assert_eq!(go_duration(Duration::from_secs(86400)), "24h0m0s");
     }
 }

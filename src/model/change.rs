@@ -151,7 +151,10 @@ impl Model {
     /// (an update identical to what is filed changes nothing and marks nothing).
     pub fn file(&mut self, change: ObjectChange) -> bool {
         match change {
-            ObjectChange::Service(key, ports) => {
+            ObjectChange::Service(key, mut ports) => {
+                if self.without_external_ips {
+                    ports.iter_mut().flatten().for_each(|p| p.external_ips.clear());
+                }
                 if self.services.get(&key) == ports.as_ref() {
                     return false;
                 }
@@ -190,5 +193,32 @@ impl Model {
             ObjectChange::ServiceCidr(name, cidrs) => return self.file_service_cidr(name, cidrs),
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{ApiObject, Model};
+    use serde_json::json;
+
+    fn service(name: &str) -> ApiObject {
+        let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"clusterIP": "172.30.0.9", "externalIPs": ["198.51.100.9"], "ports": [{"port": 80}]}});
+        ApiObject::from_json(svc).unwrap().unwrap()
+    }
+
+    #[test]
+    fn external_ips_are_dropped_from_services_filed_before_and_after_the_gate_is_off() {
+        let mut model = Model::default();
+        model.apply(&service("before"), "node-a").unwrap();
+        model.take_changes();
+        assert!(model.services.values().flatten().all(|p| p.externally_accessible()));
+        model.set_external_ips(false);
+        assert_eq!(model.take_changes().services.len(), 1, "the service whose addresses went is a change");
+        model.apply(&service("after"), "node-a").unwrap();
+        assert_eq!(model.services.len(), 2);
+        for p in model.services.values().flatten() {
+            assert!(p.external_ips.is_empty() && !p.externally_accessible(), "{p:?}");
+        }
     }
 }

@@ -191,9 +191,29 @@ pub struct Model {
     changes: Changes,
     /// Node names endpoints run on, each stored once (a cluster has few nodes and many endpoints).
     node_names: BTreeSet<Arc<str>>,
+    /// Services' `externalIPs` are dropped as they are filed (feature gate
+    /// AllowServiceExternalIPs off: upstream's service info then has none).
+    without_external_ips: bool,
 }
 
 impl Model {
+    /// Whether Services' `externalIPs` are served (the AllowServiceExternalIPs gate; on unless
+    /// set off). Off drops them from every Service filed, already or later, as upstream's
+    /// service info reports none: no rules, and they no longer make a Service externally
+    /// reachable.
+    pub fn set_external_ips(&mut self, serve: bool) {
+        self.without_external_ips = !serve;
+        if serve {
+            return;
+        }
+        for (key, ports) in &mut self.services {
+            if ports.iter().any(|p| !p.external_ips.is_empty()) {
+                ports.iter_mut().for_each(|p| p.external_ips.clear());
+                self.changes.services.insert(key.clone());
+            }
+        }
+    }
+
     /// Addresses on the host's interfaces.
     pub fn host_addresses(&self) -> &[IpAddr] {
         &self.host_addresses

@@ -94,8 +94,10 @@ impl<K: Kernel> Syncer<K> {
     /// A sync loop that applies through `kernel` once every source in `sources` has listed.
     pub fn new(cfg: Config, periods: Periods, kernel: K, sources: &[&'static str]) -> Syncer<K> {
         let now = Instant::now();
+        let mut model = Model::default();
+        model.set_external_ips(cfg.external_ips);
         Syncer {
-            model: Model::default(),
+            model,
             rendered: None,
             kernel,
             cfg,

@@ -1,0 +1,284 @@
+//! Loading the configuration as kube-proxy does: from the flags, or with `--config` from the
+//! file in their place (kube-proxy's flags given anyway are ignored, each named in a
+//! warning); then the deprecated flags, and the checks of upstream's validation.
+
+use super::values::{BindAddress, IPVS_SCHEDULERS};
+use super::{ConfigError, Flags, compat, default_bind_addresses, features, file};
+use clap::parser::{ArgMatches, ValueSource};
+use clap::{CommandFactory, FromArgMatches, Parser};
+use std::ffi::OsString;
+
+/// What loading had to say besides the flags, logged once logging is set up.
+#[derive(Debug, Default)]
+pub struct Notes {
+    /// Fields of the file this proxy does not know (paths like `nftables.foo`).
+    pub unknown_fields: Vec<String>,
+    /// Flags ignored, modes served differently, deprecated flags.
+    pub warnings: Vec<String>,
+    /// Flags and fields taken with no effect.
+    pub infos: Vec<String>,
+}
+
+impl Notes {
+    /// Logs each note at its level.
+    pub fn log(&self) {
+        for field in &self.unknown_fields {
+            log::warn!("--config: unknown field {field:?} ignored");
+        }
+        for w in &self.warnings {
+            log::warn!("{w}");
+        }
+        for i in &self.infos {
+            log::info!("{i}");
+        }
+    }
+}
+
+/// Declares kube-proxy's flags that `--config` replaces (by clap id, `Flags` fields first,
+/// then `NoEffect` ones), and how each is put back to its default.
+macro_rules! config_bound {
+    ([$($field:ident),* $(,)?], [$($ne:ident),* $(,)?]) => {
+        /// kube-proxy's flags whose values `--config` replaces (all but `--hostname-override`,
+        /// the logging flags, and what is not configuration: `--master`, `--cleanup`, ...).
+        pub const CONFIG_BOUND: &[&str] = &[$(stringify!($field),)* $(stringify!($ne),)*];
+
+        fn reset(flags: &mut Flags, defaults: &Flags, id: &str) {
+            match id {
+                $(stringify!($field) => flags.$field = defaults.$field.clone(),)*
+                $(stringify!($ne) => flags.no_effect.$ne = defaults.no_effect.$ne.clone(),)*
+                _ => {}
+            }
+        }
+    };
+}
+
+config_bound!(
+    [
+        kubeconfig,
+        kube_api_content_type,
+        kube_api_qps,
+        kube_api_burst,
+        bind_address,
+        healthz_bind_address,
+        metrics_bind_address,
+        healthz_port,
+        metrics_port,
+        proxy_mode,
+        masquerade_bit,
+        masquerade_all,
+        sync_period,
+        min_sync_period,
+        ipvs_sync_period,
+        ipvs_min_sync_period,
+        ipvs_scheduler,
+        feature_gates_given,
+        detect_local_mode,
+        pod_bridge_interface,
+        pod_interface_name_prefix,
+        cluster_cidr,
+        nodeport_addresses,
+        oom_score_adj,
+        conntrack_max_per_core,
+        conntrack_min,
+        conntrack_tcp_timeout_established,
+        conntrack_tcp_timeout_close_wait,
+        conntrack_tcp_be_liberal,
+        conntrack_udp_timeout,
+        conntrack_udp_timeout_stream,
+    ],
+    [
+        bind_address_hard_fail,
+        profiling,
+        show_hidden_metrics_for_version,
+        iptables_localhost_nodeports,
+        ipvs_exclude_cidrs,
+        ipvs_strict_arp,
+        ipvs_tcp_timeout,
+        ipvs_tcpfin_timeout,
+        ipvs_udp_timeout,
+        config_sync_period,
+    ]
+);
+
+/// The logging flags with no effect here (they win over `--config` all the same).
+const LOGGING_NO_EFFECT: [&str; 2] = ["log_flush_frequency", "vmodule"];
+
+/// The flags of a command line, or with `--config` the file's settings in their place, as
+/// kube-proxy takes them; with what to log about them.
+pub fn load_from<I, T>(args: I) -> Result<(Flags, Notes), ConfigError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let matches = Flags::command().try_get_matches_from(args)?;
+    let mut flags = Flags::from_arg_matches(&matches)?;
+    // Fields only the file sets (`#[arg(skip)]`) have no source to ask about.
+    let given = |id: &str| {
+        matches.try_contains_id(id).is_ok()
+            && matches!(matches.value_source(id), Some(ValueSource::CommandLine | ValueSource::EnvVariable))
+    };
+    let mut notes = Notes::default();
+    let with_file = flags.config.is_some();
+    let filed = match flags.config.clone() {
+        Some(path) => {
+            let defaults = defaults()?;
+            for id in CONFIG_BOUND.iter().filter(|id| given(id)) {
+                reset(&mut flags, &defaults, id);
+                notes.warnings.push(format!("{} is ignored: --config is given (as kube-proxy)", long_name(id)));
+            }
+            let settings = file::read(&path)?;
+            notes.unknown_fields.clone_from(&settings.unknown_fields);
+            let unused = settings.no_effect_fields();
+            if !unused.is_empty() {
+                notes.infos.push(format!("--config: taken with no effect in kube-nftproxy: {}", unused.join(", ")));
+            }
+            // An empty --hostname-override is none, and the file's stands (as upstream).
+            let empty_hostname = flags.hostname_override.as_deref() == Some("");
+            let keep =
+                |id: &str| given(id) && !CONFIG_BOUND.contains(&id) && !(empty_hostname && id == "hostname_override");
+            settings.apply(&mut flags, keep)?
+        }
+        None => {
+            for gates in std::mem::take(&mut flags.feature_gates_given) {
+                flags.feature_gates.merge(gates);
+            }
+            ipvs_periods(&mut flags)?;
+            Vec::new()
+        }
+    };
+    let set = |id: &str| (given(id) && !(with_file && CONFIG_BOUND.contains(&id))) || filed.contains(&id);
+    default_serving(&mut flags, set);
+    if !with_file && flags.write_config_to.is_none() {
+        deprecated_ports(&mut flags, &matches, &mut notes)?;
+    }
+    validate(&flags, with_file)?;
+    notes.warnings.extend(mode_warnings(&flags));
+    let unused: Vec<String> = compat::IDS
+        .iter()
+        .chain(&LOGGING_NO_EFFECT)
+        .filter(|id| given(id) && !(with_file && CONFIG_BOUND.contains(id)))
+        .map(|id| long_name(id))
+        .collect();
+    if !unused.is_empty() {
+        notes.infos.push(format!("kube-proxy flags taken with no effect in kube-nftproxy: {}", unused.join(", ")));
+    }
+    Ok((flags, notes))
+}
+
+/// Every flag at its default.
+fn defaults() -> Result<Flags, ConfigError> {
+    Ok(Flags::try_parse_from(["kube-nftproxy"])?)
+}
+
+/// `--name` of the flag with clap id `id`.
+fn long_name(id: &str) -> String {
+    let command = Flags::command();
+    let long = command.get_arguments().find(|a| a.get_id() == id).and_then(|a| a.get_long());
+    format!("--{}", long.unwrap_or(id))
+}
+
+/// In ipvs mode the periods are `--ipvs-*sync-period`'s and the `--iptables-*` ones are
+/// ignored; in the other modes the reverse (upstream's `processV1Alpha1Flags`).
+fn ipvs_periods(flags: &mut Flags) -> Result<(), ConfigError> {
+    if flags.proxy_mode.as_deref() == Some("ipvs") {
+        let d = defaults()?;
+        flags.sync_period = flags.ipvs_sync_period.unwrap_or(d.sync_period);
+        flags.min_sync_period = flags.ipvs_min_sync_period.unwrap_or(d.min_sync_period);
+    }
+    Ok(())
+}
+
+/// Health and metrics addresses nobody set take the defaults of `--bind-address`'s family.
+fn default_serving(flags: &mut Flags, set: impl Fn(&str) -> bool) {
+    let (healthz, metrics) = default_bind_addresses(&flags.bind_address);
+    if !set("healthz_bind_address") {
+        flags.healthz_bind_address = BindAddress(Some(healthz));
+    }
+    if !set("metrics_bind_address") {
+        flags.metrics_bind_address = BindAddress(Some(metrics));
+    }
+}
+
+/// The deprecated `--healthz-port` and `--metrics-port` (without `--config`, as upstream): 0
+/// turns the server off; another port replaces the address's when the address flag named an
+/// IP alone.
+fn deprecated_ports(flags: &mut Flags, matches: &ArgMatches, notes: &mut Notes) -> Result<(), ConfigError> {
+    let ports = [
+        (flags.healthz_port, "healthz_bind_address", &mut flags.healthz_bind_address),
+        (flags.metrics_port, "metrics_bind_address", &mut flags.metrics_bind_address),
+    ];
+    for (port, addr_id, addr) in ports {
+        let Some(port) = port else { continue };
+        let flag = long_name(addr_id).replace("-bind-address", "-port");
+        notes.warnings.push(format!("{flag} is deprecated (as in kube-proxy): use {}", long_name(addr_id)));
+        let port = match u16::try_from(port) {
+            Ok(0) => {
+                *addr = BindAddress(None);
+                continue;
+            }
+            Ok(p) => p,
+            Err(_) => return Err(ConfigError::Invalid { what: flag, message: format!("{port} is not a port") }),
+        };
+        let raw = matches.get_raw(addr_id).and_then(|mut v| v.next()).and_then(|v| v.to_str());
+        let ip_alone = raw.is_some_and(|r| r.trim().parse::<std::net::SocketAddr>().is_err());
+        if let (true, Some(a)) = (ip_alone, addr.0.as_mut()) {
+            a.set_port(port);
+        }
+    }
+    Ok(())
+}
+
+/// Upstream's validation of what the flags and the file cannot check alone; errors name the
+/// flag, or the file's field when `--config` gave it.
+fn validate(flags: &Flags, with_file: bool) -> Result<(), ConfigError> {
+    let name = |flag: &str, field: &str| if with_file { field.to_string() } else { flag.to_string() };
+    let invalid = |what: String, message: String| ConfigError::Invalid { what, message };
+    flags.feature_gates.check().map_err(|m| invalid(name("--feature-gates", "featureGates"), m))?;
+    let ipvs = flags.proxy_mode.as_deref() == Some("ipvs");
+    if flags.min_sync_period > flags.sync_period {
+        let (flag, section) = match flags.proxy_mode.as_deref() {
+            Some("ipvs") => ("--ipvs", "ipvs"),
+            Some("nftables") if with_file => ("", "nftables"),
+            _ => ("--iptables", "iptables"),
+        };
+        return Err(ConfigError::MinSyncPeriodAboveSyncPeriod {
+            min_name: name(&format!("{flag}-min-sync-period"), &format!("{section}.minSyncPeriod")),
+            min: flags.min_sync_period,
+            sync_name: name(&format!("{flag}-sync-period"), &format!("{section}.syncPeriod")),
+            sync: flags.sync_period,
+        });
+    }
+    if flags.kube_api_burst < 0 {
+        return Err(invalid(name("--kube-api-burst", "clientConnection.burst"), "must not be negative".into()));
+    }
+    if ipvs && !IPVS_SCHEDULERS.contains(&flags.ipvs_scheduler.as_str()) {
+        let message = format!("{:?} is not one of {}", flags.ipvs_scheduler, IPVS_SCHEDULERS[1..].join(", "));
+        return Err(invalid(name("--ipvs-scheduler", "ipvs.scheduler"), message));
+    }
+    let bad_cidr = flags.no_effect.ipvs_exclude_cidrs.iter().find(|c| c.trim().parse::<ipnet::IpNet>().is_err());
+    if let (true, Some(c)) = (ipvs, bad_cidr) {
+        return Err(invalid(name("--ipvs-exclude-cidrs", "ipvs.excludeCIDRs"), format!("{c:?} is not a CIDR")));
+    }
+    if !flags.feature_gates.enabled(features::LOGGING_ALPHA_OPTIONS)
+        && let Some(flag) = compat::alpha_logging_options(&flags.no_effect).first()
+    {
+        return Err(invalid(flag.to_string(), "needs the LoggingAlphaOptions feature gate (as kube-proxy)".into()));
+    }
+    Ok(())
+}
+
+/// What is served differently from what the mode asks.
+fn mode_warnings(flags: &Flags) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if let Some(mode @ ("iptables" | "ipvs")) = flags.proxy_mode.as_deref() {
+        warnings
+            .push(format!("proxy mode {mode:?}: kube-nftproxy serves the {mode} mode's configuration with nftables"));
+        if mode == "ipvs" && !flags.ipvs_scheduler.is_empty() {
+            warnings.push(format!(
+                "IPVS scheduler {:?}: served as a random choice among the endpoints (kube-nftproxy has no IPVS schedulers)",
+                flags.ipvs_scheduler
+            ));
+        }
+    }
+    warnings
+}
