@@ -428,3 +428,69 @@ fn one_starting_event_on_the_node_after_the_first_sync_and_a_refusal_is_one_warn
     assert_eq!(warned(&log), 1, "{log}");
     assert!(log.contains("403"), "{log}");
 }
+
+/// Real distributions' kube-proxy invocations, each with exactly its arguments
+/// (`tests/distros/`): it starts, syncs, answers `/healthz` and says what it serves
+/// differently or ignores.
+mod distributions {
+    use super::common::distros;
+    use super::kernel_available;
+
+    /// Runs invocation `name`; asserts it serves, with `/healthz` at `healthz`, and logged each of `logged`.
+    fn check(name: &str, healthz: &str, logged: &[&str]) {
+        if !kernel_available() {
+            return;
+        }
+        let run = distros::start(name);
+        run.assert_serves(healthz, logged);
+        run.daemon.stop();
+    }
+
+    #[test]
+    fn kubeadm() {
+        check("kubeadm", "127.0.0.1:10256", &[]);
+    }
+
+    #[test]
+    fn kubeadm_in_ipvs_mode() {
+        check(
+            "kubeadm-ipvs",
+            "127.0.0.1:10256",
+            &[
+                "proxy mode \"ipvs\": kube-nftproxy serves",
+                "IPVS scheduler \"rr\": served as a random",
+                "ipvs.strictARP",
+            ],
+        );
+    }
+
+    #[test]
+    fn gke() {
+        check("gke", "127.0.0.1:10256", &[]);
+    }
+
+    #[test]
+    fn eks() {
+        let removed = ["unknown field \"udpIdleTimeout\"", "unknown field \"resourceContainer\""];
+        check(
+            "eks",
+            "127.0.0.1:10256",
+            &[&removed[..], &["proxy mode \"iptables\"", "no effect in kube-nftproxy: configSyncPeriod"]].concat(),
+        );
+    }
+
+    #[test]
+    fn k3s() {
+        check("k3s", "127.0.0.1:10256", &["proxy mode \"iptables\": kube-nftproxy serves"]);
+    }
+
+    #[test]
+    fn rke2() {
+        check("rke2", "127.0.0.1:10256", &["proxy mode \"iptables\": kube-nftproxy serves"]);
+    }
+
+    #[test]
+    fn kops() {
+        check("kops", "127.0.0.1:10256", &[]);
+    }
+}

@@ -175,9 +175,9 @@ fn the_containerfile_copies_what_exists_and_runs_the_tested_script_into_an_image
         assert!(build_sources.iter().any(|s| input.starts_with(s)), "the build stage lacks {}", input.display());
     }
     // The script this test file runs is the one the build stage runs, and its binary is all
-    // the image holds.
+    // the image holds (twice: at kube-proxy's path too, for kube-proxy's own DaemonSets).
     assert_eq!(runs, ["packaging/build-static.sh /out"]);
-    assert_eq!(from_stages, ["/out/kube-nftproxy /kube-nftproxy"]);
+    assert_eq!(from_stages, ["/out/kube-nftproxy /kube-nftproxy", "/out/kube-nftproxy /usr/local/bin/kube-proxy"]);
     // The entry point is the program the DaemonSet's containers run.
     let entry = instructions().into_iter().find(|(op, _)| op == "ENTRYPOINT").map(|(_, w)| w.join(" "));
     assert_eq!(entry.as_deref(), Some(r#"["/kube-nftproxy"]"#));
@@ -218,6 +218,8 @@ fn the_image_files_run_the_daemon_through_a_takeover() {
     // The image's root: the Containerfile's last stage, the binary alone.
     let image = Scratch::new("pkg-image");
     std::fs::copy(static_binary(), image.0.join("kube-nftproxy")).expect("copy the binary in");
+    std::fs::create_dir_all(image.0.join("usr/local/bin")).expect("mkdir");
+    std::fs::copy(static_binary(), image.0.join("usr/local/bin/kube-proxy")).expect("copy the binary in");
     // What a container runtime adds (/proc, /dev) and the test's manifests.
     for dir in ["proc", "dev", "manifests"] {
         std::fs::create_dir_all(image.0.join(dir)).expect("mkdir");
@@ -236,7 +238,10 @@ fn the_image_files_run_the_daemon_through_a_takeover() {
         .into_iter()
         .map(OsString::from)
         .chain([image.0.clone().into_os_string()])
-        .chain(["/kube-nftproxy", "--manifests=/manifests", "--hostname-override=node-a"].map(OsString::from))
+        // As kube-proxy's own DaemonSet runs it, at kube-proxy's path.
+        .chain(
+            ["/usr/local/bin/kube-proxy", "--manifests=/manifests", "--hostname-override=node-a"].map(OsString::from),
+        )
         .chain(["--cluster-cidr=10.0.0.0/8", "--conntrack-max-per-core=0"].map(OsString::from))
         .chain([OsString::from(format!("--oom-score-adj={}", own_oom_score_adj()))])
         .collect();

@@ -201,6 +201,7 @@ pub mod check;
 pub mod checker;
 pub mod cluster;
 pub mod daemon;
+pub mod distros;
 pub mod emulator;
 pub mod explained;
 pub mod inputs;
