@@ -446,3 +446,32 @@ fn allow_service_external_ips_off_stops_serving_external_ips_as_upstream() {
     let file = with("no-external-ips", "featureGates: {AllowServiceExternalIPs: false}");
     assert_eq!(dry_run(&[&format!("--config={}", file.display())]), off, "the file's featureGates too");
 }
+
+#[test]
+fn logging_format_json_writes_one_object_a_line_fatal_errors_too() {
+    let cluster = common::root().join("examples/cluster");
+    let parsed = |out: &std::process::Output| -> Vec<serde_json::Value> {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<_> =
+            stderr.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+        assert!(!lines.is_empty(), "nothing logged");
+        lines
+    };
+    // --profiling: a flag that logs (it has no effect here).
+    let args = ["--dry-run", "--hostname-override=node-a", "--logging-format=json", "--v=4", "--profiling"];
+    let run = binary(&[&args[..], &["--manifests", cluster.to_str().unwrap()]].concat());
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    for line in parsed(&run) {
+        assert!(line["ts"].is_f64() && line["msg"].is_string() && line["v"].is_u64(), "klog's keys: {line}");
+    }
+    // In the file too, and the error the binary ends with is a line of its own.
+    let file = with("json-logs", "logging: {format: json}\nclusterCIDR: 10.0.0.0/8");
+    let config = format!("--config={}", file.display());
+    let failed = binary(&["--dry-run", "--hostname-override=node-a", &config, "--manifests", "/nonexistent/manifests"]);
+    assert_eq!(failed.status.code(), Some(2), "{}", String::from_utf8_lossy(&failed.stderr));
+    let last = parsed(&failed).pop().expect("a line");
+    assert!(
+        last["msg"].as_str().is_some_and(|m| m.contains("/nonexistent/manifests")) && last.get("v").is_none(),
+        "{last}"
+    );
+}
