@@ -275,13 +275,14 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
         sources.push(manifests::SOURCE);
     }
     let api = api_source(flags, &cfg.node_name, &inbox, &stop)?;
+    // The metrics are set before the reflectors start, so their first requests count.
+    let observe = observers(flags, api.as_deref(), &inbox)?;
     if let Some(api) = &api {
         log::info!("following the API server at {}", api.client.server());
         kube::start(api)?;
         sources.extend(kube::REQUIRED);
     }
     let applier = Applier::new(&cfg.node_name, own).with_quiet(Arc::new(quiet));
-    let observe = observers(flags, api.as_deref(), &inbox)?;
     let mut syncer = Syncer::new(cfg, periods, applier, &sources).with_observers(observe);
     if api.is_some() {
         syncer = syncer.wait_for_node(flags.node_wait);
