@@ -107,7 +107,13 @@ fn api_source(
         return Ok(None);
     };
     let client = kube::Client::new(&cfg)?;
-    let settings = kube::Settings { page_size: flags.list_page_size.max(1), watch_timeout: flags.watch_timeout };
+    let settings = kube::Settings {
+        page_size: flags.list_page_size.max(1),
+        watch_timeout: flags.watch_timeout,
+        qps: flags.kube_api_qps,
+        // Never negative: refused when the flags were read, as upstream refuses it.
+        burst: u32::try_from(flags.kube_api_burst).unwrap_or_default(),
+    };
     let shared = kube::Shared::new(client, settings, node_name, inbox.clone(), stop.clone());
     Ok(Some(Arc::new(shared.with_proxy_name(flags.service_proxy_name.clone()))))
 }
@@ -268,13 +274,14 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
         sources.push(manifests::SOURCE);
     }
     let api = api_source(flags, &cfg.node_name, &inbox, &stop)?;
+    // The metrics are set before the reflectors start, so their first requests count.
+    let observe = observers(flags, api.as_deref(), &inbox)?;
     if let Some(api) = &api {
         log::info!("following the API server at {}", api.client.server());
         kube::start(api)?;
         sources.extend(kube::REQUIRED);
     }
     let applier = Applier::new(&cfg.node_name, own).with_quiet(Arc::new(quiet));
-    let observe = observers(flags, api.as_deref(), &inbox)?;
     // A node of kube-proxy's IPVS mode is told if NodePorts move to the primary IPs.
     let nodeport_addresses_set = !matches!(cfg.nodeport_addresses, config::NodePortAddresses::Primary);
     let mut syncer = Syncer::new(cfg, periods, applier, &sources).with_observers(observe);

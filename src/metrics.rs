@@ -83,6 +83,12 @@ pub struct Metrics {
     pub health_check_node_ports: IntGauge,
     /// `/metrics/slis`.
     pub slis: Slis,
+    /// client-go's `rest_client_requests_total{code,method,host}`: API requests by answer.
+    pub rest_requests: IntCounterVec,
+    /// client-go's `rest_client_request_duration_seconds{verb,host}` (watches are not timed).
+    pub rest_request_duration: HistogramVec,
+    /// client-go's `rest_client_rate_limiter_duration_seconds{verb,host}`: waits for a token.
+    pub rest_rate_limiter_duration: HistogramVec,
 }
 
 /// The one check upstream's generic `/healthz` on the metrics address runs.
@@ -104,6 +110,11 @@ fn programming_buckets() -> Vec<f64> {
     b.extend((0..12).map(|i| 60.0 + 5.0 * f64::from(i)));
     b.extend((0..7).map(|i| 120.0 + 30.0 * f64::from(i)));
     b
+}
+
+/// client-go's buckets for request and rate-limiter durations: 5 ms to a minute.
+fn rest_client_buckets() -> Vec<f64> {
+    vec![0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0]
 }
 
 /// Registers metrics in one registry, keeping the help text next to each name.
@@ -267,6 +278,23 @@ impl Metrics {
             )?,
             health_check_node_ports: a
                 .gauge("kube_nftproxy_health_check_node_ports", "Service health-check node ports served")?,
+            rest_requests: a.counters(
+                "rest_client_requests_total",
+                "HTTP requests to the API server, by status code (<error>: no answer), method and host",
+                &["code", "method", "host"],
+            )?,
+            rest_request_duration: a.histogram(
+                "rest_client_request_duration_seconds",
+                "API request latency in seconds, token wait included, by verb and host",
+                &["verb", "host"],
+                rest_client_buckets(),
+            )?,
+            rest_rate_limiter_duration: a.histogram(
+                "rest_client_rate_limiter_duration_seconds",
+                "Time API requests waited for the client-side rate limit, by verb and host",
+                &["verb", "host"],
+                rest_client_buckets(),
+            )?,
             registry,
             slis: Slis::new()?,
         };

@@ -429,6 +429,47 @@ fn one_starting_event_on_the_node_after_the_first_sync_and_a_refusal_is_one_warn
     assert!(log.contains("403"), "{log}");
 }
 
+#[test]
+fn every_api_request_shows_in_client_gos_rest_client_metrics() {
+    if !kernel_available() {
+        return;
+    }
+    let (c, emu) = serving_web(2, 1);
+    // The first watch of Services is answered 410: counted with that code, then a relist.
+    emu.fault(&json!({"fail": {"status": 410, "verb": "watch", "resource": "services", "count": 1}}));
+    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &[&format!("--metrics-bind-address={METRICS}")], &[]);
+    let scrape = || common::net::http_get(&c.node.name, METRICS, "/metrics").map(|r| r.2).unwrap_or_default();
+    let requests = |code: &str, method: &str| {
+        format!("rest_client_requests_total{{code=\"{code}\",host=\"{API_ADDR}\",method=\"{method}\"}}")
+    };
+    let settled = || {
+        let stats = emu.stats();
+        stats["requests"]["watch"]["services"].as_u64() >= Some(2) && stats["requests"]["create"]["events"] == 1
+    };
+    assert!(wait_for(Duration::from_secs(15), settled).is_some(), "{}\n{}", emu.stats(), d.logged());
+    std::thread::sleep(Duration::from_millis(500));
+    let (text, stats) = (scrape(), emu.stats());
+    let sum =
+        |verb: &str| stats["requests"][verb].as_object().map_or(0.0, |m| m.values().filter_map(Value::as_f64).sum());
+    let (lists, watches) = (sum("list"), sum("watch"));
+    assert_eq!(sample(&text, &requests("410", "GET")), 1.0, "{text}");
+    assert_eq!(sample(&text, &requests("200", "GET")), lists + watches - 1.0, "{stats}\n{text}");
+    assert_eq!(sample(&text, &requests("201", "POST")), 1.0, "the Event: {text}");
+    // Lists and the Event are timed and take a token; watches neither, as client-go's.
+    for (name, verb, want) in [
+        ("rest_client_request_duration_seconds_count", "GET", lists),
+        ("rest_client_request_duration_seconds_count", "POST", 1.0),
+        ("rest_client_rate_limiter_duration_seconds_count", "GET", lists),
+        ("rest_client_rate_limiter_duration_seconds_count", "POST", 1.0),
+    ] {
+        let s = format!("{name}{{host=\"{API_ADDR}\",verb=\"{verb}\"}}");
+        assert_eq!(sample(&text, &s), want, "{s} in:\n{text}");
+    }
+    let buckets = text.lines().filter(|l| l.starts_with("rest_client_request_duration_seconds_bucket{")).count();
+    assert_eq!(buckets, 2 * 13, "client-go's 12 buckets and +Inf, for GET and POST:\n{text}");
+    d.stop();
+}
+
 /// Real distributions' kube-proxy invocations, each with exactly its arguments
 /// (`tests/distros/`): it starts, syncs, answers `/healthz` and says what it serves
 /// differently or ignores.

@@ -3,11 +3,13 @@
 //! tokens re-read as they rotate, and every answer that is not a success turned into an
 //! [`ApiError`] carrying the server's `Status`.
 
+use super::gate::Gate;
 use super::kubeconfig::{ClientConfig, Pem, Token, hide_userinfo, without_userinfo};
 use crate::input::{self, ReadError};
 use serde::Deserialize;
 use std::io::Read;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
@@ -71,6 +73,9 @@ pub enum ApiError {
     /// The answer could not be decoded.
     #[error("{0}")]
     Decode(String),
+    /// The daemon stopped while the request waited for the client-side rate limit.
+    #[error("stopped while waiting for the client-side rate limit")]
+    Stopped,
 }
 
 fn describe_status(code: u16, reason: &str, message: &str) -> String {
@@ -123,6 +128,8 @@ pub struct Client {
     agent: ureq::Agent,
     server: String,
     token: Option<Arc<TokenSource>>,
+    /// The rate limit and metrics every request passes through.
+    gate: Arc<Gate>,
 }
 
 impl Client {
@@ -155,7 +162,24 @@ impl Client {
         let connector = ().chain(super::dial::KeepaliveConnector).chain(RustlsConnector::default());
         let agent = ureq::Agent::with_parts(config, connector, DefaultResolver::default());
         let token = cfg.token.clone().map(|t| Arc::new(TokenSource::new(t)));
-        Ok(Client { agent, server: cfg.server.trim_end_matches('/').to_string(), token })
+        let server = cfg.server.trim_end_matches('/').to_string();
+        // client-go's default limit until `limited` says otherwise.
+        let gate = Arc::new(Gate::new(&server, 0.0, 0, Arc::new(AtomicBool::new(false))));
+        Ok(Client { agent, server, token, gate })
+    }
+
+    /// This client with the client-side rate limit of `qps` requests a second and bursts of
+    /// `burst`, read as client-go reads them (0: its default, 5 and 10; a negative `qps`: no
+    /// limit); a request waiting for its turn gives up with [`ApiError::Stopped`] once `stop`
+    /// is set. Clones made after share the limit, as client-go's clientset shares one.
+    pub fn limited(mut self, qps: f32, burst: u32, stop: Arc<AtomicBool>) -> Client {
+        self.gate = Arc::new(Gate::new(&self.server, qps, burst, stop));
+        self
+    }
+
+    /// Records every request in client-go's `rest_client_*` metrics of `metrics` from now on.
+    pub fn set_metrics(&self, metrics: Arc<crate::metrics::Metrics>) {
+        self.gate.set_metrics(metrics);
     }
 
     /// The server's base URL as it may be shown (without user info).
@@ -165,19 +189,40 @@ impl Client {
 
     /// `GET path` (with its query); a reply that stays silent for `idle`, or that takes longer
     /// than `total` in all (connecting, headers and body), ends with a timeout. Statuses other than 2xx are
-    /// returned as [`ApiError::Status`].
+    /// returned as [`ApiError::Status`]. Each takes a token of the rate limit first.
     pub fn get(&self, path: &str, idle: Duration, total: Option<Duration>) -> Result<ureq::Body, ApiError> {
+        let began = self.gate.admit("GET", path)?;
+        self.send_get(path, idle, total, Some(began))
+    }
+
+    /// Opens the watch `path` (its query asks for `watch=true`): a [`get`](Client::get) without a
+    /// total bound, that takes no token of the rate limit and is not timed, as client-go's.
+    pub fn watch(&self, path: &str, idle: Duration) -> Result<ureq::Body, ApiError> {
+        self.send_get(path, idle, None, None)
+    }
+
+    fn send_get(
+        &self,
+        path: &str,
+        idle: Duration,
+        total: Option<Duration>,
+        began: Option<Instant>,
+    ) -> Result<ureq::Body, ApiError> {
         let url = format!("{}{path}", self.server);
         let mut req = self.agent.get(&url).header("Accept", "application/json");
         if let Some(token) = &self.token {
             req = req.header("Authorization", format!("Bearer {}", token.get()?));
         }
-        self.answer(req.config().timeout_per_read(Some(idle)).timeout_per_call(total).build().call())
+        let sent = req.config().timeout_per_read(Some(idle)).timeout_per_call(total).build().call();
+        self.gate.record("GET", sent.as_ref().ok().map(|r| r.status().as_u16()), began);
+        self.answer(sent)
     }
 
     /// `POST path` with `body` as JSON; the reply's body, which must come within the
-    /// response timeout. Statuses other than 2xx are returned as [`ApiError::Status`].
+    /// response timeout, after a token of the rate limit. Statuses other than 2xx are returned
+    /// as [`ApiError::Status`].
     pub fn post(&self, path: &str, body: &serde_json::Value) -> Result<ureq::Body, ApiError> {
+        let began = self.gate.admit("POST", path)?;
         let url = format!("{}{path}", self.server);
         let mut req =
             self.agent.post(&url).header("Accept", "application/json").header("Content-Type", "application/json");
@@ -185,7 +230,9 @@ impl Client {
             req = req.header("Authorization", format!("Bearer {}", token.get()?));
         }
         let req = req.config().timeout_recv_body(Some(RESPONSE_TIMEOUT)).build();
-        self.answer(req.send(body.to_string()))
+        let sent = req.send(body.to_string());
+        self.gate.record("POST", sent.as_ref().ok().map(|r| r.status().as_u16()), Some(began));
+        self.answer(sent)
     }
 
     /// The body of a 2xx answer, or the error the answer (or its absence) means.

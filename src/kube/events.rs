@@ -59,6 +59,7 @@ pub fn starting(node_name: &str, now: SystemTime) -> Value {
 pub fn record(client: &Client, event: &Value, stop: &AtomicBool) -> Outcome {
     let first = match client.post(PATH, event) {
         Ok(_) => return Outcome::Recorded,
+        Err(ApiError::Stopped) => return Outcome::Stopped,
         Err(e) if !transient(&e) => return Outcome::Failed(e),
         Err(e) => e,
     };
@@ -70,6 +71,7 @@ pub fn record(client: &Client, event: &Value, stop: &AtomicBool) -> Outcome {
         Ok(_) => Outcome::Recorded,
         // The first request went through after all, its answer lost on the way.
         Err(ApiError::Status { code: 409, .. }) => Outcome::Recorded,
+        Err(ApiError::Stopped) => Outcome::Stopped,
         Err(e) => Outcome::Failed(e),
     }
 }

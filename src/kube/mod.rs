@@ -7,8 +7,10 @@ mod client;
 mod decode;
 mod dial;
 pub mod events;
+mod gate;
 mod kubeconfig;
 mod list;
+mod ratelimit;
 mod reflector;
 mod retry;
 mod watch;
@@ -17,6 +19,7 @@ pub use client::{ApiError, Client, ClientError};
 pub use kubeconfig::{
     ClientConfig, KubeConfigError, Pem, SERVICE_ACCOUNT_DIR, Token, from_kubeconfig, in_cluster, without_userinfo,
 };
+pub use ratelimit::{DEFAULT_BURST, DEFAULT_QPS};
 pub use reflector::{Reflector, Resource, Settings, Shared};
 pub use retry::{Backoff, Quiet};
 

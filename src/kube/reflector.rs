@@ -38,19 +38,30 @@ pub struct Resource {
     pub optional: bool,
 }
 
-/// Timing of list and watch requests.
+/// Timing and pace of list and watch requests.
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
     /// Objects per list page (`limit`).
     pub page_size: usize,
     /// The shortest watch `timeoutSeconds`; each watch asks for a random one up to twice it.
     pub watch_timeout: Duration,
+    /// Requests a second of the client-side rate limit (`--kube-api-qps`): 0 means client-go's
+    /// default, a negative value no limit. Each list page and the Event take a token; watches
+    /// do not.
+    pub qps: f32,
+    /// The rate limit's burst (`--kube-api-burst`); 0 means client-go's default.
+    pub burst: u32,
 }
 
 impl Default for Settings {
     fn default() -> Settings {
-        // client-go's page size and watch timeouts (5 to 10 minutes).
-        Settings { page_size: 500, watch_timeout: Duration::from_secs(300) }
+        // client-go's page size and watch timeouts (5 to 10 minutes); kube-proxy's rate limit.
+        Settings {
+            page_size: 500,
+            watch_timeout: Duration::from_secs(300),
+            qps: super::ratelimit::DEFAULT_QPS,
+            burst: super::ratelimit::DEFAULT_BURST,
+        }
     }
 }
 
@@ -75,7 +86,8 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// What the reflectors of `client` for node `node_name` share.
+    /// What the reflectors of `client` for node `node_name` share; the client's requests
+    /// (theirs and the Event's) are paced by the rate limit of `settings`, a wait ending at `stop`.
     pub fn new(
         client: Client,
         settings: Settings,
@@ -84,6 +96,7 @@ impl Shared {
         stop: Arc<AtomicBool>,
     ) -> Shared {
         let node_name = node_name.to_string();
+        let client = client.limited(settings.qps, settings.burst, stop.clone());
         let (quiet, metrics) = (Mutex::default(), OnceLock::new());
         Shared { client, settings, node_name, proxy_name: None, inbox, stop, quiet, metrics }
     }
@@ -93,8 +106,9 @@ impl Shared {
         Shared { proxy_name, ..self }
     }
 
-    /// Counts watch restarts and relists in `metrics` from now on.
+    /// Counts watch restarts, relists and the client's requests in `metrics` from now on.
     pub fn set_metrics(&self, metrics: Arc<Metrics>) {
+        self.client.set_metrics(metrics.clone());
         let _ = self.metrics.set(metrics);
     }
 }
@@ -170,6 +184,8 @@ impl Reflector {
                     next = n;
                     continue;
                 }
+                // Stopping while waiting for a token is no failure to report.
+                Err(ApiError::Stopped) => return,
                 Err(e) => e,
             };
             let failed_list = matches!(next, Next::Relist);

@@ -96,7 +96,7 @@ impl Reflector {
         );
         let idle = (Duration::from_secs(timeout) + WATCH_IDLE_MARGIN).min(BOOKMARK_SILENCE);
         let started = Instant::now();
-        let body = self.shared.client.get(&format!("{}{query}", self.resource.path), idle, None)?;
+        let body = self.shared.client.watch(&format!("{}{query}", self.resource.path), idle)?;
         self.lived();
         let mut reader = std::io::BufReader::new(body.into_reader());
         let mut line = Vec::new();
