@@ -147,7 +147,10 @@ fn mode_sections<G: Fn(&str) -> bool>(f: &KubeProxyConfiguration, m: &mut Merge<
     })?;
     set!(m, masquerade_bit, bit);
     set!(m, sync_period, nonzero(sync));
-    set!(m, min_sync_period, nonzero(min));
+    // Upstream's v1alpha1 defaulting gives iptables' and nftables' minSyncPeriod 1s when
+    // zero, and leaves ipvs' alone: zero there is zero.
+    let min = if mode == "ipvs" { Some(min.map(|d| d.0).unwrap_or_default()) } else { nonzero(min) };
+    set!(m, min_sync_period, min);
     set!(m, ipvs_scheduler, f.ipvs.scheduler.clone().map(|s| s.trim().to_string()));
     if let Some(cidrs) = &f.ipvs.exclude_cidrs {
         m.flags.no_effect.ipvs_exclude_cidrs = cidrs.clone();

@@ -152,10 +152,11 @@ where
         deprecated_ports(&mut flags, &matches, &mut notes)?;
     }
     validate(&flags, with_file)?;
-    notes.warnings.extend(mode_warnings(&flags));
+    mode_notes(&flags, &mut notes);
     let unused: Vec<String> = compat::IDS
         .iter()
         .chain(&LOGGING_NO_EFFECT)
+        .chain(other_modes_flags(&flags))
         .filter(|id| given(id) && !(with_file && CONFIG_BOUND.contains(id)))
         .map(|id| long_name(id))
         .collect();
@@ -248,6 +249,14 @@ fn validate(flags: &Flags, with_file: bool) -> Result<(), ConfigError> {
             sync: flags.sync_period,
         });
     }
+    if let (true, true, Some(_)) = (flags.cleanup, flags.cleanup_kube_proxy, &flags.service_proxy_name) {
+        let canary =
+            if with_file { "--service-proxy-name (or kubeNftproxy.serviceProxyName)" } else { "--service-proxy-name" };
+        let message = format!(
+            "refused with {canary}: a canary serves beside a running kube-proxy, whose rules --cleanup-kube-proxy would remove"
+        );
+        return Err(invalid("--cleanup --cleanup-kube-proxy".into(), message));
+    }
     if flags.kube_api_burst < 0 {
         return Err(invalid(name("--kube-api-burst", "clientConnection.burst"), "must not be negative".into()));
     }
@@ -267,18 +276,37 @@ fn validate(flags: &Flags, with_file: bool) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// What is served differently from what the mode asks.
-fn mode_warnings(flags: &Flags) -> Vec<String> {
-    let mut warnings = Vec::new();
-    if let Some(mode @ ("iptables" | "ipvs")) = flags.proxy_mode.as_deref() {
-        warnings
-            .push(format!("proxy mode {mode:?}: kube-nftproxy serves the {mode} mode's configuration with nftables"));
-        if mode == "ipvs" && !flags.ipvs_scheduler.is_empty() {
-            warnings.push(format!(
-                "IPVS scheduler {:?}: served as a random choice among the endpoints (kube-nftproxy has no IPVS schedulers)",
-                flags.ipvs_scheduler
-            ));
-        }
+/// The flags the mode does not read (upstream's `processV1Alpha1Flags`): the IPVS periods
+/// and scheduler outside ipvs mode, the iptables periods in it.
+fn other_modes_flags(flags: &Flags) -> &'static [&'static str] {
+    if flags.proxy_mode.as_deref() == Some("ipvs") {
+        &["sync_period", "min_sync_period"]
+    } else {
+        &["ipvs_sync_period", "ipvs_min_sync_period", "ipvs_scheduler"]
     }
-    warnings
+}
+
+/// What is served differently from what the mode asks: warnings for the iptables and ipvs
+/// modes and every IPVS scheduler (the empty one is upstream's `rr`), a note for the empty
+/// mode (upstream warns that its default, iptables, will change).
+fn mode_notes(flags: &Flags, notes: &mut Notes) {
+    match flags.proxy_mode.as_deref() {
+        Some(mode @ ("iptables" | "ipvs")) => notes
+            .warnings
+            .push(format!("proxy mode {mode:?}: kube-nftproxy serves the {mode} mode's configuration with nftables")),
+        Some("nftables") => {}
+        _ => notes.infos.push(
+            "proxy mode unset: served with nftables (kube-proxy's default is iptables; set the mode to say which)"
+                .into(),
+        ),
+    }
+    if flags.proxy_mode.as_deref() == Some("ipvs") {
+        let scheduler = match flags.ipvs_scheduler.as_str() {
+            "" => "\"\" (kube-proxy's default, rr)".to_string(),
+            named => format!("{named:?}"),
+        };
+        notes.warnings.push(format!(
+            "IPVS scheduler {scheduler}: served as a random choice among the endpoints (kube-nftproxy has no IPVS schedulers)"
+        ));
+    }
 }

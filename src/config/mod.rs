@@ -10,6 +10,8 @@ mod load;
 mod schema;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_upstream;
 mod values;
 pub mod watch;
 

@@ -1,7 +1,7 @@
 //! The shape of kube-proxy's configuration file (`KubeProxyConfiguration` v1alpha1) as this
 //! proxy reads it: the fields it uses, those it takes with no effect, and Go durations.
 
-use super::values::{MAX_DURATION, parse_duration};
+use super::values::{MAX_DURATION, MISSING_UNIT, parse_duration};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -156,7 +156,10 @@ impl<'de> Deserialize<'de> for GoDuration {
         // Not the parser's message: it quotes the value, and the file's values are not quoted.
         let wanted =
             format!("not a duration like 500ms, 30s, 15m or 1h30m0s of at most {}h", MAX_DURATION.as_secs() / 3600);
-        parse_duration(&text).map(GoDuration).map_err(|_| serde::de::Error::custom(wanted))
+        parse_duration(&text).map(GoDuration).map_err(|e| {
+            let unit = if e.starts_with(MISSING_UNIT) { "missing unit: " } else { "" };
+            serde::de::Error::custom(format!("{unit}{wanted}"))
+        })
     }
 }
 

@@ -78,7 +78,7 @@ winkernel:
 "#;
 
 /// A file in a fresh directory, named after the test.
-fn file(name: &str, text: &str) -> PathBuf {
+pub(super) fn file(name: &str, text: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("knp-config-unit-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(if text.trim_start().starts_with('{') { "config.json" } else { "config.yaml" });
@@ -87,15 +87,15 @@ fn file(name: &str, text: &str) -> PathBuf {
 }
 
 /// A minimal file with `body` after its kind.
-fn with(name: &str, body: &str) -> PathBuf {
+pub(super) fn with(name: &str, body: &str) -> PathBuf {
     file(name, &format!("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n{body}\n"))
 }
 
-fn load(path: &std::path::Path, extra: &[&str]) -> Result<(Flags, Vec<String>), ConfigError> {
+pub(super) fn load(path: &std::path::Path, extra: &[&str]) -> Result<(Flags, Vec<String>), ConfigError> {
     load_notes(path, extra).map(|(f, notes)| (f, notes.unknown_fields))
 }
 
-fn load_notes(path: &std::path::Path, extra: &[&str]) -> Result<(Flags, Notes), ConfigError> {
+pub(super) fn load_notes(path: &std::path::Path, extra: &[&str]) -> Result<(Flags, Notes), ConfigError> {
     let mut args = vec!["kube-nftproxy".to_string(), format!("--config={}", path.display())];
     args.extend(extra.iter().map(|a| a.to_string()));
     load_from(args)
@@ -316,8 +316,8 @@ fn the_ipvs_scheduler_reaches_the_config_in_ipvs_mode_only() {
     };
     assert_eq!(cfg(&["--proxy-mode=ipvs", "--ipvs-scheduler=sh"]), "sh");
     assert_eq!(cfg(&["--ipvs-scheduler=sh"]), "", "upstream reads it in ipvs mode only");
-    let f = load(&with("sched", "mode: ipvs\nipvs: {scheduler: mh}"), &["--hostname-override=n"]).unwrap().0;
-    assert_eq!(Config::from_flags(&f).unwrap().ipvs_scheduler, "mh");
+    let f = load(&with("sched", "mode: ipvs\nipvs: {scheduler: sed}"), &["--hostname-override=n"]).unwrap().0;
+    assert_eq!(Config::from_flags(&f).unwrap().ipvs_scheduler, "sed");
 }
 
 #[test]
@@ -326,7 +326,7 @@ fn the_files_no_effect_fields_are_named_once_when_they_hold_a_value() {
     assert!(notes.infos.is_empty(), "kubeadm's empty fields are not named: {:?}", notes.infos);
     let body =
         "enableProfiling: true\nipvs: {strictARP: true, tcpTimeout: 0s}\nwinkernel: {enableDSR: true}\nportRange: \"\"";
-    let (_, notes) = load_notes(&with("no-effect", body), &[]).unwrap();
+    let (_, notes) = load_notes(&with("no-effect", &format!("mode: nftables\n{body}")), &[]).unwrap();
     assert_eq!(notes.infos.len(), 1, "{:?}", notes.infos);
     for field in ["enableProfiling", "ipvs.strictARP", "winkernel"] {
         assert!(notes.infos[0].contains(field), "{field}: {}", notes.infos[0]);

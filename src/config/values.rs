@@ -79,8 +79,9 @@ pub fn parse_go_bool(s: &str) -> Result<bool, String> {
     }
 }
 
-/// The IPVS schedulers kube-proxy's validation takes (empty is its default, `rr`).
-pub const IPVS_SCHEDULERS: [&str; 12] = ["", "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "sh", "dh", "sed", "nq", "mh"];
+/// The IPVS schedulers kube-proxy's validation takes (`validateIPVSSchedulerMethod`; empty
+/// is its default, `rr`). Not `mh`: the kernel has it, kube-proxy refuses it.
+pub const IPVS_SCHEDULERS: [&str; 11] = ["", "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "sh", "dh", "sed", "nq"];
 
 /// `--vmodule`: `pattern=N` pairs separated by commas (klog's syntax).
 pub fn parse_vmodule(s: &str) -> Result<String, String> {
@@ -127,12 +128,16 @@ pub fn go_duration(d: Duration) -> String {
     }
 }
 
-/// Parses `500ms`, `30s`, `15m`, `1h` (or a bare number of seconds), at most `MAX_DURATION`.
+/// Parses `500ms`, `30s`, `15m`, `1h` (or `0`), at most `MAX_DURATION`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let bad = || format!("{s:?} is not a duration like 500ms, 30s, 15m, 1h or 1h30m0s");
     // Number-unit pairs as Go writes them (`24h0m0s`, as kube-proxy's flags and
-    // configuration take them); a bare number is seconds.
+    // configuration take them). A number without a unit is refused as Go's
+    // `time.ParseDuration` refuses it, but for `0`.
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
     let mut seconds = 0.0;
     let mut rest = s;
     while !rest.is_empty() {
@@ -142,7 +147,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
         let (unit, next) = tail.split_at(unit_len);
         seconds += n * match unit {
-            "" if rest == s => 1.0,
+            "" if !number.is_empty() => return Err(format!("{MISSING_UNIT} {s:?}")),
             "ns" => 1e-9,
             "us" | "µs" => 1e-6,
             "ms" => 1e-3,
@@ -161,6 +166,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         _ => Err(format!("{s:?} is longer than the longest period allowed ({}h)", MAX_DURATION.as_secs() / 3600)),
     }
 }
+
+/// Go's `time.ParseDuration` error for a number without a unit, before the quoted value.
+pub const MISSING_UNIT: &str = "time: missing unit in duration";
 
 /// A period that must not be zero (a zero full-sync period would sync fully without pause, a
 /// zero timeout would fail every sync).
@@ -208,8 +216,7 @@ mod tests {
     fn durations_read_as_kube_proxy_writes_them() {
         let secs = |s: &str| parse_duration(s).map(|d| d.as_secs_f64());
         for (text, want) in [
-            ("30", 30.0),
-            ("1.5", 1.5),
+            ("0", 0.0),
             ("500ms", 0.5),
             ("15m", 900.0),
             ("24h0m0s", 86400.0),
@@ -223,6 +230,10 @@ mod tests {
             assert!(parse_duration(text).is_err(), "{text:?} must be refused");
         }
         assert!(parse_period("0s").is_err());
+        // As Go's time.ParseDuration: a unit is needed but for "0".
+        for text in ["30", "1.5", "00", "0.0", "1h30"] {
+            assert_eq!(parse_duration(text), Err(format!("time: missing unit in duration {text:?}")), "{text}");
+        }
     }
 
     #[test]
