@@ -81,7 +81,7 @@ fn main() -> ExitCode {
                 || e.downcast_ref::<kube::KubeConfigError>().is_some()
                 || e.downcast_ref::<requirements::RequirementError>().is_some()
                 || e.downcast_ref::<conntrack::sysctl::NotSet>().is_some()
-                || e.downcast_ref::<config::watch::Changed>().is_some();
+                || matches!(e.downcast_ref::<ConfigError>(), Some(ConfigError::Changed(_)));
             if not_input { ExitCode::FAILURE } else { ExitCode::from(EXIT_BAD_INPUT) }
         }
     }
@@ -319,7 +319,7 @@ fn daemon(flags: &Flags) -> anyhow::Result<()> {
 }
 
 /// The daemon's end: an error when it stopped because its configuration file changed.
-fn config_outcome(changed: &std::sync::Mutex<Option<config::watch::Changed>>) -> anyhow::Result<()> {
+fn config_outcome(changed: &std::sync::Mutex<Option<ConfigError>>) -> anyhow::Result<()> {
     match changed.lock().map(|mut c| c.take()) {
         Ok(Some(changed)) => Err(changed.into()),
         _ => Ok(()),
@@ -334,11 +334,11 @@ fn watch_config(
     inbox: &Arc<Inbox>,
     stop: &Arc<AtomicBool>,
     events: &Sender<Event>,
-) -> anyhow::Result<Arc<std::sync::Mutex<Option<config::watch::Changed>>>> {
+) -> anyhow::Result<Arc<std::sync::Mutex<Option<ConfigError>>>> {
     let found = Arc::new(std::sync::Mutex::new(None));
-    if let Some(path) = flags.config.clone() {
+    if let (Some(path), Some(read)) = (flags.config.clone(), flags.config_digest) {
         let (inbox, stop_now, events, slot) = (inbox.clone(), stop.clone(), events.clone(), found.clone());
-        config::watch::spawn(path, config::watch::POLL, stop.clone(), move |changed| {
+        config::watch::spawn(path, read, config::watch::POLL, stop.clone(), move |changed| {
             log::error!("{changed}");
             if let Ok(mut slot) = slot.lock() {
                 *slot = Some(changed);

@@ -31,6 +31,8 @@ pub struct FileSettings {
     file: KubeProxyConfiguration,
     /// Fields of the file this proxy does not know (paths like `nftables.foo`).
     pub unknown_fields: Vec<String>,
+    /// The digest of the content read (`watch::digest`), the watcher's baseline.
+    pub digest: u64,
 }
 
 impl FileSettings {
@@ -57,7 +59,9 @@ pub fn read(path: &Path) -> Result<FileSettings, ConfigError> {
     let file: KubeProxyConfiguration = serde_path_to_error::deserialize(ignoring)
         .map_err(|e| bad(format!("{}: {}", e.path(), input::serde_message(&e.inner().to_string()))))?;
     match (file.api_version.as_deref(), file.kind.as_deref()) {
-        (Some(API_VERSION), Some(KIND)) => Ok(FileSettings { file, unknown_fields }),
+        (Some(API_VERSION), Some(KIND)) => {
+            Ok(FileSettings { file, unknown_fields, digest: super::watch::digest(text.as_bytes()) })
+        }
         (v, k) => Err(bad(format!("apiVersion {v:?} kind {k:?}: expected {API_VERSION} {KIND}"))),
     }
 }

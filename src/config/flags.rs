@@ -269,6 +269,11 @@ pub struct Flags {
     #[arg(long, value_name = "PROTO", default_value = "tcp", value_parser = ["tcp", "udp", "sctp"], help_heading = EXPLAIN)]
     pub protocol: String,
 
+    /// The digest of the `--config` file's content as it was loaded (`watch::digest`): a
+    /// change is told from this, not from the file when the watch starts.
+    #[arg(skip)]
+    pub config_digest: Option<u64>,
+
     /// kube-proxy's flags with no effect here.
     #[command(flatten)]
     pub no_effect: NoEffect,

@@ -127,6 +127,7 @@ where
                 notes.warnings.push(format!("{} is ignored: --config is given (as kube-proxy)", long_name(id)));
             }
             let settings = file::read(&path)?;
+            flags.config_digest = Some(settings.digest);
             notes.unknown_fields.clone_from(&settings.unknown_fields);
             let unused = settings.no_effect_fields();
             if !unused.is_empty() {

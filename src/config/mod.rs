@@ -101,6 +101,10 @@ pub enum ConfigError {
         "--hostname-override: {0:?} is not a valid node name (a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253 characters)"
     )]
     BadHostname(String),
+    /// The `--config` file's content changed on disk while the daemon ran (`watch`); the
+    /// daemon ends with it, as kube-proxy, for its supervisor to start it on the new file.
+    #[error("content of the proxy server's configuration file was updated ({0:?}); exiting, as kube-proxy")]
+    Changed(PathBuf),
 }
 
 /// Where NodePort traffic is accepted.
