@@ -8,6 +8,10 @@ use std::time::Duration;
 
 const HEADING: &str = "kube-proxy flags taken for compatibility, with no effect here";
 
+/// The heading of the no-effect logging options: like kube-proxy's logging flags, they win
+/// over `--config` (`ids` tells them by it).
+const LOGGING_HEADING: &str = "klog's options taken for compatibility, with no effect here";
+
 /// The no-effect flags (`Flags::no_effect`).
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = HEADING)]
@@ -48,37 +52,28 @@ pub struct NoEffect {
     pub config_sync_period: Duration,
     /// klog's text format: errors to stderr, the rest to stdout (needs LoggingAlphaOptions).
     #[arg(long, value_name = "BOOL", default_value = "false", value_parser = parse_go_bool,
-          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+          num_args = 0..=1, require_equals = true, default_missing_value = "true", help_heading = LOGGING_HEADING)]
     pub log_text_split_stream: bool,
     /// klog's text format: buffer for info lines (needs LoggingAlphaOptions).
-    #[arg(long, value_name = "SIZE", default_value = "0", value_parser = parse_quantity)]
+    #[arg(long, value_name = "SIZE", default_value = "0", value_parser = parse_quantity, help_heading = LOGGING_HEADING)]
     pub log_text_info_buffer_size: String,
     /// klog's JSON format: errors to stderr, the rest to stdout (needs LoggingAlphaOptions).
     #[arg(long, value_name = "BOOL", default_value = "false", value_parser = parse_go_bool,
-          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+          num_args = 0..=1, require_equals = true, default_missing_value = "true", help_heading = LOGGING_HEADING)]
     pub log_json_split_stream: bool,
     /// klog's JSON format: buffer for info lines (needs LoggingAlphaOptions).
-    #[arg(long, value_name = "SIZE", default_value = "0", value_parser = parse_quantity)]
+    #[arg(long, value_name = "SIZE", default_value = "0", value_parser = parse_quantity, help_heading = LOGGING_HEADING)]
     pub log_json_info_buffer_size: String,
 }
 
-/// The no-effect flags' ids (clap's, the field names), for the start-up line naming those given.
-pub const IDS: [&str; 14] = [
-    "bind_address_hard_fail",
-    "profiling",
-    "show_hidden_metrics_for_version",
-    "iptables_localhost_nodeports",
-    "ipvs_exclude_cidrs",
-    "ipvs_strict_arp",
-    "ipvs_tcp_timeout",
-    "ipvs_tcpfin_timeout",
-    "ipvs_udp_timeout",
-    "config_sync_period",
-    "log_text_split_stream",
-    "log_text_info_buffer_size",
-    "log_json_split_stream",
-    "log_json_info_buffer_size",
-];
+/// The no-effect flags' clap ids (their field names), as clap has them from `NoEffect`, each
+/// with whether `--config` replaces it (all but the logging options, which win over it).
+pub fn ids() -> Vec<(String, bool)> {
+    NoEffect::augment_args(clap::Command::new("no-effect"))
+        .get_arguments()
+        .map(|a| (a.get_id().to_string(), a.get_help_heading() != Some(LOGGING_HEADING)))
+        .collect()
+}
 
 /// The alpha logging options set away from their defaults (kube-proxy refuses them unless
 /// the LoggingAlphaOptions gate is on), as flag names.

@@ -34,71 +34,48 @@ impl Notes {
     }
 }
 
-/// Declares kube-proxy's flags that `--config` replaces (by clap id, `Flags` fields first,
-/// then `NoEffect` ones), and how each is put back to its default.
-macro_rules! config_bound {
-    ([$($field:ident),* $(,)?], [$($ne:ident),* $(,)?]) => {
-        /// kube-proxy's flags whose values `--config` replaces (all but `--hostname-override`,
-        /// the logging flags, and what is not configuration: `--master`, `--cleanup`, ...).
-        pub const CONFIG_BOUND: &[&str] = &[$(stringify!($field),)* $(stringify!($ne),)*];
+/// kube-proxy's flags of `Flags` itself whose values `--config` replaces (all but
+/// `--hostname-override`, the logging flags, and what is not configuration: `--master`,
+/// `--cleanup`, ...), by clap id; the no-effect ones it replaces are `compat::ids`' own.
+pub const CONFIG_BOUND: &[&str] = &[
+    "kubeconfig",
+    "kube_api_content_type",
+    "kube_api_qps",
+    "kube_api_burst",
+    "bind_address",
+    "healthz_bind_address",
+    "metrics_bind_address",
+    "healthz_port",
+    "metrics_port",
+    "proxy_mode",
+    "masquerade_bit",
+    "masquerade_all",
+    "sync_period",
+    "min_sync_period",
+    "ipvs_sync_period",
+    "ipvs_min_sync_period",
+    "ipvs_scheduler",
+    "feature_gates_given",
+    "detect_local_mode",
+    "pod_bridge_interface",
+    "pod_interface_name_prefix",
+    "cluster_cidr",
+    "nodeport_addresses",
+    "oom_score_adj",
+    "conntrack_max_per_core",
+    "conntrack_min",
+    "conntrack_tcp_timeout_established",
+    "conntrack_tcp_timeout_close_wait",
+    "conntrack_tcp_be_liberal",
+    "conntrack_udp_timeout",
+    "conntrack_udp_timeout_stream",
+];
 
-        fn reset(flags: &mut Flags, defaults: &Flags, id: &str) {
-            match id {
-                $(stringify!($field) => flags.$field = defaults.$field.clone(),)*
-                $(stringify!($ne) => flags.no_effect.$ne = defaults.no_effect.$ne.clone(),)*
-                _ => {}
-            }
-        }
-    };
+/// The clap ids of every flag `--config` replaces: `CONFIG_BOUND` and the no-effect ones.
+fn config_bound() -> Vec<String> {
+    let no_effect = compat::ids().into_iter().filter_map(|(id, bound)| bound.then_some(id));
+    CONFIG_BOUND.iter().map(|id| id.to_string()).chain(no_effect).collect()
 }
-
-config_bound!(
-    [
-        kubeconfig,
-        kube_api_content_type,
-        kube_api_qps,
-        kube_api_burst,
-        bind_address,
-        healthz_bind_address,
-        metrics_bind_address,
-        healthz_port,
-        metrics_port,
-        proxy_mode,
-        masquerade_bit,
-        masquerade_all,
-        sync_period,
-        min_sync_period,
-        ipvs_sync_period,
-        ipvs_min_sync_period,
-        ipvs_scheduler,
-        feature_gates_given,
-        detect_local_mode,
-        pod_bridge_interface,
-        pod_interface_name_prefix,
-        cluster_cidr,
-        nodeport_addresses,
-        oom_score_adj,
-        conntrack_max_per_core,
-        conntrack_min,
-        conntrack_tcp_timeout_established,
-        conntrack_tcp_timeout_close_wait,
-        conntrack_tcp_be_liberal,
-        conntrack_udp_timeout,
-        conntrack_udp_timeout_stream,
-    ],
-    [
-        bind_address_hard_fail,
-        profiling,
-        show_hidden_metrics_for_version,
-        iptables_localhost_nodeports,
-        ipvs_exclude_cidrs,
-        ipvs_strict_arp,
-        ipvs_tcp_timeout,
-        ipvs_tcpfin_timeout,
-        ipvs_udp_timeout,
-        config_sync_period,
-    ]
-);
 
 /// The logging flags with no effect here (they win over `--config` all the same).
 const LOGGING_NO_EFFECT: [&str; 2] = ["log_flush_frequency", "vmodule"];
@@ -119,13 +96,19 @@ where
     };
     let mut notes = Notes::default();
     let with_file = flags.config.is_some();
+    let bound = config_bound();
+    let is_bound = |id: &str| bound.iter().any(|b| b == id);
     let filed = match flags.config.clone() {
         Some(path) => {
-            let defaults = defaults()?;
-            for id in CONFIG_BOUND.iter().filter(|id| given(id)) {
-                reset(&mut flags, &defaults, id);
+            // The flags as if those --config replaces had not been given.
+            let mut kept = matches.clone();
+            for id in bound.iter().filter(|id| given(id)) {
+                kept.try_clear_id(id)
+                    .map_err(|e| ConfigError::Invalid { what: long_name(id), message: e.to_string() })?;
                 notes.warnings.push(format!("{} is ignored: --config is given (as kube-proxy)", long_name(id)));
             }
+            flags = defaults()?;
+            flags.update_from_arg_matches(&kept)?;
             let settings = file::read(&path)?;
             flags.config_digest = Some(settings.digest);
             notes.unknown_fields.clone_from(&settings.unknown_fields);
@@ -135,8 +118,7 @@ where
             }
             // An empty --hostname-override is none, and the file's stands (as upstream).
             let empty_hostname = flags.hostname_override.as_deref() == Some("");
-            let keep =
-                |id: &str| given(id) && !CONFIG_BOUND.contains(&id) && !(empty_hostname && id == "hostname_override");
+            let keep = |id: &str| given(id) && !is_bound(id) && !(empty_hostname && id == "hostname_override");
             settings.apply(&mut flags, keep)?
         }
         None => {
@@ -147,19 +129,18 @@ where
             Vec::new()
         }
     };
-    let set = |id: &str| (given(id) && !(with_file && CONFIG_BOUND.contains(&id))) || filed.contains(&id);
+    let set = |id: &str| (given(id) && !(with_file && is_bound(id))) || filed.contains(&id);
     default_serving(&mut flags, set);
     if !with_file && flags.write_config_to.is_none() {
         deprecated_ports(&mut flags, &matches, &mut notes)?;
     }
     validate(&flags, with_file)?;
     mode_notes(&flags, &mut notes);
-    let unused: Vec<String> = compat::IDS
-        .iter()
-        .chain(&LOGGING_NO_EFFECT)
-        .chain(other_modes_flags(&flags))
-        .filter(|id| given(id) && !(with_file && CONFIG_BOUND.contains(id)))
-        .map(|id| long_name(id))
+    let no_effect = compat::ids().into_iter().map(|(id, _)| id);
+    let unused: Vec<String> = no_effect
+        .chain(LOGGING_NO_EFFECT.iter().chain(other_modes_flags(&flags)).map(|id| id.to_string()))
+        .filter(|id| given(id) && !(with_file && is_bound(id)))
+        .map(|id| long_name(&id))
         .collect();
     if !unused.is_empty() {
         notes.infos.push(format!("kube-proxy flags taken with no effect in kube-nftproxy: {}", unused.join(", ")));

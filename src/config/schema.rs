@@ -54,17 +54,6 @@ pub(super) struct KubeProxyConfiguration {
     pub(super) show_hidden_metrics_for_version: Option<Unused>,
 }
 
-/// The no-effect top-level fields, named at start when they hold a value.
-pub(super) const NO_EFFECT_FIELDS: [&str; 7] = [
-    "winkernel",
-    "windowsRunAsService",
-    "portRange",
-    "enableProfiling",
-    "bindAddressHardFail",
-    "configSyncPeriod",
-    "showHiddenMetricsForVersion",
-];
-
 /// A mode's section (`nftables`, `iptables`): which one is read depends on `mode`, as in
 /// upstream's conversion.
 #[derive(Debug, Default, Deserialize)]
@@ -167,20 +156,16 @@ impl KubeProxyConfiguration {
     /// The file's fields that have no effect here and hold a value other than kube-proxy's
     /// "unset" (kubeadm writes them all, empty), by path.
     pub fn no_effect_fields(&self) -> Vec<String> {
-        let f = self;
-        let ipvs = &f.ipvs;
-        let top = [
-            &f.winkernel,
-            &f.windows_run_as_service,
-            &f.port_range,
-            &f.enable_profiling,
-            &f.bind_address_hard_fail,
-            &f.config_sync_period,
-            &f.show_hidden_metrics_for_version,
-        ];
-        let mut named: Vec<(String, &Option<Unused>)> =
-            NO_EFFECT_FIELDS.iter().map(|n| n.to_string()).zip(top).collect();
-        for (name, v) in [
+        let (f, ipvs) = (self, &self.ipvs);
+        // Each field's path beside its value, so that the two cannot drift apart.
+        let named: [(&str, &Option<Unused>); 16] = [
+            ("winkernel", &f.winkernel),
+            ("windowsRunAsService", &f.windows_run_as_service),
+            ("portRange", &f.port_range),
+            ("enableProfiling", &f.enable_profiling),
+            ("bindAddressHardFail", &f.bind_address_hard_fail),
+            ("configSyncPeriod", &f.config_sync_period),
+            ("showHiddenMetricsForVersion", &f.show_hidden_metrics_for_version),
             ("ipvs.strictARP", &ipvs.strict_arp),
             ("ipvs.tcpTimeout", &ipvs.tcp_timeout),
             ("ipvs.tcpFinTimeout", &ipvs.tcp_fin_timeout),
@@ -190,10 +175,8 @@ impl KubeProxyConfiguration {
             ("logging.vmodule", &f.logging.vmodule),
             ("logging.flushFrequency", &f.logging.flush_frequency),
             ("logging.options", &f.logging.options),
-        ] {
-            named.push((name.to_string(), v));
-        }
-        named.into_iter().filter(|(_, v)| v.as_ref().is_some_and(holds_value)).map(|(n, _)| n).collect()
+        ];
+        named.into_iter().filter(|(_, v)| v.as_ref().is_some_and(holds_value)).map(|(n, _)| n.to_string()).collect()
     }
 }
 

@@ -108,3 +108,22 @@ fn a_canary_refuses_to_clean_up_kube_proxy() {
         assert!(flags(args).is_ok(), "{args:?}");
     }
 }
+
+#[test]
+fn every_no_effect_flag_is_named_and_with_config_ignored_unless_it_is_logging() {
+    let path = with("no-effect-flags", "mode: nftables");
+    let command = <super::compat::NoEffect as clap::Args>::augment_args(clap::Command::new("n"));
+    let ids = super::compat::ids();
+    assert_eq!(ids.len(), command.get_arguments().count());
+    for (id, bound) in ids {
+        let arg = command.get_arguments().find(|a| a.get_id() == id.as_str()).expect("an argument");
+        let value = arg.get_default_values().first().and_then(|v| v.to_str()).unwrap_or("10.0.0.0/8");
+        let flag = format!("--{}", arg.get_long().expect("a long name"));
+        let (_, notes) = flags(&[&format!("{flag}={value}")]).unwrap();
+        assert!(notes.infos.iter().any(|i| i.contains(&flag)), "{flag} named: {:?}", notes.infos);
+        let (_, notes) = load_notes(&path, &[&format!("{flag}={value}")]).unwrap();
+        let ignored = notes.warnings.iter().any(|w| w.starts_with(&format!("{flag} is ignored")));
+        assert_eq!(ignored, bound, "{flag}: {:?}", notes.warnings);
+        assert_eq!(bound, !flag.starts_with("--log-"), "{flag}: the logging options win over --config");
+    }
+}
