@@ -3,9 +3,10 @@
 //! default are refused), with `AllAlpha` and `AllBeta` setting every alpha or beta gate not set
 //! by name, as upstream's.
 //!
-//! The list (`gates.list`) is the 1.37 registry where upstream's sources could be read (the
-//! staging libraries' gates, the scheduler's, and the two kube-proxy reads), and 1.36's names
-//! and defaults for the rest of `pkg/features`; its header says which is which. Of the gates
+//! The list (`gates.list`) is Kubernetes 1.37's registry where upstream's sources could be read
+//! (the staging libraries' gates, the scheduler's, the gates kube-proxy reads, and the
+//! `pkg/features` gates the website's 1.37 pages show new or changed), and 1.36's names and
+//! defaults, stages inferred, for the rest of `pkg/features`; its comments say which is which. Of the gates
 //! the proxy code reads, AllowServiceExternalIPs can be changed (off: Services' `externalIPs`
 //! are not served, `Config::external_ips`), KubeProxyIPVS off refuses `mode: ipvs` as kube-proxy
 //! does, ComponentStatusz and ComponentFlagz serve `/statusz` and `/flagz`; the others
@@ -192,6 +193,7 @@ mod tests {
             ("ContextualLogging", Stage::Beta, true),
             (LOGGING_ALPHA_OPTIONS, Stage::Alpha, false),
             ("CoordinatedLeaderElection", Stage::Beta, false),
+            ("KubeProxyNFTablesLocalhostNodePorts", Stage::Alpha, false),
         ];
         for (name, stage, default) in want {
             let g = gate(name).unwrap_or_else(|| panic!("{name} unknown"));
