@@ -5,8 +5,9 @@
 //!
 //! The list (`gates.list`) is Kubernetes 1.37's registry where upstream's sources could be read
 //! (the staging libraries' gates, the scheduler's, the gates kube-proxy reads, and the
-//! `pkg/features` gates the website's 1.37 pages show new or changed), and 1.36's names and
-//! defaults, stages inferred, for the rest of `pkg/features`; its comments say which is which. Of the gates
+//! `pkg/features` gates the website's 1.37 pages show new or changed); the rest of
+//! `pkg/features` is 1.36's names with 1.35's specs (the newest copy of that file here), five
+//! gates' stages inferred. Its comments say which is which. Of the gates
 //! the proxy code reads, AllowServiceExternalIPs can be changed (off: Services' `externalIPs`
 //! are not served, `Config::external_ips`), KubeProxyIPVS off refuses `mode: ipvs` as kube-proxy
 //! does, ComponentStatusz and ComponentFlagz serve `/statusz` and `/flagz`; the others
