@@ -29,7 +29,7 @@ pub fn internal(flags: &Flags) -> Value {
             "Kubeconfig": flags.kubeconfig.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
             "AcceptContentTypes": flags.kube_api_accept_content_types,
             "ContentType": flags.kube_api_content_type,
-            "QPS": flags.kube_api_qps,
+            "QPS": go_float(flags.kube_api_qps),
             "Burst": flags.kube_api_burst,
         },
         "Logging": logging(flags),
@@ -93,6 +93,12 @@ fn logging(flags: &Flags) -> Value {
     logging
 }
 
+/// A float32 as Go's `encoding/json` writes it: a whole number without a fraction (`5`, not
+/// `5.0`).
+fn go_float(v: f32) -> Value {
+    if v.fract() == 0.0 && v.abs() < 1e9 { json!(v as i64) } else { json!(v) }
+}
+
 /// An address as the configuration holds it; empty when the server is off.
 fn address(a: BindAddress) -> String {
     a.0.map(|a| a.to_string()).unwrap_or_default()
@@ -125,6 +131,8 @@ mod tests {
             "metav1.Duration's text"
         );
         assert_eq!(c["Logging"]["format"], "text", "component-base's tags");
+        let whole = internal(&load_from(["kube-nftproxy"]).unwrap().0);
+        assert_eq!(whole["ClientConnection"]["QPS"].to_string(), "5", "Go writes a whole float32 bare");
         assert!(c.get("mode").is_none() && c.get("conntrack").is_none() && c.get("kind").is_none(), "{c}");
     }
 }
