@@ -68,7 +68,13 @@ pub struct Gate {
 
 /// Every gate kube-proxy knows, `AllAlpha` and `AllBeta` included.
 pub fn known() -> impl Iterator<Item = Gate> {
-    let special = [ALL_ALPHA, ALL_BETA].map(|name| Gate { name, stage: Stage::Ga, default: false, locked: false });
+    // Upstream registers these two as an alpha and a beta gate, off.
+    let special = [(ALL_ALPHA, Stage::Alpha), (ALL_BETA, Stage::Beta)].map(|(name, stage)| Gate {
+        name,
+        stage,
+        default: false,
+        locked: false,
+    });
     let listed = LIST.lines().filter(|l| !l.starts_with('#')).filter_map(|line| {
         let mut words = line.split_whitespace();
         let (name, stage, default) = (words.next()?, words.next()?, words.next()?);
