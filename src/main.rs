@@ -386,14 +386,17 @@ fn observers(flags: &Flags, api: Option<&kube::Shared>, inbox: &Arc<Inbox>) -> a
     })
 }
 
-/// `/configz`, `/statusz` and `/flagz`: the command line read again for its flags' values.
+/// `/configz` (kube-proxy's internal configuration type), `/statusz` and `/flagz` (each while
+/// its gate is on): the command line read again for its flags' values.
 fn z_pages(config: &Flags) -> Arc<zpages::ZPages> {
     use clap::CommandFactory;
     let flags = Flags::command()
         .try_get_matches_from(std::env::args_os())
         .map(|m| zpages::flagz::from_matches(&Flags::command(), &m))
         .unwrap_or_default();
-    Arc::new(zpages::ZPages::new(std::time::SystemTime::now(), Some(config::effective(config)), flags))
+    let on = |gate| config.feature_gates.enabled(gate);
+    let pages = zpages::ZPages::new(std::time::SystemTime::now(), Some(config::internal(config)), flags);
+    Arc::new(pages.gated(on(config::features::COMPONENT_STATUSZ), on(config::features::COMPONENT_FLAGZ)))
 }
 
 /// What the main thread waits for.

@@ -99,10 +99,17 @@ fn objects(all_ready: bool, local_here: bool) -> Vec<Value> {
 
 /// The daemon in `ns` over `objects`, serving metrics and health, once it has synced.
 fn start(ns: &Netns, dir: &Scratch, objects: Vec<Value>) -> (PathBuf, Daemon) {
+    start_with(ns, dir, objects, &[])
+}
+
+/// [`start`] with `extra` flags.
+fn start_with(ns: &Netns, dir: &Scratch, objects: Vec<Value>, extra: &[&str]) -> (PathBuf, Daemon) {
     let path = write(&dir.0, objects);
     let flags = [format!("--metrics-bind-address={METRICS}"), format!("--healthz-bind-address={HEALTHZ}")];
-    let d = Daemon::start(ns, &path, &[&flags[0], &flags[1]], &[]);
-    assert!(wait_for(Duration::from_secs(10), || d.logged().contains("Full sync")).is_some(), "{}", d.logged());
+    let d = Daemon::start(ns, &path, &[[flags[0].as_str(), flags[1].as_str()].as_slice(), extra].concat(), &[]);
+    // A restart over the rules of an earlier run refreshes them instead.
+    let synced = || ["Full sync", "Refresh sync"].iter().any(|s| d.logged().contains(s));
+    assert!(wait_for(Duration::from_secs(10), synced).is_some(), "{}", d.logged());
     (path, d)
 }
 
@@ -277,7 +284,9 @@ fn z_pages_and_slis_are_served_beside_the_metrics_as_upstreams() {
     }
     let ns = namespace("dbg-zpages");
     let dir = Scratch::new("dbg-zpages");
-    let (_, d) = start(&ns, &dir, objects(false, false));
+    let gates = "--feature-gates=ComponentStatusz=true,ComponentFlagz=true";
+    let flags = [gates, "--iptables-sync-period=45s", "--conntrack-max-per-core=0", "--kube-api-qps=7.5"];
+    let (_, d) = start_with(&ns, &dir, objects(false, false), &flags);
     let (code, head, page) = get(&ns, "/statusz");
     assert_eq!(code, 200, "{page}");
     assert!(head.contains("content-type: text/plain; charset=utf-8"), "{head}");
@@ -304,16 +313,20 @@ fn z_pages_and_slis_are_served_beside_the_metrics_as_upstreams() {
     assert_eq!(doc["flags"].as_object().map(|f| f.len()), Some(flags.len()), "the text's flags: {doc}");
     let bare = http_get_accepting(&ns.name, METRICS, "/statusz", Some("application/json")).map(|r| r.0);
     assert_eq!(bare, Some(406), "JSON only when asked for by version, group and kind");
-    // The effective configuration under kube-proxy's API group, as --write-config-to writes it.
+    // The configuration under kube-proxy's API group as upstream's: its internal type, keyed
+    // by Go field names, metav1.Durations as Go's duration text.
     let (code, head, body) = get(&ns, "/configz");
     assert!(code == 200 && head.contains("content-type: application/json"), "{head}");
     let config: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
     let config = &config["kubeproxy.config.k8s.io"];
-    assert_eq!(config["kind"], "KubeProxyConfiguration", "{body}");
+    assert_eq!((config["Mode"].as_str(), config["SyncPeriod"].as_str()), (Some(""), Some("45s")), "{body}");
+    assert_eq!(config["Linux"]["Conntrack"]["MaxPerCore"].as_u64(), Some(0), "{body}");
+    assert_eq!(config["ClientConnection"]["QPS"].as_f64(), Some(7.5), "{body}");
     assert_eq!(
-        (config["hostnameOverride"].as_str(), config["metricsBindAddress"].as_str()),
+        (config["HostnameOverride"].as_str(), config["MetricsBindAddress"].as_str()),
         (Some("node-a"), Some(METRICS))
     );
+    assert!(config.get("kind").is_none() && config.get("mode").is_none(), "not the v1alpha1 file: {body}");
     // The SLIs count the metrics address's /healthz, whose one check is `ping`.
     let slis = || get(&ns, "/metrics/slis").2;
     assert!(!slis().contains("kubernetes_healthcheck{"), "nothing checked yet: {}", slis());
@@ -332,5 +345,11 @@ fn z_pages_and_slis_are_served_beside_the_metrics_as_upstreams() {
     );
     let (code, _, _) = http_get(&ns.name, HEALTHZ, "/statusz").expect("health answers");
     assert_eq!(code, 404, "the z-pages are on the metrics address only");
+    d.stop();
+    // ComponentFlagz off: no /flagz, and /statusz does not list it.
+    let (_, d) = start_with(&ns, &dir, objects(false, false), &["--feature-gates=ComponentFlagz=false"]);
+    assert_eq!(get(&ns, "/flagz").0, 404, "ComponentFlagz off");
+    let page = get(&ns, "/statusz").2;
+    assert_eq!(z_status(&page, "Paths"), Some("/configz /debug /healthz /metrics /proxyMode"), "{page}");
     d.stop();
 }

@@ -1,5 +1,5 @@
 //! The effective configuration as a `KubeProxyConfiguration` (v1alpha1): what
-//! `--write-config-to` writes, and what `/configz` serves.
+//! `--write-config-to` writes (`/configz` serves the internal type: `internal.rs`).
 
 use super::values::go_duration;
 use super::{API_VERSION, BindAddress, ConfigError, Flags, KIND};

@@ -1,133 +1,92 @@
 //! `--feature-gates` and the file's `featureGates`: the gates kube-proxy knows, parsed and
 //! checked as its feature gate does (unknown names and locked gates set away from their
-//! default are refused).
+//! default are refused), with `AllAlpha` and `AllBeta` setting every alpha or beta gate not set
+//! by name, as upstream's.
 //!
-//! Of the gates the newest kube-proxy reads in its proxy code, AllowServiceExternalIPs can be
-//! changed (off: Services' `externalIPs` are not served, `Config::external_ips`); the others
-//! (`PreferSameTrafficDistribution`, `NFTablesProxyMode`, `MultiCIDRServiceAllocator`, ...) are
-//! GA and locked on, which is what this proxy implements.
+//! The list (`gates.list`) is Kubernetes 1.37's registry where upstream's sources could be read
+//! (the staging libraries' gates, the scheduler's, the gates kube-proxy reads, and the
+//! `pkg/features` gates the website's 1.37 pages show new or changed); the rest of
+//! `pkg/features` is 1.36's names with 1.35's specs (the newest copy of that file here), five
+//! gates' stages inferred. Its comments say which is which. Of the gates
+//! the proxy code reads, AllowServiceExternalIPs can be changed (off: Services' `externalIPs`
+//! are not served, `Config::external_ips`), KubeProxyIPVS off refuses `mode: ipvs` as kube-proxy
+//! does, ComponentStatusz and ComponentFlagz serve `/statusz` and `/flagz`; the others
+//! (`PreferSameTrafficDistribution`, `NFTablesProxyMode`, ...) are GA and locked on, which is
+//! what this proxy implements.
 
 use std::collections::BTreeMap;
 
-/// kube-proxy's gates (Kubernetes 1.36's list, every component's, since kube-proxy registers
-/// them all): `Name=default`, with `!` when the gate is locked to its default.
-const KUBERNETES: &str = "\
-    APIResponseCompression=true APIServerIdentity=true APIServerTracing=true! \
-    APIServingWithRoutine=false AggregatedDiscoveryRemoveBetaType=true! AllowDNSOnlyNodeCSR=true \
-    AllowInsecureKubeletCertificateSigningRequests=true \
-    AllowOverwriteTerminationGracePeriodSeconds=true! AllowParsingUserUIDFromCertAuth=true \
-    AllowUnsafeMalformedObjectDeletion=false AnonymousAuthConfigurableEndpoints=true! \
-    AnyVolumeDataSource=true! AtomicFIFO=true AuthorizeNodeWithSelectors=true! \
-    AuthorizePodWebsocketUpgradeCreatePermission=true AuthorizeWithSelectors=true! BtreeWatchCache=true! \
-    CBORServingAndStorage=false CPUManagerPolicyAlphaOptions=false CPUManagerPolicyBetaOptions=true \
-    CPUManagerPolicyOptions=true! CRDObservedGenerationTracking=false CRDValidationRatcheting=true! \
-    CSIServiceAccountTokenSecrets=true! CSIVolumeHealth=false ChangeContainerStatusOnKubeletRestart=true \
-    ClearingNominatedNodeNameAfterBinding=true ClientsAllowCBOR=false ClientsPreferCBOR=false \
-    CloudControllerManagerWatchBasedRoutesReconciliation=false CloudControllerManagerWebhook=false \
-    ClusterTrustBundle=false ClusterTrustBundleProjection=false ComponentFlagz=false \
-    ComponentStatusz=false ConcurrentWatchObjectDecode=false ConsistentListFromCache=true! \
-    ConstrainedImpersonation=false ContainerCheckpoint=true ContainerRestartRules=true \
-    ContainerStopSignals=false CoordinatedLeaderElection=false CrossNamespaceVolumeDataSource=false \
-    CustomCPUCFSQuotaPeriod=false CustomResourceFieldSelectors=true! DRAAdminAccess=true \
-    DRAConsumableCapacity=false DRADeviceBindingConditions=false DRADeviceTaintRules=false \
-    DRADeviceTaints=false DRAExtendedResource=false DRAPartitionableDevices=false \
-    DRAPrioritizedList=true DRAResourceClaimDeviceStatus=true DRASchedulerFilterTimeout=true \
-    DeclarativeValidation=true DeclarativeValidationTakeover=false \
-    DeploymentReplicaSetTerminatingReplicas=true DetectCacheInconsistency=true \
-    DisableAllocatorDualWrite=true! DisableCPUQuotaWithExclusiveCPUs=true \
-    DisableNodeKubeProxyVersion=true DynamicResourceAllocation=true! EnvFiles=true EventedPLEG=false \
-    ExecProbeTimeout=true! ExternalServiceAccountTokenSigner=true GangScheduling=false \
-    GenericWorkload=false GitRepoVolumeDriver=true GracefulNodeShutdown=true \
-    GracefulNodeShutdownBasedOnPodPriority=true HPAConfigurableTolerance=true HPAScaleToZero=false \
-    HonorPVReclaimPolicy=true! HostnameOverride=true ImageMaximumGCAge=true! ImageVolume=true \
-    ImageVolumeWithDigest=false InOrderInformers=true InOrderInformersBatchProcess=true \
-    InPlacePodLevelResourcesVerticalScaling=false InPlacePodVerticalScaling=true! \
-    InPlacePodVerticalScalingAllocatedStatus=false InPlacePodVerticalScalingExclusiveCPUs=false \
-    InPlacePodVerticalScalingExclusiveMemory=false InformerResourceVersion=true \
-    JobBackoffLimitPerIndex=true! JobManagedBy=true! JobPodReplacementPolicy=true! \
-    JobSuccessPolicy=true! KMSv1=true KubeletCgroupDriverFromCRI=true! KubeletCrashLoopBackOffMax=true \
-    KubeletEnsureSecretPulledImages=true KubeletFineGrainedAuthz=true! KubeletInUserNamespace=false \
-    KubeletPSI=true KubeletPodResourcesDynamicResources=true KubeletPodResourcesGet=true \
-    KubeletPodResourcesListUseActivePods=true KubeletRegistrationGetOnExistsOnly=true \
-    KubeletSeparateDiskGC=true KubeletServiceAccountTokenForCredentialProviders=true \
-    KubeletTracing=true! ListFromCacheSnapshot=true LocalStorageCapacityIsolationFSQuotaMonitoring=false \
-    LogarithmicScaleDown=true! MatchLabelKeysInPodAffinity=true! MatchLabelKeysInPodTopologySpread=true \
-    MatchLabelKeysInPodTopologySpreadSelectorMerge=true MaxUnavailableStatefulSet=true MemoryQoS=false \
-    MultiCIDRServiceAllocator=true! MutableCSINodeAllocatableCount=true MutablePVNodeAffinity=false \
-    MutablePodResourcesForSuspendedJobs=false MutableSchedulingDirectivesForSuspendedJobs=false \
-    MutatingAdmissionPolicy=false NFTablesProxyMode=true! NodeDeclaredFeatures=false \
-    NodeInclusionPolicyInPodTopologySpread=true! NodeLogQuery=false NodeSwap=true! \
-    NominatedNodeNameForExpectation=true OpenAPIEnums=true OpportunisticBatching=true \
-    OrderedNamespaceDeletion=true! PodAndContainerStatsFromCRI=false PodCertificateRequest=false \
-    PodDeletionCost=true PodLevelResources=true PodLifecycleSleepAction=true! \
-    PodLifecycleSleepActionAllowZero=true! PodLogsQuerySplitStreams=false \
-    PodObservedGenerationTracking=true! PodReadyToStartContainersCondition=true \
-    PodSchedulingReadiness=true! PodTopologyLabelsAdmission=true PortForwardWebsockets=true \
-    PreferSameTrafficDistribution=true! PreventStaticPodAPIReferences=true ProcMountType=true \
-    QOSReserved=false RecoverVolumeExpansionFailure=true! RecursiveReadOnlyMounts=true! \
-    ReduceDefaultCrashLoopBackOffDecay=false RelaxedDNSSearchValidation=true! \
-    RelaxedEnvironmentVariableValidation=true! RelaxedServiceNameValidation=true \
-    ReloadKubeletServerCertificateFile=true RemoteRequestHeaderUID=true \
-    ResilientWatchCacheInitialization=true! ResourceHealthStatus=true ResourceHealthStatusMessage=true \
-    RestartAllContainersOnContainerExits=false RetryGenerateName=true! \
-    RotateKubeletServerCertificate=true RuntimeClassInImageCriApi=false SELinuxChangePolicy=true \
-    SELinuxMount=false SELinuxMountReadWriteOncePod=true SchedulerAsyncAPICalls=false \
-    SchedulerAsyncPreemption=true SchedulerPopFromBackoffQ=true SchedulerQueueingHints=true! \
-    SeparateCacheWatchRPC=true SeparateTaintEvictionController=true! \
-    ServiceAccountNodeAudienceRestriction=true ServiceAccountTokenJTI=true! \
-    ServiceAccountTokenNodeBinding=true! ServiceAccountTokenNodeBindingValidation=true! \
-    ServiceAccountTokenPodNodeInfo=true! SidecarContainers=true! SizeBasedListCostEstimate=true \
-    StatefulSetSemanticRevisionComparison=true StorageCapacityScoring=false StorageNamespaceIndex=true \
-    StorageVersionAPI=false StorageVersionHash=true StorageVersionMigrator=false \
-    StreamingCollectionEncodingToJSON=true! StreamingCollectionEncodingToProtobuf=true! \
-    StrictIPCIDRValidation=false StructuredAuthenticationConfiguration=true! \
-    StructuredAuthenticationConfigurationEgressSelector=true \
-    StructuredAuthenticationConfigurationJWKSMetrics=true SupplementalGroupsPolicy=true! \
-    SystemdWatchdog=true! TaintTolerationComparisonOperators=false \
-    TokenRequestServiceAccountUIDValidation=true TopologyManagerPolicyAlphaOptions=false \
-    TopologyManagerPolicyBetaOptions=true TopologyManagerPolicyOptions=true! \
-    TranslateStreamCloseWebsocketRequests=true UnauthenticatedHTTP2DOSMitigation=true \
-    UnknownVersionInteroperabilityProxy=false UnlockWhileProcessingFIFO=true \
-    UserNamespacesHostNetworkSupport=false UserNamespacesSupport=true VolumeAttributesClass=true! \
-    VolumeLimitScaling=false WatchCacheInitializationPostStartHook=true WatchList=true \
-    WatchListClient=true WinDSR=true! WinOverlay=true! WindowsCPUAndMemoryAffinity=false \
-    WindowsGracefulNodeShutdown=true WindowsHostNetwork=false \
-";
+/// Every known gate, `Name stage default [locked]` a line.
+const LIST: &str = include_str!("gates.list");
 
-/// Gates newer than that list: AllowServiceExternalIPs (1.36, deprecated, on) and
-/// KubeProxyIPVS (on; IPVS mode's, deprecated).
-const NEWER: &str = "AllowServiceExternalIPs=true KubeProxyIPVS=true";
-
-/// Gates component-base adds for logging, and the two that set every alpha or beta gate.
-const COMPONENT_BASE: &str =
-    "AllAlpha=false AllBeta=false ContextualLogging=true LoggingAlphaOptions=false LoggingBetaOptions=true";
+/// The gates that set every alpha or every beta gate not set by name.
+const ALL_ALPHA: &str = "AllAlpha";
+/// See [`ALL_ALPHA`].
+const ALL_BETA: &str = "AllBeta";
 
 /// The gate that keeps Services' `externalIPs` served (deprecated in 1.36, on by default; off,
 /// kube-proxy programs none).
 pub const ALLOW_SERVICE_EXTERNAL_IPS: &str = "AllowServiceExternalIPs";
 
+/// The gate that allows `mode: ipvs` (deprecated in 1.37, on by default).
+pub const KUBE_PROXY_IPVS: &str = "KubeProxyIPVS";
+
+/// The gate that serves `/statusz` (beta, on since 1.36).
+pub const COMPONENT_STATUSZ: &str = "ComponentStatusz";
+
+/// The gate that serves `/flagz` (beta, on since 1.36).
+pub const COMPONENT_FLAGZ: &str = "ComponentFlagz";
+
 /// The gate the alpha logging options (`--log-*-split-stream`, `--log-*-info-buffer-size`) need.
 pub const LOGGING_ALPHA_OPTIONS: &str = "LoggingAlphaOptions";
+
+/// A gate's maturity, upstream's `PreRelease`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Set by `AllAlpha` when not set by name.
+    Alpha,
+    /// Set by `AllBeta` when not set by name.
+    Beta,
+    /// Graduated; setting it only warns upstream.
+    Ga,
+    /// On its way out; setting it only warns upstream.
+    Deprecated,
+}
 
 /// One known gate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gate {
     /// Its name.
     pub name: &'static str,
+    /// Its maturity.
+    pub stage: Stage,
     /// Whether it is on when nothing sets it.
     pub default: bool,
     /// Whether it cannot be set away from its default.
     pub locked: bool,
 }
 
-/// Every gate kube-proxy knows.
+/// Every gate kube-proxy knows, `AllAlpha` and `AllBeta` included.
 pub fn known() -> impl Iterator<Item = Gate> {
-    let lists = [KUBERNETES, NEWER, COMPONENT_BASE];
-    lists.into_iter().flat_map(str::split_whitespace).filter_map(|entry| {
-        let (name, value) = entry.split_once('=')?;
-        let locked = value.ends_with('!');
-        Some(Gate { name, default: value.trim_end_matches('!') == "true", locked })
-    })
+    // Upstream registers these two as an alpha and a beta gate, off.
+    let special = [(ALL_ALPHA, Stage::Alpha), (ALL_BETA, Stage::Beta)].map(|(name, stage)| Gate {
+        name,
+        stage,
+        default: false,
+        locked: false,
+    });
+    let listed = LIST.lines().filter(|l| !l.starts_with('#')).filter_map(|line| {
+        let mut words = line.split_whitespace();
+        let (name, stage, default) = (words.next()?, words.next()?, words.next()?);
+        let stage = match stage {
+            "alpha" => Stage::Alpha,
+            "beta" => Stage::Beta,
+            "ga" => Stage::Ga,
+            _ => Stage::Deprecated,
+        };
+        Some(Gate { name, stage, default: default == "true", locked: words.next() == Some("locked") })
+    });
+    special.into_iter().chain(listed)
 }
 
 /// The gate called `name`, if kube-proxy knows it.
@@ -179,14 +138,26 @@ impl FeatureGates {
         Ok(())
     }
 
-    /// Whether gate `name` is on: its explicit setting, else (for a gate off by default)
-    /// `AllAlpha`, else its default. Unknown gates are off.
+    /// Whether gate `name` is on: its explicit setting, else `AllAlpha` for an alpha gate or
+    /// `AllBeta` for a beta one (when set), else its default. Unknown gates are off.
     pub fn enabled(&self, name: &str) -> bool {
         let Some(g) = gate(name) else { return false };
-        match self.0.get(name) {
-            Some(v) => *v,
-            None if !g.default && !g.locked => self.0.get("AllAlpha").copied().unwrap_or(false),
-            None => g.default,
+        let all = match g.stage {
+            Stage::Alpha => self.0.get(ALL_ALPHA),
+            Stage::Beta => self.0.get(ALL_BETA),
+            _ => None,
+        };
+        self.0.get(name).or(all).copied().unwrap_or(g.default)
+    }
+
+    /// Refuses `mode: ipvs` with KubeProxyIPVS off, as kube-proxy's validation: only the
+    /// modes left are valid then.
+    pub fn check_mode(&self, mode: Option<&str>) -> Result<(), String> {
+        match mode {
+            Some("ipvs") if !self.enabled(KUBE_PROXY_IPVS) => Err(format!(
+                "\"ipvs\" is disabled by the {KUBE_PROXY_IPVS} feature gate; valid modes are \"iptables\" and \"nftables\""
+            )),
+            _ => Ok(()),
         }
     }
 }
@@ -197,9 +168,9 @@ mod tests {
 
     #[test]
     fn gates_parse_and_are_checked_as_upstream() {
-        let g = FeatureGates::parse(" ComponentFlagz=true , LoggingAlphaOptions = f,").unwrap();
+        let g = FeatureGates::parse(" ComponentFlagz=false , LoggingAlphaOptions = t,").unwrap();
         assert_eq!(g.0.len(), 2);
-        assert!(g.check().is_ok() && g.enabled("ComponentFlagz") && !g.enabled("LoggingAlphaOptions"));
+        assert!(g.check().is_ok() && !g.enabled(COMPONENT_FLAGZ) && g.enabled(LOGGING_ALPHA_OPTIONS));
         assert!(FeatureGates::default().enabled("WatchListClient"), "a default-on gate");
         assert!(FeatureGates::parse("NoValue").is_err());
         assert!(FeatureGates::parse("ComponentFlagz=maybe").unwrap_err().contains("ComponentFlagz"));
@@ -208,7 +179,58 @@ mod tests {
         let locked = FeatureGates::parse("NFTablesProxyMode=false").unwrap().check().unwrap_err();
         assert!(locked.contains("locked to true"), "{locked}");
         assert!(FeatureGates::parse("NFTablesProxyMode=true").unwrap().check().is_ok());
-        assert!(FeatureGates::parse("AllAlpha=true").unwrap().enabled(LOGGING_ALPHA_OPTIONS));
-        assert!(known().count() > 200, "the whole list");
+    }
+
+    #[test]
+    fn the_list_is_the_newest_registry_once_each() {
+        let mut names: Vec<_> = known().map(|g| g.name).collect();
+        let count = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), count, "a gate listed twice");
+        assert!(count > 200, "the whole list");
+        // 1.37's: the z-pages went beta and on in 1.36, KubeProxyIPVS and NativeHistograms are
+        // 1.37's, ContextualLogging is component-base's.
+        let want = [
+            (COMPONENT_STATUSZ, Stage::Beta, true),
+            (COMPONENT_FLAGZ, Stage::Beta, true),
+            (KUBE_PROXY_IPVS, Stage::Deprecated, true),
+            (ALLOW_SERVICE_EXTERNAL_IPS, Stage::Deprecated, true),
+            ("NativeHistograms", Stage::Beta, true),
+            ("ContextualLogging", Stage::Beta, true),
+            (LOGGING_ALPHA_OPTIONS, Stage::Alpha, false),
+            ("CoordinatedLeaderElection", Stage::Beta, false),
+            ("KubeProxyNFTablesLocalhostNodePorts", Stage::Alpha, false),
+        ];
+        for (name, stage, default) in want {
+            let g = gate(name).unwrap_or_else(|| panic!("{name} unknown"));
+            assert_eq!((g.stage, g.default), (stage, default), "{name}");
+        }
+        assert!(gate("APIServerTracing").is_none(), "removed from the apiserver's gates in 1.37");
+    }
+
+    #[test]
+    fn all_alpha_and_all_beta_set_their_stage_unless_set_by_name() {
+        let gates = |text: &str| FeatureGates::parse(text).unwrap();
+        let alpha = gates("AllAlpha=true");
+        assert!(alpha.enabled(LOGGING_ALPHA_OPTIONS), "an alpha gate");
+        assert!(!alpha.enabled("CoordinatedLeaderElection"), "a beta gate off by default");
+        assert!(!gates("AllAlpha=true,LoggingAlphaOptions=false").enabled(LOGGING_ALPHA_OPTIONS));
+        let beta_on = gates("AllBeta=true");
+        assert!(beta_on.enabled("CoordinatedLeaderElection") && !beta_on.enabled(LOGGING_ALPHA_OPTIONS));
+        let beta_off = gates("AllBeta=false");
+        assert!(!beta_off.enabled(COMPONENT_STATUSZ), "AllBeta=false turns a default-on beta gate off");
+        assert!(beta_off.enabled(KUBE_PROXY_IPVS), "a deprecated gate is neither alpha nor beta");
+        assert!(beta_off.enabled("NFTablesProxyMode"), "nor is a GA one");
+        assert!(gates("AllBeta=false,ComponentStatusz=true").enabled(COMPONENT_STATUSZ));
+    }
+
+    #[test]
+    fn ipvs_mode_needs_its_gate_as_upstream() {
+        let off = FeatureGates::parse("KubeProxyIPVS=false").unwrap();
+        let err = off.check_mode(Some("ipvs")).unwrap_err();
+        assert!(err.contains(KUBE_PROXY_IPVS) && err.contains("nftables"), "{err}");
+        assert!(off.check_mode(Some("nftables")).is_ok() && off.check_mode(None).is_ok());
+        assert!(FeatureGates::default().check_mode(Some("ipvs")).is_ok(), "on by default");
     }
 }

@@ -217,6 +217,10 @@ fn validate(flags: &Flags, with_file: bool) -> Result<(), ConfigError> {
     let name = |flag: &str, field: &str| if with_file { field.to_string() } else { flag.to_string() };
     let invalid = |what: String, message: String| ConfigError::Invalid { what, message };
     flags.feature_gates.check().map_err(|m| invalid(name("--feature-gates", "featureGates"), m))?;
+    flags
+        .feature_gates
+        .check_mode(flags.proxy_mode.as_deref())
+        .map_err(|m| invalid(name("--proxy-mode", "mode"), m))?;
     let ipvs = flags.proxy_mode.as_deref() == Some("ipvs");
     if flags.min_sync_period > flags.sync_period {
         let (flag, section) = match flags.proxy_mode.as_deref() {

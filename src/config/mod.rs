@@ -6,6 +6,7 @@ mod effective;
 pub mod features;
 mod file;
 mod flags;
+mod internal;
 mod load;
 mod schema;
 #[cfg(test)]
@@ -19,6 +20,7 @@ pub use effective::{effective, write_config};
 pub use features::FeatureGates;
 pub use file::{API_VERSION, FileSettings, KIND};
 pub use flags::Flags;
+pub use internal::internal;
 pub use load::{CONFIG_BOUND, Notes, load_from};
 pub use values::*;
 

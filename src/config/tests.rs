@@ -309,6 +309,16 @@ fn the_effective_configuration_has_every_v1alpha1_field() {
 }
 
 #[test]
+fn ipvs_mode_with_kube_proxy_ipvs_off_is_refused_naming_the_gate_as_upstream() {
+    let err = load_from(["kube-nftproxy", "--proxy-mode=ipvs", "--feature-gates=KubeProxyIPVS=false"]).unwrap_err();
+    assert!(err.to_string().starts_with("--proxy-mode: ") && err.to_string().contains("KubeProxyIPVS"), "{err}");
+    let file = with("ipvs-gate", "mode: ipvs\nfeatureGates: {KubeProxyIPVS: false}");
+    let err = load(&file, &[]).unwrap_err().to_string();
+    assert!(err.starts_with("mode: ") && err.contains("KubeProxyIPVS"), "{err}");
+    assert!(load_from(["kube-nftproxy", "--proxy-mode=nftables", "--feature-gates=KubeProxyIPVS=false"]).is_ok());
+}
+
+#[test]
 fn the_ipvs_scheduler_reaches_the_config_in_ipvs_mode_only() {
     let cfg = |args: &[&str]| {
         let argv = ["kube-nftproxy", "--hostname-override=n"].iter().chain(args);

@@ -1,8 +1,10 @@
 //! The z-pages on the metrics address, as upstream's component-base serves them for
-//! kube-proxy: `/configz` (the effective configuration, JSON keyed by its API group),
-//! `/statusz` (start, uptime, versions, the other paths) and `/flagz` (the command line),
-//! the last two plain text for people, or a `config.k8s.io/v1beta1` object when asked for
-//! by name (`negotiate.rs`). Handed to the `http` thread as its [`Pages`].
+//! kube-proxy: `/configz` (the configuration as kube-proxy's internal type, JSON keyed by its
+//! API group: `config::internal`), `/statusz` (start, uptime, versions, the other paths) and
+//! `/flagz` (the command line), the last two plain text for people, or a
+//! `config.k8s.io/v1beta1` object when asked for by name (`negotiate.rs`), and each served only
+//! while its gate (ComponentStatusz, ComponentFlagz) is on, as upstream installs them. Handed to
+//! the `http` thread as its [`Pages`].
 
 pub mod flagz;
 pub mod negotiate;
@@ -40,6 +42,10 @@ pub struct ZPages {
     flags: Vec<(String, String)>,
     /// The separator of `/flagz`, picked once as upstream's (its page is made once).
     flag_delim: &'static str,
+    /// Whether `/statusz` is served (the ComponentStatusz gate).
+    statusz_on: bool,
+    /// Whether `/flagz` is served (the ComponentFlagz gate).
+    flagz_on: bool,
 }
 
 impl ZPages {
@@ -53,13 +59,20 @@ impl ZPages {
         };
         flags.sort();
         let flag_delim = DELIMITERS[fastrand::usize(..DELIMITERS.len())];
-        ZPages { started, configz: configz.to_string(), flags, flag_delim }
+        ZPages { started, configz: configz.to_string(), flags, flag_delim, statusz_on: true, flagz_on: true }
+    }
+
+    /// These pages with `/statusz` and `/flagz` served only when `statusz` and `flagz` (the
+    /// ComponentStatusz and ComponentFlagz gates) are on: off, they answer 404, as upstream
+    /// does not install them.
+    pub fn gated(self, statusz: bool, flagz: bool) -> ZPages {
+        ZPages { statusz_on: statusz, flagz_on: flagz, ..self }
     }
 
     /// `/statusz` as of `now`.
     fn statusz(&self, media: Media, now: SystemTime) -> Reply {
         let up = now.duration_since(self.started).unwrap_or_default();
-        let paths = paths();
+        let paths = paths(self.flagz_on);
         match media {
             Media::Json => {
                 let doc = serde_json::json!({
@@ -103,8 +116,8 @@ impl Pages for ZPages {
     fn answer(&self, req: &Request<'_>) -> Option<Reply> {
         let kind = match req.path {
             CONFIGZ_PATH => return Some(Reply::new(200, http::JSON, self.configz.clone())),
-            STATUSZ_PATH => "Statusz",
-            FLAGZ_PATH => "Flagz",
+            STATUSZ_PATH if self.statusz_on => "Statusz",
+            FLAGZ_PATH if self.flagz_on => "Flagz",
             _ => return None,
         };
         let Some(media) = negotiate::negotiate(req.accept, kind) else {
@@ -115,10 +128,11 @@ impl Pages for ZPages {
 }
 
 /// The first segment of every path the metrics address serves but `/statusz`, sorted, as
-/// upstream lists its mux's paths.
-fn paths() -> Vec<String> {
-    let mut all: Vec<String> = [CONFIGZ_PATH, FLAGZ_PATH, debug::RULESET_PATH, debug::SERVICES_PATH]
+/// upstream lists its mux's paths (`/flagz` only when it is served).
+fn paths(flagz: bool) -> Vec<String> {
+    let mut all: Vec<String> = [CONFIGZ_PATH, debug::RULESET_PATH, debug::SERVICES_PATH]
         .into_iter()
+        .chain(flagz.then_some(FLAGZ_PATH))
         .chain(metrics::PATHS.iter().copied())
         .filter_map(|p| p.split('/').nth(1).map(|first| format!("/{first}")))
         .collect();

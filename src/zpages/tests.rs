@@ -115,3 +115,17 @@ fn served_on_the_metrics_address_by_what_the_client_accepts() {
     assert_eq!(get(addr, "/proxyMode", None).2, "nftables");
     assert_eq!(get(addr, "/nothing", None).0, 404);
 }
+
+#[test]
+fn statusz_and_flagz_are_served_only_while_their_gates_are_on() {
+    let pages = |statusz, flagz| ZPages::new(SystemTime::now(), None, Vec::new()).gated(statusz, flagz);
+    let (addr, _server) = serve(pages(true, false));
+    assert_eq!(get(addr, "/flagz", None).0, 404, "ComponentFlagz off");
+    let (code, _, page) = get(addr, "/statusz", None);
+    assert_eq!(code, 200, "{page}");
+    assert_eq!(field(&page, "Paths"), Some("/configz /debug /healthz /metrics /proxyMode"), "no /flagz: {page}");
+    let (addr, _server) = serve(pages(false, true));
+    assert_eq!(get(addr, "/statusz", None).0, 404, "ComponentStatusz off");
+    assert_eq!(get(addr, "/flagz", None).0, 200);
+    assert_eq!(get(addr, "/configz", None).0, 200, "no gate: always served, as upstream's");
+}
