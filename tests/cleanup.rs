@@ -91,6 +91,18 @@ fn ipvs_mode_goes_with_its_ipsets_and_legacy_chains_and_the_rest_stays() {
 }
 
 #[test]
+fn an_iptables_nft_ipvs_node_loses_every_set_of_kube_proxys() {
+    if !ipvs_tools_available() {
+        return;
+    }
+    // No legacy tables: the sets are destroyed right after the nftables transaction that
+    // removed the rules matching on them, while the kernel may still hold their references.
+    let log = removes_exactly_kube_proxy("ipvsnft", &["ipvs.ipset", "ipvs.rules"]);
+    assert!(log.contains("destroyed 20 ipsets of kube-proxy's IPVS mode"), "{log}");
+    assert!(!log.contains("left ipsets"), "{log}");
+}
+
+#[test]
 fn ipvs_leftovers_are_only_reported_without_cleanup_kube_proxy() {
     if !ipvs_tools_available() {
         return;

@@ -18,7 +18,7 @@ use common::owner::TableOwner;
 use common::{Netns, Scratch};
 use kube_nftproxy::nft::netlink::conntrack::{IPPROTO_UDP, NewFlow, create};
 use kube_nftproxy::nft::netlink::{NfFamily, Socket, ipvs, link};
-use kube_nftproxy::takeover::{Interface, remove_ipvs_interface};
+use kube_nftproxy::takeover::{self, Interface, remove_ipvs_interface};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -293,6 +293,37 @@ fn without_ipvs_in_the_kernel_there_is_nothing_to_flush() {
 }
 
 #[test]
+fn a_set_freed_a_moment_after_the_first_try_is_destroyed_on_a_retry() {
+    if !ipvs_tools_available() {
+        return;
+    }
+    let ns = Netns::new("busyset");
+    load(&ns, &["ipvs.ipset"], true);
+    let rule = "*filter\n:USER-LB - [0:0]\n-A USER-LB -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT\nCOMMIT\n";
+    let out = ns.run(&["iptables-nft-restore", "--noflush"], rule);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The last reference goes 30 ms after the first try, as nf_tables drops a removed rule's
+    // reference in work deferred past its commit: the set is busy at first, then free.
+    let mut remover = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "iptables-nft-restore", "--noflush"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("iptables-nft-restore");
+    let mut stdin = remover.stdin.take().expect("stdin");
+    std::thread::sleep(Duration::from_millis(200));
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        std::io::Write::write_all(&mut stdin, b"*filter\n-F USER-LB\n-X USER-LB\nCOMMIT\n").expect("write");
+    });
+    let sets = in_netns(&ns.name.clone(), || takeover::ipvs::ipsets(true)).expect("destroy the sets");
+    writer.join().expect("writer");
+    assert!(remover.wait().expect("iptables-nft-restore").success());
+    assert_eq!(sets.busy, Vec::<String>::new(), "a set freed within the retries was left");
+    assert!(sets.destroyed.iter().any(|s| s == "KUBE-CLUSTER-IP"), "{sets:?}");
+    assert_eq!(ipsets(&ns), ["KUBE-CUSTOM", "my-set"]);
+}
+
+#[test]
 fn kube_proxys_chains_in_iptables_legacy_tables_are_removed_and_no_one_elses() {
     if !iptables_available() {
         return;
@@ -339,6 +370,38 @@ fn kube_proxys_chains_in_iptables_legacy_tables_are_removed_and_no_one_elses() {
     for kept in [":KUBE-KUBELET-CANARY", ":USER-NAT", "-A PREROUTING -p udp -j USER-NAT", ":KUBE-NWPLCY-ABC"] {
         assert!(saved.contains(kept), "{kept} did not stay:\n{saved}");
     }
+    std::fs::remove_file(manifests).expect("remove manifests");
+}
+
+#[test]
+fn the_legacy_restore_waits_a_bounded_while_for_the_xtables_lock() {
+    if !ipvs_tools_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    load(&c.node, &["ipvs.ipset", "ipvs-legacy.rules"], true);
+    // iptables takes its lock's path from XTABLES_LOCKFILE: a lock of this test's own, held
+    // as kubelet or another agent may hold the host's.
+    let dir = Scratch::new("xtlock");
+    let path = dir.0.join("xtables.lock");
+    let lock = std::fs::File::create(&path).expect("lock file");
+    // flock(2), as iptables takes it; released when `lock` is dropped.
+    lock.lock().expect("flock");
+    let manifests = write_manifests(&c, web_on(&c, &["pod-1"]));
+    let env = [("XTABLES_LOCKFILE", path.to_str().expect("path"))];
+    let d = Daemon::start(&c.node, &manifests, &["--nft-timeout=6s"], &env);
+    let retrying = "retrying the takeover from upstream kube-proxy in 2s";
+    let failed = wait_for(Duration::from_secs(20), || d.logged().contains(retrying));
+    assert!(failed.is_some(), "a held lock did not fail the takeover:\n{}", d.logged());
+    // Half the helper's 6 s bound, then iptables' own word for it; not the helper's kill.
+    let log = d.logged();
+    assert!(log.contains("Another app is currently holding the xtables lock"), "{log}");
+    assert!(!log.contains("did not finish within"), "the restore waited until it was killed:\n{log}");
+    drop(lock);
+    let removed = "removed upstream kube-proxy's chains from `ip` iptables-legacy tables: nat/KUBE-LOAD-BALANCER,";
+    let done = wait_for(Duration::from_secs(15), || d.logged().contains(removed));
+    let log = d.stop();
+    assert!(done.is_some(), "the retry after the lock was freed did not remove the chains:\n{log}");
     std::fs::remove_file(manifests).expect("remove manifests");
 }
 
