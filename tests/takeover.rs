@@ -13,7 +13,7 @@ use common::check::{probe_during, web_on, who};
 use common::cluster::{Cluster, ECHO_PORT, endpoint, service, slice};
 use common::daemon::{Daemon, wait_for, write_manifests};
 use common::layouts::{ipsets, iptables_available, ipvs_tools_available, load, state};
-use common::net::in_netns;
+use common::net::{Probe, Proto, in_netns, probe};
 use common::owner::TableOwner;
 use common::{Netns, Scratch};
 use kube_nftproxy::nft::netlink::conntrack::{IPPROTO_UDP, NewFlow, create};
@@ -463,6 +463,23 @@ fn beside_kube_proxy_only_the_labelled_services_are_served_and_nothing_of_kube_p
     assert!(wait_for(Duration::from_secs(15), || cleanups() > 0).is_some(), "no first cleanup:\n{}", d.logged());
     assert_eq!(who(&c.client, "172.30.0.41:80"), "pod-2", "the labelled Service is not served");
     assert_eq!(who(&c.client, WEB), "pod-1", "kube-proxy's Service is not served through its rules");
+    // kube-proxy drops what goes to its service CIDR but to none of its ClusterIPs, B's
+    // address among them; its check runs after DNAT (the forward hook, and output at
+    // dstnat+10), where B's packets already carry a pod's address: the client's above went
+    // through it, and so does the node's own.
+    assert_eq!(who(&c.node, "172.30.0.41:80"), "pod-2", "the node's connection to B, past filter-output-post-dnat");
+    let from = |ns: &Netns, proto: Proto, dst: &str| {
+        let dst: SocketAddr = dst.parse().unwrap();
+        in_netns(&ns.name, move || probe(proto, dst, None, Duration::from_secs(1)))
+    };
+    // That drop is there: the node's datagram to an unallocated address of the CIDR is
+    // refused by its own kernel (a drop in the output hook), not sent to the default route.
+    assert_eq!(from(&c.node, Proto::Udp, "172.30.0.99:80"), Probe::SendDenied, "kube-proxy's drop is not in force");
+    // A port B does not define: from outside, our reject before routing answers; from the
+    // node, kube-proxy's drop at dstnat+10 comes before our reject at `filter`, so the
+    // connection times out where kube-proxy's own Services would refuse it.
+    assert_eq!(from(&c.client, Proto::Tcp, "172.30.0.41:81"), Probe::Refused);
+    assert_eq!(from(&c.node, Proto::Tcp, "172.30.0.41:81"), Probe::Timeout);
     let table = c.node.nft(&["list", "table", "ip", "kube-nftproxy"]);
     assert!(!table.contains("172.30.0.40"), "kube-proxy's Service is in our table:\n{table}");
     assert!(!table.contains("@service-cidrs drop"), "beside kube-proxy, unallocated addresses are its:\n{table}");
