@@ -3,7 +3,9 @@
 //! kube-router's and a user's rules, or nftables mode) keeps every connection while the
 //! daemon starts; afterwards exactly kube-proxy's objects are gone, removed only after the
 //! daemon's own rules were in. With `--cleanup-kube-proxy-at-start=false` nothing of
-//! kube-proxy's changes. IPVS mode's `kube-ipvs0` goes when it is the dummy kube-proxy makes.
+//! kube-proxy's changes. IPVS mode's `kube-ipvs0` goes when it is the dummy kube-proxy makes;
+//! its legacy chains go once a held xtables lock is freed. Beside kube-proxy
+//! (`--service-proxy-name`), its whole nftables table and ours serve their own Services.
 //!
 //! Needs root, `ip netns`, `nft` and `iptables-nft` (see `tests/cleanup.rs`).
 
@@ -17,8 +19,8 @@ use common::net::{Probe, Proto, in_netns, probe};
 use common::owner::TableOwner;
 use common::{Netns, Scratch};
 use kube_nftproxy::nft::netlink::conntrack::{IPPROTO_UDP, NewFlow, create};
-use kube_nftproxy::nft::netlink::{NfFamily, Socket, ipvs, link};
-use kube_nftproxy::takeover::{self, Interface, remove_ipvs_interface};
+use kube_nftproxy::nft::netlink::{NfFamily, Socket, link};
+use kube_nftproxy::takeover::{Interface, remove_ipvs_interface};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -274,53 +276,6 @@ fn nodeport_addresses_chosen_silence_the_ipvs_nodeport_warning() {
     assert!(done.is_some(), "{log}");
     assert!(!log.contains("served NodePorts on every local IP"), "{log}");
     std::fs::remove_file(manifests).expect("remove manifests");
-}
-
-#[test]
-fn without_ipvs_in_the_kernel_there_is_nothing_to_flush() {
-    if !common::kernel_available() {
-        return;
-    }
-    if std::path::Path::new("/proc/net/ip_vs").exists() {
-        eprintln!("SKIPPING the absent-IPVS path: this kernel has IPVS");
-        return;
-    }
-    let ns = Netns::new("noipvs");
-    in_netns(&ns.name.clone(), || {
-        assert_eq!(ipvs::family().expect("CTRL_CMD_GETFAMILY"), None);
-        assert_eq!(ipvs::flush().expect("IPVS flush"), ipvs::Flush::NoIpvs);
-    });
-}
-
-#[test]
-fn a_set_freed_a_moment_after_the_first_try_is_destroyed_on_a_retry() {
-    if !ipvs_tools_available() {
-        return;
-    }
-    let ns = Netns::new("busyset");
-    load(&ns, &["ipvs.ipset"], true);
-    let rule = "*filter\n:USER-LB - [0:0]\n-A USER-LB -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT\nCOMMIT\n";
-    let out = ns.run(&["iptables-nft-restore", "--noflush"], rule);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    // The last reference goes 30 ms after the first try, as nf_tables drops a removed rule's
-    // reference in work deferred past its commit: the set is busy at first, then free.
-    let mut remover = Command::new("ip")
-        .args(["netns", "exec", &ns.name, "iptables-nft-restore", "--noflush"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect("iptables-nft-restore");
-    let mut stdin = remover.stdin.take().expect("stdin");
-    std::thread::sleep(Duration::from_millis(200));
-    let writer = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(30));
-        std::io::Write::write_all(&mut stdin, b"*filter\n-F USER-LB\n-X USER-LB\nCOMMIT\n").expect("write");
-    });
-    let sets = in_netns(&ns.name.clone(), || takeover::ipvs::ipsets(true)).expect("destroy the sets");
-    writer.join().expect("writer");
-    assert!(remover.wait().expect("iptables-nft-restore").success());
-    assert_eq!(sets.busy, Vec::<String>::new(), "a set freed within the retries was left");
-    assert!(sets.destroyed.iter().any(|s| s == "KUBE-CLUSTER-IP"), "{sets:?}");
-    assert_eq!(ipsets(&ns), ["KUBE-CUSTOM", "my-set"]);
 }
 
 #[test]
