@@ -34,7 +34,7 @@ const BUSY_WAIT: Duration = Duration::from_millis(50);
 /// What became of IPVS's virtual servers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VirtualServers {
-    /// The kernel has no IPVS.
+    /// The kernel has no IPVS, or `ip_vs` is not loaded: no virtual server exists.
     NoIpvs,
     /// Flushed; `count` were listed before.
     Flushed {
@@ -50,7 +50,7 @@ pub struct Sets {
     pub destroyed: Vec<String>,
     /// Still referenced by something, so left.
     pub busy: Vec<String>,
-    /// The kernel has no ipset support (nothing to do).
+    /// The kernel has no ipset support, or `ip_set` is not loaded (nothing to do).
     pub unsupported: bool,
 }
 
