@@ -7,6 +7,9 @@
 //! Each host is loaded twice: whole into one namespace, and without kube-proxy's lines into
 //! another; after the cleanup the first must equal the second, rule for rule.
 //!
+//! The parts of the removal that the daemon's takeover shares are also run in-process here:
+//! IPVS's absent family, and a set freed while its destruction is retried.
+//!
 //! Needs root, `ip netns`, `nft` and `iptables-nft`; outside CI they are skipped with a
 //! printed reason, in CI (`CI` set) their absence fails the run.
 
@@ -14,7 +17,11 @@ mod common;
 
 use common::Netns;
 use common::layouts::{ipsets, iptables_available, ipvs_tools_available, load, state};
-use std::process::Command;
+use common::net::in_netns;
+use kube_nftproxy::nft::netlink::ipvs;
+use kube_nftproxy::takeover;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 /// Runs `kube-nftproxy --cleanup` (with `extra` flags) in `ns`; returns its log.
 fn cleanup(ns: &Netns, extra: &[&str]) -> String {
@@ -91,6 +98,18 @@ fn ipvs_mode_goes_with_its_ipsets_and_legacy_chains_and_the_rest_stays() {
 }
 
 #[test]
+fn an_iptables_nft_ipvs_node_loses_every_set_of_kube_proxys() {
+    if !ipvs_tools_available() {
+        return;
+    }
+    // No legacy tables: the sets are destroyed right after the nftables transaction that
+    // removed the rules matching on them, while the kernel may still hold their references.
+    let log = removes_exactly_kube_proxy("ipvsnft", &["ipvs.ipset", "ipvs.rules"]);
+    assert!(log.contains("destroyed 20 ipsets of kube-proxy's IPVS mode"), "{log}");
+    assert!(!log.contains("left ipsets"), "{log}");
+}
+
+#[test]
 fn ipvs_leftovers_are_only_reported_without_cleanup_kube_proxy() {
     if !ipvs_tools_available() {
         return;
@@ -160,4 +179,51 @@ fn without_cleanup_kube_proxy_nothing_of_it_changes() {
     ] {
         assert!(log.contains(line), "the report lacks {line:?}:\n{log}");
     }
+}
+
+#[test]
+fn without_ipvs_in_the_kernel_there_is_nothing_to_flush() {
+    if !common::kernel_available() {
+        return;
+    }
+    if std::path::Path::new("/proc/net/ip_vs").exists() {
+        eprintln!("SKIPPING the absent-IPVS path: this kernel has IPVS");
+        return;
+    }
+    let ns = Netns::new("noipvs");
+    in_netns(&ns.name.clone(), || {
+        assert_eq!(ipvs::family().expect("CTRL_CMD_GETFAMILY"), None);
+        assert_eq!(ipvs::flush().expect("IPVS flush"), ipvs::Flush::NoIpvs);
+    });
+}
+
+#[test]
+fn a_set_freed_a_moment_after_the_first_try_is_destroyed_on_a_retry() {
+    if !ipvs_tools_available() {
+        return;
+    }
+    let ns = Netns::new("busyset");
+    load(&ns, &["ipvs.ipset"], true);
+    let rule = "*filter\n:USER-LB - [0:0]\n-A USER-LB -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT\nCOMMIT\n";
+    let out = ns.run(&["iptables-nft-restore", "--noflush"], rule);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The last reference goes 30 ms after the first try, as nf_tables drops a removed rule's
+    // reference in work deferred past its commit: the set is busy at first, then free.
+    let mut remover = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "iptables-nft-restore", "--noflush"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("iptables-nft-restore");
+    let mut stdin = remover.stdin.take().expect("stdin");
+    std::thread::sleep(Duration::from_millis(200));
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        std::io::Write::write_all(&mut stdin, b"*filter\n-F USER-LB\n-X USER-LB\nCOMMIT\n").expect("write");
+    });
+    let sets = in_netns(&ns.name.clone(), || takeover::ipvs::ipsets(true)).expect("destroy the sets");
+    writer.join().expect("writer");
+    assert!(remover.wait().expect("iptables-nft-restore").success());
+    assert_eq!(sets.busy, Vec::<String>::new(), "a set freed within the retries was left");
+    assert!(sets.destroyed.iter().any(|s| s == "KUBE-CLUSTER-IP"), "{sets:?}");
+    assert_eq!(ipsets(&ns), ["KUBE-CUSTOM", "my-set"]);
 }

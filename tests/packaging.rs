@@ -130,10 +130,18 @@ fn the_daemonset_runs_on_every_node_in_the_host_network_with_two_capabilities() 
         .flatten()
         .any(|t| t.operator.as_deref() == Some("Exists") && t.key.is_none() && t.effect.is_none());
     assert!(tolerates_all, "a toleration with operator Exists and no key or effect tolerates every taint");
-    // The node lock is an abstract socket in the host's network namespace: no host path.
-    assert!(pod.volumes.iter().flatten().all(|v| v.host_path.is_none()), "no hostPath volume is needed");
+    // The node lock is an abstract socket in the host's network namespace; the one host path
+    // is the xtables lock the takeover's iptables-legacy-restore shares with the host.
+    let host_paths: Vec<_> =
+        pod.volumes.iter().flatten().filter_map(|v| Some((&v.name, v.host_path.as_ref()?))).collect();
+    assert_eq!(host_paths.len(), 1, "{host_paths:?}");
+    let (lock, path) = host_paths[0];
+    assert_eq!((path.path.as_str(), path.type_.as_deref()), ("/run/xtables.lock", Some("FileOrCreate")));
 
+    let lock = lock.clone();
     let (init, proxy) = daemonset_containers();
+    let mounted = proxy.volume_mounts.iter().flatten().find(|m| m.name == lock).map(|m| m.mount_path.as_str());
+    assert_eq!(mounted, Some("/run/xtables.lock"), "the proxy container takes over, so it holds the host's lock");
     assert_eq!(init.image, proxy.image);
     let tag = proxy.image.as_deref().and_then(|i| i.rsplit_once(':')).map(|(_, t)| t.to_string());
     assert_eq!(tag.as_deref(), Some(env!("CARGO_PKG_VERSION")), "the image tag follows the crate's version");

@@ -3,7 +3,9 @@
 //! kube-router's and a user's rules, or nftables mode) keeps every connection while the
 //! daemon starts; afterwards exactly kube-proxy's objects are gone, removed only after the
 //! daemon's own rules were in. With `--cleanup-kube-proxy-at-start=false` nothing of
-//! kube-proxy's changes. IPVS mode's `kube-ipvs0` goes when it is the dummy kube-proxy makes.
+//! kube-proxy's changes. IPVS mode's `kube-ipvs0` goes when it is the dummy kube-proxy makes;
+//! its legacy chains go once a held xtables lock is freed. Beside kube-proxy
+//! (`--service-proxy-name`), its whole nftables table and ours serve their own Services.
 //!
 //! Needs root, `ip netns`, `nft` and `iptables-nft` (see `tests/cleanup.rs`).
 
@@ -13,11 +15,11 @@ use common::check::{probe_during, web_on, who};
 use common::cluster::{Cluster, ECHO_PORT, endpoint, service, slice};
 use common::daemon::{Daemon, wait_for, write_manifests};
 use common::layouts::{ipsets, iptables_available, ipvs_tools_available, load, state};
-use common::net::in_netns;
+use common::net::{Probe, Proto, in_netns, probe};
 use common::owner::TableOwner;
 use common::{Netns, Scratch};
 use kube_nftproxy::nft::netlink::conntrack::{IPPROTO_UDP, NewFlow, create};
-use kube_nftproxy::nft::netlink::{NfFamily, Socket, ipvs, link};
+use kube_nftproxy::nft::netlink::{NfFamily, Socket, link};
 use kube_nftproxy::takeover::{Interface, remove_ipvs_interface};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
@@ -277,22 +279,6 @@ fn nodeport_addresses_chosen_silence_the_ipvs_nodeport_warning() {
 }
 
 #[test]
-fn without_ipvs_in_the_kernel_there_is_nothing_to_flush() {
-    if !common::kernel_available() {
-        return;
-    }
-    if std::path::Path::new("/proc/net/ip_vs").exists() {
-        eprintln!("SKIPPING the absent-IPVS path: this kernel has IPVS");
-        return;
-    }
-    let ns = Netns::new("noipvs");
-    in_netns(&ns.name.clone(), || {
-        assert_eq!(ipvs::family().expect("CTRL_CMD_GETFAMILY"), None);
-        assert_eq!(ipvs::flush().expect("IPVS flush"), ipvs::Flush::NoIpvs);
-    });
-}
-
-#[test]
 fn kube_proxys_chains_in_iptables_legacy_tables_are_removed_and_no_one_elses() {
     if !iptables_available() {
         return;
@@ -339,6 +325,38 @@ fn kube_proxys_chains_in_iptables_legacy_tables_are_removed_and_no_one_elses() {
     for kept in [":KUBE-KUBELET-CANARY", ":USER-NAT", "-A PREROUTING -p udp -j USER-NAT", ":KUBE-NWPLCY-ABC"] {
         assert!(saved.contains(kept), "{kept} did not stay:\n{saved}");
     }
+    std::fs::remove_file(manifests).expect("remove manifests");
+}
+
+#[test]
+fn the_legacy_restore_waits_a_bounded_while_for_the_xtables_lock() {
+    if !ipvs_tools_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    load(&c.node, &["ipvs.ipset", "ipvs-legacy.rules"], true);
+    // iptables takes its lock's path from XTABLES_LOCKFILE: a lock of this test's own, held
+    // as kubelet or another agent may hold the host's.
+    let dir = Scratch::new("xtlock");
+    let path = dir.0.join("xtables.lock");
+    let lock = std::fs::File::create(&path).expect("lock file");
+    // flock(2), as iptables takes it; released when `lock` is dropped.
+    lock.lock().expect("flock");
+    let manifests = write_manifests(&c, web_on(&c, &["pod-1"]));
+    let env = [("XTABLES_LOCKFILE", path.to_str().expect("path"))];
+    let d = Daemon::start(&c.node, &manifests, &["--nft-timeout=6s"], &env);
+    let retrying = "retrying the takeover from upstream kube-proxy in 2s";
+    let failed = wait_for(Duration::from_secs(20), || d.logged().contains(retrying));
+    assert!(failed.is_some(), "a held lock did not fail the takeover:\n{}", d.logged());
+    // Half the helper's 6 s bound, then iptables' own word for it; not the helper's kill.
+    let log = d.logged();
+    assert!(log.contains("Another app is currently holding the xtables lock"), "{log}");
+    assert!(!log.contains("did not finish within"), "the restore waited until it was killed:\n{log}");
+    drop(lock);
+    let removed = "removed upstream kube-proxy's chains from `ip` iptables-legacy tables: nat/KUBE-LOAD-BALANCER,";
+    let done = wait_for(Duration::from_secs(15), || d.logged().contains(removed));
+    let log = d.stop();
+    assert!(done.is_some(), "the retry after the lock was freed did not remove the chains:\n{log}");
     std::fs::remove_file(manifests).expect("remove manifests");
 }
 
@@ -400,6 +418,23 @@ fn beside_kube_proxy_only_the_labelled_services_are_served_and_nothing_of_kube_p
     assert!(wait_for(Duration::from_secs(15), || cleanups() > 0).is_some(), "no first cleanup:\n{}", d.logged());
     assert_eq!(who(&c.client, "172.30.0.41:80"), "pod-2", "the labelled Service is not served");
     assert_eq!(who(&c.client, WEB), "pod-1", "kube-proxy's Service is not served through its rules");
+    // kube-proxy drops what goes to its service CIDR but to none of its ClusterIPs, B's
+    // address among them; its check runs after DNAT (the forward hook, and output at
+    // dstnat+10), where B's packets already carry a pod's address: the client's above went
+    // through it, and so does the node's own.
+    assert_eq!(who(&c.node, "172.30.0.41:80"), "pod-2", "the node's connection to B, past filter-output-post-dnat");
+    let from = |ns: &Netns, proto: Proto, dst: &str| {
+        let dst: SocketAddr = dst.parse().unwrap();
+        in_netns(&ns.name, move || probe(proto, dst, None, Duration::from_secs(1)))
+    };
+    // That drop is there: the node's datagram to an unallocated address of the CIDR is
+    // refused by its own kernel (a drop in the output hook), not sent to the default route.
+    assert_eq!(from(&c.node, Proto::Udp, "172.30.0.99:80"), Probe::SendDenied, "kube-proxy's drop is not in force");
+    // A port B does not define: from outside, our reject before routing answers; from the
+    // node, kube-proxy's drop at dstnat+10 comes before our reject at `filter`, so the
+    // connection times out where kube-proxy's own Services would refuse it.
+    assert_eq!(from(&c.client, Proto::Tcp, "172.30.0.41:81"), Probe::Refused);
+    assert_eq!(from(&c.node, Proto::Tcp, "172.30.0.41:81"), Probe::Timeout);
     let table = c.node.nft(&["list", "table", "ip", "kube-nftproxy"]);
     assert!(!table.contains("172.30.0.40"), "kube-proxy's Service is in our table:\n{table}");
     assert!(!table.contains("@service-cidrs drop"), "beside kube-proxy, unallocated addresses are its:\n{table}");

@@ -2,19 +2,39 @@
 //! servers, flushed over generic netlink as upstream's cleanup flushes them, and its ipsets,
 //! destroyed over nfnetlink by upstream's names (`owners::ipvs_set_names`), after the rules
 //! that match on them are gone. A set still referenced stays, named in a warning.
+//!
+//! Neither request is sent to a kernel whose subsystem is not there: asking for IPVS's
+//! generic netlink family, or sending an ipset request, makes the kernel load `ip_vs` or
+//! `ip_set` on every node, even one that never ran IPVS mode. A subsystem that is not
+//! loaded holds nothing to remove.
 
 use crate::nft::netlink::ipset::{Destroyed, Sets as SetSocket};
 use crate::nft::netlink::ipvs::{self, Flush};
 use crate::nft::owners;
 use std::io;
+use std::path::Path;
+use std::time::Duration;
 
-/// Where the kernel lists IPVS virtual servers (absent without IPVS).
+/// Where the kernel lists IPVS virtual servers (absent while `ip_vs` is not loaded).
 const IPVS_PROC: &str = "/proc/net/ip_vs";
+
+/// Present while ip_set is in the kernel, built in or loaded: its `max_sets` parameter gives
+/// a built-in one a directory too. Absent otherwise (`/proc/net` has no ip_set entry).
+const IPSET_SYSFS: &str = "/sys/module/ip_set";
+
+/// Where sysfs lists modules: without it nothing can be told, and the kernel is asked.
+const SYSFS_MODULES: &str = "/sys/module";
+
+/// How many more times a busy set's destruction is tried, and how far apart: nf_tables
+/// drops a removed rule's reference to a set (`-m set`, xt_set) in work deferred past the
+/// commit, so a set whose last rule the takeover just removed can be busy for a moment.
+const BUSY_RETRIES: usize = 5;
+const BUSY_WAIT: Duration = Duration::from_millis(50);
 
 /// What became of IPVS's virtual servers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VirtualServers {
-    /// The kernel has no IPVS.
+    /// The kernel has no IPVS, or `ip_vs` is not loaded: no virtual server exists.
     NoIpvs,
     /// Flushed; `count` were listed before.
     Flushed {
@@ -30,7 +50,7 @@ pub struct Sets {
     pub destroyed: Vec<String>,
     /// Still referenced by something, so left.
     pub busy: Vec<String>,
-    /// The kernel has no ipset support (nothing to do).
+    /// The kernel has no ipset support, or `ip_set` is not loaded (nothing to do).
     pub unsupported: bool,
 }
 
@@ -44,17 +64,38 @@ pub fn count_virtual_servers(text: &str) -> usize {
     text.lines().filter(|l| matches!(l.split_whitespace().next(), Some("TCP" | "UDP" | "SCTP" | "FWM"))).count()
 }
 
-/// Flushes every IPVS virtual server, as upstream's cleanup does.
+/// Flushes every IPVS virtual server, as upstream's cleanup does, where IPVS is loaded.
 pub fn flush_virtual_servers() -> io::Result<VirtualServers> {
-    let count = virtual_servers();
-    Ok(match ipvs::flush()? {
+    flush_where(Path::new(IPVS_PROC), ipvs::flush)
+}
+
+/// Runs `flush` unless `proc` (`/proc/net/ip_vs`) is absent, which means `ip_vs` is not
+/// loaded and no virtual server exists.
+fn flush_where(proc: &Path, flush: impl FnOnce() -> io::Result<Flush>) -> io::Result<VirtualServers> {
+    let count = match std::fs::read_to_string(proc) {
+        Ok(text) => count_virtual_servers(&text),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(VirtualServers::NoIpvs),
+        // Unreadable, not absent: the flush itself tells.
+        Err(_) => 0,
+    };
+    Ok(match flush()? {
         Flush::NoIpvs => VirtualServers::NoIpvs,
         Flush::Flushed => VirtualServers::Flushed { count },
     })
 }
 
-/// Destroys kube-proxy's IPVS-mode ipsets (`destroy`), or only finds them.
+/// Whether ip_set may hold sets: `module` (`/sys/module/ip_set`) is there, or `modules`
+/// (`/sys/module`) is not, so nothing can be told without asking.
+fn ipset_present(module: &Path, modules: &Path) -> bool {
+    module.exists() || !modules.is_dir()
+}
+
+/// Destroys kube-proxy's IPVS-mode ipsets (`destroy`), or only finds them. A set still busy
+/// is tried [`BUSY_RETRIES`] more times, [`BUSY_WAIT`] apart, before it is left.
 pub fn ipsets(destroy: bool) -> io::Result<Sets> {
+    if !ipset_present(Path::new(IPSET_SYSFS), Path::new(SYSFS_MODULES)) {
+        return Ok(Sets { unsupported: true, ..Sets::default() });
+    }
     let mut sock = SetSocket::open()?;
     let mut sets = Sets::default();
     for name in owners::ipvs_set_names() {
@@ -74,7 +115,28 @@ pub fn ipsets(destroy: bool) -> io::Result<Sets> {
             Err(e) => return Err(io::Error::new(e.kind(), format!("ipset {name}: {e}"))),
         }
     }
+    for _ in 0..BUSY_RETRIES {
+        if !destroy || sets.busy.is_empty() {
+            break;
+        }
+        std::thread::sleep(BUSY_WAIT);
+        retry_busy(&mut sock, &mut sets)?;
+    }
     Ok(sets)
+}
+
+/// Tries once more to destroy each of `sets.busy`, moving those that went to `destroyed`.
+fn retry_busy(sock: &mut SetSocket, sets: &mut Sets) -> io::Result<()> {
+    for name in std::mem::take(&mut sets.busy) {
+        match sock.destroy(&name) {
+            Ok(Destroyed::Gone) => sets.destroyed.push(name),
+            Ok(Destroyed::Busy) => sets.busy.push(name),
+            // Someone else destroyed it meanwhile.
+            Ok(Destroyed::Absent) => {}
+            Err(e) => return Err(io::Error::new(e.kind(), format!("ipset {name}: {e}"))),
+        }
+    }
+    Ok(())
 }
 
 /// Logs what became of the virtual servers.
@@ -152,5 +214,26 @@ FWM  00000001 rr
         assert_eq!(count_virtual_servers(text), 3);
         let empty = "IP Virtual Server version 1.2.1 (size=4096)\nProt LocalAddress:Port Scheduler Flags\n";
         assert_eq!(count_virtual_servers(empty), 0);
+    }
+
+    #[test]
+    fn without_proc_net_ip_vs_the_kernel_is_not_asked() {
+        let absent = Path::new("/proc/net/no-such-ip_vs");
+        let asked = || -> io::Result<Flush> { panic!("the IPVS family was looked up, which loads ip_vs") };
+        assert_eq!(flush_where(absent, asked).unwrap(), VirtualServers::NoIpvs);
+        let dir = std::env::temp_dir().join(format!("knp-ipvs-proc-{}", std::process::id()));
+        std::fs::write(&dir, "Prot LocalAddress:Port Scheduler Flags\nTCP  0A600001:01BB rr\n").unwrap();
+        let got = flush_where(&dir, || Ok(Flush::Flushed));
+        std::fs::remove_file(&dir).unwrap();
+        assert_eq!(got.unwrap(), VirtualServers::Flushed { count: 1 });
+    }
+
+    #[test]
+    fn ipset_is_asked_only_where_its_module_directory_is() {
+        let (none, sys) = (Path::new("/sys/module/no-such-ip_set"), Path::new("/sys/module"));
+        if sys.is_dir() {
+            assert!(!ipset_present(none, sys), "an absent ip_set under a sysfs that lists modules");
+        }
+        assert!(ipset_present(none, Path::new("/no-sysfs/module")), "without sysfs the kernel is asked");
     }
 }

@@ -2,12 +2,23 @@
 //! nftables cannot see, listed with `iptables-legacy-save` and removed with one
 //! `iptables-legacy-restore --noflush` run per family (`ip6tables-…` for IPv6), both bounded
 //! helper commands. Only families whose legacy `nat`, `filter` or `mangle` tables exist are
-//! looked at, so a node that never used legacy iptables runs nothing.
+//! looked at, so a node that never used legacy iptables runs nothing. The restore takes the
+//! xtables lock (`/run/xtables.lock`) as kube-proxy's does, waiting for it a bounded while:
+//! without `-w` it would fail at once whenever kubelet or another agent holds it. The save
+//! only reads, and `iptables-legacy-save` takes no lock.
 
 use crate::nft::NftError;
 use crate::nft::cleanup::legacy;
 use crate::nft::exec::{self, Limits};
 use crate::nft::netlink::NfFamily;
+use std::time::Duration;
+
+/// The longest the restore waits for the xtables lock: upstream kube-proxy's 5 s, or less
+/// so that the wait ends well inside the helper command's own bound.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// How often the restore retries the lock while it waits, in microseconds (upstream's).
+const LOCK_INTERVAL_US: &str = "100000";
 
 /// Per family: where the kernel lists its legacy tables, the tools, the family.
 const FAMILIES: [(&str, &str, &str, NfFamily); 2] = [
@@ -80,8 +91,16 @@ fn one_family(proc: &str, save: &str, restore: Option<&str>, family: NfFamily) -
         return Ok(Legacy::Clean);
     }
     let Some(restore) = restore else { return Ok(Legacy::Found(plan.chains)) };
-    exec::run_with_input(restore, &["--noflush"], Some(plan.script), &limits)?;
+    let wait = lock_wait(limits.timeout).to_string();
+    let args = ["--noflush", "-w", wait.as_str(), "-W", LOCK_INTERVAL_US];
+    exec::run_with_input(restore, &args, Some(plan.script), &limits)?;
     Ok(Legacy::Removed { chains: plan.chains, jumps: plan.jumps })
+}
+
+/// The seconds `-w` gives the restore: [`LOCK_WAIT`], cut to half the helper's bound (at
+/// least 1 s) so that a lock held throughout fails as the restore's error, not a kill.
+fn lock_wait(helper_timeout: Duration) -> u64 {
+    LOCK_WAIT.as_secs().min(helper_timeout.as_secs() / 2).max(1)
 }
 
 /// Logs one family's outcome; `hint` ends a report's warning.
@@ -102,5 +121,17 @@ pub fn log(o: &FamilyOutcome, hint: &str) {
             tables.join(", ")
         ),
         Err(e) => log::error!("removing upstream kube-proxy's chains from `{f}` iptables-legacy tables failed: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lock_wait_ends_inside_the_helpers_bound() {
+        assert_eq!(lock_wait(Duration::from_secs(60)), 5, "upstream's wait under the default bound");
+        assert_eq!(lock_wait(Duration::from_secs(6)), 3);
+        assert_eq!(lock_wait(Duration::from_millis(1500)), 1, "-w takes whole seconds, at least one");
     }
 }

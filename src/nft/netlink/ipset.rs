@@ -53,13 +53,21 @@ impl Sets {
     }
 
     fn request(&mut self, cmd: u16, name: &str) -> io::Result<()> {
-        if name.len() >= IPSET_MAXNAMELEN || name.contains('\0') {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("not an ipset name: {name:?}")));
-        }
+        check_name(name)?;
         self.sock.seq = self.sock.seq.wrapping_add(1);
         self.sock.send(&message(cmd, name, self.sock.seq))?;
         self.sock.collect_replies(self.sock.seq).map(|_| ())
     }
+}
+
+/// Refuses, before any request, a name the kernel could not hold: one of
+/// `IPSET_MAXNAMELEN` bytes or more (its NUL included, it must fit), or with a NUL inside,
+/// which would cut it to another set's name, or an empty one.
+fn check_name(name: &str) -> io::Result<()> {
+    if name.is_empty() || name.len() >= IPSET_MAXNAMELEN || name.contains('\0') {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("not an ipset name: {name:?}")));
+    }
+    Ok(())
 }
 
 /// An acknowledged ipset request `cmd` about set `name`: the protocol version and the name.
@@ -106,10 +114,11 @@ mod tests {
     }
 
     #[test]
-    fn names_the_kernel_would_refuse_are_refused_here() {
-        let Ok(mut sets) = Sets::open() else { return };
-        let long = "K".repeat(IPSET_MAXNAMELEN);
-        assert_eq!(sets.destroy(&long).map_err(|e| e.kind()), Err(io::ErrorKind::InvalidInput));
-        assert_eq!(sets.exists("a\0b").map_err(|e| e.kind()), Err(io::ErrorKind::InvalidInput));
+    fn names_too_long_or_with_a_nul_are_refused_before_any_request() {
+        let kind = |name: &str| check_name(name).map_err(|e| e.kind());
+        assert_eq!(kind(&"K".repeat(IPSET_MAXNAMELEN - 1)), Ok(()), "31 bytes and the NUL fit");
+        assert_eq!(kind(&"K".repeat(IPSET_MAXNAMELEN)), Err(io::ErrorKind::InvalidInput));
+        assert_eq!(kind("KUBE-CLUSTER-IP\0x"), Err(io::ErrorKind::InvalidInput), "would name KUBE-CLUSTER-IP");
+        assert_eq!(kind(""), Err(io::ErrorKind::InvalidInput));
     }
 }
