@@ -123,7 +123,11 @@ fn api_source(
         return Ok(None);
     };
     let client = kube::Client::new(&cfg)?;
-    let settings = kube::Settings { page_size: flags.list_page_size.max(1), watch_timeout: flags.watch_timeout };
+    let settings = kube::Settings {
+        page_size: flags.list_page_size.max(1),
+        watch_timeout: flags.watch_timeout,
+        ..kube::Settings::default()
+    };
     Ok(Some(Arc::new(kube::Shared::new(client, settings, node_name, inbox.clone(), stop.clone()))))
 }
 

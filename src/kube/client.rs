@@ -3,6 +3,7 @@
 //! tokens re-read as they rotate, and every answer that is not a success turned into an
 //! [`ApiError`] carrying the server's `Status`.
 
+use super::content::ContentType;
 use super::kubeconfig::{ClientConfig, Pem, Token, hide_userinfo, without_userinfo};
 use crate::input::{self, ReadError};
 use serde::Deserialize;
@@ -123,6 +124,7 @@ pub struct Client {
     agent: ureq::Agent,
     server: String,
     token: Option<Arc<TokenSource>>,
+    content: ContentType,
 }
 
 impl Client {
@@ -155,7 +157,12 @@ impl Client {
         let connector = ().chain(super::dial::KeepaliveConnector).chain(RustlsConnector::default());
         let agent = ureq::Agent::with_parts(config, connector, DefaultResolver::default());
         let token = cfg.token.clone().map(|t| Arc::new(TokenSource::new(t)));
-        Ok(Client { agent, server: cfg.server.trim_end_matches('/').to_string(), token })
+        Ok(Client { agent, server: cfg.server.trim_end_matches('/').to_string(), token, content: ContentType::Json })
+    }
+
+    /// The client asking for (and writing) `content` from now on; JSON until then.
+    pub fn with_content_type(self, content: ContentType) -> Client {
+        Client { content, ..self }
     }
 
     /// The server's base URL as it may be shown (without user info).
@@ -168,24 +175,25 @@ impl Client {
     /// returned as [`ApiError::Status`].
     pub fn get(&self, path: &str, idle: Duration, total: Option<Duration>) -> Result<ureq::Body, ApiError> {
         let url = format!("{}{path}", self.server);
-        let mut req = self.agent.get(&url).header("Accept", "application/json");
+        let mut req = self.agent.get(&url).header("Accept", self.content.accept());
         if let Some(token) = &self.token {
             req = req.header("Authorization", format!("Bearer {}", token.get()?));
         }
         self.answer(req.config().timeout_per_read(Some(idle)).timeout_per_call(total).build().call())
     }
 
-    /// `POST path` with `body` as JSON; the reply's body, which must come within the
+    /// `POST path` with `body` (in the client's content type where the kind has a protobuf
+    /// form, else JSON); the reply's body, which must come within the
     /// response timeout. Statuses other than 2xx are returned as [`ApiError::Status`].
     pub fn post(&self, path: &str, body: &serde_json::Value) -> Result<ureq::Body, ApiError> {
         let url = format!("{}{path}", self.server);
-        let mut req =
-            self.agent.post(&url).header("Accept", "application/json").header("Content-Type", "application/json");
+        let (bytes, media) = super::content::body(self.content, body);
+        let mut req = self.agent.post(&url).header("Accept", self.content.accept()).header("Content-Type", media);
         if let Some(token) = &self.token {
             req = req.header("Authorization", format!("Bearer {}", token.get()?));
         }
         let req = req.config().timeout_recv_body(Some(RESPONSE_TIMEOUT)).build();
-        self.answer(req.send(body.to_string()))
+        self.answer(req.send(bytes))
     }
 
     /// The body of a 2xx answer, or the error the answer (or its absence) means.
@@ -206,9 +214,12 @@ impl Client {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
-        let mut text = String::new();
-        let _ = resp.into_body().into_reader().take(ERROR_BODY_LIMIT).read_to_string(&mut text);
-        let status: Status = serde_json::from_str(&text).unwrap_or_default();
+        let body = resp.into_body();
+        let mime = body.mime_type().map(str::to_string);
+        let mut bytes = Vec::new();
+        let _ = body.into_reader().take(ERROR_BODY_LIMIT).read_to_end(&mut bytes);
+        let status = super::content::status(mime.as_deref(), &bytes);
+        let text = String::from_utf8_lossy(&bytes);
         if code == 401
             && let Some(token) = &self.token
         {

@@ -7,6 +7,7 @@
 //! the [`Inbox`] one by one; a bad one is logged and skipped, keeping its last good state.
 
 use super::client::{ApiError, Client};
+use super::content::ContentType;
 use super::decode::{self, Decoded};
 use super::retry::{Backoff, Quiet};
 use crate::inbox::Inbox;
@@ -45,12 +46,15 @@ pub struct Settings {
     pub page_size: usize,
     /// The shortest watch `timeoutSeconds`; each watch asks for a random one up to twice it.
     pub watch_timeout: Duration,
+    /// The encoding asked for (kube-proxy's `clientConnection.contentType`); answers are read
+    /// in whichever encoding the server chose.
+    pub content_type: ContentType,
 }
 
 impl Default for Settings {
     fn default() -> Settings {
         // client-go's page size and watch timeouts (5 to 10 minutes).
-        Settings { page_size: 500, watch_timeout: Duration::from_secs(300) }
+        Settings { page_size: 500, watch_timeout: Duration::from_secs(300), content_type: ContentType::default() }
     }
 }
 
@@ -73,7 +77,8 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// What the reflectors of `client` for node `node_name` share.
+    /// What the reflectors of `client` for node `node_name` share; the client asks for the
+    /// settings' content type.
     pub fn new(
         client: Client,
         settings: Settings,
@@ -82,6 +87,7 @@ impl Shared {
         stop: Arc<AtomicBool>,
     ) -> Shared {
         let node_name = node_name.to_string();
+        let client = client.with_content_type(settings.content_type);
         Shared { client, settings, node_name, inbox, stop, quiet: Mutex::default(), metrics: OnceLock::new() }
     }
 
@@ -279,9 +285,9 @@ impl Reflector {
 
     /// Decodes one object: its key (`None` when it has no usable name) and its change, if it
     /// is one to deliver. A bad object is logged and keeps its key, so its last good state stays.
-    pub(super) fn decode(&self, raw: &serde_json::value::RawValue) -> (Option<ObjectKey>, Option<ObjectChange>) {
+    pub(super) fn decode(&self, item: &decode::Item) -> (Option<ObjectKey>, Option<ObjectChange>) {
         let kind = self.resource.kind.as_str();
-        match decode::object(self.resource.kind, raw, &self.shared.node_name) {
+        match decode::object(self.resource.kind, item, &self.shared.node_name) {
             Decoded::Good(key, change) => (Some(key), change),
             Decoded::Bad(key, why) => {
                 log::warn!("skipping {kind} {}: {why} (it keeps its last good state)", decode::describe(&key));
