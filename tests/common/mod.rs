@@ -203,6 +203,7 @@ pub mod cluster;
 pub mod daemon;
 pub mod emulator;
 pub mod explained;
+pub mod follower;
 pub mod inputs;
 pub mod layouts;
 pub mod net;
