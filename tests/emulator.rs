@@ -1,6 +1,7 @@
 //! The API-server emulator's protocol, against the running binary: paging at a snapshot,
 //! selectors, watch replay and transitions, bookmarks, timeouts, compaction, every fault switch,
-//! authentication, stats, Events written and read back, and (when installed) real kubectl.
+//! authentication, stats, Events written and read back, protobuf to clients that prefer it
+//! (a JSON and a protobuf client delivering the same objects), and (when installed) real kubectl.
 
 mod common;
 
