@@ -100,6 +100,8 @@ fn api_source(
         qps: flags.kube_api_qps,
         // Never negative: refused when the flags were read, as upstream refuses it.
         burst: u32::try_from(flags.kube_api_burst).unwrap_or_default(),
+        content_type: kube::ContentType::parse(&flags.kube_api_content_type)
+            .map_err(|e| anyhow::anyhow!("--kube-api-content-type: {e}"))?,
     };
     let shared = kube::Shared::new(client, settings, node_name, inbox.clone(), stop.clone());
     Ok(Some(Arc::new(shared.with_proxy_name(flags.service_proxy_name.clone()))))

@@ -1,6 +1,7 @@
 //! The API-server emulator's protocol, against the running binary: paging at a snapshot,
 //! selectors, watch replay and transitions, bookmarks, timeouts, compaction, every fault switch,
-//! authentication, stats, Events written and read back, and (when installed) real kubectl.
+//! authentication, stats, Events written and read back, protobuf to clients that prefer it
+//! (a JSON and a protobuf client delivering the same objects), and (when installed) real kubectl.
 
 mod common;
 
@@ -392,4 +393,86 @@ fn api_listener_inside_a_network_namespace() {
     let probe = ns.run(&["bash", "-c", &format!("exec 3<>/dev/tcp/127.0.0.1/{port}")], "");
     assert!(probe.status.success(), "reachable inside {}", ns.name);
     assert_eq!(emu.stats()["resourceVersion"], "1000", "control stays in the host namespace");
+}
+
+#[test]
+fn protobuf_and_json_clients_deliver_the_same_objects_and_each_is_answered_in_its_own() {
+    use common::follower::{Follower, cluster, converge};
+    use kube_nftproxy::kube::{ContentType, protobuf};
+    let emu = started();
+    emu.apply(&cluster());
+    let mut json = Follower::start(&emu, ContentType::Json);
+    let mut proto = Follower::start(&emu, ContentType::Protobuf);
+    // 3 Services (one ExternalName), 3 slices (one FQDN), this Node, 1 ServiceCIDR; the
+    // refused ones (a port out of range, a slice without its Service) are delivered by neither.
+    let same = |a: &Follower, b: &Follower| format!("json {:#?}\nprotobuf {:#?}", a.state, b.state);
+    let listed = |s: &str| s.contains("192.168.1.1") && s.contains("service: \"dns\", family: V6");
+    assert!(converge(&mut json, &mut proto, 8, listed, Duration::from_secs(10)), "{}", same(&json, &proto));
+    // Watched changes, a malformed object and a garbage frame in both streams, then more changes.
+    let mut web = cluster()[0].clone();
+    web["status"]["loadBalancer"]["ingress"] = json!([{"ip": "198.51.100.3"}]);
+    web["spec"]["sessionAffinity"] = json!("None");
+    emu.apply(&web);
+    emu.fault(&json!({"malformed": "services"}));
+    emu.fault(&json!({"garbage": "endpointslices"}));
+    emu.delete(&cluster()[7]);
+    let mut theirs = cluster()[1].clone();
+    theirs["metadata"]["labels"] = json!({"service.kubernetes.io/service-proxy-name": "other"});
+    emu.apply(&theirs);
+    let mut node = cluster()[10].clone();
+    node["status"]["addresses"] = json!([{"type": "InternalIP", "address": "192.168.1.7"}]);
+    emu.apply(&node);
+    // The Node moved, dns-6 went, dns left the selection, web lost its affinity.
+    let followed = |s: &str| {
+        s.contains("192.168.1.7")
+            && s.contains(r#"Slice(("shop", "dns-6"), None)"#)
+            && s.contains(r#"Service(("shop", "dns"), None)"#)
+            && s.contains("198.51.100.3")
+            && !s.contains("affinity_timeout: Some")
+    };
+    assert!(converge(&mut json, &mut proto, 8, followed, Duration::from_secs(10)), "{}", same(&json, &proto));
+    // Both were answered in their own encoding, lists and watches alike.
+    let media = &emu.stats()["media"];
+    // Four lists and four watches each at least (the watches are reopened every 2 to 4 s).
+    assert!(media[protobuf::MEDIA_TYPE].as_u64() >= Some(8), "{media}");
+    assert!(media["application/json"].as_u64() >= Some(8), "{media}");
+    // The Event goes out as protobuf and reads back as JSON whole.
+    let event =
+        kube_nftproxy::kube::events::starting("node-a", std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+    let outcome = kube_nftproxy::kube::events::record(&proto.shared.client, &event, &proto.shared.stop);
+    assert!(matches!(outcome, kube_nftproxy::kube::events::Outcome::Recorded), "{outcome:?}");
+    let listed = emu.list("/apis/events.k8s.io/v1/events");
+    let back = &listed["items"][0];
+    for field in ["reason", "action", "reportingController", "reportingInstance", "type", "regarding", "eventTime"] {
+        assert_eq!(back[field], event[field], "{field}: {back}");
+    }
+}
+
+#[test]
+fn protobuf_answers_are_kubernetes_protobuf_and_json_stays_json() {
+    let emu = started();
+    emu.apply(&Value::Array(vec![svc("p", "a", json!({}), "10.0.0.1")]));
+    let agent = tls_agent(&emu.tls_dir, true);
+    let get = |path: &str, accept: &str| {
+        let mut resp = agent.get(format!("{}{path}", emu.api)).header("Accept", accept).call().expect("answer");
+        let media = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        (resp.status().as_u16(), media, resp.body_mut().read_to_vec().unwrap_or_default())
+    };
+    let proto = "application/vnd.kubernetes.protobuf, */*";
+    let (status, media, body) = get("/api/v1/services", proto);
+    assert_eq!((status, media.as_str(), &body[..4]), (200, "application/vnd.kubernetes.protobuf", &b"k8s\0"[..]));
+    let env = kube_nftproxy::kube::protobuf::open(&body).expect("an envelope");
+    assert_eq!((env.api_version.as_str(), env.kind.as_str()), ("v1", "ServiceList"));
+    let (_, media, body) = get("/api/v1/namespaces/p/services/a", proto);
+    assert_eq!(media, "application/vnd.kubernetes.protobuf");
+    assert_eq!(kube_nftproxy::kube::protobuf::open(&body).expect("an envelope").kind, "Service");
+    let (status, media, body) = get("/api/v1/namespaces/p/services/none", proto);
+    let env = kube_nftproxy::kube::protobuf::open(&body).expect("a Status envelope");
+    assert_eq!((status, media.as_str(), env.kind.as_str()), (404, "application/vnd.kubernetes.protobuf", "Status"));
+    // JSON preferred, or a kind without a message here: JSON.
+    assert_eq!(
+        get("/api/v1/services", "application/json, application/vnd.kubernetes.protobuf;q=0.5").1,
+        "application/json"
+    );
+    assert_eq!(get("/api/v1/namespaces", proto).1, "application/json");
 }

@@ -14,7 +14,8 @@
 //! (`musl.rs`; `-- --musl-only` runs that part alone, `-- --no-musl` leaves it out). Every full
 //! run also times `--dry-run --diff` against its own full sync at 30k services (`diff.rs`;
 //! `-- --diff-only` runs that part alone), and what a family's refused table costs the other
-//! family's first sync (`refused.rs`; `-- --refused-only` runs that part alone).
+//! family's first sync (`refused.rs`; `-- --refused-only` runs that part alone), and what the
+//! API's JSON and protobuf cost a client per object (`wire.rs`; `-- --wire-only` runs it alone).
 
 mod api;
 mod churn;
@@ -33,6 +34,7 @@ mod synth;
 mod upstream;
 mod verify;
 mod views;
+mod wire;
 
 use common::proxy::Proxy;
 use kube_nftproxy::config::Config;
@@ -261,6 +263,8 @@ fn main() {
         "--diff-only",
         "--refused",
         "--refused-only",
+        "--wire",
+        "--wire-only",
     ];
     if !all.iter().any(|a| modes.contains(&a.as_str())) {
         println!("scale benchmark: run it with `cargo bench --bench scale [-- --smoke]`");
@@ -326,6 +330,10 @@ fn main() {
         println!("{}", refused::run(&daemon_case));
         return;
     }
+    if args.iter().any(|a| a == "--wire") {
+        println!("{}", wire::run(&daemon_case));
+        return;
+    }
     let health_services = if smoke { 50 } else { health::SERVICES };
     if args.iter().any(|a| a == "--health") {
         println!("{}", health::run(health_services));
@@ -378,6 +386,11 @@ fn main() {
         refused::print(&all);
         return;
     }
+    if args.iter().any(|a| a == "--wire-only") {
+        let all: Vec<Value> = (0..runs).map(|_| in_child(&[mode.clone(), vec!["--wire".into()]].concat())).collect();
+        wire::print(&all);
+        return;
+    }
     if args.iter().any(|a| a == "--health-only") {
         let runs: Vec<Value> = (0..runs).map(|_| in_child(&[mode.clone(), vec!["--health".into()]].concat())).collect();
         health::print(&runs::combine(&runs));
@@ -392,6 +405,7 @@ fn main() {
     let mut musls = Vec::new();
     let mut diffs = Vec::new();
     let mut refusals = Vec::new();
+    let mut wires = Vec::new();
     let large = if smoke { "1000" } else { "30000" };
     // Runs interleave the cases, so a slow spell on the machine does not land on one case.
     for run in 1..=runs {
@@ -409,6 +423,7 @@ fn main() {
         healths.push(in_child(&[mode.clone(), vec!["--health".into()]].concat()));
         diffs.push(in_child(&[mode.clone(), vec!["--diff".into()]].concat()));
         refusals.push(in_child(&[mode.clone(), vec!["--refused".into()]].concat()));
+        wires.push(in_child(&[mode.clone(), vec!["--wire".into()]].concat()));
         if let Some(bins) = &statics {
             musls.push(musl::run(&daemon_case, bins, run));
             eprintln!("run {run}: the static binary and the glibc build");
@@ -420,6 +435,7 @@ fn main() {
     health::print(&runs::combine(&healths));
     diff::print(&diffs);
     refused::print(&refusals);
+    wire::print(&wires);
     if !musls.is_empty() {
         musl::print(&runs::combine(&musls));
     }

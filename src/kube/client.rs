@@ -3,6 +3,7 @@
 //! tokens re-read as they rotate, and every answer that is not a success turned into an
 //! [`ApiError`] carrying the server's `Status`.
 
+use super::content::ContentType;
 use super::gate::Gate;
 use super::kubeconfig::{ClientConfig, Pem, Token, hide_userinfo, without_userinfo};
 use crate::input::{self, ReadError};
@@ -130,6 +131,7 @@ pub struct Client {
     token: Option<Arc<TokenSource>>,
     /// The rate limit and metrics every request passes through.
     gate: Arc<Gate>,
+    content: ContentType,
 }
 
 impl Client {
@@ -165,9 +167,13 @@ impl Client {
         let server = cfg.server.trim_end_matches('/').to_string();
         // client-go's default limit until `limited` says otherwise.
         let gate = Arc::new(Gate::new(&server, 0.0, 0, Arc::new(AtomicBool::new(false))));
-        Ok(Client { agent, server, token, gate })
+        Ok(Client { agent, server, token, gate, content: ContentType::Json })
     }
 
+    /// The client asking for (and writing) `content` from now on; JSON until then.
+    pub fn with_content_type(self, content: ContentType) -> Client {
+        Client { content, ..self }
+    }
     /// This client with the client-side rate limit of `qps` requests a second and bursts of
     /// `burst`, read as client-go reads them (0: its default, 5 and 10; a negative `qps`: no
     /// limit); a request waiting for its turn gives up with [`ApiError::Stopped`] once `stop`
@@ -209,7 +215,7 @@ impl Client {
         began: Option<Instant>,
     ) -> Result<ureq::Body, ApiError> {
         let url = format!("{}{path}", self.server);
-        let mut req = self.agent.get(&url).header("Accept", "application/json");
+        let mut req = self.agent.get(&url).header("Accept", self.content.accept());
         if let Some(token) = &self.token {
             req = req.header("Authorization", format!("Bearer {}", token.get()?));
         }
@@ -218,19 +224,20 @@ impl Client {
         self.answer(sent)
     }
 
-    /// `POST path` with `body` as JSON; the reply's body, which must come within the
-    /// response timeout, after a token of the rate limit. Statuses other than 2xx are returned
-    /// as [`ApiError::Status`].
+    /// `POST path` with `body` (in the client's content type where the kind has a protobuf
+    /// form, else JSON); the reply's body, which must come within the response timeout,
+    /// after a token of the rate limit. Statuses other than 2xx are returned as
+    /// [`ApiError::Status`].
     pub fn post(&self, path: &str, body: &serde_json::Value) -> Result<ureq::Body, ApiError> {
         let began = self.gate.admit("POST", path)?;
         let url = format!("{}{path}", self.server);
-        let mut req =
-            self.agent.post(&url).header("Accept", "application/json").header("Content-Type", "application/json");
+        let (bytes, media) = super::content::body(self.content, body);
+        let mut req = self.agent.post(&url).header("Accept", self.content.accept()).header("Content-Type", media);
         if let Some(token) = &self.token {
             req = req.header("Authorization", format!("Bearer {}", token.get()?));
         }
         let req = req.config().timeout_recv_body(Some(RESPONSE_TIMEOUT)).build();
-        let sent = req.send(body.to_string());
+        let sent = req.send(bytes);
         self.gate.record("POST", sent.as_ref().ok().map(|r| r.status().as_u16()), Some(began));
         self.answer(sent)
     }
@@ -253,9 +260,12 @@ impl Client {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
-        let mut text = String::new();
-        let _ = resp.into_body().into_reader().take(ERROR_BODY_LIMIT).read_to_string(&mut text);
-        let status: Status = serde_json::from_str(&text).unwrap_or_default();
+        let body = resp.into_body();
+        let mime = body.mime_type().map(str::to_string);
+        let mut bytes = Vec::new();
+        let _ = body.into_reader().take(ERROR_BODY_LIMIT).read_to_end(&mut bytes);
+        let status = super::content::status(mime.as_deref(), &bytes);
+        let text = String::from_utf8_lossy(&bytes);
         if code == 401
             && let Some(token) = &self.token
         {

@@ -1,18 +1,49 @@
-//! Decoding what the API server sends: list pages and watch events, and each object in them
-//! into a validated [`ObjectChange`]. An object that does not decode or validate is reported
+//! Decoding what the API server sends, in JSON or protobuf: list pages and watch events, and
+//! each object in them into a validated [`ObjectChange`]. An object that does not decode or validate is reported
 //! with its kind, namespace and name, so the reflector can skip it and keep its last good state.
 
+use super::client::Status;
+use super::protobuf;
 use crate::model::{ApiObject, ObjectChange, ObjectKey, ObjectKind};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+/// One object as the server sent it: JSON text, or its protobuf message (not enveloped).
+#[derive(Debug)]
+pub(super) enum Item {
+    Json(Box<RawValue>),
+    Proto(Vec<u8>),
+}
+
 /// One page of a list.
-#[derive(Debug, Deserialize)]
+#[derive(Debug)]
 pub(super) struct Page {
-    #[serde(default)]
     pub(super) metadata: ListMeta,
+    pub(super) items: Vec<Item>,
+}
+
+/// One page of a list in JSON.
+#[derive(Debug, Deserialize)]
+pub(super) struct JsonPage {
     #[serde(default)]
-    pub(super) items: Vec<Box<RawValue>>,
+    metadata: ListMeta,
+    #[serde(default)]
+    items: Vec<Box<RawValue>>,
+}
+
+impl From<JsonPage> for Page {
+    fn from(p: JsonPage) -> Page {
+        Page { metadata: p.metadata, items: p.items.into_iter().map(Item::Json).collect() }
+    }
+}
+
+impl Page {
+    /// A list page in protobuf: the enveloped list's body.
+    pub(super) fn from_protobuf(body: &[u8]) -> Result<Page, protobuf::ProtoError> {
+        let list = protobuf::list_page(&protobuf::open(body)?.raw)?;
+        let metadata = ListMeta { resource_version: list.resource_version, continue_: list.continue_ };
+        Ok(Page { metadata, items: list.items.into_iter().map(Item::Proto).collect() })
+    }
 }
 
 /// A list's metadata.
@@ -24,12 +55,53 @@ pub(super) struct ListMeta {
     pub(super) continue_: String,
 }
 
-/// One watch event, its object not yet decoded.
+/// One watch event in JSON, its object not yet decoded.
 #[derive(Debug, Deserialize)]
-pub(super) struct Event {
+pub(super) struct JsonEvent {
     #[serde(rename = "type")]
+    kind: String,
+    object: Box<RawValue>,
+}
+
+/// One watch event, its object not yet decoded.
+#[derive(Debug)]
+pub(super) struct Event {
     pub(super) kind: String,
-    pub(super) object: Box<RawValue>,
+    pub(super) object: Item,
+}
+
+impl From<JsonEvent> for Event {
+    fn from(e: JsonEvent) -> Event {
+        Event { kind: e.kind, object: Item::Json(e.object) }
+    }
+}
+
+impl Event {
+    /// A watch event in protobuf: one frame, whose object is a whole enveloped body.
+    pub(super) fn from_protobuf(frame: &[u8]) -> Result<Event, protobuf::ProtoError> {
+        let (kind, object) = protobuf::watch_event(frame)?;
+        Ok(Event { kind, object: Item::Proto(protobuf::open(&object)?.raw) })
+    }
+}
+
+/// The metadata fields of an object, in whichever form it came; empty where unreadable.
+pub(super) fn meta(item: &Item) -> MetaFields {
+    match item {
+        Item::Json(raw) => serde_json::from_str::<Meta>(raw.get()).map(|m| m.metadata).unwrap_or_default(),
+        Item::Proto(raw) => protobuf::names(raw)
+            .map(|(namespace, name, resource_version)| MetaFields { namespace, name, resource_version })
+            .unwrap_or_default(),
+    }
+}
+
+/// The Status an ERROR event carries; empty where unreadable.
+pub(super) fn status(item: &Item) -> Status {
+    match item {
+        Item::Json(raw) => serde_json::from_str(raw.get()).unwrap_or_default(),
+        Item::Proto(raw) => {
+            protobuf::status(raw).map(|(code, reason, message)| Status { code, reason, message }).unwrap_or_default()
+        }
+    }
 }
 
 /// Just an object's metadata: enough to name it, and to follow its resourceVersion.
@@ -63,20 +135,17 @@ pub(super) enum Decoded {
 }
 
 /// Decodes one object of `kind` for node `node_name` and the proxy named `proxy_name`.
-pub(super) fn object(kind: ObjectKind, raw: &RawValue, node_name: &str, proxy_name: Option<&str>) -> Decoded {
-    let typed = match kind {
-        ObjectKind::Service => serde_json::from_str(raw.get()).map(|s| ApiObject::Service(Box::new(s))),
-        ObjectKind::EndpointSlice => serde_json::from_str(raw.get()).map(|s| ApiObject::EndpointSlice(Box::new(s))),
-        ObjectKind::Node => serde_json::from_str(raw.get()).map(|n| ApiObject::Node(Box::new(n))),
-        ObjectKind::ServiceCidr => serde_json::from_str(raw.get()).map(|c| ApiObject::ServiceCidr(Box::new(c))),
-    };
-    let failed = |why: String| match serde_json::from_str::<Meta>(raw.get()) {
-        Ok(m) if !m.metadata.name.is_empty() => Decoded::Bad((m.metadata.namespace, m.metadata.name), why),
-        _ => Decoded::Nameless(why),
+pub(super) fn object(kind: ObjectKind, item: &Item, node_name: &str, proxy_name: Option<&str>) -> Decoded {
+    let typed = match item {
+        Item::Json(raw) => json_object(kind, raw).map_err(|e| e.to_string()),
+        Item::Proto(raw) => protobuf::object(kind, raw).map_err(|e| e.to_string()),
     };
     let obj = match typed {
         Ok(obj) => obj,
-        Err(e) => return failed(e.to_string()),
+        Err(why) => {
+            let m = meta(item);
+            return if m.name.is_empty() { Decoded::Nameless(why) } else { Decoded::Bad((m.namespace, m.name), why) };
+        }
     };
     let key = match &obj {
         ApiObject::Service(s) => key_of(&s.metadata),
@@ -91,6 +160,15 @@ pub(super) fn object(kind: ObjectKind, raw: &RawValue, node_name: &str, proxy_na
         Ok(change) => Decoded::Good(key, change),
         Err(e) => Decoded::Bad(key, e.reason),
     }
+}
+
+fn json_object(kind: ObjectKind, raw: &RawValue) -> serde_json::Result<ApiObject> {
+    Ok(match kind {
+        ObjectKind::Service => ApiObject::Service(Box::new(serde_json::from_str(raw.get())?)),
+        ObjectKind::EndpointSlice => ApiObject::EndpointSlice(Box::new(serde_json::from_str(raw.get())?)),
+        ObjectKind::Node => ApiObject::Node(Box::new(serde_json::from_str(raw.get())?)),
+        ObjectKind::ServiceCidr => ApiObject::ServiceCidr(Box::new(serde_json::from_str(raw.get())?)),
+    })
 }
 
 fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ObjectKey {

@@ -2,7 +2,8 @@
 //! time bound and logged while slow, replacing what the resource delivered before.
 
 use super::client::ApiError;
-use super::decode::Page;
+use super::decode::{JsonPage, Page};
+use super::protobuf;
 use super::reflector::{Reflector, escape};
 use crate::model::ObjectChange;
 use std::collections::HashSet;
@@ -77,16 +78,27 @@ impl Reflector {
         let name = self.resource.name;
         let started = Instant::now();
         let body = self.shared.client.get(path, LIST_IDLE, Some(LIST_PAGE_LIMIT))?;
-        let reader = SlowWarning { inner: body.into_reader(), name, started, warned: false };
-        serde_json::from_reader(std::io::BufReader::new(reader)).map_err(|e| {
-            if e.is_io() && started.elapsed() >= LIST_PAGE_LIMIT {
-                ApiError::Transport(format!("listing {name}: a page took longer than {LIST_PAGE_LIMIT:?} ({e})"))
-            } else if e.is_io() {
-                ApiError::Transport(format!("listing {name}: {e}"))
-            } else {
-                ApiError::Decode(format!("listing {name}: {e}"))
-            }
+        let proto = protobuf::is_protobuf(body.mime_type());
+        let mut reader = SlowWarning { inner: body.into_reader(), name, started, warned: false };
+        if proto {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut reader, &mut bytes).map_err(|e| read_error(name, started, e))?;
+            return Page::from_protobuf(&bytes).map_err(|e| ApiError::Decode(format!("listing {name}: {e}")));
+        }
+        let page: Result<JsonPage, _> = serde_json::from_reader(std::io::BufReader::new(reader));
+        page.map(Page::from).map_err(|e| match e.is_io() {
+            true => read_error(name, started, e.into()),
+            false => ApiError::Decode(format!("listing {name}: {e}")),
         })
+    }
+}
+
+/// A list page's body that broke off or took too long, as an error.
+fn read_error(name: &str, started: Instant, e: std::io::Error) -> ApiError {
+    if started.elapsed() >= LIST_PAGE_LIMIT {
+        ApiError::Transport(format!("listing {name}: a page took longer than {LIST_PAGE_LIMIT:?} ({e})"))
+    } else {
+        ApiError::Transport(format!("listing {name}: {e}"))
     }
 }
 

@@ -4,18 +4,21 @@
 //! the one Event the daemon writes, `Starting` on its Node.
 
 mod client;
+mod content;
 mod decode;
 mod dial;
 pub mod events;
 mod gate;
 mod kubeconfig;
 mod list;
+pub mod protobuf;
 mod ratelimit;
 mod reflector;
 mod retry;
 mod watch;
 
 pub use client::{ApiError, Client, ClientError};
+pub use content::ContentType;
 pub use kubeconfig::{
     ClientConfig, KubeConfigError, Pem, SERVICE_ACCOUNT_DIR, Token, from_kubeconfig, in_cluster, without_userinfo,
 };

@@ -7,6 +7,7 @@
 //! the [`Inbox`] one by one; a bad one is logged and skipped, keeping its last good state.
 
 use super::client::{ApiError, Client};
+use super::content::ContentType;
 use super::decode::{self, Decoded};
 use super::retry::{Backoff, Quiet};
 use crate::inbox::Inbox;
@@ -51,16 +52,21 @@ pub struct Settings {
     pub qps: f32,
     /// The rate limit's burst (`--kube-api-burst`); 0 means client-go's default.
     pub burst: u32,
+    /// The encoding asked for (kube-proxy's `clientConnection.contentType`); answers are read
+    /// in whichever encoding the server chose.
+    pub content_type: ContentType,
 }
 
 impl Default for Settings {
     fn default() -> Settings {
-        // client-go's page size and watch timeouts (5 to 10 minutes); kube-proxy's rate limit.
+        // client-go's page size and watch timeouts (5 to 10 minutes); kube-proxy's rate limit
+        // and content type.
         Settings {
             page_size: 500,
             watch_timeout: Duration::from_secs(300),
             qps: super::ratelimit::DEFAULT_QPS,
             burst: super::ratelimit::DEFAULT_BURST,
+            content_type: ContentType::default(),
         }
     }
 }
@@ -86,8 +92,9 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// What the reflectors of `client` for node `node_name` share; the client's requests
-    /// (theirs and the Event's) are paced by the rate limit of `settings`, a wait ending at `stop`.
+    /// What the reflectors of `client` for node `node_name` share; the client asks for the
+    /// settings' content type, and its requests (theirs and the Event's) are paced by the rate
+    /// limit of `settings`, a wait ending at `stop`.
     pub fn new(
         client: Client,
         settings: Settings,
@@ -96,7 +103,8 @@ impl Shared {
         stop: Arc<AtomicBool>,
     ) -> Shared {
         let node_name = node_name.to_string();
-        let client = client.limited(settings.qps, settings.burst, stop.clone());
+        let client =
+            client.with_content_type(settings.content_type).limited(settings.qps, settings.burst, stop.clone());
         let (quiet, metrics) = (Mutex::default(), OnceLock::new());
         Shared { client, settings, node_name, proxy_name: None, inbox, stop, quiet, metrics }
     }
@@ -303,9 +311,9 @@ impl Reflector {
 
     /// Decodes one object: its key (`None` when it has no usable name) and its change, if it
     /// is one to deliver. A bad object is logged and keeps its key, so its last good state stays.
-    pub(super) fn decode(&self, raw: &serde_json::value::RawValue) -> (Option<ObjectKey>, Option<ObjectChange>) {
+    pub(super) fn decode(&self, item: &decode::Item) -> (Option<ObjectKey>, Option<ObjectChange>) {
         let kind = self.resource.kind.as_str();
-        match decode::object(self.resource.kind, raw, &self.shared.node_name, self.shared.proxy_name.as_deref()) {
+        match decode::object(self.resource.kind, item, &self.shared.node_name, self.shared.proxy_name.as_deref()) {
             Decoded::Good(key, change) => (Some(key), change),
             Decoded::Bad(key, why) => {
                 log::warn!("skipping {kind} {}: {why} (it keeps its last good state)", decode::describe(&key));

@@ -1,8 +1,9 @@
-//! One watch of a reflector: the stream read line by line, each event delivered as it
-//! arrives; how the stream ended decides whether the reflector watches again or relists.
+//! One watch of a reflector: the stream read line by line (JSON) or frame by frame
+//! (protobuf), each event delivered as it arrives; how the stream ended decides whether the reflector watches again or relists.
 
-use super::client::{ApiError, Status};
-use super::decode::{Event, Meta};
+use super::client::ApiError;
+use super::decode::{self, Event, JsonEvent};
+use super::protobuf::{self, Frame};
 use super::reflector::{Next, Reflector, escape};
 use crate::model::ObjectChange;
 use std::io::BufRead;
@@ -21,7 +22,7 @@ const BOOKMARK_SILENCE: Duration = Duration::from_secs(75);
 /// closes every watch at once is not asked again in a loop.
 const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
 
-/// The longest watch line (one event) read. etcd stores objects of at most about 1.5 MiB
+/// The longest watch line or frame (one event) read. etcd stores objects of at most about 1.5 MiB
 /// (its default request limit), and an event is one object plus a few dozen bytes, so ten
 /// times that is room for any real event; a longer line is a broken or hostile stream, and
 /// reading it on would grow the daemon without bound.
@@ -73,6 +74,15 @@ fn read_line(reader: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<L
     }
 }
 
+/// Reads the next protobuf frame into `frame`, as [`read_line`] reads a line.
+fn read_frame(reader: &mut impl BufRead, frame: &mut Vec<u8>) -> std::io::Result<Line> {
+    Ok(match protobuf::read_frame(reader, frame, MAX_LINE)? {
+        Frame::Read => Line::Read,
+        Frame::End => Line::End,
+        Frame::TooLong(_) => Line::TooLong,
+    })
+}
+
 impl Reflector {
     /// Watches from the last resourceVersion until the stream ends; what ends it decides
     /// whether the next step watches again or relists. Until the next watch opens or list
@@ -98,11 +108,13 @@ impl Reflector {
         let started = Instant::now();
         let body = self.shared.client.watch(&format!("{}{query}", self.resource.path), idle)?;
         self.lived();
-        let mut reader = std::io::BufReader::new(body.into_reader());
+        let proto = protobuf::is_protobuf(body.mime_type());
+        let (unit, mut reader) = (if proto { "frame" } else { "line" }, std::io::BufReader::new(body.into_reader()));
         let mut line = Vec::new();
         let mut events = 0usize;
         loop {
-            match read_line(&mut reader, &mut line) {
+            let read = if proto { read_frame(&mut reader, &mut line) } else { read_line(&mut reader, &mut line) };
+            match read {
                 Ok(Line::End) => {
                     // The server closing the stream cleanly is a sign of life too.
                     self.alive = SystemTime::now();
@@ -111,7 +123,7 @@ impl Reflector {
                 Ok(Line::Read) => self.alive = SystemTime::now(),
                 Ok(Line::TooLong) => {
                     return Err(ApiError::Decode(format!(
-                        "watching {}: a line longer than {} MiB, taken as a broken stream",
+                        "watching {}: a {unit} longer than {} MiB, taken as a broken stream",
                         self.resource.name,
                         MAX_LINE >> 20
                     )));
@@ -132,14 +144,16 @@ impl Reflector {
                     return Err(ApiError::Transport(format!("watching {}: {e}", self.resource.name)));
                 }
             }
-            if line.iter().all(u8::is_ascii_whitespace) {
+            if !proto && line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            let event: Event = serde_json::from_slice(&line).map_err(|e| {
-                ApiError::Decode(format!(
-                    "watching {}: a line that is not an event ({e}); watching again",
-                    self.resource.name
-                ))
+            let event = match proto {
+                true => Event::from_protobuf(&line).map_err(|e| e.to_string()),
+                false => serde_json::from_slice::<JsonEvent>(&line).map(Event::from).map_err(|e| e.to_string()),
+            };
+            let event = event.map_err(|e| {
+                let name = self.resource.name;
+                ApiError::Decode(format!("watching {name}: a {unit} that is not an event ({e}); watching again"))
             })?;
             self.event(event)?;
             events += 1;
@@ -158,7 +172,7 @@ impl Reflector {
 
     /// Handles one watch event.
     fn event(&mut self, event: Event) -> Result<(), ApiError> {
-        let rv = || serde_json::from_str::<Meta>(event.object.get()).map(|m| m.metadata).unwrap_or_default();
+        let rv = || decode::meta(&event.object);
         match event.kind.as_str() {
             "ADDED" | "MODIFIED" => {
                 let (key, change) = self.decode(&event.object);
@@ -178,8 +192,7 @@ impl Reflector {
             }
             "BOOKMARK" => self.advance(rv().resource_version),
             "ERROR" => {
-                let status: Status = serde_json::from_str(event.object.get()).unwrap_or_default();
-                return Err(status.into_error(None));
+                return Err(decode::status(&event.object).into_error(None));
             }
             other => log::warn!("{}: ignoring a watch event of type {other:?}", self.resource.name),
         }

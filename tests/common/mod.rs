@@ -204,6 +204,7 @@ pub mod daemon;
 pub mod distros;
 pub mod emulator;
 pub mod explained;
+pub mod follower;
 pub mod inputs;
 pub mod layouts;
 pub mod net;

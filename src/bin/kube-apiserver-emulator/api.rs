@@ -10,7 +10,7 @@ use crate::selectors::Selector;
 use crate::stats::Stats;
 use crate::store::{Mode, Store, StoreError, with_kind};
 use crate::watch::WatchRequest;
-use crate::{control, discovery, events, list, openapi};
+use crate::{control, discovery, events, list, openapi, proto};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -82,13 +82,15 @@ pub fn route(app: &App, req: &Request, listener: Listener) -> Reply {
         return Response::status(404, "NotFound", "the server could not find the requested resource").into();
     };
     let verb = verb(req, &target);
+    // A protobuf client gets its failures as protobuf Statuses too.
+    let failed = |resp: Response| if proto::wanted(req) { proto::status(resp) } else { resp };
     if listener == Listener::Api {
         app.stats.request(verb, target.res.plural);
         match app.faults.take(target.res.plural, verb, &req.target) {
-            Some(Failure::Answer(failure)) => return failure.into(),
+            Some(Failure::Answer(failure)) => return failed(failure).into(),
             Some(Failure::Slow(pace)) => {
                 return match handle(app, req, &target, verb) {
-                    Ok(Reply::Done(resp)) | Err(resp) => Reply::Done(Response { pace: Some(pace), ..resp }),
+                    Ok(Reply::Done(resp)) | Err(resp) => Reply::Done(Response { pace: Some(pace), ..failed(resp) }),
                     Ok(reply) => reply,
                 };
             }
@@ -97,7 +99,7 @@ pub fn route(app: &App, req: &Request, listener: Listener) -> Reply {
     }
     match handle(app, req, &target, verb) {
         Ok(reply) => reply,
-        Err(resp) => resp.into(),
+        Err(resp) => failed(resp).into(),
     }
 }
 
@@ -140,11 +142,16 @@ fn handle(app: &App, req: &Request, t: &Target, verb: &str) -> Result<Reply, Res
         let ns = if t.res.namespaced { t.namespace.clone().unwrap_or_default() } else { String::new() };
         (ns, t.name.clone().unwrap_or_default())
     };
-    let obj = |v: Value| Response::json(200, v.to_string().into_bytes());
+    let proto = proto::wanted(req) && proto::served(t.res);
+    let obj = |v: Value| answer(t.res, v, proto);
     match verb {
         "list" => list_reply(app, req, t),
         "watch" => watch_request(app, req, t).map(|w| Reply::Watch(Box::new(w))),
         "get" => match app.store.get(t.res, &key()) {
+            Some(o) if proto => match proto::enveloped(t.res, &o) {
+                Some(body) => Ok(proto::response(200, body).into()),
+                None => Ok(Response::json(200, o.with_kind(t.res)).into()),
+            },
             Some(o) => Ok(Response::json(200, o.with_kind(t.res)).into()),
             None => Err(store_error(StoreError::NotFound { plural: t.res.plural, name: key().1 })),
         },
@@ -175,9 +182,22 @@ fn handle(app: &App, req: &Request, t: &Target, verb: &str) -> Result<Reply, Res
     }
 }
 
-/// The request body as an object of this resource, in the path's namespace and with its name.
+/// An object answer, in protobuf when asked for and the kind has a message.
+fn answer(res: &Resource, v: Value, proto: bool) -> Response {
+    let encoded = proto.then(|| kube_nftproxy::kube::protobuf::encode_json(res.kind, &v).ok()).flatten();
+    match encoded {
+        Some(raw) => proto::response(200, kube_nftproxy::kube::protobuf::seal(&res.api_version(), res.kind, raw)),
+        None => Response::json(200, v.to_string().into_bytes()),
+    }
+}
+
+/// The request body (JSON, or protobuf as its Content-Type says) as an object of this
+/// resource, in the path's namespace and with its name.
 fn body_object(req: &Request, t: &Target) -> Result<Value, Response> {
-    let mut body: Value = serde_json::from_slice(&req.body).map_err(|e| bad(&format!("invalid body: {e}")))?;
+    let mut body: Value = match proto::body(req) {
+        Some(read) => read.map_err(|e| bad(&format!("invalid protobuf body: {e}")))?,
+        None => serde_json::from_slice(&req.body).map_err(|e| bad(&format!("invalid body: {e}")))?,
+    };
     let kind = body["kind"].as_str().unwrap_or(t.res.kind);
     let api_version = body["apiVersion"].as_str().map(str::to_string).unwrap_or_else(|| t.res.api_version());
     if kind != t.res.kind || api_version != t.res.api_version() {
@@ -226,6 +246,12 @@ fn list_reply(app: &App, req: &Request, t: &Target) -> Result<Reply, Response> {
     };
     let query = Query { namespace: t.namespace.as_deref(), selector: &selector, limit, from };
     let page = list::list(&app.store, t.res, &query).map_err(|_| Response::status(410, "Expired", CONTINUE_EXPIRED))?;
+    if proto::wanted(req)
+        && proto::served(t.res)
+        && let Some(body) = proto::list(t.res, &page)
+    {
+        return Ok(proto::response(200, body).into());
+    }
     Ok(Response::json(200, list::render(t.res, &page)).into())
 }
 
@@ -240,6 +266,7 @@ fn watch_request(app: &App, req: &Request, t: &Target) -> Result<WatchRequest, R
         selector: selector(app, req, t)?,
         since: resource_version(req)?,
         bookmarks: req.param("allowWatchBookmarks") == Some("true"),
+        proto: proto::wanted(req) && proto::served(t.res),
         timeout,
     })
 }

@@ -4,7 +4,7 @@
 use crate::resources::Resource;
 use crate::selectors::Facts;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Store key: namespace (empty when cluster-scoped) and name; sorts as lists are ordered.
 pub type Key = (String, String);
@@ -18,6 +18,9 @@ pub struct Obj {
     pub body: Arc<[u8]>,
     /// What selectors look at.
     pub facts: Arc<Facts>,
+    /// The protobuf message, encoded for the first protobuf client that reads this version
+    /// (`None` for a kind without one, or an object its type cannot read).
+    pub proto: Arc<OnceLock<Option<Arc<[u8]>>>>,
 }
 
 impl Obj {

@@ -153,8 +153,10 @@ pub struct Response {
     pub status: u16,
     /// Extra headers.
     pub headers: Vec<(String, String)>,
-    /// The body, always JSON here.
+    /// The body.
     pub body: Vec<u8>,
+    /// Its media type.
+    pub content_type: &'static str,
     /// Write the body one byte at a time with this pause (a slow-list fault).
     pub pace: Option<std::time::Duration>,
 }
@@ -162,7 +164,7 @@ pub struct Response {
 impl Response {
     /// A JSON response.
     pub fn json(status: u16, body: Vec<u8>) -> Response {
-        Response { status, headers: Vec::new(), body, pace: None }
+        Response { status, headers: Vec::new(), body, content_type: "application/json", pace: None }
     }
 
     /// A metav1.Status failure.
@@ -222,7 +224,8 @@ fn phrase(code: u16) -> &'static str {
 
 /// Writes a whole response with a Content-Length body.
 pub fn write_response(io: &mut impl Write, resp: &Response, close: bool) -> io::Result<()> {
-    let mut head = format!("HTTP/1.1 {} {}\r\nContent-Type: application/json\r\n", resp.status, phrase(resp.status));
+    let mut head =
+        format!("HTTP/1.1 {} {}\r\nContent-Type: {}\r\n", resp.status, phrase(resp.status), resp.content_type);
     for (k, v) in &resp.headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -244,9 +247,10 @@ pub fn write_response(io: &mut impl Write, resp: &Response, close: bool) -> io::
     Ok(())
 }
 
-/// Writes the head of a chunked streaming response.
-pub fn write_stream_head(io: &mut impl Write) -> io::Result<()> {
-    io.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")?;
+/// Writes the head of a chunked streaming response of media type `content_type`.
+pub fn write_stream_head(io: &mut impl Write, content_type: &str) -> io::Result<()> {
+    let head = format!("HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nTransfer-Encoding: chunked\r\n\r\n");
+    io.write_all(head.as_bytes())?;
     io.flush()
 }
 

@@ -13,6 +13,7 @@ mod http;
 mod list;
 mod manifests;
 mod openapi;
+mod proto;
 mod resources;
 mod selectors;
 mod server;

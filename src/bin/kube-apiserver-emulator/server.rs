@@ -120,6 +120,7 @@ fn requests(app: &App, conn: &mut Conn, mode: &Mode) -> io::Result<()> {
             Reply::Done(resp) => {
                 if listener == Listener::Api {
                     app.stats.status(resp.status);
+                    app.stats.media(resp.content_type);
                 }
                 write_response(&mut conn.io, &resp, close)?;
                 if close {
@@ -129,6 +130,7 @@ fn requests(app: &App, conn: &mut Conn, mode: &Mode) -> io::Result<()> {
             Reply::Watch(w) => {
                 if listener == Listener::Api {
                     app.stats.status(200);
+                    app.stats.media(if w.proto { crate::proto::STREAM } else { "application/json" });
                 }
                 if watch::serve(&app.store, conn, &w, app.bookmark_interval)? == End::Close || close {
                     return Ok(());

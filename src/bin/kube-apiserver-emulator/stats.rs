@@ -9,6 +9,7 @@ struct Counts {
     requests: BTreeMap<String, BTreeMap<String, u64>>,
     writes: u64,
     status: BTreeMap<u16, u64>,
+    media: BTreeMap<String, u64>,
 }
 
 /// Counters; only requests on the API listener count, so a test's own control traffic does not.
@@ -38,6 +39,12 @@ impl Stats {
         self.with(|c| *c.status.entry(code).or_default() += 1);
     }
 
+    /// Counts an answer (a watch stream included) of media type `media`, parameters dropped.
+    pub fn media(&self, media: &str) {
+        let media = media.split(';').next().unwrap_or_default().to_string();
+        self.with(|c| *c.media.entry(media).or_default() += 1);
+    }
+
     /// The `/emulator/stats` document.
     pub fn report(&self, rv: u64, compacted: u64, open: BTreeMap<&'static str, usize>) -> Value {
         self.with(|c| {
@@ -51,6 +58,7 @@ impl Stats {
                 "compacted": compacted.to_string(),
                 "requests": requests,
                 "status": status,
+                "media": c.media,
                 "openWatches": open,
             })
         })

@@ -217,7 +217,7 @@ pub fn stored(res: &Resource, rv: u64, value: &Value) -> Obj {
         }
         None => b"{}".to_vec(),
     };
-    Obj { rv, body: body.into(), facts }
+    Obj { rv, body: body.into(), facts, proto: Arc::default() }
 }
 
 /// Parses stored JSON (which the store itself wrote).

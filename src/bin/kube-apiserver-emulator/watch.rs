@@ -4,10 +4,12 @@
 use crate::conn::Conn;
 use crate::history::{Change, Event, Obj};
 use crate::http::{LAST_CHUNK, chunk, status_body, write_stream_head};
+use crate::proto;
 use crate::resources::Resource;
 use crate::selectors::Selector;
 use crate::store::{Store, parse, stored};
 use crate::watchers::{DropMode, Subscription, WatchMsg};
+use kube_nftproxy::kube::protobuf;
 use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::sync::atomic::Ordering;
@@ -35,6 +37,8 @@ pub struct WatchRequest {
     pub bookmarks: bool,
     /// End the stream after this long.
     pub timeout: Duration,
+    /// Stream protobuf frames instead of JSON lines.
+    pub proto: bool,
 }
 
 /// Whether the connection can serve another request after the stream.
@@ -77,9 +81,9 @@ pub fn serve(store: &Store, conn: &mut Conn, req: &WatchRequest, interval: Durat
             Ok(i) => (g.watchers.add(req.res.plural), i, g.rv),
             Err(too_old) => {
                 drop(g);
-                write_stream_head(&mut conn.io)?;
+                write_stream_head(&mut conn.io, proto::stream_type(req.proto))?;
                 let mut out = Vec::new();
-                chunk(&mut out, &error_event(&too_old.to_string()));
+                chunk(&mut out, &error_event(&too_old.to_string(), req.proto));
                 out.extend_from_slice(LAST_CHUNK);
                 conn.io.write_all(&out)?;
                 conn.io.flush()?;
@@ -110,12 +114,12 @@ enum Initial {
 
 impl Stream<'_> {
     fn run(&mut self, initial: Initial, interval: Duration) -> io::Result<End> {
-        write_stream_head(&mut self.conn.io)?;
+        write_stream_head(&mut self.conn.io, proto::stream_type(self.req.proto))?;
         match initial {
             Initial::State(objs) => {
                 for o in objs.unwrap_or_default() {
                     if self.selected(&o) {
-                        self.line("ADDED", &o.with_kind(self.req.res))?;
+                        self.send("ADDED", &o)?;
                     }
                     if self.out.len() > FLUSH_AT {
                         self.flush()?;
@@ -221,6 +225,9 @@ impl Stream<'_> {
             }
             Item::Msg(WatchMsg::Event(e)) => self.event(&e)?,
             Item::Msg(WatchMsg::Malformed) => self.malformed()?,
+            Item::Msg(WatchMsg::Garbage) if self.req.proto => {
+                chunk(&mut self.out, &proto::framed(b"\x0fthis is not protobuf"))
+            }
             Item::Msg(WatchMsg::Garbage) => chunk(&mut self.out, b"this is not JSON {\n"),
             Item::Msg(WatchMsg::Endless) => return self.endless().map(Some),
         }
@@ -237,18 +244,35 @@ impl Stream<'_> {
         self.last_rv = e.rv;
         let before = e.prev.as_ref().is_some_and(|p| self.selected(p));
         let now = e.change != Change::Deleted && self.selected(&e.object);
-        let res = self.req.res;
         match (before, now) {
-            (true, false) if e.change == Change::Deleted => self.line("DELETED", &e.object.with_kind(res)),
+            (true, false) if e.change == Change::Deleted => self.send("DELETED", &e.object),
             (true, false) => {
                 let mut last = e.prev.as_ref().map(|p| parse(&p.body)).unwrap_or_default();
                 last["metadata"]["resourceVersion"] = e.rv.to_string().into();
-                self.line("DELETED", &stored(res, e.rv, &last).with_kind(res))
+                self.send("DELETED", &stored(self.req.res, e.rv, &last))
             }
-            (false, true) => self.line("ADDED", &e.object.with_kind(res)),
-            (true, true) => self.line("MODIFIED", &e.object.with_kind(res)),
+            (false, true) => self.send("ADDED", &e.object),
+            (true, true) => self.send("MODIFIED", &e.object),
             (false, false) => Ok(()),
         }
+    }
+
+    /// Sends one object's event, as a protobuf frame or a JSON line.
+    fn send(&mut self, kind: &str, o: &Obj) -> io::Result<()> {
+        let res = self.req.res;
+        match self.req.proto.then(|| proto::enveloped(res, o)).flatten() {
+            Some(object) => {
+                chunk(&mut self.out, &protobuf::watch_frame(kind, object));
+                Ok(())
+            }
+            None => self.line(kind, &o.with_kind(res)),
+        }
+    }
+
+    /// Sends a protobuf event whose object is `raw`, a message of the watched kind.
+    fn frame(&mut self, kind: &str, raw: Vec<u8>) {
+        let res = self.req.res;
+        chunk(&mut self.out, &protobuf::watch_frame(kind, protobuf::seal(&res.api_version(), res.kind, raw)));
     }
 
     fn line(&mut self, kind: &str, object: &[u8]) -> io::Result<()> {
@@ -261,6 +285,10 @@ impl Stream<'_> {
     }
 
     fn bookmark(&mut self, rv: u64) -> io::Result<()> {
+        if self.req.proto {
+            self.frame("BOOKMARK", protobuf::metadata_only("", "", &rv.to_string()));
+            return Ok(());
+        }
         let res = self.req.res;
         let obj = format!(
             r#"{{"kind":"{}","apiVersion":"{}","metadata":{{"resourceVersion":"{rv}"}}}}"#,
@@ -272,6 +300,14 @@ impl Stream<'_> {
 
     fn malformed(&mut self) -> io::Result<()> {
         let res = self.req.res;
+        if self.req.proto {
+            let ns = if res.namespaced { "default" } else { "" };
+            let mut raw = protobuf::metadata_only(ns, "emulator-malformed", &self.last_rv.to_string());
+            // Field 2 (every kind's second part) as a number where a message belongs.
+            raw.extend_from_slice(&[0x10, 0x07]);
+            self.frame("MODIFIED", raw);
+            return Ok(());
+        }
         let ns = if res.namespaced { r#""namespace":"default","# } else { "" };
         let (field, bad) = res.malformed;
         let obj = format!(
@@ -300,14 +336,19 @@ impl Stream<'_> {
     fn expire(&mut self) -> io::Result<End> {
         let (_, compacted) = self.store.versions();
         let msg = format!("too old resource version: {} ({})", self.last_rv, compacted.max(self.last_rv + 1));
-        chunk(&mut self.out, &error_event(&msg));
+        chunk(&mut self.out, &error_event(&msg, self.req.proto));
         self.finish()
     }
 
     /// Starts an event whose line never ends; cuts the connection after [`ENDLESS_LIMIT`]
     /// bytes, or when the client gives up.
     fn endless(&mut self) -> io::Result<End> {
-        chunk(&mut self.out, br#"{"type":"MODIFIED","object":{"padding":""#);
+        if self.req.proto {
+            // A frame announcing 4 GiB, of which the bytes below are the start.
+            chunk(&mut self.out, &[0xff; 4]);
+        } else {
+            chunk(&mut self.out, br#"{"type":"MODIFIED","object":{"padding":""#);
+        }
         self.flush()?;
         let mut block = Vec::new();
         chunk(&mut block, &[b'a'; 64 * 1024]);
@@ -342,6 +383,9 @@ impl Stream<'_> {
 }
 
 /// A watch ERROR event carrying a 410 Expired Status.
-fn error_event(message: &str) -> Vec<u8> {
+fn error_event(message: &str, proto: bool) -> Vec<u8> {
+    if proto {
+        return protobuf::watch_frame("ERROR", protobuf::status_body(410, "Expired", message));
+    }
     format!("{{\"type\":\"ERROR\",\"object\":{}}}\n", status_body(410, "Expired", message)).into_bytes()
 }
