@@ -1,5 +1,6 @@
 //! One watch of a reflector: the stream read line by line (JSON) or frame by frame
-//! (protobuf), each event delivered as it arrives; how the stream ended decides whether the reflector watches again or relists.
+//! (protobuf), each event delivered as it arrives; how the stream ended decides whether the
+//! reflector watches again or relists.
 
 use super::client::ApiError;
 use super::decode::{self, Event, JsonEvent};
@@ -22,8 +23,8 @@ const BOOKMARK_SILENCE: Duration = Duration::from_secs(75);
 /// closes every watch at once is not asked again in a loop.
 const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
 
-/// The longest watch line or frame (one event) read. etcd stores objects of at most about 1.5 MiB
-/// (its default request limit), and an event is one object plus a few dozen bytes, so ten
+/// The longest watch line or frame (one event) read. etcd stores objects of at most about
+/// 1.5 MiB (its default request limit), and an event is one object plus a few dozen bytes, so ten
 /// times that is room for any real event; a longer line is a broken or hostile stream, and
 /// reading it on would grow the daemon without bound.
 pub(super) const MAX_LINE: usize = 16 << 20;
@@ -144,17 +145,7 @@ impl Reflector {
                     return Err(ApiError::Transport(format!("watching {}: {e}", self.resource.name)));
                 }
             }
-            if !proto && line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            let event = match proto {
-                true => Event::from_protobuf(&line).map_err(|e| e.to_string()),
-                false => serde_json::from_slice::<JsonEvent>(&line).map(Event::from).map_err(|e| e.to_string()),
-            };
-            let event = event.map_err(|e| {
-                let name = self.resource.name;
-                ApiError::Decode(format!("watching {name}: a {unit} that is not an event ({e}); watching again"))
-            })?;
+            let Some(event) = self.parse(proto, &line)? else { continue };
             self.event(event)?;
             events += 1;
             if self.stopped() {
@@ -168,6 +159,21 @@ impl Reflector {
             )));
         }
         Ok(Next::Watch)
+    }
+
+    /// The event a line (JSON) or frame (protobuf) holds; `None` for a blank line.
+    fn parse(&self, proto: bool, line: &[u8]) -> Result<Option<Event>, ApiError> {
+        if !proto && line.iter().all(u8::is_ascii_whitespace) {
+            return Ok(None);
+        }
+        let event = match proto {
+            true => Event::from_protobuf(line).map_err(|e| e.to_string()),
+            false => serde_json::from_slice::<JsonEvent>(line).map(Event::from).map_err(|e| e.to_string()),
+        };
+        let (name, unit) = (self.resource.name, if proto { "frame" } else { "line" });
+        event.map(Some).map_err(|e| {
+            ApiError::Decode(format!("watching {name}: a {unit} that is not an event ({e}); watching again"))
+        })
     }
 
     /// Handles one watch event.
