@@ -361,11 +361,15 @@ fn dry_run_local(emu: &Emulator, extra: &[&str]) -> (String, String) {
 fn small_pages_old_servers_and_servers_without_servicecidrs_give_the_same_rules() {
     let examples = common::root().join("examples/cluster");
     let modern = Emulator::start(None, "127.0.0.1:0", Some(&examples), &[]);
-    let (expected, _) = dry_run_local(&modern, &[]);
-    // Pages of two objects: every list is many pages, joined at one snapshot.
-    let (paged, log) = dry_run_local(&modern, &["--list-page-size=2"]);
+    let (expected, _) = dry_run_local(&modern, &["--list-page-size=2"]);
+    // A watch cache answers the first listing (resourceVersion=0) whole, whatever its limit.
+    assert_eq!(modern.stats()["requests"]["list"]["services"], 1, "{}", modern.stats());
+    // Without one, pages of two objects: every list is many pages, joined at one snapshot.
+    let uncached = Emulator::start(None, "127.0.0.1:0", Some(&examples), &["--no-watch-cache"]);
+    let (paged, log) = dry_run_local(&uncached, &["--list-page-size=2"]);
     assert_eq!(paged, expected, "a paged list differs");
     assert!(log.contains("listed 12 services"), "{log}");
+    assert_eq!(uncached.stats()["requests"]["list"]["services"], 6, "pages of 2: {}", uncached.stats());
     // A server before 1.31 refuses the field selector on Service specs: the proxy lists
     // without it; a headless Service it then sees renders nothing.
     let headless = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "headless", "namespace": "shop"},

@@ -218,12 +218,9 @@ fn api_rows(m: &Value) -> Vec<ApiRow> {
         row("debug views: /debug/services, RSS at most, MB", &["debug_views", "services", "rss_most_mb"], Target::None),
     ]);
     for r in ["services", "endpointslices", "nodes", "servicecidrs"] {
-        let label = format!("requests: lists of {r} (list requests / pages of 500 per list)");
+        // The first listing (resourceVersion=0) is answered whole, as a watch cache answers it.
+        let label = format!("requests: list requests of {r}");
         rows.push(ApiRow { label, path: vec!["requests", "lists", r], target: Target::Equal(1.0) });
-    }
-    for r in ["services", "endpointslices"] {
-        let label = format!("requests: list requests (pages) of {r}");
-        rows.push(ApiRow { label, path: vec!["requests", "list_requests", r], target: Target::None });
     }
     for r in ["services", "endpointslices", "nodes", "servicecidrs"] {
         rows.push(ApiRow {

@@ -244,6 +244,10 @@ fn list_reply(app: &App, req: &Request, t: &Target) -> Result<Reply, Response> {
         "" => None,
         token => Some(Continue::decode(token).ok_or_else(|| bad("continue key is not valid"))?),
     };
+    // A real server's watch cache answers a resourceVersion=0 list whole, ignoring its limit
+    // (as client-go's reflector counts on for its first listing).
+    let from_cache = app.catalog.watch_cache && from.is_none() && req.param("resourceVersion") == Some("0");
+    let limit = if from_cache { 0 } else { limit };
     let query = Query { namespace: t.namespace.as_deref(), selector: &selector, limit, from };
     let page = list::list(&app.store, t.res, &query).map_err(|_| Response::status(410, "Expired", CONTINUE_EXPIRED))?;
     if proto::wanted(req)

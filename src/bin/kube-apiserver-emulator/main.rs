@@ -74,6 +74,10 @@ struct Flags {
     /// Do not serve servicecidrs (no MultiCIDRServiceAllocator).
     #[arg(long)]
     no_servicecidrs: bool,
+    /// Page resourceVersion=0 lists by their limit, as a server with `--watch-cache=false`
+    /// does; by default such a list is answered whole, as the watch cache answers it.
+    #[arg(long)]
+    no_watch_cache: bool,
     /// The resourceVersion before the first write.
     #[arg(long, default_value_t = 1000)]
     start_resource_version: u64,
@@ -98,6 +102,7 @@ fn main() -> anyhow::Result<()> {
     let catalog = resources::Catalog {
         servicecidrs: !flags.no_servicecidrs,
         service_field_selectors: !flags.no_service_field_selectors,
+        watch_cache: !flags.no_watch_cache,
     };
     let store = store::Store::new(flags.start_resource_version, flags.history);
     if let Some(path) = &flags.manifests {

@@ -98,13 +98,16 @@ pub const ALL: &[Resource] = &[
     },
 ];
 
-/// Which resources this run serves and which field selectors it supports (flags can hide some).
+/// Which resources this run serves, which field selectors it supports and how it lists (flags
+/// can hide some).
 #[derive(Debug, Clone)]
 pub struct Catalog {
     /// Serve `servicecidrs` (a server with MultiCIDRServiceAllocator).
     pub servicecidrs: bool,
     /// Support `spec.clusterIP`/`spec.type` field selectors on services (servers from 1.31).
     pub service_field_selectors: bool,
+    /// Answer resourceVersion=0 lists whole whatever their limit, as the watch cache does.
+    pub watch_cache: bool,
 }
 
 impl Catalog {
