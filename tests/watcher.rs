@@ -244,6 +244,38 @@ fn a_relist_storm_is_paced_by_the_rate_limit_and_a_stop_ends_the_wait_at_once() 
 }
 
 #[test]
+fn a_watch_that_expired_lists_once_at_its_last_resource_version_and_a_refused_list_in_pages() {
+    let emu = Emulator::start(None, "127.0.0.1:0", None, &[]);
+    emu.apply(&api_objects(30));
+    let lists = |emu: &Emulator| emu.stats()["requests"]["list"]["services"].as_u64().unwrap_or(0);
+    let watches = |emu: &Emulator| emu.stats()["requests"]["watch"]["services"].as_u64().unwrap_or(0);
+    // The first watch of Services expires (410): as client-go's reflector, the list after it
+    // asks for what is not older than the last resourceVersion seen, unpaged (a watch cache
+    // answers it in one request), not the latest state in pages of 5 (six requests here).
+    emu.fault(&serde_json::json!({"fail": {"status": 410, "verb": "watch", "resource": "services", "count": 1}}));
+    let settings = kube::Settings { page_size: 5, ..kube::Settings::default() };
+    let r = Reflectors::start(&emu, settings);
+    let rewatched = Instant::now();
+    while watches(&emu) < 2 {
+        assert!(rewatched.elapsed() < Duration::from_secs(10), "no second watch: {}", emu.stats());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(lists(&emu), 2, "the first listing and one after the expired watch: {}", emu.stats());
+    // The open watch expires too, and the list after it is refused as too old (410): then
+    // the latest state, in pages.
+    emu.fault(&serde_json::json!({"fail": {"status": 410, "verb": "list", "resource": "services", "count": 1}}));
+    emu.fault(&serde_json::json!({"resource": "services", "expire": true}));
+    let relisted = Instant::now();
+    while watches(&emu) < 3 {
+        assert!(relisted.elapsed() < Duration::from_secs(15), "no third watch: {}", emu.stats());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(lists(&emu), 2 + 1 + 6, "the refused list, then 30 Services in pages of 5: {}", emu.stats());
+    // The watches are open (a stop ends them at their next line): not waited for.
+    r.shared.stop.store(true, Ordering::SeqCst);
+}
+
+#[test]
 fn a_watch_stream_is_not_slowed_by_the_rate_limit() {
     let emu = Emulator::start(None, "127.0.0.1:0", None, &[]);
     emu.apply(&api_objects(0));

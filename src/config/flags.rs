@@ -67,7 +67,7 @@ pub struct Flags {
     #[arg(long, value_name = "TYPE", default_value = "application/vnd.kubernetes.protobuf", help_heading = SOURCES)]
     pub kube_api_content_type: String,
     /// Requests per second to the API server, sustained.
-    #[arg(long, value_name = "QPS", default_value_t = 5.0, help_heading = SOURCES)]
+    #[arg(long, value_name = "QPS", default_value_t = 5.0, allow_negative_numbers = true, help_heading = SOURCES)]
     pub kube_api_qps: f32,
     /// Requests to the API server in a burst.
     #[arg(long, value_name = "N", default_value_t = 10, allow_negative_numbers = true, help_heading = SOURCES)]

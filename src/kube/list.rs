@@ -24,9 +24,28 @@ const SLOW_LIST_PAGE: Duration = Duration::from_secs(10);
 /// Changes sent to the inbox in one go while listing.
 const BATCH: usize = 500;
 
+/// The most a list page's body may hold: a whole first listing comes in one page (the watch
+/// cache ignores the limit), about 8 MB at 30,000 Services without managed fields, many
+/// times that with them; a server sending more is broken or hostile.
+const MAX_LIST_BODY: u64 = 1 << 30;
+
+/// Where a listing reads from, as client-go's reflector chooses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum ListFrom {
+    /// The first listing: the watch cache (`resourceVersion=0`), which answers it whole.
+    Cache,
+    /// After a watch expired: not older than the last resourceVersion seen, unpaged (the
+    /// watch cache answers it in one request).
+    At(String),
+    /// After a list was refused as too old (410) or too new (504): the latest state,
+    /// consistently, in pages.
+    Latest,
+}
+
 impl Reflector {
-    /// Lists every object page by page and replaces what this resource delivered before.
-    pub(super) fn list(&mut self, consistent: bool) -> Result<(), ApiError> {
+    /// Lists every object (page by page where `from` pages) and replaces what this resource
+    /// delivered before.
+    pub(super) fn list(&mut self, from: ListFrom) -> Result<(), ApiError> {
         if self.listed {
             self.count(|m| &m.relists);
         }
@@ -35,13 +54,16 @@ impl Reflector {
         let mut cont = String::new();
         let mut batch = Vec::with_capacity(BATCH);
         let rv = loop {
+            let limit = self.shared.settings.page_size;
             // With `continue` the token carries the snapshot; a resourceVersion is refused then.
-            let position = match (cont.is_empty(), consistent) {
-                (false, _) => format!("&continue={}", escape(&cont)),
-                (true, false) => "&resourceVersion=0".to_string(),
-                (true, true) => String::new(),
+            let position = match (cont.is_empty(), &from) {
+                (false, _) => format!("limit={limit}&continue={}", escape(&cont)),
+                (true, ListFrom::Cache) => format!("limit={limit}&resourceVersion=0"),
+                // As client-go's reflector: no limit, so the watch cache answers it whole.
+                (true, ListFrom::At(rv)) => format!("resourceVersion={}", escape(rv)),
+                (true, ListFrom::Latest) => format!("limit={limit}"),
             };
-            let query = format!("?limit={}{position}{}", self.shared.settings.page_size, self.selectors());
+            let query = format!("?{position}{}", self.selectors());
             let page = self.page(&format!("{}{query}", self.resource.path))?;
             for item in &page.items {
                 let (key, change) = self.decode(item);
@@ -79,7 +101,7 @@ impl Reflector {
         let started = Instant::now();
         let body = self.shared.client.get(path, LIST_IDLE, Some(LIST_PAGE_LIMIT))?;
         let proto = protobuf::is_protobuf(body.mime_type());
-        let mut reader = SlowWarning { inner: body.into_reader(), name, started, warned: false };
+        let mut reader = SlowWarning { inner: body.into_reader(), name, started, warned: false, read: 0 };
         if proto {
             let mut bytes = Vec::new();
             std::io::Read::read_to_end(&mut reader, &mut bytes).map_err(|e| read_error(name, started, e))?;
@@ -104,16 +126,23 @@ fn read_error(name: &str, started: Instant, e: std::io::Error) -> ApiError {
 
 /// A list page's body, logging once when it is slow to arrive (a first sync waiting on it
 /// would otherwise wait without a word).
+/// Past [`MAX_LIST_BODY`] it is an error.
 struct SlowWarning<R> {
     inner: R,
     name: &'static str,
     started: Instant,
     warned: bool,
+    read: u64,
 }
 
 impl<R: std::io::Read> std::io::Read for SlowWarning<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        if self.read > MAX_LIST_BODY {
+            let what = format!("a list page longer than {} MiB", MAX_LIST_BODY >> 20);
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, what));
+        }
         if !self.warned && self.started.elapsed() >= SLOW_LIST_PAGE {
             self.warned = true;
             log::warn!(

@@ -63,19 +63,25 @@ impl TokenBucket {
         let refilled = (tokens + now.saturating_duration_since(last).as_secs_f64() * self.qps).min(self.burst);
         let left = refilled - 1.0;
         *state = (left, now.max(last));
-        if left >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-left / self.qps) }
+        // A tiny qps (upstream takes 1e-30) makes a wait no Duration holds: forever, then.
+        if left >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::try_from_secs_f64(-left / self.qps).unwrap_or(Duration::MAX)
+        }
     }
 
     /// Takes a token, sleeping until it is due: how long that took, or [`Stopped`] as soon
     /// as `stop` is set (within a tenth of a second).
     pub fn wait(&self, stop: &AtomicBool) -> Result<Duration, Stopped> {
         let started = Instant::now();
-        let until = started + self.reserve(started);
+        // None: a wait past what an Instant holds, which only a stop ends.
+        let until = started.checked_add(self.reserve(started));
         loop {
             if stop.load(Ordering::SeqCst) {
                 return Err(Stopped);
             }
-            let left = until.saturating_duration_since(Instant::now());
+            let left = until.map_or(STOP_CHECK, |until| until.saturating_duration_since(Instant::now()));
             if left.is_zero() {
                 return Ok(started.elapsed());
             }
@@ -132,5 +138,15 @@ mod tests {
         assert_eq!(b.wait(&stop), Err(Stopped), "the next is 100 s away");
         assert!(started.elapsed() < Duration::from_secs(1), "stopped after {:?}", started.elapsed());
         setter.join().unwrap();
+    }
+
+    #[test]
+    fn a_qps_too_small_for_a_duration_waits_until_stop_without_a_panic() {
+        let b = TokenBucket::new(1e-30, 1).expect("a limit");
+        let t0 = Instant::now();
+        assert_eq!(b.reserve(t0), Duration::ZERO);
+        assert_eq!(b.reserve(t0), Duration::MAX, "the next token is 1e30 s away");
+        let stop = AtomicBool::new(true);
+        assert_eq!(b.wait(&stop), Err(Stopped));
     }
 }

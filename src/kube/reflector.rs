@@ -9,6 +9,7 @@
 use super::client::{ApiError, Client};
 use super::content::ContentType;
 use super::decode::{self, Decoded};
+use super::list::ListFrom;
 use super::retry::{Backoff, Quiet};
 use crate::inbox::Inbox;
 use crate::metrics::Metrics;
@@ -147,7 +148,7 @@ pub(super) enum Next {
 
 /// What to do after a failure.
 pub(super) enum Recovery {
-    /// List again now, consistently (the server says what the reflector has is too old).
+    /// List again now (the server says what the reflector has is too old).
     Relist,
     /// List again now with changed parameters.
     Retry,
@@ -180,11 +181,10 @@ impl Reflector {
     /// Lists, then watches, until the stop flag is set or the server lacks an optional resource.
     pub fn run(mut self) {
         let mut next = Next::Relist;
-        // The first list may come from the watch cache; after a 410 it must not.
-        let mut consistent = false;
+        let mut from = ListFrom::Cache;
         while !self.stopped() {
             let result = match next {
-                Next::Relist => self.list(consistent).map(|()| Next::Watch),
+                Next::Relist => self.list(from.clone()).map(|()| Next::Watch),
                 Next::Watch => self.watch(),
             };
             let e = match result {
@@ -199,7 +199,14 @@ impl Reflector {
             let failed_list = matches!(next, Next::Relist);
             match self.recover(&e) {
                 Recovery::Relist => {
-                    (next, consistent) = (Next::Relist, true);
+                    // As client-go's: a watch that expired lists at the last resourceVersion
+                    // (what it has is not lost); a list refused as too old or too new lists
+                    // the latest state.
+                    from = match (failed_list, self.rv.is_empty()) {
+                        (false, false) => ListFrom::At(self.rv.clone()),
+                        _ => ListFrom::Latest,
+                    };
+                    next = Next::Relist;
                     // As client-go's reflector runs each list-and-watch round under its backoff
                     // manager: the list a 410 calls for comes after a wait, so a server
                     // answering 410 (or 504) to every watch or list is not asked in a loop.
@@ -221,11 +228,11 @@ impl Reflector {
     /// Lists once (for a dry run): `Ok` when listed or when the server lacks an optional
     /// resource, the error when the server refuses.
     pub fn list_once(&mut self) -> Result<(), ApiError> {
-        let mut consistent = false;
+        let mut from = ListFrom::Cache;
         for _ in 0..3 {
-            let Err(e) = self.list(consistent) else { return Ok(()) };
+            let Err(e) = self.list(from.clone()) else { return Ok(()) };
             match self.recover(&e) {
-                Recovery::Relist => consistent = true,
+                Recovery::Relist => from = ListFrom::Latest,
                 Recovery::Retry => {}
                 Recovery::Absent => return Ok(()),
                 Recovery::Wait(_) => return Err(e),

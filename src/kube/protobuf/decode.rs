@@ -34,6 +34,12 @@ fn number<T: Default + PartialEq>(n: Option<T>) -> Option<T> {
     n.filter(|n| *n != T::default())
 }
 
+/// A timestamp that is set: Go writes its zero time as an empty message (and older encoders
+/// as year 1), which JSON writes as null.
+fn set(t: &meta::Time) -> bool {
+    !(t.seconds.is_none() && t.nanos.is_none()) && t.seconds != Some(GO_ZERO_TIME)
+}
+
 /// A timestamp; one out of range is an error, as it is in JSON.
 pub(super) fn time(t: meta::Time) -> Result<metav1::Time, String> {
     let (seconds, nanos) = (t.seconds.unwrap_or_default(), t.nanos.unwrap_or_default());
@@ -64,8 +70,8 @@ pub(super) fn object_meta(m: Option<meta::ObjectMeta>) -> Result<metav1::ObjectM
         uid: text(m.uid),
         resource_version: text(m.resource_version),
         generation: number(m.generation),
-        creation_timestamp: m.creation_timestamp.filter(|t| t.seconds != Some(GO_ZERO_TIME)).map(time).transpose()?,
-        deletion_timestamp: m.deletion_timestamp.map(time).transpose()?,
+        creation_timestamp: m.creation_timestamp.filter(set).map(time).transpose()?,
+        deletion_timestamp: m.deletion_timestamp.filter(set).map(time).transpose()?,
         deletion_grace_period_seconds: m.deletion_grace_period_seconds,
         labels: map(m.labels),
         annotations: map(m.annotations),
@@ -205,7 +211,7 @@ pub(super) fn node(n: pb::Node) -> Result<core::Node, String> {
             Ok(core::Taint {
                 effect: t.effect.unwrap_or_default(),
                 key: t.key.unwrap_or_default(),
-                time_added: t.time_added.map(time).transpose()?,
+                time_added: t.time_added.filter(set).map(time).transpose()?,
                 value: text(t.value),
             })
         });

@@ -88,6 +88,8 @@ fn empty_value_fields_as_go_writes_them_read_as_absent_and_pointers_keep_presenc
             generate_name: Some(String::new()),
             generation: Some(0),
             creation_timestamp: Some(meta::Time { seconds: Some(-62_135_596_800), nanos: Some(0) }),
+            // Go's `Time.Marshal` writes a zero time as nothing at all: an empty message.
+            deletion_timestamp: Some(meta::Time { seconds: None, nanos: None }),
             ..Default::default()
         }),
         spec: Some(kinds::ServiceSpec {
