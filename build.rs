@@ -3,9 +3,11 @@
 use std::process::Command;
 
 fn main() {
+    // In UTC: the commit's date below is written in the local zone, and nothing else reads it.
     let output = |cmd: &str, args: &[&str]| {
         Command::new(cmd)
             .args(args)
+            .env("TZ", "UTC")
             .output()
             .ok()
             .filter(|o| o.status.success())
@@ -17,15 +19,7 @@ fn main() {
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let rustc = output(&rustc, &["--version"]).unwrap_or_else(|| "unknown".into());
     // The commit's date (UTC) stands for the build date: the same source builds the same binary.
-    let date = Command::new("git")
-        .args(["show", "-s", "--format=%cd", "--date=format-local:%Y-%m-%dT%H:%M:%SZ", "HEAD"])
-        .env("TZ", "UTC")
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
+    let date = output("git", &["show", "-s", "--format=%cd", "--date=format-local:%Y-%m-%dT%H:%M:%SZ", "HEAD"])
         .unwrap_or_else(|| "1970-01-01T00:00:00Z".into());
     println!("cargo:rustc-env=KUBE_NFTPROXY_COMMIT={commit}");
     println!("cargo:rustc-env=KUBE_NFTPROXY_BUILD_DATE={date}");
