@@ -1,0 +1,136 @@
+//! nf_tables expressions' own attribute numbers (`NFTA_<EXPR>_*`) and the values some take.
+
+/// payload: destination register.
+pub(crate) const NFTA_PAYLOAD_DREG: u16 = 1;
+/// payload: header base (`NFT_PAYLOAD_*_HEADER`).
+pub(crate) const NFTA_PAYLOAD_BASE: u16 = 2;
+/// payload: offset in the header.
+pub(crate) const NFTA_PAYLOAD_OFFSET: u16 = 3;
+/// payload: bytes to load.
+pub(crate) const NFTA_PAYLOAD_LEN: u16 = 4;
+/// meta: destination register.
+pub(crate) const NFTA_META_DREG: u16 = 1;
+/// meta: key (`NFT_META_*`).
+pub(crate) const NFTA_META_KEY: u16 = 2;
+/// meta: source register (setting a key).
+pub(crate) const NFTA_META_SREG: u16 = 3;
+/// ct: destination register.
+pub(crate) const NFTA_CT_DREG: u16 = 1;
+/// ct: key (`NFT_CT_*`).
+pub(crate) const NFTA_CT_KEY: u16 = 2;
+/// fib: destination register.
+pub(crate) const NFTA_FIB_DREG: u16 = 1;
+/// fib: result (`NFT_FIB_RESULT_*`).
+pub(crate) const NFTA_FIB_RESULT: u16 = 2;
+/// fib: flags (`NFTA_FIB_F_*`).
+pub(crate) const NFTA_FIB_FLAGS: u16 = 3;
+/// cmp: source register.
+pub(crate) const NFTA_CMP_SREG: u16 = 1;
+/// cmp: operator (`NFT_CMP_*`).
+pub(crate) const NFTA_CMP_OP: u16 = 2;
+/// cmp: data compared with (nested data).
+pub(crate) const NFTA_CMP_DATA: u16 = 3;
+/// bitwise: source register.
+pub(crate) const NFTA_BITWISE_SREG: u16 = 1;
+/// bitwise: destination register.
+pub(crate) const NFTA_BITWISE_DREG: u16 = 2;
+/// bitwise: length.
+pub(crate) const NFTA_BITWISE_LEN: u16 = 3;
+/// bitwise: mask (nested data).
+pub(crate) const NFTA_BITWISE_MASK: u16 = 4;
+/// bitwise: xor (nested data).
+pub(crate) const NFTA_BITWISE_XOR: u16 = 5;
+/// bitwise: operation (`NFT_BITWISE_*`; newer kernels list it).
+pub(crate) const NFTA_BITWISE_OP: u16 = 6;
+/// bitwise: mask and xor (the only operation rules here use).
+pub(crate) const NFT_BITWISE_BOOL: u32 = 0;
+/// byteorder: source register.
+pub(crate) const NFTA_BYTEORDER_SREG: u16 = 1;
+/// byteorder: destination register.
+pub(crate) const NFTA_BYTEORDER_DREG: u16 = 2;
+/// byteorder: operation (`NFT_BYTEORDER_*`).
+pub(crate) const NFTA_BYTEORDER_OP: u16 = 3;
+/// byteorder: length.
+pub(crate) const NFTA_BYTEORDER_LEN: u16 = 4;
+/// byteorder: size of each unit.
+pub(crate) const NFTA_BYTEORDER_SIZE: u16 = 5;
+/// lookup: set name.
+pub(crate) const NFTA_LOOKUP_SET: u16 = 1;
+/// lookup: source register.
+pub(crate) const NFTA_LOOKUP_SREG: u16 = 2;
+/// lookup: destination register (a map's data).
+pub(crate) const NFTA_LOOKUP_DREG: u16 = 3;
+/// lookup: the set's id within a transaction.
+pub(crate) const NFTA_LOOKUP_SET_ID: u16 = 4;
+/// lookup: flags (`NFT_LOOKUP_F_*`).
+pub(crate) const NFTA_LOOKUP_FLAGS: u16 = 5;
+/// lookup: match when the key is absent.
+pub(crate) const NFT_LOOKUP_F_INV: u32 = 0x1;
+/// immediate: destination register.
+pub(crate) const NFTA_IMMEDIATE_DREG: u16 = 1;
+/// immediate: data (nested data).
+pub(crate) const NFTA_IMMEDIATE_DATA: u16 = 2;
+/// numgen: destination register.
+pub(crate) const NFTA_NG_DREG: u16 = 1;
+/// numgen: modulus.
+pub(crate) const NFTA_NG_MODULUS: u16 = 2;
+/// numgen: type (`NFT_NG_*`).
+pub(crate) const NFTA_NG_TYPE: u16 = 3;
+/// numgen: offset.
+pub(crate) const NFTA_NG_OFFSET: u16 = 4;
+/// numgen: a random number.
+pub(crate) const NFT_NG_RANDOM: u32 = 1;
+/// nat: type (`NFT_NAT_*`).
+pub(crate) const NFTA_NAT_TYPE: u16 = 1;
+/// nat: family.
+pub(crate) const NFTA_NAT_FAMILY: u16 = 2;
+/// nat: register of the lowest address.
+pub(crate) const NFTA_NAT_REG_ADDR_MIN: u16 = 3;
+/// nat: register of the highest address.
+pub(crate) const NFTA_NAT_REG_ADDR_MAX: u16 = 4;
+/// nat: register of the lowest port.
+pub(crate) const NFTA_NAT_REG_PROTO_MIN: u16 = 5;
+/// nat: register of the highest port.
+pub(crate) const NFTA_NAT_REG_PROTO_MAX: u16 = 6;
+/// nat: flags (`NF_NAT_RANGE_*`).
+pub(crate) const NFTA_NAT_FLAGS: u16 = 7;
+/// Destination NAT.
+pub(crate) const NFT_NAT_DNAT: u32 = 1;
+/// nat flag (`NF_NAT_RANGE_MAP_IPS`, nf_nat.h): the kernel sets it when an address register is given.
+pub(crate) const NF_NAT_RANGE_MAP_IPS: u32 = 0x1;
+/// nat flag (`NF_NAT_RANGE_PROTO_SPECIFIED`): the kernel sets it when a port register is given.
+pub(crate) const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 0x2;
+/// masq: flags (`NF_NAT_RANGE_*`).
+pub(crate) const NFTA_MASQ_FLAGS: u16 = 1;
+/// reject: type (`NFT_REJECT_*`).
+pub(crate) const NFTA_REJECT_TYPE: u16 = 1;
+/// reject: ICMP code.
+pub(crate) const NFTA_REJECT_ICMP_CODE: u16 = 2;
+/// dynset: set name.
+pub(crate) const NFTA_DYNSET_SET_NAME: u16 = 1;
+/// dynset: the set's id within a transaction.
+pub(crate) const NFTA_DYNSET_SET_ID: u16 = 2;
+/// dynset: operation (`NFT_DYNSET_OP_*`).
+pub(crate) const NFTA_DYNSET_OP: u16 = 3;
+/// dynset: register of the key.
+pub(crate) const NFTA_DYNSET_SREG_KEY: u16 = 4;
+/// dynset: element timeout, in milliseconds.
+pub(crate) const NFTA_DYNSET_TIMEOUT: u16 = 6;
+/// dynset: an expression attached to the element it adds.
+pub(crate) const NFTA_DYNSET_EXPR: u16 = 7;
+/// dynset: flags (`NFT_DYNSET_F_*`).
+pub(crate) const NFTA_DYNSET_FLAGS: u16 = 9;
+/// dynset: several such expressions.
+pub(crate) const NFTA_DYNSET_EXPRESSIONS: u16 = 10;
+/// dynset: add the element or refresh its timeout.
+pub(crate) const NFT_DYNSET_OP_UPDATE: u32 = 1;
+/// The size the kernel gives a set declared without one when a rule first fills it (a
+/// `dynset`; `nft_dynset.c`, no uapi name): it lists that size from then on.
+pub(crate) const NFT_DYNSET_DEFAULT_SIZE: u32 = 0xffff;
+/// The data length the kernel lists for a verdict map (`sizeof(struct nft_verdict)`), where
+/// `nft` declares none.
+pub(crate) const NFT_VERDICT_DATA_LEN: u32 = 16;
+/// The data type of verdicts (`NFT_DATA_VERDICT`).
+pub(crate) const NFT_DATA_VERDICT: u32 = 0xffff_ff00;
+/// Element user data: the comment's type in its TLVs (libnftnl's `NFTNL_UDATA_SET_ELEM_COMMENT`).
+pub(crate) const NFTNL_UDATA_SET_ELEM_COMMENT: u8 = 0;
