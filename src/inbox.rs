@@ -4,6 +4,7 @@
 
 use crate::debug::Ask;
 use crate::model::{ObjectChange, ObjectId, ObjectKind};
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime};
@@ -28,6 +29,9 @@ pub struct Requests {
 pub struct Delivery {
     /// The latest state of every object that changed since the last delivery, in id order.
     pub changes: Vec<ObjectChange>,
+    /// When each of `changes` first arrived (a later state of the same object keeps the time
+    /// of the first it replaced): what the sync loop counts a change's wait from.
+    pub arrived: Vec<Instant>,
     /// Sources that have delivered their first complete listing since the last delivery.
     pub listed: Vec<&'static str>,
     /// Other requests.
@@ -48,7 +52,7 @@ impl Delivery {
 
 #[derive(Debug, Default)]
 struct Pending {
-    objects: BTreeMap<ObjectId, ObjectChange>,
+    objects: BTreeMap<ObjectId, (ObjectChange, Instant)>,
     /// When the oldest Service or EndpointSlice change still here arrived.
     oldest: Option<SystemTime>,
     listed: BTreeSet<&'static str>,
@@ -93,12 +97,18 @@ impl Inbox {
 
     /// Delivers several objects' states under one lock.
     pub fn send_all(&self, changes: impl IntoIterator<Item = ObjectChange>) {
+        let now = Instant::now();
         self.update(|p| {
             for change in changes {
                 if matches!(change.kind(), ObjectKind::Service | ObjectKind::EndpointSlice) {
                     p.oldest = p.oldest.or_else(|| Some(SystemTime::now()));
                 }
-                p.objects.insert(change.id(), change);
+                match p.objects.entry(change.id()) {
+                    Entry::Occupied(mut e) => e.get_mut().0 = change,
+                    Entry::Vacant(e) => {
+                        e.insert((change, now));
+                    }
+                }
             }
         });
     }
@@ -137,8 +147,10 @@ impl Inbox {
             };
         }
         let taken = std::mem::take(&mut *pending);
+        let (changes, arrived) = taken.objects.into_values().unzip();
         Delivery {
-            changes: taken.objects.into_values().collect(),
+            changes,
+            arrived,
             listed: taken.listed.into_iter().collect(),
             requests: taken.requests,
             asks: taken.asks,
@@ -199,6 +211,19 @@ mod tests {
         let d = inbox.wait(Instant::now());
         assert_eq!(d.changes, vec![svc("a"), svc("b")]);
         assert!(inbox.wait(Instant::now()).is_empty());
+    }
+
+    #[test]
+    fn a_change_counts_its_wait_from_the_first_state_that_arrived() {
+        let inbox = Inbox::default();
+        let first = Instant::now();
+        inbox.send(svc("a"));
+        std::thread::sleep(Duration::from_millis(20));
+        inbox.send(svc("a"));
+        inbox.send(svc("b"));
+        let d = inbox.wait(Instant::now());
+        assert_eq!(d.changes, vec![svc("a"), svc("b")]);
+        assert!(d.arrived[0] >= first && d.arrived[0] + Duration::from_millis(20) <= d.arrived[1], "{:?}", d.arrived);
     }
 
     #[test]

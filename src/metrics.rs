@@ -79,6 +79,10 @@ pub struct Metrics {
     pub watch_restarts: IntCounterVec,
     /// `kube_nftproxy_relists_total{resource}`: full lists after the first (410 Gone and the like).
     pub relists: IntCounterVec,
+    /// `kube_nftproxy_change_wait_seconds{reason}`: how long each change waited for the sync
+    /// that applied it (from its arrival to the sync's start), by what held it: `none`, `cost`
+    /// (a sync running), `pace`, `retry`.
+    pub change_wait: HistogramVec,
     /// `kube_nftproxy_health_check_node_ports`: health-check node ports served now.
     pub health_check_node_ports: IntGauge,
     /// `/metrics/slis`.
@@ -275,6 +279,12 @@ impl Metrics {
                 "kube_nftproxy_relists_total",
                 "Full lists after the first, by resource",
                 &["resource"],
+            )?,
+            change_wait: a.histogram(
+                "kube_nftproxy_change_wait_seconds",
+                "How long each change waited for the sync that applied it, by what held it: none, cost, pace, retry",
+                &["reason"],
+                sync_buckets(),
             )?,
             health_check_node_ports: a
                 .gauge("kube_nftproxy_health_check_node_ports", "Service health-check node ports served")?,

@@ -129,6 +129,15 @@ impl Observers {
         }
     }
 
+    /// Notes how long each change a sync applied waited for it, and why (a reason's label).
+    pub fn waited(&self, waits: impl Iterator<Item = (Duration, &'static str)>) {
+        if let Some(m) = &self.metrics {
+            for (wait, reason) in waits {
+                m.change_wait.with_label_values(&[reason]).observe(wait.as_secs_f64());
+            }
+        }
+    }
+
     /// Notes a failed deletion of stale chains.
     pub fn cleanup_failed(&self) {
         if let Some(m) = &self.metrics {

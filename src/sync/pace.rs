@@ -1,5 +1,5 @@
-//! When the sync loop may act: retries that back off, and the pace of syncs (a burst of two,
-//! then one per `min_sync_period`).
+//! When the sync loop may act: retries that back off, and the pace of syncs, which bounds the
+//! share of time the sync thread spends syncing (by what syncs cost), not the count of syncs.
 
 use super::MIN_RETRY;
 use crate::config::MAX_DURATION;
@@ -43,45 +43,188 @@ impl Backoff {
     pub(super) fn not_before(&self, t: Instant) -> Instant {
         self.at.map_or(t, |at| at.max(t))
     }
+
+    /// Whether a retry holds syncs back at `now`.
+    pub(super) fn holds(&self, now: Instant) -> bool {
+        self.at.is_some_and(|at| at > now)
+    }
 }
 
-/// Syncs a moment apart allowed before the pace applies.
-const BURST: f64 = 2.0;
+/// A full sync is taken to cost at least this share of the period, so that on a small cluster,
+/// whose full sync costs a millisecond, cheap syncs are not held for most of a period.
+const MIN_FULL_COST_PER_PERIOD: f64 = 0.05;
 
-/// At most one sync per `min_sync_period` on average, with a burst of two (as upstream's
-/// runner had): a Service and its EndpointSlice created a moment apart are both applied at
-/// once, while a steady stream of changes still syncs once per period. Counted from the end
-/// of each sync.
+/// The pace of syncs by their cost. With `min_sync_period` P and F what the last full sync
+/// cost (render and apply; at least `MIN_FULL_COST_PER_PERIOD` of P), the sync thread is busy
+/// at most F / (F + P) of the time: what syncing fully once per period, counted from the end of
+/// each sync, costs — upstream's bound on a cluster whose syncs are all full ones. A sync that
+/// cost c earns a rest of c·P/F, never more than P, so a change never waits longer than a
+/// period; up to F of sync work is banked while idle, so cheap changes (a Service and its
+/// EndpointSlice a moment apart) go out at once. A sync that sent nothing costs nothing.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Pace {
-    min: Duration,
-    /// Syncs allowed at `at`.
-    tokens: f64,
+    period: Duration,
+    /// What a full sync costs, as far as the pace counts it.
+    full: Duration,
+    /// Seconds of sync work that may start at `at`; below zero, a debt to rest off first.
+    credit: f64,
     at: Instant,
+    /// Whether F was measured: the first full sync is paid from a full bank (the proxy was idle
+    /// before it).
+    measured: bool,
 }
 
 impl Pace {
-    pub(super) fn new(min: Duration, now: Instant) -> Pace {
-        Pace { min, tokens: BURST, at: now }
+    pub(super) fn new(period: Duration, now: Instant) -> Pace {
+        let full = period.mul_f64(MIN_FULL_COST_PER_PERIOD);
+        Pace { period, full, credit: full.as_secs_f64(), at: now, measured: false }
+    }
+
+    /// The busy share the pace allows: F / (F + P).
+    pub(super) fn share(&self) -> f64 {
+        let f = self.full.as_secs_f64();
+        f / (f + self.period.as_secs_f64())
+    }
+
+    /// The credit at `t`: what was banked, plus what the share earned since, up to F.
+    fn credit_at(&self, t: Instant) -> f64 {
+        let earned = t.saturating_duration_since(self.at).as_secs_f64() * self.share();
+        (self.credit + earned).min(self.full.as_secs_f64())
     }
 
     /// When the next sync may start.
     pub(super) fn next_allowed(&self) -> Instant {
-        if self.tokens >= 1.0 || self.min.is_zero() {
-            self.at
-        } else {
-            after(self.at, self.min.mul_f64(1.0 - self.tokens))
+        if self.period.is_zero() || self.credit >= 0.0 {
+            return self.at;
         }
+        after(self.at, Duration::from_secs_f64(-self.credit / self.share()).min(self.period))
     }
 
-    /// Notes a sync that ended at `end`.
-    pub(super) fn take(&mut self, end: Instant) {
-        let earned = if self.min.is_zero() {
-            BURST
-        } else {
-            end.saturating_duration_since(self.at).as_secs_f64() / self.min.as_secs_f64()
-        };
-        self.tokens = ((self.tokens + earned).min(BURST) - 1.0).max(0.0);
+    /// Notes a sync that ran from `start` to `end`; `full` when it rewrote everything, which
+    /// measures F again; `sent` false when it sent nothing, which is not charged.
+    pub(super) fn charge(&mut self, start: Instant, end: Instant, full: bool, sent: bool) {
+        if self.period.is_zero() {
+            return;
+        }
+        let mut credit = self.credit_at(end);
+        let cost = end.saturating_duration_since(start);
+        if full {
+            self.full = cost.max(self.period.mul_f64(MIN_FULL_COST_PER_PERIOD));
+            if !self.measured {
+                credit = self.full.as_secs_f64();
+            }
+            self.measured = true;
+        }
+        let spent = if sent { cost.as_secs_f64() } else { 0.0 };
+        // The debt is capped at one period's rest: a sync dearer than a full one (or F measured
+        // lower since) never holds the next change back longer than upstream's pace would.
+        let floor = -self.share() * self.period.as_secs_f64();
+        self.credit = (credit.min(self.full.as_secs_f64()) - spent).max(floor);
         self.at = end;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: Duration = Duration::from_secs(1);
+    const MS: Duration = Duration::from_millis(1);
+
+    /// Whether `a` and `b` are within a microsecond (the pace computes in floating point).
+    fn close(a: Instant, b: Instant) -> bool {
+        a.max(b) - a.min(b) < Duration::from_micros(1)
+    }
+
+    /// A pace that has measured a first full sync of `full`, then idled ten periods.
+    fn measured(full: Duration) -> (Pace, Instant) {
+        let t0 = Instant::now();
+        let mut pace = Pace::new(P, t0);
+        pace.charge(t0, t0 + full, true, true);
+        assert!(close(pace.next_allowed(), t0 + full), "the first full sync is paid from a full bank");
+        (pace, t0 + full + P * 10)
+    }
+
+    #[test]
+    fn cheap_syncs_go_at_once_until_a_full_syncs_worth_is_spent() {
+        let (mut pace, mut t) = measured(MS * 200);
+        assert!((pace.share() - 0.2 / 1.2).abs() < 1e-9);
+        let mut at_once = 0;
+        while pace.next_allowed() <= t {
+            pace.charge(t, t + MS * 5, false, true);
+            t += MS * 5;
+            at_once += 1;
+            assert!(at_once < 1000, "the bank never ran out");
+        }
+        // 200 ms banked, plus what the share earned meanwhile.
+        assert!((40..60).contains(&at_once), "{at_once} syncs went at once");
+        // Then one 5 ms sync earns a rest of at most 5 ms × P / F = 25 ms, not a period.
+        let rest = pace.next_allowed() - t;
+        assert!(rest <= MS * 25, "rest {rest:?}");
+    }
+
+    #[test]
+    fn under_a_storm_the_busy_share_stays_within_its_bound() {
+        let (mut pace, start) = measured(MS * 200);
+        let mut t = start;
+        let mut busy = Duration::ZERO;
+        let mut syncs = 0;
+        // A sync as soon as allowed, each costing 8 ms, for a minute.
+        while t < start + P * 60 {
+            t = t.max(pace.next_allowed());
+            pace.charge(t, t + MS * 8, false, true);
+            t += MS * 8;
+            busy += MS * 8;
+            syncs += 1;
+        }
+        let share = busy.as_secs_f64() / (t - start).as_secs_f64();
+        // The bound, plus the 200 ms banked at the start spread over the minute.
+        assert!(share <= pace.share() + 0.2 / 60.0 + 1e-3, "share {share}");
+        assert!(syncs <= 1300, "{syncs} syncs");
+    }
+
+    #[test]
+    fn no_rest_is_longer_than_the_period_even_after_a_sync_dearer_than_a_full_one() {
+        let (mut pace, t) = measured(MS * 200);
+        pace.charge(t, t + P * 3, false, true);
+        assert!(close(pace.next_allowed(), t + P * 3 + P));
+    }
+
+    #[test]
+    fn full_syncs_that_cost_seconds_rest_a_period_each_as_upstream() {
+        let t0 = Instant::now();
+        let mut pace = Pace::new(P, t0);
+        pace.charge(t0, t0 + P * 4, true, true);
+        let end = t0 + P * 4;
+        pace.charge(end, end + P * 4, true, true);
+        assert!(close(pace.next_allowed(), end + P * 4 + P));
+    }
+
+    #[test]
+    fn a_sync_that_sends_nothing_costs_a_change_nothing() {
+        let (mut pace, t) = measured(MS * 200);
+        // 300 ms of work from a 200 ms bank: a debt of 100 ms, rested off in 600 ms.
+        pace.charge(t, t + MS * 300, false, true);
+        let at = pace.next_allowed();
+        assert!(close(at, t + MS * 900));
+        pace.charge(at, at + MS * 50, false, false);
+        assert!(close(pace.next_allowed(), at + MS * 50), "the next real change goes as soon as it could before");
+    }
+
+    #[test]
+    fn a_small_clusters_cheap_syncs_are_not_held_for_a_period() {
+        // A full sync of 1 ms counts as 50 ms: 60 ms of syncs past the 50 ms bank rest 210 ms.
+        let (mut pace, t) = measured(MS);
+        pace.charge(t, t + MS * 60, false, true);
+        let rest = pace.next_allowed() - (t + MS * 60);
+        assert!(rest <= MS * 220, "rest {rest:?}");
+    }
+
+    #[test]
+    fn without_a_period_nothing_waits() {
+        let t0 = Instant::now();
+        let mut pace = Pace::new(Duration::ZERO, t0);
+        pace.charge(t0, t0 + P, true, true);
+        assert!(pace.next_allowed() <= t0 + P);
     }
 }

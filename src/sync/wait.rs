@@ -1,0 +1,93 @@
+//! How long each change waited for the sync that applied it, and why: so an operator sees
+//! when the pace bites (`kube_nftproxy_change_wait_seconds{reason}` and the sync's log line).
+
+use std::time::{Duration, Instant};
+
+/// Why a change waited, from least to most telling: a change held by several reasons is
+/// counted under the last of them in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum WaitReason {
+    /// Applied by the next sync as soon as it arrived.
+    None,
+    /// Arrived while a sync ran, and waited for it to end: the cost of the sync ahead.
+    Cost,
+    /// Held by the pace, which bounds the sync thread's busy share.
+    Pace,
+    /// Held by the backoff after a failed sync.
+    Retry,
+}
+
+impl WaitReason {
+    /// The metric's `reason` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            WaitReason::None => "none",
+            WaitReason::Cost => "cost",
+            WaitReason::Pace => "pace",
+            WaitReason::Retry => "retry",
+        }
+    }
+}
+
+/// Changes counted individually between two syncs; past this (a relist of a huge cluster)
+/// the rest are left out of the histogram rather than held in memory.
+const MAX_COUNTED: usize = 1 << 17;
+
+/// The changes filed since the last successful sync: when each arrived, and why it has waited.
+#[derive(Debug, Default)]
+pub(super) struct Waits {
+    pending: Vec<(Instant, WaitReason)>,
+}
+
+impl Waits {
+    /// A change that arrived at `at` was filed; `busy_until` is when the last sync ended (a
+    /// change that arrived before then waited for it).
+    pub(super) fn filed(&mut self, at: Instant, busy_until: Option<Instant>) {
+        if self.pending.len() < MAX_COUNTED {
+            let reason = if busy_until.is_some_and(|end| at < end) { WaitReason::Cost } else { WaitReason::None };
+            self.pending.push((at, reason));
+        }
+    }
+
+    /// Everything waiting now is held for `reason`.
+    pub(super) fn held(&mut self, reason: WaitReason) {
+        for (_, r) in &mut self.pending {
+            *r = (*r).max(reason);
+        }
+    }
+
+    /// The changes a sync that started at `start` applied: how long each waited, and why.
+    pub(super) fn applied(&mut self, start: Instant) -> Vec<(Duration, WaitReason)> {
+        self.pending.drain(..).map(|(at, r)| (start.saturating_duration_since(at), r)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_change_is_counted_under_the_most_telling_reason_that_held_it() {
+        let t = Instant::now();
+        let ms = Duration::from_millis(1);
+        let mut w = Waits::default();
+        w.filed(t, Some(t + ms));
+        w.filed(t + ms * 2, Some(t + ms));
+        w.held(WaitReason::Pace);
+        w.filed(t + ms * 3, Some(t + ms));
+        w.held(WaitReason::Retry);
+        w.held(WaitReason::Pace);
+        w.filed(t + ms * 4, Some(t + ms * 5));
+        let got = w.applied(t + ms * 10);
+        assert_eq!(
+            got,
+            vec![
+                (ms * 10, WaitReason::Retry),
+                (ms * 8, WaitReason::Retry),
+                (ms * 7, WaitReason::Retry),
+                (ms * 6, WaitReason::Cost)
+            ]
+        );
+        assert!(w.applied(t).is_empty());
+    }
+}
