@@ -13,10 +13,10 @@
 use crate::config::{Config, MAX_DURATION};
 use crate::conntrack::Reconciler;
 use crate::inbox::{Delivery, Inbox};
-use crate::model::{Changes, Family, Model};
-use crate::nft::{NftError, Resync, SyncKind, SyncReport};
-use crate::observe::{Observers, Synced};
-use crate::render::{Rendered, Update};
+use crate::model::{Changes, Model};
+use crate::nft::SyncKind;
+use crate::observe::Observers;
+use crate::render::Rendered;
 use pace::{Backoff, Pace, after};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime};
@@ -25,6 +25,7 @@ use wait::{WaitReason, Waits};
 mod debug;
 mod families;
 mod kernel;
+mod once;
 mod pace;
 mod wait;
 
@@ -33,18 +34,6 @@ pub use kernel::Kernel;
 /// The shortest wait before a failed sync is retried, whatever `min_sync_period` says: a
 /// sync that fails at once must not spin.
 pub const MIN_RETRY: Duration = Duration::from_secs(1);
-
-/// A change set touching more than one Service in this many is applied as a full rewrite in
-/// place: per Service, a partial sync costs about six times what a refresh does (at 30k
-/// Services, 100 of them 5 ms, all 30k 228 ms), so past this share the refresh is the cheaper.
-const REWRITE_SHARE: usize = 8;
-
-/// Below this many Services a partial sync costs a few milliseconds whatever the share.
-const MIN_REWRITE: usize = 256;
-
-/// Full syncs repeated because another process committed during one, before settling for
-/// the cheap intactness check.
-const MAX_UNSURE_RESYNCS: u32 = 3;
 
 /// Timing of the loop.
 #[derive(Debug, Clone, Copy)]
@@ -315,175 +304,4 @@ impl<K: Kernel> Syncer<K> {
             }
         }
     }
-
-    /// After a sync: deletes UDP flows that still lead to endpoints the changed Services no
-    /// longer serve from. A failure is logged and counted (`Reconciler::totals`), and the
-    /// cleanup is tried again after the next sync; the sync itself stands.
-    fn clear_stale_flows(&mut self) {
-        if let Some(plan) = self.conntrack.plan(&self.model) {
-            let result = self.kernel.clear_udp_flows(&plan);
-            if let Ok(report) = &result {
-                self.observe.conntrack(report);
-            }
-            self.conntrack.finish(result);
-        }
-    }
-
-    fn sync_once(&mut self) {
-        let started = Instant::now();
-        match self.kernel.host_addresses() {
-            Ok(addrs) => self.model.set_host_addresses(addrs),
-            Err(e) => log::warn!("reading interface addresses: {e}"),
-        }
-        let mut rendered_at = started;
-        let mut applied = None;
-        let hold = self.refused.hold(started);
-        // Taken before rendering, so a sync that fails (in rendering or in the kernel) hands
-        // them on to the next one that succeeds.
-        let mut changes = self.model.take_changes();
-        if let Some(earlier) = self.unapplied.take() {
-            changes.absorb(earlier);
-        }
-        let resync = self.resync(&changes);
-        let result =
-            render_changes(&self.model, &mut self.rendered, &self.cfg, &changes).and_then(|(rendered, update)| {
-                rendered_at = Instant::now();
-                let now: BTreeSet<String> = rendered.ruleset().warnings().cloned().collect();
-                for w in now.difference(&self.reported) {
-                    log::warn!("{w}");
-                }
-                self.reported = now;
-                applied = Some((
-                    matches!(update, Update::Replaced | Update::Rebuilt(_)),
-                    update.elements(rendered.ruleset()),
-                ));
-                self.kernel.sync(rendered.ruleset(), &update, resync, &hold)
-            });
-        let end = Instant::now();
-        let (full, sent) = match &result {
-            Ok(r) => (matches!(r.kind, SyncKind::Full | SyncKind::Refresh), r.kind != SyncKind::Unchanged),
-            Err(_) => (false, true),
-        };
-        self.pace.charge(started, end, full, sent);
-        self.busy_until = Some(end);
-        let (all, elements) = applied.unwrap_or_default();
-        let tried: Vec<Family> = Family::ALL.into_iter().filter(|f| !hold.contains(f)).collect();
-        match result {
-            Ok(report) => {
-                let families = self.refused.note(&tried, &report.refused, end);
-                let refused: Vec<Family> = report.refused.iter().map(|(f, _)| *f).collect();
-                self.observe.failed(end - started, &refused);
-                let s = Synced { kind: report.kind, took: end - started, bytes: report.bytes, elements };
-                let waited = self.waits.applied(started);
-                self.observe.waited(waited.iter().map(|(d, r)| (*d, r.label())));
-                self.succeeded(&report, &s, (rendered_at - started, end - rendered_at), &waited, end);
-                self.observe.synced(&s, &changes, SystemTime::now(), &families);
-                self.observe.local(&self.model, &self.cfg, &changes, all);
-                self.conntrack.touch(&changes.services);
-                self.clear_stale_flows();
-            }
-            Err(e) => {
-                self.unapplied = Some(changes);
-                self.waits.held(WaitReason::Retry);
-                self.observe.failed(end - started, &tried);
-                let wait = self.retry.failed(end);
-                log::error!("sync failed, old rules stay in place; retrying in {wait:?} with a full sync: {e}");
-                self.force_full = true;
-            }
-        }
-    }
-
-    /// What the sync is to do beyond sending the changes: replace the tables after tampering or
-    /// a failure; rewrite them in place when the periodic full sync is due, or when `changes`
-    /// touch so many Services that a rewrite costs less than patching them (rendered from
-    /// scratch then, which is also the cheaper render).
-    fn resync(&mut self, changes: &Changes) -> Resync {
-        if self.force_full {
-            return Resync::Replace;
-        }
-        let touched = changes.services.len();
-        let many =
-            self.rendered.is_some() && touched >= MIN_REWRITE && touched > self.model.services.len() / REWRITE_SHARE;
-        if many {
-            self.rendered = None;
-            log::debug!("{touched} of {} services changed: rewriting the tables", self.model.services.len());
-        }
-        if self.refresh || many { Resync::Refresh } else { Resync::Changes }
-    }
-
-    /// Notes a sync that went through, in one info line; `(render, apply)` is how long each
-    /// part took, `waited` how long the changes it applied had waited.
-    fn succeeded(
-        &mut self,
-        report: &SyncReport,
-        s: &Synced,
-        (render, apply): (Duration, Duration),
-        waited: &[(Duration, WaitReason)],
-        end: Instant,
-    ) {
-        let took = render + apply;
-        if report.kind != SyncKind::Unchanged {
-            let (services, endpoints) = (self.model.services.len(), self.model.endpoint_count());
-            log::info!(
-                "{:?} sync: {services} services, {endpoints} endpoints; sent {} elements, {} bytes in {took:?} (render {render:?}, apply {apply:?}){}",
-                s.kind,
-                s.elements,
-                s.bytes,
-                wait_note(waited)
-            );
-        }
-        self.last = Some((report.kind, took, end));
-        let full = matches!(report.kind, SyncKind::Full | SyncKind::Refresh);
-        if full {
-            self.last_full = end;
-        }
-        self.retry.succeeded();
-        // The takeover removes kube-proxy's rules of both families: not while one of ours is
-        // refused.
-        if self.refused.is_empty()
-            && let Some(then) = self.after_first_sync.take()
-        {
-            then();
-        }
-        // Another process committed while notifications were paused: what it changed is
-        // unknown, so sync fully again; after a few such collisions in a row (a busy
-        // neighbour), settle for the cheap check instead of syncing fully forever.
-        if report.unsure {
-            self.unsure_streak += 1;
-            if self.unsure_streak <= MAX_UNSURE_RESYNCS || !self.kernel.tables_look_intact() {
-                log::info!("another process changed nftables during the full sync; syncing fully again");
-                self.dirty = true;
-                self.force_full = true;
-                return;
-            }
-        } else if full {
-            self.unsure_streak = 0;
-        }
-        self.dirty = false;
-        self.force_full = false;
-        self.refresh = false;
-    }
-}
-
-/// The log line's note of the longest wait among the changes a sync applied, and why.
-fn wait_note(waited: &[(Duration, WaitReason)]) -> String {
-    match waited.iter().max() {
-        Some((d, r)) => format!("; {} changes, the longest waited {d:?} ({})", waited.len(), r.label()),
-        None => String::new(),
-    }
-}
-
-/// Brings the rendered state up to the model: the Services in `changes` are rendered again,
-/// or everything when nothing was rendered yet (or rendering failed).
-fn render_changes<'s>(
-    model: &Model,
-    slot: &'s mut Option<Rendered>,
-    cfg: &Config,
-    changes: &Changes,
-) -> Result<(&'s Rendered, Update), NftError> {
-    let (rendered, update) = match slot.take() {
-        Some(mut r) => r.update(model, cfg, changes).map(|u| (r, u))?,
-        None => (Rendered::build(model, cfg, None)?, Update::Replaced),
-    };
-    Ok((slot.insert(rendered), update))
 }
