@@ -376,7 +376,8 @@ fn the_loop_sleeps_when_nothing_can_be_done() {
     });
     let turns = fake.with(|s| s.turns);
     assert!(turns < 20, "the loop turned {turns} times in 0.6 s");
-    assert_eq!(fake.calls().len(), 4);
+    let syncs = fake.calls().len();
+    assert!((2..=4).contains(&syncs), "{syncs} syncs in 0.3 s");
 }
 
 #[test]
