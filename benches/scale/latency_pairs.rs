@@ -309,7 +309,7 @@ pub fn all_at_once(emu: &Emulator, log: &LogTail, mon: &mut Monitor, all: Vec<(V
     let took: f64 = syncs.iter().filter_map(|s| s["took_ms"].as_f64()).sum();
     json!({"slices": n, "sample": sample.len(), "missing": missing,
            "accepted_ms": ms_between(start, accepted), "first_in_kernel_ms": first.map(|f| ms_between(start, f)),
-           "kernel_ms": ms_between(start, last), "syncs": syncs.len(), "syncs_took_ms": round2(took),
+           "kernel_ms": ms_between(start, last), "kernel_after_accepted_ms": ms_between(accepted, last), "syncs": syncs.len(), "syncs_took_ms": round2(took),
            "sync_lines": syncs})
 }
 

@@ -275,7 +275,12 @@ fn latency_rows(m: &Value) -> Vec<ApiRow> {
             Target::None,
         ),
         row("every slice at once: sample never in the kernel".into(), &["all_at_once", "missing"], Target::Equal(0.0)),
-        row("every slice at once: syncs logged".into(), &["all_at_once", "syncs"], Target::None),
+        row(
+            "every slice at once: from the emulator's acceptance to the kernel, ms".into(),
+            &["all_at_once", "kernel_after_accepted_ms"],
+            Target::None,
+        ),
+        row(format!("every slice at once: syncs logged ({})", sync_kinds(m)), &["all_at_once", "syncs"], Target::None),
         row("every slice at once: their time, ms (logged)".into(), &["all_at_once", "syncs_took_ms"], Target::None),
     ]);
     for reason in ["none", "cost", "pace", "retry"] {
@@ -314,6 +319,13 @@ fn latency_rows(m: &Value) -> Vec<ApiRow> {
         ),
     ]);
     rows
+}
+
+/// The kinds and sizes of the syncs logged for every slice changed at once (first run).
+fn sync_kinds(m: &Value) -> String {
+    let lines = m["all_at_once"]["sync_lines"].as_array().cloned().unwrap_or_default();
+    let each = |s: &Value| format!("{} {} elements", s["kind"].as_str().unwrap_or("?"), count(&s["elements"]));
+    lines.iter().map(each).collect::<Vec<_>>().join(", ")
 }
 
 /// A target as text, and whether the median and the worst run meet it.
