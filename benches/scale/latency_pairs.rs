@@ -344,7 +344,7 @@ pub fn change_wait(ns: &str) -> Value {
     const NAME: &str = "kube_nftproxy_change_wait_seconds";
     let text = in_netns(ns, || {
         use std::io::{Read, Write};
-        let addr = "127.0.0.1:10249".parse().expect("address");
+        let addr = super::views::METRICS.parse().expect("address");
         let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
         s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
