@@ -2,15 +2,19 @@
 //! listens in a node-like namespace's gateway (as a control plane off the node), and the real
 //! binary follows it with the emulator's client-certificate kubeconfig.
 //!
-//! Measured: the time from spawning the daemon to its first sync done (with the list times and
-//! the sync's own as the daemon logs them); one EndpointSlice change to the kernel, isolated;
-//! a churn of 100 changes per second (syncs, event-to-kernel, CPU); resident memory; and the
-//! requests the API server saw. The kernel side is taken from the kernel itself: an
+//! Measured, with the daemon's default flags: the time from spawning it to its first sync done
+//! (with the list times and the sync's own as it logs them); new Service + EndpointSlice pairs
+//! a while apart, event → kernel and event → traffic (`latency_pairs.rs`); a churn of 100
+//! changes per second (syncs, event → kernel, CPU) with new pairs probed alongside; every
+//! slice changed at once; the change-wait histogram it exports; resident memory; and the
+//! requests the API server saw. Then, on a second daemon with `--min-sync-period=0`, single
+//! EndpointSlice changes, isolated. The kernel side is taken from the kernel itself: an
 //! `nft monitor` in the node's namespace, its lines timestamped as they arrive.
 
 use super::common::Netns;
 use super::common::daemon::Daemon;
 use super::common::emulator::Emulator;
+use super::latency_pairs::{self, Backend, Pairs, Prober};
 use super::observe::*;
 use super::synth::{self, Case};
 use serde_json::{Value, json};
@@ -30,11 +34,20 @@ const ISOLATED_GAP: Duration = Duration::from_millis(50);
 const CHURN_BATCH: u32 = 10;
 const CHURN_TICK: Duration = Duration::from_millis(100);
 
+/// A new Service + EndpointSlice pair every this many churn ticks (2.5 a second).
+const CHURN_PAIR_TICKS: u32 = 4;
+
+/// Spacing of the isolated pairs, each from the previous one's start: past the default
+/// min-sync-period of 1 s, so each finds the pace's allowance back.
+const PAIR_GAP: Duration = Duration::from_millis(1200);
+
 /// How the benchmark sizes this part.
 #[derive(Debug, Clone, Copy)]
 pub struct Sizes {
-    /// Isolated changes.
+    /// Isolated changes (min-sync-period 0).
     pub isolated: u32,
+    /// Isolated Service + EndpointSlice pairs (default flags).
+    pub pairs: u32,
     /// Seconds of churn.
     pub churn_s: u32,
 }
@@ -42,7 +55,11 @@ pub struct Sizes {
 impl Sizes {
     /// The figures, or a few seconds' worth for `--smoke`.
     pub fn new(smoke: bool) -> Sizes {
-        if smoke { Sizes { isolated: 20, churn_s: 5 } } else { Sizes { isolated: 200, churn_s: 60 } }
+        if smoke {
+            Sizes { isolated: 20, pairs: 10, churn_s: 5 }
+        } else {
+            Sizes { isolated: 200, pairs: 50, churn_s: 60 }
+        }
     }
 }
 
@@ -67,10 +84,20 @@ impl<'c> Changes<'c> {
     fn next(&mut self) -> (Value, String) {
         let i = (self.next * STRIDE % u64::from(self.case.services)) as u32;
         self.next += 1;
+        self.bump(i)
+    }
+
+    /// Service `i`'s slice one generation up, and its new endpoint address.
+    fn bump(&mut self, i: u32) -> (Value, String) {
         let g = &mut self.generation[i as usize];
         *g += 1;
         let ip = synth::endpoint_ip(i, 0, self.case.endpoints, *g);
         (synth::slice_json(self.case, i, *g), ip)
+    }
+
+    /// Every slice one generation up, in order.
+    fn all(&mut self) -> Vec<(Value, String)> {
+        (0..self.case.services).map(|i| self.bump(i)).collect()
     }
 }
 
@@ -78,6 +105,7 @@ impl<'c> Changes<'c> {
 struct Rig {
     ns: Netns,
     emu: Emulator,
+    _backend: Backend,
     dir: std::path::PathBuf,
 }
 
@@ -88,11 +116,12 @@ impl Rig {
         let manifest = dir.join("cluster.json");
         super::churn::write_manifest(case, 0, &manifest);
         let ns = Netns::node_like("apibench");
+        let backend = Backend::new(&ns);
         let t = Instant::now();
         let emu =
             Emulator::start(Some(&ns.gateway().name), API_LISTEN, Some(&manifest), &["--bookmark-interval", BOOKMARKS]);
         eprintln!("api: emulator ready with {} services in {:?}", case.services, t.elapsed());
-        Rig { ns, emu, dir }
+        Rig { ns, emu, _backend: backend, dir }
     }
 
     /// Starts a daemon with `extra` flags and waits for its first sync: the daemon, its log,
@@ -119,17 +148,26 @@ fn post(emu: &Emulator, slices: Vec<Value>) {
     emu.apply(&Value::Array(slices));
 }
 
-/// The churn: `CHURN_BATCH` changes every `CHURN_TICK` for `secs`, on a daemon with default
-/// flags.
-fn churn(rig: &Rig, d: &Daemon, log: &LogTail, changes: &mut Changes, secs: u32) -> Value {
-    let mut mon = Monitor::start(&rig.ns);
+/// Waits until `mon` reports changes (see `Monitor::warm_up`), then until the pacing of the
+/// warm-up's syncs is past, so what follows starts with the burst allowance.
+fn live(rig: &Rig, mon: &mut Monitor, changes: &mut Changes) {
     mon.warm_up(|| {
         let (slice, ip) = changes.next();
         post(&rig.emu, vec![slice]);
         ip
     });
-    // Past the pacing of the warm-up's sync, so the churn starts with the burst allowance.
     std::thread::sleep(Duration::from_secs(2));
+}
+
+/// The churn: `CHURN_BATCH` changes every `CHURN_TICK` for `secs`, on a daemon with default
+/// flags; `on_tick` runs after each tick's post.
+fn churn(
+    (rig, d, log): (&Rig, &Daemon, &LogTail),
+    mon: &mut Monitor,
+    changes: &mut Changes,
+    secs: u32,
+    mut on_tick: impl FnMut(u32),
+) -> Value {
     let mut posted: Vec<(String, Instant)> = Vec::new();
     let from_line = log.lines().len();
     let (cpu0, emu0) = (cpu_s(d.pid()), cpu_s(rig.emu.pid()).0);
@@ -142,6 +180,7 @@ fn churn(rig: &Rig, d: &Daemon, log: &LogTail, changes: &mut Changes, secs: u32)
         let at = Instant::now();
         post(&rig.emu, slices);
         posted.extend(ips.into_iter().map(|ip| (ip, at)));
+        on_tick(tick);
     }
     let wall = start.elapsed();
     let (cpu1, emu1) = (cpu_s(d.pid()), cpu_s(rig.emu.pid()).0);
@@ -177,13 +216,8 @@ fn churn(rig: &Rig, d: &Daemon, log: &LogTail, changes: &mut Changes, secs: u32)
 }
 
 /// `n` changes one at a time, each `ISOLATED_GAP` after the previous one reached the kernel.
-fn isolated(rig: &Rig, changes: &mut Changes, n: u32) -> Value {
-    let mut mon = Monitor::start(&rig.ns);
-    mon.warm_up(|| {
-        let (slice, ip) = changes.next();
-        post(&rig.emu, vec![slice]);
-        ip
-    });
+fn isolated(rig: &Rig, mon: &mut Monitor, changes: &mut Changes, n: u32) -> Value {
+    live(rig, mon, changes);
     let mut latencies = Vec::new();
     let mut missing = 0;
     for _ in 0..n {
@@ -243,11 +277,8 @@ pub fn run(case: &Case, sizes: Sizes) -> Value {
     let rss_start = rss_mb(d.pid());
     // 4. The debug views, fetched whole, against the memory held at rest.
     let views = super::views::fetch_all(&rig.ns.name, d.pid());
-    // 3. Churn, then memory at rest.
-    let churned = churn(&rig, &d, &log, &mut changes, sizes.churn_s);
-    eprintln!("api: churn {churned}");
-    std::thread::sleep(Duration::from_secs(3));
-    let rss_after = rss_mb(d.pid());
+    // 2.–3. Changes, new services and churn, by the kernel and by connections.
+    let (followed, mut mon) = follow_changes(&rig, (&d, &log), &mut changes, case, sizes);
     // 5. What the API server saw over this daemon's life.
     let served = requests(&rig.emu);
     let covered_s = round2(spawned.elapsed().as_secs_f64());
@@ -256,20 +287,57 @@ pub fn run(case: &Case, sizes: Sizes) -> Value {
     let warnings = warned.len();
     // Kept in the results, so a missed target says what it missed.
     let warning_lines: Vec<String> = warned.iter().take(10).map(|l| l.to_string()).collect();
-    // 2. Isolated changes, on a second daemon without pacing (it starts over the first's rules).
+    // 6. Isolated changes, on a second daemon without pacing (it starts over the first's rules).
     let (d2, _log2, spawned2, synced2, line2) = rig.daemon(&["--min-sync-period=0"]);
     let restart = json!({"ms": ms_between(spawned2, synced2), "sync": sync_figures(&line2)});
     std::thread::sleep(Duration::from_millis(500));
-    let one = isolated(&rig, &mut changes, sizes.isolated);
+    let one = isolated(&rig, &mut mon, &mut changes, sizes.isolated);
     eprintln!("api: isolated {one}");
     d2.stop();
     json!({"services": case.services, "endpoints": case.endpoints,
            "start": {"ms": start_ms, "following_ms": following, "all_listed_ms": all_listed,
                      "listed": listings(&lines, spawned), "sync": first},
-           "restart": restart, "isolated": one, "churn": churned,
-           "rss_start_mb": rss_start, "rss_after_churn_mb": rss_after,
-           "requests": served, "covered_s": covered_s, "warnings": warnings, "warning_lines": warning_lines,
-           "debug_views": views})
+           "restart": restart, "isolated": one, "pairs_isolated": followed["pairs_isolated"],
+           "churn": followed["churn"], "all_at_once": followed["all_at_once"],
+           "change_wait": followed["change_wait"], "rss_start_mb": rss_start,
+           "rss_after_churn_mb": followed["rss_after_churn_mb"], "requests": served, "covered_s": covered_s,
+           "warnings": warnings, "warning_lines": warning_lines, "debug_views": views})
+}
+
+/// On the daemon with default flags: isolated new Service + EndpointSlice pairs, the churn with
+/// pairs alongside, the change-wait histogram after it, memory at rest, and every slice changed
+/// at once. The figures, and the monitor (live) for what follows.
+fn follow_changes(
+    rig: &Rig,
+    (d, log): (&Daemon, &LogTail),
+    changes: &mut Changes,
+    case: &Case,
+    sizes: Sizes,
+) -> (Value, Monitor) {
+    let mut mon = Monitor::start(&rig.ns);
+    live(rig, &mut mon, changes);
+    let (mut prober, mut pairs) = (Prober::start(&rig.ns), Pairs::new(case));
+    let pairs_isolated = latency_pairs::isolated(&rig.emu, &mut pairs, &mut prober, &mut mon, sizes.pairs, PAIR_GAP);
+    eprintln!("api: isolated pairs {pairs_isolated}");
+    std::thread::sleep(Duration::from_secs(2));
+    let from = pairs.all.len();
+    let mut churned = churn((rig, d, log), &mut mon, changes, sizes.churn_s, |tick| {
+        if tick % CHURN_PAIR_TICKS == 0 {
+            pairs.post(&rig.emu, &mut prober);
+        }
+    });
+    churned["pairs"] = pairs.figures(from, &mut mon, &prober, Duration::from_secs(5));
+    eprintln!("api: churn {churned}");
+    let waits_after_churn = latency_pairs::change_wait(&rig.ns.name);
+    std::thread::sleep(Duration::from_secs(3));
+    let rss_after = rss_mb(d.pid());
+    let all = latency_pairs::all_at_once(&rig.emu, log, &mut mon, changes.all());
+    eprintln!("api: every slice at once {all}");
+    let waits_after_all = latency_pairs::change_wait(&rig.ns.name);
+    let v = json!({"pairs_isolated": pairs_isolated, "churn": churned, "all_at_once": all,
+                   "change_wait": {"after_churn": waits_after_churn, "after_all": waits_after_all},
+                   "rss_after_churn_mb": rss_after});
+    (v, mon)
 }
 
 /// `--api-idle SECONDS`: the daemon follows the emulator and does nothing else that long; what

@@ -24,6 +24,7 @@ mod common;
 mod conntrack;
 mod diff;
 mod health;
+mod latency_pairs;
 mod measure;
 mod musl;
 mod observe;

@@ -179,20 +179,27 @@ impl Monitor {
         panic!("nft monitor never reported a change");
     }
 
-    /// Files the lines read since the last call.
+    /// Files the lines read since the last call: each address under itself, and under
+    /// `SET/ADDRESS` for the set or map it was added to (`add element FAMILY TABLE SET { … }`),
+    /// so an address that moves from one map to another can be waited for in the second.
     pub fn drain(&mut self) {
         let lines = self.lines.lock().expect("lines");
         for (at, line) in &lines[self.read..] {
-            for word in line.split_whitespace() {
+            let set = line.strip_prefix("add element ").and_then(|r| r.split_whitespace().nth(2));
+            for word in line.split_whitespace().map(|w| w.trim_matches([',', '{', '}'])) {
                 if word.parse::<std::net::Ipv4Addr>().is_ok() {
                     self.seen.entry(word.to_string()).or_insert(*at);
+                    if let Some(set) = set {
+                        self.seen.entry(format!("{set}/{word}")).or_insert(*at);
+                    }
                 }
             }
         }
         self.read = lines.len();
     }
 
-    /// When `ip` first appeared in the kernel, waiting up to `limit` for it.
+    /// When `ip` (or `SET/ip`, see `drain`) first appeared in the kernel, waiting up to
+    /// `limit` for it.
     pub fn wait(&mut self, ip: &str, limit: Duration) -> Option<Instant> {
         let start = Instant::now();
         loop {

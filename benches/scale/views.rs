@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Where the daemon serves metrics, and so the views, inside its namespace.
-const METRICS: &str = "127.0.0.1:10249";
+pub const METRICS: &str = "127.0.0.1:10249";
 
 /// Fetches `/debug/ruleset` and `/debug/services` from daemon `pid` in namespace `ns`.
 pub fn fetch_all(ns: &str, pid: i32) -> Value {
