@@ -54,13 +54,18 @@ impl Backoff {
 /// whose full sync costs a millisecond, cheap syncs are not held for most of a period.
 const MIN_FULL_COST_PER_PERIOD: f64 = 0.05;
 
+/// Full syncs' worth of work banked while idle: upstream's burst of two syncs.
+const BANKED_FULL_SYNCS: f64 = 2.0;
+
 /// The pace of syncs by their cost. With `min_sync_period` P and F what the last full sync
 /// cost (render and apply; at least `MIN_FULL_COST_PER_PERIOD` of P), the sync thread is busy
 /// at most F / (F + P) of the time: what syncing fully once per period, counted from the end of
 /// each sync, costs — upstream's bound on a cluster whose syncs are all full ones. A sync that
 /// cost c earns a rest of c·P/F, never more than P, so a change never waits longer than a
-/// period; up to F of sync work is banked while idle, so cheap changes (a Service and its
-/// EndpointSlice a moment apart) go out at once. A sync that sent nothing costs nothing.
+/// period; up to two full syncs' worth of work is banked while idle (upstream's burst of two),
+/// so cheap changes (a Service and its EndpointSlice a moment apart) go out at once, and so
+/// does a large change set streaming in over a few syncs. A sync that sent nothing costs
+/// nothing.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Pace {
     period: Duration,
@@ -77,7 +82,7 @@ pub(super) struct Pace {
 impl Pace {
     pub(super) fn new(period: Duration, now: Instant) -> Pace {
         let full = period.mul_f64(MIN_FULL_COST_PER_PERIOD);
-        Pace { period, full, credit: full.as_secs_f64(), at: now, measured: false }
+        Pace { period, full, credit: full.as_secs_f64() * BANKED_FULL_SYNCS, at: now, measured: false }
     }
 
     /// The busy share the pace allows: F / (F + P).
@@ -86,10 +91,15 @@ impl Pace {
         f / (f + self.period.as_secs_f64())
     }
 
-    /// The credit at `t`: what was banked, plus what the share earned since, up to F.
+    /// The most that can be banked.
+    fn bank(&self) -> f64 {
+        self.full.as_secs_f64() * BANKED_FULL_SYNCS
+    }
+
+    /// The credit at `t`: what was banked, plus what the share earned since, up to the bank.
     fn credit_at(&self, t: Instant) -> f64 {
         let earned = t.saturating_duration_since(self.at).as_secs_f64() * self.share();
-        (self.credit + earned).min(self.full.as_secs_f64())
+        (self.credit + earned).min(self.bank())
     }
 
     /// When the next sync may start.
@@ -111,7 +121,7 @@ impl Pace {
         if full {
             self.full = cost.max(self.period.mul_f64(MIN_FULL_COST_PER_PERIOD));
             if !self.measured {
-                credit = self.full.as_secs_f64();
+                credit = self.bank();
             }
             self.measured = true;
         }
@@ -119,7 +129,7 @@ impl Pace {
         // The debt is capped at one period's rest: a sync dearer than a full one (or F measured
         // lower since) never holds the next change back longer than upstream's pace would.
         let floor = -self.share() * self.period.as_secs_f64();
-        self.credit = (credit.min(self.full.as_secs_f64()) - spent).max(floor);
+        self.credit = (credit.min(self.bank()) - spent).max(floor);
         self.at = end;
     }
 }
@@ -146,7 +156,7 @@ mod tests {
     }
 
     #[test]
-    fn cheap_syncs_go_at_once_until_a_full_syncs_worth_is_spent() {
+    fn cheap_syncs_go_at_once_until_two_full_syncs_worth_is_spent() {
         let (mut pace, mut t) = measured(MS * 200);
         assert!((pace.share() - 0.2 / 1.2).abs() < 1e-9);
         let mut at_once = 0;
@@ -156,8 +166,8 @@ mod tests {
             at_once += 1;
             assert!(at_once < 1000, "the bank never ran out");
         }
-        // 200 ms banked, plus what the share earned meanwhile.
-        assert!((40..60).contains(&at_once), "{at_once} syncs went at once");
+        // 400 ms banked, plus what the share earned meanwhile.
+        assert!((80..120).contains(&at_once), "{at_once} syncs went at once");
         // Then one 5 ms sync earns a rest of at most 5 ms × P / F = 25 ms, not a period.
         let rest = pace.next_allowed() - t;
         assert!(rest <= MS * 25, "rest {rest:?}");
@@ -178,9 +188,9 @@ mod tests {
             syncs += 1;
         }
         let share = busy.as_secs_f64() / (t - start).as_secs_f64();
-        // The bound, plus the 200 ms banked at the start spread over the minute.
-        assert!(share <= pace.share() + 0.2 / 60.0 + 1e-3, "share {share}");
-        assert!(syncs <= 1300, "{syncs} syncs");
+        // The bound, plus the 400 ms banked at the start spread over the minute.
+        assert!(share <= pace.share() + 0.4 / 60.0 + 1e-3, "share {share}");
+        assert!(syncs <= 1320, "{syncs} syncs");
     }
 
     #[test]
@@ -191,33 +201,41 @@ mod tests {
     }
 
     #[test]
-    fn full_syncs_that_cost_seconds_rest_a_period_each_as_upstream() {
+    fn full_syncs_that_cost_seconds_keep_the_share_and_rest_at_most_a_period() {
         let t0 = Instant::now();
         let mut pace = Pace::new(P, t0);
-        pace.charge(t0, t0 + P * 4, true, true);
-        let end = t0 + P * 4;
-        pace.charge(end, end + P * 4, true, true);
-        assert!(close(pace.next_allowed(), end + P * 4 + P));
+        let mut t = t0;
+        for _ in 0..20 {
+            let start = t.max(pace.next_allowed());
+            assert!(start - t <= P, "a rest of {:?}", start - t);
+            pace.charge(start, start + P * 4, true, true);
+            t = start + P * 4;
+        }
+        // 4 / (4 + 1) of the time, plus the first bank of 8 s spread over the run.
+        let share = 80.0 / (t - t0).as_secs_f64();
+        assert!(share <= 0.8 + 8.0 / (t - t0).as_secs_f64() + 1e-6, "share {share}");
+        assert!(share > 0.8, "share {share}");
     }
 
     #[test]
     fn a_sync_that_sends_nothing_costs_a_change_nothing() {
         let (mut pace, t) = measured(MS * 200);
-        // 300 ms of work from a 200 ms bank: a debt of 100 ms, rested off in 600 ms.
-        pace.charge(t, t + MS * 300, false, true);
+        // 500 ms of work from a 400 ms bank: a debt of 100 ms, rested off in 600 ms.
+        pace.charge(t, t + MS * 500, false, true);
         let at = pace.next_allowed();
-        assert!(close(at, t + MS * 900));
+        assert!(close(at, t + MS * 1100));
         pace.charge(at, at + MS * 50, false, false);
         assert!(close(pace.next_allowed(), at + MS * 50), "the next real change goes as soon as it could before");
     }
 
     #[test]
     fn a_small_clusters_cheap_syncs_are_not_held_for_a_period() {
-        // A full sync of 1 ms counts as 50 ms: 60 ms of syncs past the 50 ms bank rest 210 ms.
+        // A full sync of 1 ms counts as 50 ms: 120 ms of syncs past the 100 ms bank rest
+        // 420 ms, not a period.
         let (mut pace, t) = measured(MS);
-        pace.charge(t, t + MS * 60, false, true);
-        let rest = pace.next_allowed() - (t + MS * 60);
-        assert!(rest <= MS * 220, "rest {rest:?}");
+        pace.charge(t, t + MS * 120, false, true);
+        let rest = pace.next_allowed() - (t + MS * 120);
+        assert!(rest > MS * 400 && rest <= MS * 440, "rest {rest:?}");
     }
 
     #[test]
