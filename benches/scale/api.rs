@@ -331,7 +331,7 @@ fn follow_changes(
     let waits_after_churn = latency_pairs::change_wait(&rig.ns.name);
     std::thread::sleep(Duration::from_secs(3));
     let rss_after = rss_mb(d.pid());
-    let all = latency_pairs::all_at_once(&rig.emu, log, &mut mon, changes.all());
+    let all = latency_pairs::all_at_once(&rig.ns.name, &rig.emu, log, &mut mon, changes.all());
     eprintln!("api: every slice at once {all}");
     let waits_after_all = latency_pairs::change_wait(&rig.ns.name);
     let v = json!({"pairs_isolated": pairs_isolated, "churn": churned, "all_at_once": all,
