@@ -16,6 +16,7 @@ pub mod kube;
 pub mod lock;
 pub mod logging;
 pub mod manifests;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod nft;

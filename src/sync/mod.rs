@@ -361,6 +361,7 @@ impl<K: Kernel> Syncer<K> {
                 self.force_full = true;
             }
         }
+        crate::memory::after_sync(elements);
     }
 
     /// Notes a sync that went through, in one info line; `(render, apply)` is how long each
