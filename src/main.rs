@@ -15,12 +15,14 @@ use std::sync::atomic::AtomicBool;
 #[path = "cli/daemon.rs"]
 mod daemon;
 
-/// The static build's allocator: musl's own (mallocng) made the 30k first sync 1.2 to 1.4
-/// times as slow as the glibc build (its CPU time up to the sync 1.4 times); jemalloc brings
-/// both to glibc's (0.94 to 0.99 times) at the same peak (211 MB against glibc's 213).
-/// Measured with `cargo bench --bench scale -- --musl-only`; mimalloc (v3 and v2) stayed 1.1
-/// to 1.3 times as slow and peaked 20 MB higher. The glibc build keeps glibc's malloc.
-#[cfg(target_env = "musl")]
+/// The allocator, jemalloc in every build. In the static build musl's own (mallocng) made the
+/// 30k first sync 1.2 to 1.4 times as slow as the glibc build (its CPU time up to the sync 1.4
+/// times); jemalloc brings both to glibc's (0.94 to 0.99 times) at the same peak (211 MB
+/// against glibc's 213). Measured with `cargo bench --bench scale -- --musl-only`; mimalloc
+/// (v3 and v2) stayed 1.1 to 1.3 times as slow and peaked 20 MB higher. glibc's malloc, in
+/// turn, kept 100 to 165 MB free but resident under churn (a heap fragmented between the
+/// model's objects and each read's parse), which `malloc_trim` could not give back; jemalloc
+/// returns what a large sync freed within a second (`.cargo/config.toml`).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -83,16 +83,28 @@ pub struct Watcher {
     /// `--service-proxy-name`: only Services labelled with it are served.
     proxy_name: Option<String>,
     inbox: Arc<Inbox>,
-    /// A hash of every object's JSON as last delivered (or, for an object whose new content
-    /// was refused, as last delivered good).
-    known: HashMap<ObjectId, u64>,
+    /// Every object as last delivered (or, for an object whose new content was refused, as
+    /// last delivered good), marked in place by each load that finds it: a second map of a
+    /// 30k-service cluster's ids, rebuilt on every rewrite, would double what this costs.
+    known: HashMap<ObjectId, Known>,
+    /// Loads so far; the mark of the current one.
+    loads: u64,
     listed: bool,
+}
+
+/// What the watcher remembers of one object.
+#[derive(Debug, Clone, Copy)]
+struct Known {
+    /// A hash of its JSON.
+    hash: u64,
+    /// The last load that found it.
+    load: u64,
 }
 
 impl Watcher {
     /// A watcher of `path` for node `node_name`, delivering to `inbox`.
     pub fn new(path: PathBuf, node_name: String, inbox: Arc<Inbox>) -> Watcher {
-        Watcher { path, node_name, proxy_name: None, inbox, known: HashMap::new(), listed: false }
+        Watcher { path, node_name, proxy_name: None, inbox, known: HashMap::new(), loads: 0, listed: false }
     }
 
     /// The same, for the proxy named `proxy_name` (`--service-proxy-name`).
@@ -103,42 +115,45 @@ impl Watcher {
     /// Reads the manifests once and delivers what changed; returns how many objects did.
     /// When a file cannot be read or parsed, nothing is taken as deleted.
     pub fn load(&mut self) -> Result<usize, ManifestError> {
-        let mut current: HashMap<ObjectId, u64> = HashMap::with_capacity(self.known.len());
+        self.loads += 1;
+        let load = self.loads;
+        let Watcher { path, node_name, proxy_name, inbox, known, .. } = self;
         let mut batch = Vec::new();
         let mut delivered = 0;
         let mut unidentified = false;
-        let result = read(&self.path, &mut |file, id, doc| {
+        let result = read(path, &mut |file, id, doc| {
             unidentified |= id.1.1.is_empty();
             let hash = hash_of(&doc);
-            let before = self.known.get(&id).copied();
-            if before == Some(hash) {
-                current.insert(id, hash);
-                return;
+            if let Some(k) = known.get_mut(&id) {
+                k.load = load;
+                if k.hash == hash {
+                    return;
+                }
             }
-            match self.validate(file, doc) {
+            match validate(file, doc, node_name, proxy_name.as_deref()) {
                 Ok(Some(change)) => {
-                    current.insert(id, hash);
+                    known.insert(id, Known { hash, load });
                     batch.push(change);
                 }
-                Ok(None) => {}
-                // Bad input loses nothing: the object keeps its last good state.
-                Err(why) => {
-                    log::warn!("{why}");
-                    if let Some(before) = before {
-                        current.insert(id, before);
+                // Not followed (any more): unmarked, so taken as deleted if it was known.
+                Ok(None) => {
+                    if let Some(k) = known.get_mut(&id) {
+                        k.load = 0;
                     }
                 }
+                // Bad input loses nothing: the object keeps its last good state (and mark).
+                Err(why) => log::warn!("{why}"),
             }
             if batch.len() >= BATCH {
                 delivered += batch.len();
-                self.inbox.send_all(batch.drain(..));
+                inbox.send_all(batch.drain(..));
             }
         });
         delivered += batch.len();
         self.inbox.send_all(batch);
         // Without every object identified, what is missing may only be misnamed: nothing is
         // taken as deleted then (the object keeps its last good state); nor after a failure.
-        let gone = self.settle(current, result.is_err() || unidentified);
+        let gone = if result.is_err() || unidentified { Vec::new() } else { self.forget_unmarked() };
         for w in result? {
             log::warn!("{w}");
         }
@@ -151,26 +166,17 @@ impl Watcher {
         Ok(delivered)
     }
 
-    /// Decodes and validates one object.
-    fn validate(&self, file: &std::path::Path, doc: Value) -> Result<Option<ObjectChange>, String> {
-        match decode(file, doc).map_err(|bad| bad.to_string())? {
-            Some(obj) => {
-                ObjectChange::from_api_for(&obj, &self.node_name, self.proxy_name.as_deref()).map_err(|e| e.to_string())
+    /// Forgets what the current load did not find; returns their deletions.
+    fn forget_unmarked(&mut self) -> Vec<ObjectChange> {
+        let mut gone = Vec::new();
+        let load = self.loads;
+        self.known.retain(|id, k| {
+            let found = k.load == load;
+            if !found {
+                gone.push(ObjectChange::deleted(id));
             }
-            None => Ok(None),
-        }
-    }
-
-    /// Makes `current` what is known; returns the deletions of what it lacks, or none when
-    /// `keep_all` (what it lacks stays known).
-    fn settle(&mut self, mut current: HashMap<ObjectId, u64>, keep_all: bool) -> Vec<ObjectChange> {
-        if keep_all {
-            for (id, hash) in self.known.drain() {
-                current.entry(id).or_insert(hash);
-            }
-        }
-        let gone = self.known.keys().filter(|id| !current.contains_key(*id)).map(ObjectChange::deleted).collect();
-        self.known = current;
+            found
+        });
         gone
     }
 
@@ -179,6 +185,19 @@ impl Watcher {
             self.listed = true;
             self.inbox.listed(SOURCE);
         }
+    }
+}
+
+/// Decodes and validates one object.
+fn validate(
+    file: &std::path::Path,
+    doc: Value,
+    node_name: &str,
+    proxy_name: Option<&str>,
+) -> Result<Option<ObjectChange>, String> {
+    match decode(file, doc).map_err(|bad| bad.to_string())? {
+        Some(obj) => ObjectChange::from_api_for(&obj, node_name, proxy_name).map_err(|e| e.to_string()),
+        None => Ok(None),
     }
 }
 
