@@ -59,6 +59,8 @@ struct Shared {
     costs: (Duration, Duration),
     /// Partial syncs find nothing to send.
     unchanged: bool,
+    /// Syncs begun (a blocked one included).
+    entered: usize,
 }
 
 /// An in-memory kernel: records syncs, fails or blocks on request.
@@ -83,6 +85,7 @@ impl Kernel for Fake {
         resync: Resync,
         hold: &[Family],
     ) -> Result<SyncReport, NftError> {
+        self.with(|s| s.entered += 1);
         while self.with(|s| s.blocked) {
             std::thread::sleep(Duration::from_millis(5));
         }

@@ -127,9 +127,9 @@ pub struct Flags {
     #[arg(long = "iptables-masquerade-bit", alias = "masquerade-bit", value_name = "BIT", default_value_t = 14,
           help_heading = NFTABLES)]
     pub masquerade_bit: u8,
-    /// kube-proxy's minSyncPeriod: the shortest time between syncs; changes arriving sooner
-    /// are coalesced into the next one. At most the sync period. Not in ipvs mode, where
-    /// --ipvs-min-sync-period sets it.
+    /// kube-proxy's minSyncPeriod: bounds the time spent syncing to what one full sync per
+    /// period costs; cheap changes go at once, and none waits longer than this for the pace.
+    /// At most the sync period. Not in ipvs mode, where --ipvs-min-sync-period sets it.
     #[arg(long = "iptables-min-sync-period", alias = "min-sync-period", value_name = "DURATION", default_value = "1s",
           value_parser = parse_duration, help_heading = NFTABLES)]
     pub min_sync_period: Duration,

@@ -38,7 +38,8 @@ pub const MIN_RETRY: Duration = Duration::from_secs(1);
 /// Timing of the loop.
 #[derive(Debug, Clone, Copy)]
 pub struct Periods {
-    /// Minimum time between the end of one sync and the start of the next.
+    /// The pace's period: syncing is bounded to what one full sync per period costs, and no
+    /// change waits longer than this for the pace ([`pace`]).
     pub min_sync: Duration,
     /// Longest wait before a failed sync is retried.
     pub sync: Duration,
@@ -227,7 +228,9 @@ impl<K: Kernel> Syncer<K> {
         let now = SystemTime::now();
         // The first sync's wait is the listing's, not a change's.
         let counted = self.last.is_some();
-        for (change, arrived) in d.changes.into_iter().zip(d.arrived) {
+        // A delivery made without arrival times counts its changes as arriving now.
+        let arrived = d.arrived.into_iter().chain(std::iter::repeat(Instant::now()));
+        for (change, arrived) in d.changes.into_iter().zip(arrived) {
             let kind = change.kind();
             let service = change.service(&self.model);
             let detail = log::log_enabled!(log::Level::Debug).then(|| change.describe());
@@ -303,5 +306,6 @@ impl<K: Kernel> Syncer<K> {
                 log::warn!("deleting stale chains failed, retrying in {wait:?}: {e}");
             }
         }
+        self.busy_until = Some(Instant::now());
     }
 }

@@ -70,7 +70,10 @@ impl<K: Kernel> Syncer<K> {
                 self.kernel.sync(rendered.ruleset(), &update, resync, &hold)
             });
         let end = Instant::now();
-        self.charge(started, end, &result);
+        let (full, sent) = match &result {
+            Ok(r) => (matches!(r.kind, SyncKind::Full | SyncKind::Refresh), r.kind != SyncKind::Unchanged),
+            Err(_) => (false, true),
+        };
         let (all, elements) = applied.unwrap_or_default();
         let tried: Vec<Family> = Family::ALL.into_iter().filter(|f| !hold.contains(f)).collect();
         match result {
@@ -96,17 +99,11 @@ impl<K: Kernel> Syncer<K> {
                 self.force_full = true;
             }
         }
-    }
-
-    /// Charges the pace for a sync from `started` to `end`: a full one measures what full
-    /// syncs cost; one that sent nothing is free; a failed one cost what it took.
-    fn charge(&mut self, started: Instant, end: Instant, result: &Result<SyncReport, NftError>) {
-        let (full, sent) = match result {
-            Ok(r) => (matches!(r.kind, SyncKind::Full | SyncKind::Refresh), r.kind != SyncKind::Unchanged),
-            Err(_) => (false, true),
-        };
-        self.pace.charge(started, end, full, sent);
-        self.busy_until = Some(end);
+        // Charged with what followed the kernel's part (the conntrack cleanup, the takeover):
+        // the loop was busy with this sync until now.
+        let done = Instant::now();
+        self.pace.charge(started, done, full, sent);
+        self.busy_until = Some(done);
     }
 
     /// What the sync is to do beyond sending the changes: replace the tables after tampering or

@@ -34,14 +34,18 @@ impl WaitReason {
 const MAX_COUNTED: usize = 1 << 17;
 
 /// The changes filed since the last successful sync: when each arrived, and why it has waited.
+/// A hold marks everything pending at once, so it only notes how far the pending list reached
+/// (a loop turn per arriving change must not walk them all).
 #[derive(Debug, Default)]
 pub(super) struct Waits {
     pending: Vec<(Instant, WaitReason)>,
+    /// Per reason (by its order), how many of `pending` it held.
+    held: [usize; 4],
 }
 
 impl Waits {
-    /// A change that arrived at `at` was filed; `busy_until` is when the last sync ended (a
-    /// change that arrived before then waited for it).
+    /// A change that arrived at `at` was filed; `busy_until` is when the loop last finished
+    /// work (a change that arrived before then waited for it).
     pub(super) fn filed(&mut self, at: Instant, busy_until: Option<Instant>) {
         if self.pending.len() < MAX_COUNTED {
             let reason = if busy_until.is_some_and(|end| at < end) { WaitReason::Cost } else { WaitReason::None };
@@ -51,14 +55,20 @@ impl Waits {
 
     /// Everything waiting now is held for `reason`.
     pub(super) fn held(&mut self, reason: WaitReason) {
-        for (_, r) in &mut self.pending {
-            *r = (*r).max(reason);
-        }
+        self.held[reason as usize] = self.pending.len();
     }
 
     /// The changes a sync that started at `start` applied: how long each waited, and why.
     pub(super) fn applied(&mut self, start: Instant) -> Vec<(Duration, WaitReason)> {
-        self.pending.drain(..).map(|(at, r)| (start.saturating_duration_since(at), r)).collect()
+        let held = std::mem::take(&mut self.held);
+        let reasons = [WaitReason::None, WaitReason::Cost, WaitReason::Pace, WaitReason::Retry];
+        let out = self.pending.iter().enumerate().map(|(i, (at, own))| {
+            let most = reasons.iter().filter(|r| held[**r as usize] > i).max().copied();
+            (start.saturating_duration_since(*at), most.map_or(*own, |r| r.max(*own)))
+        });
+        let out = out.collect();
+        self.pending = Vec::new();
+        out
     }
 }
 

@@ -71,7 +71,7 @@ fn cheap_changes_go_at_once_then_the_pace_holds_them_a_fraction_of_a_period() {
 fn a_storm_coalesces_within_the_busy_share_and_no_change_waits_a_period() {
     let fake = Fake::default();
     // F counts as 50 ms (a twentieth of the period): the share is 50 / 1050.
-    let (syncer, inbox, m) = paced(&fake, (MS * 20, MS * 10));
+    let (syncer, inbox, m) = paced(&fake, (MS, MS * 10));
     let mut storm = Duration::ZERO;
     running(syncer, &inbox, || {
         first_sync_and_rest(&fake);
@@ -134,8 +134,9 @@ fn each_change_is_counted_under_what_held_it() {
         // Arrived during a sync that hung for 100 ms.
         fake.with(|s| s.blocked = true);
         inbox.send(slice(0, 2));
-        synced(&fake, 2);
-        std::thread::sleep(MS * 10);
+        while fake.with(|s| s.entered) < 3 {
+            std::thread::sleep(MS);
+        }
         inbox.send(slice(1, 2));
         std::thread::sleep(MS * 100);
         fake.with(|s| s.blocked = false);
