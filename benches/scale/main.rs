@@ -16,6 +16,8 @@
 //! `-- --diff-only` runs that part alone), and what a family's refused table costs the other
 //! family's first sync (`refused.rs`; `-- --refused-only` runs that part alone), and what the
 //! API's JSON and protobuf cost a client per object (`wire.rs`; `-- --wire-only` runs it alone).
+//! `-- --api-start-only [N]` times a daemon's start through the API server at 30k and 100k
+//! services, or N (`start.rs`).
 
 mod api;
 mod churn;
@@ -31,6 +33,7 @@ mod observe;
 mod refused;
 mod report;
 mod runs;
+mod start;
 mod synth;
 mod upstream;
 mod verify;
@@ -266,6 +269,8 @@ fn main() {
         "--refused-only",
         "--wire",
         "--wire-only",
+        "--api-start",
+        "--api-start-only",
     ];
     if !all.iter().any(|a| modes.contains(&a.as_str())) {
         println!("scale benchmark: run it with `cargo bench --bench scale [-- --smoke]`");
@@ -345,6 +350,20 @@ fn main() {
         let r = api::idle(&daemon_case, secs);
         eprintln!("{}", serde_json::to_string_pretty(&r).expect("json"));
         println!("{r}");
+        return;
+    }
+    // `--api-start N`: one daemon start at N services through the API server (`start.rs`);
+    // `--api-start-only [N]`: `runs` of them at N, or at 30k and 100k.
+    if let Some(i) = args.iter().position(|a| a == "--api-start") {
+        println!("{}", start::run(args.get(i + 1).and_then(|n| n.parse().ok()).expect("--api-start N")));
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--api-start-only") {
+        let sizes = args.get(i + 1).and_then(|n| n.parse().ok()).map_or(start::SIZES.to_vec(), |n| vec![n]);
+        for n in sizes {
+            let all: Vec<Value> = (0..runs).map(|_| in_child(&["--api-start".into(), n.to_string()])).collect();
+            start::print(&all);
+        }
         return;
     }
     if !common::kernel_available() {

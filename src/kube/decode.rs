@@ -15,13 +15,6 @@ pub(super) enum Item {
     Proto(Vec<u8>),
 }
 
-/// One page of a list.
-#[derive(Debug)]
-pub(super) struct Page {
-    pub(super) metadata: ListMeta,
-    pub(super) items: Vec<Item>,
-}
-
 /// One page of a list in JSON.
 #[derive(Debug, Deserialize)]
 pub(super) struct JsonPage {
@@ -31,19 +24,24 @@ pub(super) struct JsonPage {
     items: Vec<Box<RawValue>>,
 }
 
-impl From<JsonPage> for Page {
-    fn from(p: JsonPage) -> Page {
-        Page { metadata: p.metadata, items: p.items.into_iter().map(Item::Json).collect() }
+impl JsonPage {
+    /// The page's metadata and its items.
+    pub(super) fn into_parts(self) -> (ListMeta, Vec<Box<RawValue>>) {
+        (self.metadata, self.items)
     }
 }
 
-impl Page {
-    /// A list page in protobuf: the enveloped list's body.
-    pub(super) fn from_protobuf(body: &[u8]) -> Result<Page, protobuf::ProtoError> {
-        let list = protobuf::list_page(&protobuf::open(body)?.raw)?;
-        let metadata = ListMeta { resource_version: list.resource_version, continue_: list.continue_ };
-        Ok(Page { metadata, items: list.items.into_iter().map(Item::Proto).collect() })
+/// Hands `raw`, one protobuf object of a list, to `f` as an [`Item`], in `held` (a buffer kept
+/// from one object to the next, so a listing does not allocate one per object).
+pub(super) fn proto_item<R>(held: &mut Vec<u8>, raw: &[u8], f: impl FnOnce(&Item) -> R) -> R {
+    held.clear();
+    held.extend_from_slice(raw);
+    let item = Item::Proto(std::mem::take(held));
+    let out = f(&item);
+    if let Item::Proto(back) = item {
+        *held = back;
     }
+    out
 }
 
 /// A list's metadata.

@@ -2,7 +2,7 @@
 //! time bound and logged while slow, replacing what the resource delivered before.
 
 use super::client::ApiError;
-use super::decode::{JsonPage, Page};
+use super::decode::{self, Item, JsonPage, ListMeta};
 use super::protobuf;
 use super::reflector::{Reflector, escape};
 use crate::model::ObjectChange;
@@ -28,6 +28,9 @@ const BATCH: usize = 500;
 /// cache ignores the limit), about 8 MB at 30,000 Services without managed fields, many
 /// times that with them; a server sending more is broken or hostile.
 const MAX_LIST_BODY: u64 = 1 << 30;
+
+/// How much of a protobuf list body is read from the connection at once.
+const READ_BUFFER: usize = 64 << 10;
 
 /// Where a listing reads from, as client-go's reflector chooses it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,19 +67,19 @@ impl Reflector {
                 (true, ListFrom::Latest) => format!("limit={limit}"),
             };
             let query = format!("?{position}{}", self.selectors());
-            let page = self.page(&format!("{}{query}", self.resource.path))?;
-            for item in &page.items {
+            // Each object is decoded and sent on as soon as it is read.
+            let meta = self.page(&format!("{}{query}", self.resource.path), &mut |item| {
                 let (key, change) = self.decode(item);
                 seen.extend(key);
                 batch.extend(change);
                 if batch.len() >= BATCH {
                     self.shared.inbox.send_all(batch.drain(..));
                 }
+            })?;
+            if meta.continue_.is_empty() {
+                break meta.resource_version;
             }
-            if page.metadata.continue_.is_empty() {
-                break page.metadata.resource_version;
-            }
-            cont = page.metadata.continue_;
+            cont = meta.continue_;
         };
         self.shared.inbox.send_all(batch);
         let kind = self.resource.kind;
@@ -95,23 +98,38 @@ impl Reflector {
         Ok(())
     }
 
-    /// Reads one list page, within [`LIST_PAGE_LIMIT`], warning while it is slow.
-    fn page(&self, path: &str) -> Result<Page, ApiError> {
+    /// Reads one list page, within [`LIST_PAGE_LIMIT`], warning while it is slow; `item` gets
+    /// each object in order. A protobuf page is decoded as it arrives (a first listing comes
+    /// whole: its objects are filed while the rest of it is still on the way); a JSON page
+    /// once read.
+    fn page(&self, path: &str, item: &mut dyn FnMut(&Item)) -> Result<ListMeta, ApiError> {
         let name = self.resource.name;
         let started = Instant::now();
         let body = self.shared.client.get(path, LIST_IDLE, Some(LIST_PAGE_LIMIT))?;
         let proto = protobuf::is_protobuf(body.mime_type());
         let mut reader = SlowWarning { inner: body.into_reader(), name, started, warned: false, read: 0 };
         if proto {
-            let mut bytes = Vec::new();
-            std::io::Read::read_to_end(&mut reader, &mut bytes).map_err(|e| read_error(name, started, e))?;
-            return Page::from_protobuf(&bytes).map_err(|e| ApiError::Decode(format!("listing {name}: {e}")));
+            let mut held = Vec::new();
+            let mut reader = std::io::BufReader::with_capacity(READ_BUFFER, reader);
+            let tail = protobuf::stream::read_list(&mut reader, |raw| decode::proto_item(&mut held, raw, &mut *item));
+            return match tail {
+                Ok(t) => Ok(ListMeta { resource_version: t.resource_version, continue_: t.continue_ }),
+                Err(protobuf::stream::StreamError::Io(e)) => Err(read_error(name, started, e)),
+                Err(protobuf::stream::StreamError::Malformed(e)) => {
+                    Err(ApiError::Decode(format!("listing {name}: {e}")))
+                }
+            };
         }
-        let page: Result<JsonPage, _> = serde_json::from_reader(std::io::BufReader::new(reader));
-        page.map(Page::from).map_err(|e| match e.is_io() {
+        let page: Result<JsonPage, _> = serde_json::from_reader(std::io::BufReader::new(&mut reader));
+        let page = page.map_err(|e| match e.is_io() {
             true => read_error(name, started, e.into()),
             false => ApiError::Decode(format!("listing {name}: {e}")),
-        })
+        })?;
+        let (meta, items) = page.into_parts();
+        for raw in items {
+            item(&Item::Json(raw));
+        }
+        Ok(meta)
     }
 }
 

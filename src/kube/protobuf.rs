@@ -10,6 +10,7 @@ mod encode;
 mod frames;
 mod kinds;
 mod meta;
+pub(crate) mod stream;
 
 pub(crate) use frames::{Frame, read_frame};
 
