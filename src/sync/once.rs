@@ -29,7 +29,7 @@ impl<K: Kernel> Syncer<K> {
     /// After a sync: deletes UDP flows that still lead to endpoints the changed Services no
     /// longer serve from. A failure is logged and counted (`Reconciler::totals`), and the
     /// cleanup is tried again after the next sync; the sync itself stands.
-    pub(super) fn clear_stale_flows(&mut self) {
+    fn clear_stale_flows(&mut self) {
         if let Some(plan) = self.conntrack.plan(&self.model) {
             let result = self.kernel.clear_udp_flows(&plan);
             if let Ok(report) = &result {
@@ -39,6 +39,7 @@ impl<K: Kernel> Syncer<K> {
         }
     }
 
+    /// Renders what changed and applies it; notes the outcome and charges the pace.
     pub(super) fn sync_once(&mut self) {
         let started = Instant::now();
         match self.kernel.host_addresses() {
