@@ -282,7 +282,7 @@ impl Metrics {
             )?,
             change_wait: a.histogram(
                 "kube_nftproxy_change_wait_seconds",
-                "How long each change waited for the sync that applied it, by what held it: none, cost, pace, retry",
+                "How long each change waited for the sync that applied it, by what held it: none, gather, cost, pace, retry",
                 &["reason"],
                 sync_buckets(),
             )?,

@@ -143,7 +143,10 @@ pub fn from_journal<'a>(new: &'a Table, j: &'a Journal, stale: &BTreeSet<String>
     for (name, old) in &j.sets {
         d.set(name, old.as_ref(), new.affinity_maps.get(name));
     }
-    for ((map, key), old) in &j.elements {
+    // In key order, as a diff of two tables lists them.
+    let mut touched: Vec<_> = j.elements.iter().collect();
+    touched.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    for ((map, key), old) in touched {
         d.element(*map, key, old.as_ref(), new.value(*map, key));
     }
     Some(d)

@@ -5,7 +5,7 @@
 
 use crate::model::{Family, Protocol};
 use ipnet::IpNet;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, btree_map};
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -119,8 +119,10 @@ impl fmt::Display for MapName {
     }
 }
 
-/// The key of a set or map element.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// The key of a set or map element. Ordered as the derived order would be (variant, then
+/// fields in turn), but compared as integers: the derived order compares addresses as byte
+/// slices through `memcmp`, which was a fifth of rendering's time at 30k Services.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Key {
     /// `ip . proto . port`.
     IpProtoPort(IpAddr, Protocol, u16),
@@ -139,6 +141,68 @@ pub enum Key {
     PortSlot(u16, u32),
     /// A range (`10.96.0.0/16`), in an interval set.
     Cidr(IpNet),
+}
+
+/// An address as two integers ordered as `IpAddr` orders: every IPv4 before every IPv6.
+fn ip_rank(ip: &IpAddr) -> (bool, u128) {
+    match ip {
+        IpAddr::V4(v4) => (false, u128::from(u32::from(*v4))),
+        IpAddr::V6(v6) => (true, u128::from(*v6)),
+    }
+}
+
+impl Key {
+    /// The variant's place in declaration order.
+    fn variant(&self) -> u8 {
+        match self {
+            Key::IpProtoPort(..) => 0,
+            Key::ProtoPort(..) => 1,
+            Key::Ip(_) => 2,
+            Key::Allow(_) => 3,
+            Key::SamePair(_) => 4,
+            Key::IpSlot(..) => 5,
+            Key::PortSlot(..) => 6,
+            Key::Cidr(_) => 7,
+        }
+    }
+
+    /// The key as integers in field order, for the variants every Service has; `None` for the
+    /// rare ones, compared field by field.
+    fn packed(&self) -> Option<((bool, u128), u64)> {
+        let none = (false, 0);
+        Some(match self {
+            Key::IpProtoPort(ip, proto, port) => (ip_rank(ip), (*proto as u64) << 16 | u64::from(*port)),
+            Key::ProtoPort(proto, port) => (none, (*proto as u64) << 16 | u64::from(*port)),
+            Key::Ip(ip) | Key::SamePair(ip) => (ip_rank(ip), 0),
+            Key::IpSlot(ip, port, slot) => (ip_rank(ip), u64::from(*port) << 32 | u64::from(*slot)),
+            Key::PortSlot(port, slot) => (none, u64::from(*port) << 32 | u64::from(*slot)),
+            Key::Allow(_) | Key::Cidr(_) => return None,
+        })
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Key) -> std::cmp::Ordering {
+        let by_variant = self.variant().cmp(&other.variant());
+        if by_variant.is_ne() {
+            return by_variant;
+        }
+        match (self.packed(), other.packed()) {
+            (Some(a), Some(b)) => a.cmp(&b),
+            _ => match (self, other) {
+                (Key::Allow(a), Key::Allow(b)) => a.cmp(b),
+                (Key::Cidr(a), Key::Cidr(b)) => a.cmp(b),
+                // Same variant, so both packed or neither.
+                _ => std::cmp::Ordering::Equal,
+            },
+        }
+    }
+}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Key) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 impl Key {
@@ -264,17 +328,18 @@ impl Table {
     /// Adds an element. If another service port already holds the key with a different value,
     /// the first one is kept (the caller warns), so one bad Service cannot break the rest.
     pub fn insert(&mut self, map: MapName, key: Key, value: Value, owner: &Arc<str>) -> Inserted {
-        let entries = self.elements.entry(map).or_default();
-        match entries.get_mut(&key) {
-            None => {
-                entries.insert(key, Entry { value, owner: Arc::clone(owner), refs: 1 });
+        // One search of the map (an entry), not a lookup and then an insert: this is most of
+        // a full render's time.
+        match self.elements.entry(map).or_default().entry(key) {
+            btree_map::Entry::Vacant(v) => {
+                v.insert(Entry { value, owner: Arc::clone(owner), refs: 1 });
                 Inserted::New
             }
-            Some(e) if e.value == value => {
-                e.refs += 1;
+            btree_map::Entry::Occupied(mut o) if o.get().value == value => {
+                o.get_mut().refs += 1;
                 Inserted::Shared
             }
-            Some(e) => Inserted::Refused { first: e.owner.clone() },
+            btree_map::Entry::Occupied(o) => Inserted::Refused { first: o.get().owner.clone() },
         }
     }
 
@@ -325,5 +390,73 @@ impl Ruleset {
     /// Everything rendering left out, with the reason, in table order.
     pub fn warnings(&self) -> impl Iterator<Item = &String> {
         self.tables.iter().flat_map(|t| t.warnings.iter())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    /// `Key` with the derived order, to check the hand-written one against.
+    #[derive(PartialEq, Eq, PartialOrd, Ord)]
+    enum Derived {
+        IpProtoPort(IpAddr, Protocol, u16),
+        ProtoPort(Protocol, u16),
+        Ip(IpAddr),
+        Allow(Box<(IpAddr, Protocol, u16, IpNet)>),
+        SamePair(IpAddr),
+        IpSlot(IpAddr, u16, u32),
+        PortSlot(u16, u32),
+        Cidr(IpNet),
+    }
+
+    fn derived(k: &Key) -> Derived {
+        match k.clone() {
+            Key::IpProtoPort(a, b, c) => Derived::IpProtoPort(a, b, c),
+            Key::ProtoPort(a, b) => Derived::ProtoPort(a, b),
+            Key::Ip(a) => Derived::Ip(a),
+            Key::Allow(a) => Derived::Allow(a),
+            Key::SamePair(a) => Derived::SamePair(a),
+            Key::IpSlot(a, b, c) => Derived::IpSlot(a, b, c),
+            Key::PortSlot(a, b) => Derived::PortSlot(a, b),
+            Key::Cidr(a) => Derived::Cidr(a),
+        }
+    }
+
+    #[test]
+    fn keys_order_as_the_derived_order_would() {
+        let ips: Vec<IpAddr> = vec![
+            Ipv4Addr::new(10, 0, 0, 1).into(),
+            Ipv4Addr::new(10, 0, 1, 0).into(),
+            Ipv4Addr::new(172, 20, 0, 9).into(),
+            Ipv4Addr::new(255, 0, 0, 0).into(),
+            Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1).into(),
+            Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x100).into(),
+            Ipv6Addr::LOCALHOST.into(),
+        ];
+        let protos = [Protocol::Tcp, Protocol::Udp, Protocol::Sctp];
+        let mut keys = Vec::new();
+        for ip in &ips {
+            keys.push(Key::Ip(*ip));
+            keys.push(Key::SamePair(*ip));
+            keys.push(Key::Cidr(IpNet::from(*ip)));
+            for proto in protos {
+                for port in [1u16, 80, 256, 65535] {
+                    keys.push(Key::IpProtoPort(*ip, proto, port));
+                    keys.push(Key::ProtoPort(proto, port));
+                    keys.push(Key::Allow(Box::new((*ip, proto, port, IpNet::from(ips[0])))));
+                    for slot in [0u32, 1, 70_000, u32::MAX] {
+                        keys.push(Key::IpSlot(*ip, port, slot));
+                        keys.push(Key::PortSlot(port, slot));
+                    }
+                }
+            }
+        }
+        for a in &keys {
+            for b in &keys {
+                assert_eq!(a.cmp(b), derived(a).cmp(&derived(b)), "{a:?} against {b:?}");
+            }
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The sync loop: the one thread that owns the model. Sources deliver per-object changes
 //! through the [`Inbox`]; the loop files them, renders only the Services they touched, and
-//! applies them at once unless the pace holds them: `min_sync_period` bounds the share of time
+//! applies them at once (held a moment when the loop was idle, for the changes that follow,
+//! such as a Service's EndpointSlice: [`pace::Pace::gather`]) unless the pace holds them: `min_sync_period` bounds the share of time
 //! spent syncing by what syncs cost ([`pace`]), so a cheap change waits for nothing; a change
 //! set touching many Services is applied as a rewrite in place ([`once`]). A failed sync is
 //! retried as a full one after a backoff (at least [`MIN_RETRY`], doubling up to
@@ -193,6 +194,7 @@ impl<K: Kernel> Syncer<K> {
         let mut wake = if self.unlisted.is_empty() {
             let due = self.dirty || self.force_full || self.refresh || now >= periodic;
             let allowed = self.retry.not_before(self.pace.next_allowed());
+            let allowed = self.gather_until(now).map_or(allowed, |until| allowed.max(until));
             let wake = match node_wait {
                 // Until the Node arrives (a delivery wakes the loop), only the log line and
                 // the end of the wait are due.
@@ -209,6 +211,13 @@ impl<K: Kernel> Syncer<K> {
             wake = wake.min(due);
         }
         wake
+    }
+
+    /// Until when a partial sync waits for more changes to gather (see `Pace::gather`); `None`
+    /// for any other sync, which has reasons of its own to go now.
+    fn gather_until(&self, now: Instant) -> Option<Instant> {
+        let partial = !(self.force_full || self.refresh || self.refused.due(now)) && self.rendered.is_some();
+        partial.then(|| self.waits.gather_until(self.pace.gather())).flatten()
     }
 
     /// When stale chains are to be deleted: when the kernel says, but not before a retry is due.
@@ -283,6 +292,8 @@ impl<K: Kernel> Syncer<K> {
                 self.waits.held(WaitReason::Retry);
             } else if self.pace.next_allowed() > now {
                 self.waits.held(WaitReason::Pace);
+            } else if self.gather_until(now).is_some_and(|until| until > now) {
+                self.waits.held(WaitReason::Gather);
             } else if !self.waiting_for_node(now) {
                 return self.sync_once();
             }

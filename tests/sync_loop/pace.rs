@@ -147,9 +147,41 @@ fn each_change_is_counted_under_what_held_it() {
         synced(&fake, 6);
     });
     let count = |r: &str| waits(&m, r).get_sample_count();
-    assert_eq!((count("none"), count("cost"), count("retry")), (2, 1, 1), "pace: {}", count("pace"));
+    // The second change came to an idle loop after a partial sync was measured: gathered.
+    let counts = (count("none"), count("gather"), count("cost"), count("retry"));
+    assert_eq!(counts, (1, 1, 1, 1), "pace: {}", count("pace"));
     assert!(waits(&m, "cost").get_sample_sum() >= 0.09, "{:?}", waits(&m, "cost"));
     assert!(waits(&m, "retry").get_sample_sum() >= 0.99, "{:?}", waits(&m, "retry"));
+}
+
+#[test]
+fn a_service_and_its_slice_a_moment_apart_take_one_sync() {
+    let fake = Fake::default();
+    // Partial syncs cost 8 ms: a change to an idle loop is gathered for up to 4 ms.
+    let (syncer, inbox, m) = paced(&fake, (MS * 100, MS * 8));
+    running(syncer, &inbox, || {
+        first_sync_and_rest(&fake);
+        // The first partial sync measures what one costs; nothing gathers before it.
+        inbox.send(slice(0, 1));
+        synced(&fake, 2);
+        std::thread::sleep(MS * 50);
+        inbox.send(service(7));
+        std::thread::sleep(MS);
+        inbox.send(slice(7, 0));
+        let took = synced(&fake, 3);
+        std::thread::sleep(MS * 100);
+        assert_eq!(fake.calls().len(), 3, "the Service and its slice took two syncs");
+        assert!(fake.calls()[2].endpoints.iter().any(|e| e.contains("10.1.0.8")), "{:?}", fake.calls()[2]);
+        assert!(took < MS * 40, "gathered for {took:?}");
+        // An isolated change is held at most the window, then goes.
+        let start = Instant::now();
+        inbox.send(slice(1, 1));
+        synced(&fake, 4);
+        assert!(start.elapsed() < MS * 40, "an isolated change waited {:?}", start.elapsed());
+    });
+    let gathered = waits(&m, "gather");
+    assert_eq!(gathered.get_sample_count(), 3, "the pair and the isolated change were gathered");
+    assert!(gathered.get_sample_sum() < 0.015, "gathered {} s in all", gathered.get_sample_sum());
 }
 
 /// Service `i`'s slice with one endpoint, pod address `10.(100 + generation).(i / 250).(i % 250)`:
