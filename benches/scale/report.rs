@@ -286,7 +286,7 @@ fn latency_rows(m: &Value) -> Vec<ApiRow> {
         row(format!("every slice at once: syncs logged ({})", sync_kinds(m)), &["all_at_once", "syncs"], Target::None),
         row("every slice at once: their time, ms (logged)".into(), &["all_at_once", "syncs_took_ms"], Target::None),
     ]);
-    for reason in ["none", "cost", "pace", "retry"] {
+    for reason in ["none", "gather", "cost", "pace", "retry"] {
         for (what, k) in [("changes", "count"), ("mean, ms", "mean_ms"), ("p99 bucket ≤, ms", "p99_le_ms")] {
             rows.push(ApiRow {
                 label: format!("change wait after churn, reason {reason}: {what}"),

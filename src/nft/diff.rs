@@ -122,13 +122,8 @@ pub fn diff<'a>(old: &'a Table, new: &'a Table, stale: &BTreeSet<String>) -> Opt
     for name in sets {
         d.set(name, old.affinity_maps.get(name), new.affinity_maps.get(name));
     }
-    let maps: BTreeSet<&MapName> = old.elements.keys().chain(new.elements.keys()).collect();
-    for map in maps {
-        let (before, after) = (old.elements.get(map), new.elements.get(map));
-        let keys: BTreeSet<&Key> = before.into_iter().chain(after).flat_map(|m| m.keys()).collect();
-        for key in keys {
-            d.element(*map, key, old.value(*map, key), new.value(*map, key));
-        }
+    for (map, key, before, after) in crate::render::element_changes(old, new) {
+        d.element(map, key, before, after);
     }
     Some(d)
 }

@@ -27,7 +27,9 @@ pub use rendered::{Rendered, Update};
 
 pub use templates::{ElementText, FamilyWords};
 
-pub use ruleset::{AffinityGroup, Entry, Fixed, Inserted, Key, MapName, Ruleset, Scope, Table, Value};
+pub use ruleset::{
+    AffinityGroup, ElementChange, Entry, Fixed, Inserted, Key, MapName, Ruleset, Scope, Table, Value, element_changes,
+};
 
 use crate::config::{Config, NodePortAddresses};
 use crate::model::{Family, Model, NodeInfo, Protocol};

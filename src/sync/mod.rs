@@ -1,15 +1,16 @@
 //! The sync loop: the one thread that owns the model. Sources deliver per-object changes
 //! through the [`Inbox`]; the loop files them, renders only the Services they touched, and
 //! applies them at once (held a moment when the loop was idle, for the changes that follow,
-//! such as a Service's EndpointSlice: [`pace::Pace::gather`]) unless the pace holds them: `min_sync_period` bounds the share of time
-//! spent syncing by what syncs cost ([`pace`]), so a cheap change waits for nothing; a change
-//! set touching many Services is applied as a rewrite in place ([`once`]). A failed sync is
-//! retried as a full one after a backoff (at least [`MIN_RETRY`], doubling up to
-//! `sync_period`); the tables are rewritten in place every `full_sync_period` and replaced
-//! when another process tampered with them. When the kernel refuses one family's part only,
-//! the other's is applied and the refused one retried on its own ([`families`]). Chains a
-//! sync left stale are deleted when their delay has passed, even if no other sync
-//! comes. What applies is behind the [`Kernel`] trait, so all of this is tested without root.
+//! such as a Service's EndpointSlice: [`pace::Pace::gather`]) unless the pace holds them:
+//! `min_sync_period` bounds the share of time spent syncing by what syncs cost ([`pace`]), so a
+//! cheap change waits for nothing; a change set touching many Services is rendered from scratch
+//! and sent as the difference ([`once`]). A failed sync is retried as a full one after a
+//! backoff (at least [`MIN_RETRY`], doubling up to `sync_period`); the tables are rewritten in
+//! place every `full_sync_period` and replaced when another process tampered with them. When
+//! the kernel refuses one family's part only, the other's is applied and the refused one
+//! retried on its own ([`families`]). Chains a sync left stale are deleted when their delay has
+//! passed, even if no other sync comes. What applies is behind the [`Kernel`] trait, so all of
+//! this is tested without root.
 
 use crate::config::{Config, MAX_DURATION};
 use crate::conntrack::Reconciler;
