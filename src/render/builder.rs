@@ -94,9 +94,10 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// A builder that updates `table` in place, journaling what it changes.
-    pub(super) fn resume(ctx: &'a FamilyContext<'a>, table: Table, index: Index) -> Builder<'a> {
-        let journal = Some(Journal::default());
+    /// A builder that updates `table` in place, journaling what it changes: about `elements`
+    /// of them (room made at once, not by growing the journal again and again).
+    pub(super) fn resume(ctx: &'a FamilyContext<'a>, table: Table, index: Index, elements: usize) -> Builder<'a> {
+        let journal = Some(Journal { elements: HashMap::with_capacity(elements), ..Journal::default() });
         Builder { ctx, table, index, journal, current: None, rerender: vec![], contested: false }
     }
 

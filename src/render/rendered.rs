@@ -83,8 +83,12 @@ impl Rendered {
     }
 
     /// Renders `model` again whole, endpoints keeping their slots; the state before is handed
-    /// back, for the applier to send only the difference.
+    /// back, for the applier to send only the difference. On an error the state has lost its
+    /// record and must not be updated again (the sync loop drops it and renders from scratch).
     pub fn rebuild(&mut self, model: &Model, cfg: &Config) -> Result<Update, RenderError> {
+        // The old record is not needed for the difference: dropped before the new one is
+        // built, so a rebuild holds one record and two rulesets at its peak, not two of each.
+        self.indexes = Vec::new();
         let old = std::mem::replace(self, Rendered::build(model, cfg, Some(&self.ruleset))?);
         Ok(Update::Rebuilt(old.ruleset))
     }
@@ -101,7 +105,8 @@ impl Rendered {
             let ctx = context(model, cfg, family, None);
             let table = std::mem::replace(&mut self.ruleset.tables[i], super::Table::new(family, ctx.fixed()));
             let index = std::mem::take(&mut self.indexes[i]);
-            let mut b = Builder::resume(&ctx, table, index);
+            // A Service's port of five endpoints touches about eight elements each time.
+            let mut b = Builder::resume(&ctx, table, index, changes.services.len() * 8);
             if changes.service_cidrs {
                 render_service_cidrs(&mut b, model);
             }
@@ -216,6 +221,11 @@ fn render_port(b: &mut Builder, model: &Model, id: PortId) -> Result<(), RenderE
     let Some(sp) = model.services.get(&id.0).and_then(|ports| ports.get(id.1 as usize)) else {
         return Ok(());
     };
+    // A port without a ClusterIP of this family puts nothing in its table: not worth its
+    // endpoints' lookup, nor a record (half of a single-stack cluster's render).
+    if !sp.cluster_ips.iter().any(|ip| Family::of(ip) == b.ctx.family) {
+        return Ok(());
+    }
     let endpoints = model.endpoints(&sp.name, b.ctx.family);
     let zone = b.ctx.node.and_then(|n| n.zone.as_deref());
     let cat = categorize_endpoints(&endpoints, sp, &b.ctx.cfg.node_name, zone);

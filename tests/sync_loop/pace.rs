@@ -198,14 +198,14 @@ fn a_change_set_touching_many_services_is_rendered_from_scratch_and_sent_as_the_
     let fake = Fake::default();
     let (mut syncer, inbox) = listed(&fake, periods(Duration::ZERO), 2400);
     turn(&mut syncer, &inbox);
-    // 800 of 2,400 (one in three): patched.
-    inbox.send_all((0..800).map(|i| wide_slice(i, 1)));
+    // 1,200 of 2,400 (one in two): patched.
+    inbox.send_all((0..1200).map(|i| wide_slice(i, 1)));
     turn(&mut syncer, &inbox);
-    // 900 of 2,400: rendered from scratch, the difference from before sent.
-    inbox.send_all((0..900).map(|i| wide_slice(i, 2)));
+    // 1,300 of 2,400: rendered from scratch, the difference from before sent.
+    inbox.send_all((0..1300).map(|i| wide_slice(i, 2)));
     turn(&mut syncer, &inbox);
     let calls = fake.calls();
     let shape: Vec<(Resync, &str)> = calls.iter().map(|c| (c.resync, c.update)).collect();
     assert_eq!(shape, [(Resync::Replace, "Replaced"), (Resync::Changes, "Patched"), (Resync::Changes, "Rebuilt")]);
-    assert_eq!(calls[2].endpoints.iter().filter(|e| e.contains("10.102.")).count(), 900, "every change applied");
+    assert_eq!(calls[2].endpoints.iter().filter(|e| e.contains("10.102.")).count(), 1300, "every change applied");
 }
