@@ -16,7 +16,8 @@ use std::sync::Arc;
 pub enum Update {
     /// Rendered from scratch with nothing to compare against: replace the tables.
     Replaced,
-    /// Rendered again whole (the node or the host's addresses changed); this was the state before.
+    /// Rendered again whole (the node or the host's addresses changed, or a change set touched
+    /// most Services); this was the state before.
     Rebuilt(Ruleset),
     /// Updated in place; per table (in order), the old values of what was touched.
     Patched(Vec<Journal>),
@@ -31,9 +32,7 @@ impl Update {
             Update::Rebuilt(old) if old.tables.len() == desired.tables.len() => {
                 old.tables.iter().zip(&desired.tables).map(|(o, n)| super::element_changes(o, n).len()).sum()
             }
-            Update::Replaced | Update::Rebuilt(_) => {
-                desired.tables.iter().flat_map(|t| t.elements.values()).map(|m| m.len()).sum()
-            }
+            Update::Replaced | Update::Rebuilt(_) => desired.element_count(),
         }
     }
 }

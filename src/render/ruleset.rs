@@ -430,6 +430,11 @@ pub struct Ruleset {
 }
 
 impl Ruleset {
+    /// How many set and map elements the tables hold.
+    pub fn element_count(&self) -> usize {
+        self.tables.iter().flat_map(|t| t.elements.values()).map(BTreeMap::len).sum()
+    }
+
     /// Everything rendering left out, with the reason, in table order.
     pub fn warnings(&self) -> impl Iterator<Item = &String> {
         self.tables.iter().flat_map(|t| t.warnings.iter())

@@ -65,11 +65,15 @@ impl<K: Kernel> Syncer<K> {
                     log::warn!("{w}");
                 }
                 self.reported = now;
-                applied = Some((
-                    matches!(update, Update::Replaced | Update::Rebuilt(_)),
-                    update.elements(rendered.ruleset()),
-                ));
-                self.kernel.sync(rendered.ruleset(), &update, resync, &hold)
+                let result = self.kernel.sync(rendered.ruleset(), &update, resync, &hold);
+                // What the kernel was sent: every element when it synced fully, whatever
+                // the update was.
+                let elements = match &result {
+                    Ok(r) if matches!(r.kind, SyncKind::Full | SyncKind::Refresh) => rendered.ruleset().element_count(),
+                    _ => update.elements(rendered.ruleset()),
+                };
+                applied = Some((matches!(update, Update::Replaced | Update::Rebuilt(_)), elements));
+                result
             },
         );
         let end = Instant::now();
