@@ -3,7 +3,8 @@
 //! update, the old value of everything touched is journaled (so the partial sync is the
 //! difference on those keys alone, never a walk over the whole table).
 
-use super::ruleset::{AffinityGroup, Inserted, Key, MapName, Scope, Table, Value};
+use super::key::Key;
+use super::ruleset::{AffinityGroup, Inserted, MapName, Scope, Table, Value};
 use super::{FamilyContext, RenderError, lb_chain};
 use crate::model::{ObjectKey, Protocol};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};

@@ -13,6 +13,7 @@
 mod builder;
 mod detect;
 mod foreign;
+mod key;
 mod names;
 pub use names::{affinity_map, comment};
 mod rendered;
@@ -27,8 +28,9 @@ pub use rendered::{Rendered, Update};
 
 pub use templates::{ElementText, FamilyWords};
 
+pub use key::Key;
 pub use ruleset::{
-    AffinityGroup, ElementChange, Entry, Fixed, Inserted, Key, MapName, Ruleset, Scope, Table, Value, element_changes,
+    AffinityGroup, ElementChange, Entry, Fixed, Inserted, MapName, Ruleset, Scope, Table, Value, element_changes,
 };
 
 use crate::config::{Config, NodePortAddresses};

@@ -3,7 +3,8 @@
 //! the size of the cluster.
 
 use super::builder::{Builder, Index, Journal, PortId};
-use super::ruleset::{Entry, Key, MapName, Ruleset, Value};
+use super::key::Key;
+use super::ruleset::{Entry, MapName, Ruleset, Value};
 use super::{NodePorts, RenderError, context};
 use crate::config::Config;
 use crate::model::{Changes, Family, Model};

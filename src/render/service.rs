@@ -1,8 +1,9 @@
 //! Renders one service port into a table: its dispatch elements, its chains and its endpoint picks.
 
 use super::builder::{Builder, PortId};
+use super::key::Key;
 use super::names;
-use super::ruleset::{AffinityGroup, Key, MapName, Scope, Value};
+use super::ruleset::{AffinityGroup, MapName, Scope, Value};
 use super::templates::{AffinityEndpoint, BalanceChain, ExternalChain, ServiceChain};
 use super::{RenderError, render_template};
 use crate::model::{Endpoint, Family, ServicePort};

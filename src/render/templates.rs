@@ -1,7 +1,8 @@
 //! The template bindings: one struct per file in `nft-templates/`, holding only the data its rules need.
 
 use super::Detector;
-use super::ruleset::{Entry, Key, MapName, Table, Value};
+use super::key::Key;
+use super::ruleset::{Entry, MapName, Table, Value};
 use askama::Template;
 use std::collections::BTreeMap;
 
