@@ -13,6 +13,7 @@
 mod builder;
 mod detect;
 mod foreign;
+pub mod hash;
 mod key;
 mod names;
 pub use names::{affinity_map, comment};
