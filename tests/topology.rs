@@ -41,6 +41,7 @@ fn sp(policy: &str) -> ServicePort {
         external_policy_local: matches!(policy, "etp" | "both"),
         internal_policy_local: matches!(policy, "itp" | "both"),
         health_check_node_port: None,
+        scheduler: None,
     }
 }
 

@@ -145,7 +145,7 @@ pub struct Flags {
     /// The minimum sync period in ipvs mode (ignored in other modes, as by kube-proxy).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = NFTABLES)]
     pub ipvs_min_sync_period: Option<Duration>,
-    /// kube-proxy's IPVS scheduler; read and checked in ipvs mode, served by random choice.
+    /// kube-proxy's IPVS scheduler; read and checked in ipvs mode, the node's default scheduler.
     #[arg(long, value_name = "NAME", default_value = "", help_heading = NFTABLES)]
     pub ipvs_scheduler: String,
     /// Feature gates, `Name=true|false` separated by commas (kube-proxy's names).

@@ -287,12 +287,24 @@ fn mode_notes(flags: &Flags, notes: &mut Notes) {
         ),
     }
     if flags.proxy_mode.as_deref() == Some("ipvs") {
-        let scheduler = match flags.ipvs_scheduler.as_str() {
-            "" => "\"\" (kube-proxy's default, rr)".to_string(),
-            named => format!("{named:?}"),
-        };
-        notes.warnings.push(format!(
-            "IPVS scheduler {scheduler}: served as a random choice among the endpoints (kube-nftproxy has no IPVS schedulers)"
-        ));
+        scheduler_note(&flags.ipvs_scheduler, notes);
+    }
+}
+
+/// How the IPVS scheduler is served: a warning where it is not what IPVS would do (the
+/// empty name, IPVS's `rr`, is random; a scheduler nftables cannot serve), a note otherwise.
+fn scheduler_note(name: &str, notes: &mut Notes) {
+    use crate::model::Scheduler;
+    match Scheduler::parse(name, "").map(|(s, _)| s) {
+        Ok(Scheduler::Random) => notes.warnings.push(
+            "IPVS scheduler \"\" (kube-proxy's default, rr): served as a random choice among the endpoints \
+             (set rr for round robin)"
+                .into(),
+        ),
+        Ok(Scheduler::Unserved(u)) => notes
+            .warnings
+            .push(format!("IPVS scheduler {name:?}: served as a random choice among the endpoints: {}", u.why())),
+        Ok(s) => notes.infos.push(format!("IPVS scheduler {name:?}: served as {s} with nftables")),
+        Err(e) => notes.warnings.push(format!("IPVS scheduler: {e}")),
     }
 }

@@ -186,9 +186,10 @@ pub struct Config {
     /// Whether Services' `externalIPs` are served: the AllowServiceExternalIPs feature gate
     /// (on by default; kube-proxy stops programming them when it is off).
     pub external_ips: bool,
-    /// kube-proxy's IPVS scheduler (`--ipvs-scheduler`, `ipvs.scheduler`; checked in ipvs
-    /// mode, empty otherwise as upstream reads it only there). Served as a random choice.
-    pub ipvs_scheduler: String,
+    /// The node's default scheduler: kube-proxy's IPVS scheduler (`--ipvs-scheduler`,
+    /// `ipvs.scheduler`), read in ipvs mode only as upstream does; random otherwise, and
+    /// for the empty name. A Service's annotation overrides it.
+    pub scheduler: crate::model::Scheduler,
 }
 
 impl Config {
@@ -231,10 +232,12 @@ impl Config {
             masquerade_mark: 1u32 << flags.masquerade_bit,
             service_proxy_name: flags.service_proxy_name.clone(),
             external_ips: gates(flags).enabled(features::ALLOW_SERVICE_EXTERNAL_IPS),
-            ipvs_scheduler: if flags.proxy_mode.as_deref() == Some("ipvs") {
-                flags.ipvs_scheduler.trim().to_string()
-            } else {
-                String::new()
+            scheduler: match flags.proxy_mode.as_deref() {
+                // The name was checked against kube-proxy's list when the flags were loaded.
+                Some("ipvs") => {
+                    crate::model::Scheduler::parse(&flags.ipvs_scheduler, "").map(|(s, _)| s).unwrap_or_default()
+                }
+                _ => crate::model::Scheduler::Random,
             },
         })
     }

@@ -3,6 +3,7 @@
 //! binary's side is in tests/config.rs.)
 
 use super::{BindAddress, Config, ConfigError, DetectLocal, Flags, NodePortAddresses, Notes, load_from};
+use crate::model::{Scheduler, Unserved};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -322,12 +323,14 @@ fn ipvs_mode_with_kube_proxy_ipvs_off_is_refused_naming_the_gate_as_upstream() {
 fn the_ipvs_scheduler_reaches_the_config_in_ipvs_mode_only() {
     let cfg = |args: &[&str]| {
         let argv = ["kube-nftproxy", "--hostname-override=n"].iter().chain(args);
-        Config::from_flags(&load_from(argv).unwrap().0).unwrap().ipvs_scheduler
+        Config::from_flags(&load_from(argv).unwrap().0).unwrap().scheduler
     };
-    assert_eq!(cfg(&["--proxy-mode=ipvs", "--ipvs-scheduler=sh"]), "sh");
-    assert_eq!(cfg(&["--ipvs-scheduler=sh"]), "", "upstream reads it in ipvs mode only");
+    assert_eq!(cfg(&["--proxy-mode=ipvs", "--ipvs-scheduler=sh"]), Scheduler::SourceHash { port: false });
+    assert_eq!(cfg(&["--proxy-mode=ipvs", "--ipvs-scheduler=wrr"]), Scheduler::RoundRobin, "equal weights");
+    assert_eq!(cfg(&["--proxy-mode=ipvs"]), Scheduler::Random, "the empty name is the default");
+    assert_eq!(cfg(&["--ipvs-scheduler=sh"]), Scheduler::Random, "upstream reads it in ipvs mode only");
     let f = load(&with("sched", "mode: ipvs\nipvs: {scheduler: sed}"), &["--hostname-override=n"]).unwrap().0;
-    assert_eq!(Config::from_flags(&f).unwrap().ipvs_scheduler, "sed");
+    assert_eq!(Config::from_flags(&f).unwrap().scheduler, Scheduler::Unserved(Unserved::Sed));
 }
 
 #[test]

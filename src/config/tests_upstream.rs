@@ -71,6 +71,12 @@ fn the_empty_mode_and_every_ipvs_scheduler_are_said_once() {
     let (_, notes) = flags(&["--proxy-mode=ipvs"]).unwrap();
     let rr = "IPVS scheduler \"\" (kube-proxy's default, rr): served as a random choice";
     assert!(notes.warnings.iter().any(|w| w.contains(rr)), "{:?}", notes.warnings);
+    let (_, notes) = flags(&["--proxy-mode=ipvs", "--ipvs-scheduler=lc"]).unwrap();
+    let lc = "IPVS scheduler \"lc\": served as a random choice among the endpoints: nftables sees no connection counts";
+    assert!(notes.warnings.iter().any(|w| w == lc), "{:?}", notes.warnings);
+    let (_, notes) = flags(&["--proxy-mode=ipvs", "--ipvs-scheduler=sh"]).unwrap();
+    assert!(notes.infos.iter().any(|i| i == "IPVS scheduler \"sh\": served as sh with nftables"), "{notes:?}");
+    assert!(!notes.warnings.iter().any(|w| w.contains("scheduler")), "{:?}", notes.warnings);
 }
 
 #[test]

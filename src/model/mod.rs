@@ -4,12 +4,14 @@ mod change;
 mod cidrs;
 mod endpoints;
 mod node;
+mod scheduler;
 mod services;
 
 pub use change::{ObjectChange, ObjectId, ObjectKind};
 pub use cidrs::service_cidrs_from_api;
 pub use endpoints::{Endpoint, EndpointSliceInfo, SliceEndpoint, SlicePort, TRIGGER_TIME_ANNOTATION};
 pub use node::NodeInfo;
+pub use scheduler::{SCHEDULER_ANNOTATION, SCHEDULER_FLAGS_ANNOTATION, Scheduler, Unserved};
 pub use services::{
     DEFAULT_AFFINITY_TIMEOUT, HEADLESS_LABEL, ObjectError, SERVICE_PROXY_NAME_LABEL, ServicePort, is_dns_label,
 };

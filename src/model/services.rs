@@ -1,6 +1,7 @@
 //! Services, converted and validated into one `ServicePort` per port, with upstream's skip rules.
 
 use super::endpoints::{object_key, valid_port};
+use super::scheduler::{SCHEDULER_ANNOTATION, SCHEDULER_FLAGS_ANNOTATION, Scheduler};
 use super::{ObjectKey, Protocol, ServicePortName};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Service;
@@ -68,6 +69,8 @@ pub struct ServicePort {
     pub internal_policy_local: bool,
     /// `spec.healthCheckNodePort`, for eTP=Local load balancers.
     pub health_check_node_port: Option<u16>,
+    /// The scheduler the Service asks for by annotation; `None` takes the node's default.
+    pub scheduler: Option<Scheduler>,
 }
 
 impl ServicePort {
@@ -117,6 +120,7 @@ impl ServicePort {
         }
         let (external_ips, load_balancer_ips, source_ranges) = external_addresses(svc, &format!("{namespace}/{name}"));
         let affinity_timeout = affinity(&spec).map_err(&err)?;
+        let scheduler = scheduler(svc, &format!("{namespace}/{name}"));
         // Only a LoadBalancer with the Local policy has its health checked, as upstream reads it
         // (a stale field on another Service is not served).
         let checked =
@@ -140,6 +144,7 @@ impl ServicePort {
                 external_policy_local: false,
                 internal_policy_local: spec.internal_traffic_policy.as_deref() == Some("Local"),
                 health_check_node_port,
+                scheduler,
             };
             let local = spec.external_traffic_policy.as_deref() == Some("Local");
             let external_policy_local = local && sp.externally_accessible();
@@ -216,6 +221,33 @@ fn readable<'a, T: PartialEq>(
         }
     }
     out
+}
+
+/// The scheduler Service `object` (`namespace/name`) asks for by annotation. An unknown
+/// name is warned of and the node's default serves; so is a scheduler nftables cannot
+/// serve, which is served as random. Flags without their scheduler are left unread.
+fn scheduler(svc: &Service, object: &str) -> Option<Scheduler> {
+    let annotations = svc.metadata.annotations.as_ref()?;
+    let flags = annotations.get(SCHEDULER_FLAGS_ANNOTATION).map_or("", String::as_str);
+    let name = annotations.get(SCHEDULER_ANNOTATION)?;
+    match Scheduler::parse(name, flags) {
+        Err(why) => {
+            log::warn!("Service {object}: annotation {SCHEDULER_ANNOTATION}: {why}; the node's default serves it");
+            None
+        }
+        Ok((scheduler, unknown)) => {
+            if let Scheduler::Unserved(u) = scheduler {
+                let name = u.as_str();
+                log::warn!("Service {object}: scheduler {name} is served as random: {}", u.why());
+            }
+            if !unknown.is_empty() {
+                log::warn!(
+                    "Service {object}: annotation {SCHEDULER_FLAGS_ANNOTATION}: unknown flags {unknown:?} left out"
+                );
+            }
+            Some(scheduler)
+        }
+    }
 }
 
 fn affinity(spec: &k8s_openapi::api::core::v1::ServiceSpec) -> Result<Option<u32>, String> {

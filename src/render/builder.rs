@@ -14,8 +14,29 @@ use std::sync::Arc;
 /// model is walked, so "first claimant" means the same in full renders and updates.
 pub type PortId = (ObjectKey, u32);
 
-/// A shared `lb-*` chain: scope, NodePort or not, protocol, endpoint count.
-pub(super) type LbKey = (Scope, bool, Protocol, usize);
+/// How an `lb-*` chain picks one of a frontend's endpoint slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) enum Pick {
+    /// At random (`numgen random`).
+    Random,
+    /// In turn (`numgen inc`): a counter of the rule's own, so a chain per service port.
+    Turn,
+    /// By the client's address (and port) hashed (`jhash`).
+    Hash {
+        /// Whether the client's port is hashed too.
+        port: bool,
+    },
+}
+
+/// An `lb-*` chain: scope, NodePort or not, protocol, slot count, and how a slot is picked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) struct LbKey {
+    pub(super) scope: Scope,
+    pub(super) nodeport: bool,
+    pub(super) proto: Protocol,
+    pub(super) slots: usize,
+    pub(super) pick: Pick,
+}
 
 /// What one service port put into the table.
 #[derive(Debug, Clone, Default)]
@@ -190,7 +211,7 @@ impl<'a> Builder<'a> {
         let users = self.index.lb.entry(key).or_insert(0);
         *users += 1;
         if *users == 1 {
-            let name = super::names::lb_chain(key.0, key.1, key.2, key.3);
+            let name = super::names::lb_chain(&key);
             self.journal_chain(&name);
             self.table.chains.insert(name, lb_chain(self.ctx.words, key)?);
         }
@@ -307,7 +328,7 @@ impl Builder<'_> {
             *users -= 1;
             if *users == 0 {
                 self.index.lb.remove(&key);
-                let name = super::names::lb_chain(key.0, key.1, key.2, key.3);
+                let name = super::names::lb_chain(&key);
                 self.journal_chain(&name);
                 self.table.chains.remove(&name);
             }

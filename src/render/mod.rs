@@ -14,6 +14,7 @@ mod builder;
 mod detect;
 mod foreign;
 pub mod hash;
+pub mod maglev;
 mod key;
 mod names;
 pub use names::{affinity_map, comment};
@@ -209,10 +210,18 @@ fn context<'a>(model: &'a Model, cfg: &'a Config, family: Family, previous: Opti
     }
 }
 
-/// Renders the `lb-*` chain for one scope, frontend kind, protocol and endpoint count.
-fn lb_chain(words: FamilyWords, (scope, nodeport, proto, n): builder::LbKey) -> Result<String, RenderError> {
+/// Renders an `lb-*` chain: one scope's and frontend kind's endpoint map, picked from by
+/// `key.pick` among `key.slots` slots.
+fn lb_chain(words: FamilyWords, key: builder::LbKey) -> Result<String, RenderError> {
+    let builder::LbKey { scope, nodeport, proto, slots, pick } = key;
     let map = if nodeport { MapName::NodeportEndpoints(scope, proto) } else { MapName::Endpoints(scope, proto) };
-    let t = LbChain { fam: words.fam, proto: proto.as_str(), n, nodeport, map: map.to_string() };
+    let (how, port) = match pick {
+        builder::Pick::Random => ("random", false),
+        builder::Pick::Turn => ("inc", false),
+        builder::Pick::Hash { port } => ("hash", port),
+    };
+    let seed = format!("{:#x}", hash::HASH_SEED);
+    let t = LbChain { fam: words.fam, proto: proto.as_str(), n: slots, nodeport, map: map.to_string(), how, port, seed };
     render_template(&t, "lb.nft")
 }
 

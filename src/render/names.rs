@@ -4,8 +4,9 @@
 //! `ServicePortName`) and at most about 210 bytes, under nftables' 256-byte limit, so the
 //! name stays greppable by namespace.
 
+use super::builder::{LbKey, Pick};
 use super::ruleset::Scope;
-use crate::model::{Protocol, ServicePortName};
+use crate::model::ServicePortName;
 use std::net::IpAddr;
 
 /// nftables' longest comment in bytes (`NFTNL_UDATA_COMMENT_MAXLEN`); `nft` refuses longer ones.
@@ -84,15 +85,29 @@ pub fn affinity_map(id: u32) -> String {
     format!("affinity-{}", id % AFFINITY_SHARDS)
 }
 
-/// The shared chain that picks one of `n` endpoints from an endpoint map.
-pub fn lb_chain(scope: Scope, nodeport: bool, proto: Protocol, n: usize) -> String {
+/// The shared chain that picks one of `slots` endpoint slots from an endpoint map: at
+/// random (`lb-cluster-tcp-3`), or by the client's hash (`lb-cluster-tcp-hash-101`).
+pub(super) fn lb_chain(key: &LbKey) -> String {
+    let kind = if key.nodeport { "-nodeport" } else { "" };
+    let pick = match key.pick {
+        Pick::Random | Pick::Turn => "",
+        Pick::Hash { port: false } => "hash-",
+        Pick::Hash { port: true } => "hash-port-",
+    };
+    format!("lb-{}{kind}-{}-{pick}{}", key.scope.as_str(), key.proto, key.slots)
+}
+
+/// A round-robin service port's own chain for one scope and frontend kind: the kernel keeps
+/// a turn counter per rule, so ports cannot share one.
+pub fn rr_chain(scope: Scope, nodeport: bool, base: &str) -> String {
     let kind = if nodeport { "-nodeport" } else { "" };
-    format!("lb-{}{kind}-{proto}-{n}", scope.as_str())
+    format!("lb-{}{kind}-rr-{base}", scope.as_str())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Protocol;
 
     fn spn(port: &str) -> ServicePortName {
         ServicePortName { namespace: "ns1".into(), name: "svc1".into(), port: port.into(), protocol: Protocol::Udp }
@@ -104,8 +119,12 @@ mod tests {
         assert_eq!(external_chain(&base(&spn(""), 53)), "external-ns1/svc1/udp/53");
         assert_eq!(nodeport_chain(&base(&spn("dns"), 53)), "nodeport-ns1/svc1/udp/dns");
         assert_eq!(balance_chain(Scope::Local, "a/b/tcp/p"), "local-a/b/tcp/p");
-        assert_eq!(lb_chain(Scope::Cluster, true, Protocol::Sctp, 3), "lb-cluster-nodeport-sctp-3");
-        assert_eq!(lb_chain(Scope::Local, false, Protocol::Tcp, 1), "lb-local-tcp-1");
+        let lb = |scope, nodeport, proto, slots, pick| lb_chain(&LbKey { scope, nodeport, proto, slots, pick });
+        assert_eq!(lb(Scope::Cluster, true, Protocol::Sctp, 3, Pick::Random), "lb-cluster-nodeport-sctp-3");
+        assert_eq!(lb(Scope::Local, false, Protocol::Tcp, 1, Pick::Random), "lb-local-tcp-1");
+        assert_eq!(lb(Scope::Cluster, false, Protocol::Tcp, 101, Pick::Hash { port: false }), "lb-cluster-tcp-hash-101");
+        assert_eq!(lb(Scope::Local, true, Protocol::Udp, 5, Pick::Hash { port: true }), "lb-local-nodeport-udp-hash-port-5");
+        assert_eq!(rr_chain(Scope::Cluster, true, "a/b/tcp/p"), "lb-cluster-nodeport-rr-a/b/tcp/p");
     }
 
     #[test]

@@ -1,12 +1,12 @@
 //! Renders one service port into a table: its dispatch elements, its chains and its endpoint picks.
 
-use super::builder::{Builder, PortId};
+use super::builder::{Builder, LbKey, Pick, PortId};
 use super::key::Key;
-use super::names;
+use super::{maglev, names};
 use super::ruleset::{AffinityGroup, MapName, Scope, Value};
 use super::templates::{AffinityEndpoint, BalanceChain, ExternalChain, ServiceChain};
 use super::{RenderError, render_template};
-use crate::model::{Endpoint, Family, ServicePort};
+use crate::model::{Endpoint, Family, Scheduler, ServicePort};
 use crate::topology::Categorized;
 use ipnet::IpNet;
 use std::collections::BTreeSet;
@@ -26,6 +26,8 @@ struct Port<'s> {
     owner: Arc<str>,
     base: String,
     cat: &'s Categorized<'s>,
+    /// The scheduler served: the Service's, else the node's; an unserved one is random.
+    scheduler: Scheduler,
 }
 
 impl Builder<'_> {
@@ -50,7 +52,8 @@ impl Builder<'_> {
         let Some(cluster_ip) = sp.cluster_ips.iter().copied().find(|ip| Family::of(ip) == family) else {
             return Ok(());
         };
-        let p = Port { sp, owner, base: names::base(&sp.name, sp.port), cat };
+        let scheduler = sp.scheduler.unwrap_or(self.ctx.cfg.scheduler).served();
+        let p = Port { sp, owner, base: names::base(&sp.name, sp.port), cat, scheduler };
         self.cluster_ip(&p, cluster_ip)?;
         let of_family = |ips: &[IpAddr]| ips.iter().copied().filter(|ip| Family::of(ip) == family).collect::<Vec<_>>();
         let mut external = of_family(&sp.external_ips);
@@ -215,17 +218,31 @@ impl Builder<'_> {
             Frontend::Ip(ip, port) => Key::IpSlot(ip, port, slot),
             Frontend::NodePort(port) => Key::PortSlot(port, slot),
         };
-        let old: Vec<(IpAddr, u16)> = (0u32..)
-            .map_while(|slot| match self.previous_value(map, &slot_key(slot))? {
-                Value::Endpoint(ip, port) => Some((*ip, *port)),
-                _ => None,
-            })
-            .collect();
-        for (slot, (ip, port)) in (0u32..).zip(stable_slots(&old, eps)) {
-            self.element(map, slot_key(slot), Value::Endpoint(ip, port));
+        let (slots, pick) = match p.scheduler {
+            Scheduler::SourceHash { port } => (sorted(eps), Pick::Hash { port }),
+            Scheduler::Maglev { port } => (maglev::table(&sorted(eps)), Pick::Hash { port }),
+            other => {
+                let old: Vec<(IpAddr, u16)> = (0u32..)
+                    .map_while(|slot| match self.previous_value(map, &slot_key(slot))? {
+                        Value::Endpoint(ip, port) => Some((*ip, *port)),
+                        _ => None,
+                    })
+                    .collect();
+                let pick = if other == Scheduler::RoundRobin { Pick::Turn } else { Pick::Random };
+                (stable_slots(&old, eps), pick)
+            }
+        };
+        for (slot, (ip, port)) in (0u32..).zip(&slots) {
+            self.element(map, slot_key(slot), Value::Endpoint(*ip, *port));
         }
-        self.use_lb((scope, nodeport, proto, eps.len()))?;
-        Ok(Some(names::lb_chain(scope, nodeport, proto, eps.len())))
+        let key = LbKey { scope, nodeport, proto, slots: slots.len(), pick };
+        if pick == Pick::Turn {
+            let chain = names::rr_chain(scope, nodeport, &p.base);
+            self.chain(&chain, super::lb_chain(self.ctx.words, key)?);
+            return Ok(Some(chain));
+        }
+        self.use_lb(key)?;
+        Ok(Some(names::lb_chain(&key)))
     }
 
     /// Session affinity: one chain per scope. An entry (client . number of group and endpoint)
@@ -277,6 +294,14 @@ fn stable_slots(old: &[(IpAddr, u16)], eps: &[&Endpoint]) -> Vec<(IpAddr, u16)> 
     }
     let mut rest = wanted.iter().filter(|ep| !placed.contains(*ep));
     slots.into_iter().filter_map(|s| s.or_else(|| rest.next().copied())).collect()
+}
+
+/// The endpoints in address order: what `sh` numbers its slots by, so every node agrees.
+fn sorted(eps: &[&Endpoint]) -> Vec<(IpAddr, u16)> {
+    let mut v: Vec<(IpAddr, u16)> = eps.iter().map(|e| (e.ip, e.port)).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
 }
 
 /// Drops ranges contained in another, since an interval set may not hold overlapping ranges.

@@ -84,7 +84,8 @@ pub struct BalanceChain<'a> {
     pub endpoints: &'a [AffinityEndpoint],
 }
 
-/// `lb.nft`: the shared chain that DNATs to slot `numgen mod n` of a frontend in an endpoint map.
+/// `lb.nft`: the chain that DNATs to slot `numgen mod n` (or the client's `jhash mod n`) of
+/// a frontend in an endpoint map.
 #[derive(Template)]
 #[template(path = "lb.nft")]
 pub struct LbChain {
@@ -92,8 +93,14 @@ pub struct LbChain {
     pub fam: &'static str,
     /// Protocol name.
     pub proto: &'static str,
-    /// Endpoint count.
+    /// Slot count.
     pub n: usize,
+    /// `random` or `inc` (a `numgen`), or `hash` (the client's `jhash`).
+    pub how: &'static str,
+    /// Whether the client's port is hashed with its address.
+    pub port: bool,
+    /// The hash's seed.
+    pub seed: String,
     /// Keyed by node port rather than by destination IP and port.
     pub nodeport: bool,
     /// The endpoint map.
