@@ -6,11 +6,13 @@ use clap::Parser;
 use kube_nftproxy::config::{Config, Flags};
 use kube_nftproxy::debug::services::{self, SyncState, Verdict};
 use kube_nftproxy::debug::summary;
-use kube_nftproxy::model::{ApiObject, Model, ObjectKey};
+use kube_nftproxy::model::{ApiObject, Model, ObjectKey, Scheduler};
 use kube_nftproxy::render::{self, Key, MapName, Value as Element};
 use serde_json::{Value, json};
 
 const NODE: &str = "node-a";
+/// The view from node-a, whose default scheduler is random.
+const FROM: services::Node = services::Node { name: NODE, scheduler: Scheduler::Random };
 
 /// This node, in zone `z1`.
 fn node() -> Value {
@@ -53,7 +55,7 @@ fn model(objects: Vec<Value>) -> Model {
 /// The document for `model` (of Service `only`), parsed.
 fn document(model: &Model, only: Option<&ObjectKey>) -> Value {
     let mut out = Vec::new();
-    services::write(&mut out, model, NODE, &SyncState::default(), only).expect("write");
+    services::write(&mut out, model, FROM, &SyncState::default(), only).expect("write");
     assert_eq!(out.iter().filter(|b| **b == b'\n').count(), 1, "one line");
     serde_json::from_slice(&out).expect("JSON")
 }
@@ -152,6 +154,35 @@ fn each_endpoint_says_how_it_is_used_and_why_not() {
 }
 
 #[test]
+fn each_port_says_its_scheduler_where_it_comes_from_and_what_serves() {
+    let annotated = |name: &str, scheduler: &str, flags: &str, mut spec: Value| {
+        let mut svc = service(name, spec.take());
+        svc["metadata"]["annotations"] =
+            json!({"kube-nftproxy.io/scheduler": scheduler, "kube-nftproxy.io/scheduler-flags": flags});
+        svc
+    };
+    let m = model(vec![
+        node(),
+        service("plain", json!({"clusterIP": "172.30.0.20"})),
+        annotated("hashed", "mh", "mh-port", json!({"clusterIP": "172.30.0.21"})),
+        annotated("least", "lc", "", json!({"clusterIP": "172.30.0.22"})),
+        annotated("sticky", "sh", "", json!({"clusterIP": "172.30.0.23", "sessionAffinity": "ClientIP"})),
+    ]);
+    let mut out = Vec::new();
+    let from = services::Node { name: NODE, scheduler: Scheduler::RoundRobin };
+    services::write(&mut out, &m, from, &SyncState::default(), None).expect("write");
+    let doc: Value = serde_json::from_slice(&out).expect("JSON");
+    let scheduler = |name: &str| port(&doc, name, "IPv4")["scheduler"].clone();
+    assert_eq!(scheduler("shop/plain"), json!({"name": "rr", "flags": [], "from": "node", "servedAs": "rr"}));
+    assert_eq!(
+        scheduler("shop/hashed"),
+        json!({"name": "mh", "flags": ["mh-port"], "from": "annotation", "servedAs": "mh"})
+    );
+    assert_eq!(scheduler("shop/least"), json!({"name": "lc", "flags": [], "from": "annotation", "servedAs": "random"}));
+    assert_eq!(scheduler("shop/sticky")["servedAs"], "ClientIP", "session affinity takes precedence");
+}
+
+#[test]
 fn a_filter_keeps_one_service() {
     let m = cluster();
     let doc = document(&m, Some(&("shop".into(), "local".into())));
@@ -215,7 +246,7 @@ fn what_the_view_says_traffic_meets_is_what_the_rules_do() {
         let m = random_cluster(&mut rng, 200);
         let ruleset = render::render(&m, &cfg).expect("render");
         let table = &ruleset.tables[0];
-        for p in services::port_views(&m, NODE, None) {
+        for p in services::port_views(&m, FROM, None) {
             let proto = kube_nftproxy::model::Protocol::Tcp;
             let key = Key::IpProtoPort(p.cluster_ip, proto, p.port);
             assert_eq!(rendered(table, MapName::NoEndpointServices, &key), p.traffic.cluster_ip, "{}", p.name);
@@ -246,7 +277,7 @@ fn what_the_view_says_traffic_meets_is_what_the_rules_do() {
 #[test]
 fn the_summary_counts_reasons_and_names_ports_without_endpoints_up_to_a_cap() {
     let m = cluster();
-    let lines = summary::ports(services::port_views(&m, NODE, None));
+    let lines = summary::ports(services::port_views(&m, FROM, None));
     assert_eq!(
         lines[0],
         "6 service ports (counted per IP family) with 7 endpoints: 3 used, 4 unused (1 not-ready, 1 other-node, 1 terminating, 1 topology)"
@@ -264,7 +295,7 @@ fn the_summary_counts_reasons_and_names_ports_without_endpoints_up_to_a_cap() {
     let many: Vec<Value> = std::iter::once(node())
         .chain((0..40).map(|i| service(&format!("s{i:02}"), json!({"clusterIP": format!("172.30.1.{}", i + 1)}))))
         .collect();
-    let lines = summary::ports(services::port_views(&model(many), NODE, None));
+    let lines = summary::ports(services::port_views(&model(many), FROM, None));
     assert_eq!(lines.len(), 2 + summary::MAX_PROBLEMS + 1);
     assert_eq!(lines[2], "shop/s00 (IPv4): cluster IP traffic rejected; no endpoints");
     assert_eq!(lines.last().map(String::as_str), Some("... and 10 more (see /debug/services on the metrics address)"));

@@ -259,7 +259,8 @@ pub struct Flags {
     #[arg(value_name = "COMMAND", value_parser = ["explain"], conflicts_with_all = ["dry_run", "cleanup", "init_only"],
           help_heading = EXPLAIN)]
     pub command: Option<String>,
-    /// The connection's source: a pod IP, `node` (this node itself), or an outside address.
+    /// The connection's source: a pod IP, `node` (this node itself), or an outside address; `IP:PORT`
+    /// gives the client's port too (what `sh-port`/`mh-port` schedulers hash).
     #[arg(long, value_name = "SRC", requires = "command", help_heading = EXPLAIN)]
     pub from: Option<String>,
     /// The connection's destination, `IP:PORT` (`[IPv6]:PORT`).

@@ -5,7 +5,7 @@
 //! the selection rendering uses (`topology`), so it says what the rules do; the schema is
 //! documented in the README and versioned by [`SCHEMA_VERSION`].
 
-use crate::model::{Endpoint, Family, Model, ObjectKey, Protocol, ServicePort};
+use crate::model::{Endpoint, Family, Model, ObjectKey, Protocol, Scheduler, ServicePort};
 use crate::topology::{Categorized, Choice, Unused, categorize_endpoints, endpoint_uses};
 use serde::{Serialize, Serializer};
 use std::net::IpAddr;
@@ -156,6 +156,33 @@ fn unused<S: Serializer>(u: &Option<Unused>, s: S) -> Result<S::Ok, S::Error> {
     u.map(|u| Reason { reason: u.name(), message: u.to_string() }).serialize(s)
 }
 
+/// A service port's scheduler: what it asks for, where from, and what the rules do.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulerView {
+    /// The scheduler's name (`random`, `rr`, `sh`, `mh`, or an IPVS scheduler served as random).
+    pub name: &'static str,
+    /// Its flags (`sh-port`, `mh-port`).
+    pub flags: &'static [&'static str],
+    /// `annotation` (the Service's) or `node` (`--ipvs-scheduler`, or the default).
+    pub from: &'static str,
+    /// What the rules do: the scheduler's name, `random` for one nftables cannot serve, or
+    /// `ClientIP` where session affinity takes precedence.
+    pub served_as: &'static str,
+}
+
+impl SchedulerView {
+    fn of(sp: &ServicePort, node_default: Scheduler) -> SchedulerView {
+        let s = sp.scheduler_or(node_default);
+        SchedulerView {
+            name: s.name(),
+            flags: s.flags(),
+            from: if sp.scheduler.is_some() { "annotation" } else { "node" },
+            served_as: if sp.affinity_timeout.is_some() { "ClientIP" } else { s.served().name() },
+        }
+    }
+}
+
 /// One service port as served in one family.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -198,6 +225,8 @@ pub struct PortView<'m> {
     pub session_affinity: &'static str,
     /// The affinity timeout, with `ClientIP`.
     pub session_affinity_timeout_seconds: Option<u32>,
+    /// How a new connection picks among the endpoints.
+    pub scheduler: SchedulerView,
     /// What traffic to each kind of frontend meets.
     pub traffic: Traffic,
     /// The endpoints of this family, in address order.
@@ -205,8 +234,9 @@ pub struct PortView<'m> {
 }
 
 impl<'m> PortView<'m> {
-    /// `sp` as served in `family`, whose cluster IP is `cluster_ip`, from node `node`.
-    fn new(model: &Model, sp: &'m ServicePort, family: Family, cluster_ip: IpAddr, node: &str) -> PortView<'m> {
+    /// `sp` as served in `family`, whose cluster IP is `cluster_ip`, from `node`.
+    fn new(model: &Model, sp: &'m ServicePort, family: Family, cluster_ip: IpAddr, node: Node) -> PortView<'m> {
+        let Node { name: node, scheduler } = node;
         let zone = model.node.as_ref().and_then(|n| n.zone.as_deref());
         let endpoints = model.endpoints(&sp.name, family);
         let traffic = Traffic::of(sp, &categorize_endpoints(&endpoints, sp, node, zone), family);
@@ -241,15 +271,29 @@ impl<'m> PortView<'m> {
             external_traffic_policy: Policy::of(sp.external_policy_local),
             session_affinity: if sp.affinity_timeout.is_some() { "ClientIP" } else { "None" },
             session_affinity_timeout_seconds: sp.affinity_timeout,
+            scheduler: SchedulerView::of(sp, scheduler),
             traffic,
             endpoints,
         }
     }
 }
 
-/// The views of the model's service ports (of Service `only`, if given) from node `node`,
-/// in name order, each once per family it has a cluster IP of.
-pub fn port_views<'m>(model: &'m Model, node: &'m str, only: Option<&ObjectKey>) -> impl Iterator<Item = PortView<'m>> {
+/// The node the views are from: its name and its default scheduler.
+#[derive(Debug, Clone, Copy)]
+pub struct Node<'a> {
+    /// The node's name.
+    pub name: &'a str,
+    /// The scheduler of the Services that do not name one.
+    pub scheduler: Scheduler,
+}
+
+/// The views of the model's service ports (of Service `only`, if given) from `node`, in
+/// name order, each once per family it has a cluster IP of.
+pub fn port_views<'m>(
+    model: &'m Model,
+    node: Node<'m>,
+    only: Option<&ObjectKey>,
+) -> impl Iterator<Item = PortView<'m>> {
     let services = match only {
         Some(key) => model.services.range(key.clone()..=key.clone()),
         None => model.services.range(..),
@@ -276,7 +320,7 @@ struct Document<'a> {
 /// The service ports, each made as it is written, so the document is never held twice.
 struct Ports<'a> {
     model: &'a Model,
-    node: &'a str,
+    node: Node<'a>,
     only: Option<&'a ObjectKey>,
 }
 
@@ -286,17 +330,17 @@ impl Serialize for Ports<'_> {
     }
 }
 
-/// Writes the `/debug/services` document (one line of JSON) for node `node` to `out`.
+/// Writes the `/debug/services` document (one line of JSON) from `node` to `out`.
 pub fn write(
     out: &mut impl std::io::Write,
     model: &Model,
-    node: &str,
+    node: Node,
     sync: &SyncState,
     only: Option<&ObjectKey>,
 ) -> Result<(), serde_json::Error> {
     let zone = model.node.as_ref().and_then(|n| n.zone.as_deref());
     let service_ports = Ports { model, node, only };
-    let doc = Document { version: SCHEMA_VERSION, node, zone, sync, service_ports };
+    let doc = Document { version: SCHEMA_VERSION, node: node.name, zone, sync, service_ports };
     serde_json::to_writer(&mut *out, &doc)?;
     out.write_all(b"\n").map_err(serde_json::Error::io)
 }

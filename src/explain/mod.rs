@@ -52,6 +52,9 @@ pub enum ExplainError {
 pub struct Query {
     /// Where it comes from: this node (`None`) or an address.
     pub from: Option<IpAddr>,
+    /// The client's port, when given (`--from IP:PORT`): schedulers that hash it (`sh-port`,
+    /// `mh-port`) pick by it; else [`CLIENT_PORT`].
+    pub from_port: Option<u16>,
     /// Where it goes.
     pub to: SocketAddr,
     /// Its protocol.
@@ -64,12 +67,17 @@ pub struct Query {
 }
 
 impl Query {
-    /// Reads `--from` (`node`, or an address), `--to` (`IP:PORT`) and `--protocol`.
+    /// Reads `--from` (`node`, an address, or an address and port), `--to` (`IP:PORT`) and
+    /// `--protocol`.
     pub fn parse(from: &str, to: &str, protocol: &str) -> Result<Query, ExplainError> {
         let bad = |what: String| ExplainError::Query(what);
-        let from = match from {
-            "node" => None,
-            ip => Some(ip.parse().map_err(|_| bad(format!("--from {ip:?}: not `node` or an IP address")))?),
+        let (from, from_port) = match from {
+            "node" => (None, None),
+            ip => match (ip.parse::<IpAddr>(), ip.parse::<SocketAddr>()) {
+                (Ok(ip), _) => (Some(ip), None),
+                (_, Ok(sa)) => (Some(sa.ip()), Some(sa.port())),
+                _ => return Err(bad(format!("--from {ip:?}: not `node`, an IP address or IP:PORT"))),
+            },
         };
         let mut to: SocketAddr = to.parse().map_err(|_| bad(format!("--to {to:?}: not IP:PORT ([IPv6]:PORT)")))?;
         // An IPv4-mapped address is IPv4 on the wire.
@@ -89,7 +97,7 @@ impl Query {
         if from.is_some_and(|f: IpAddr| f.is_ipv4() != to.is_ipv4()) {
             return Err(bad("--from and --to are of different address families".into()));
         }
-        Ok(Query { from, to, protocol, arrives_on: None, node_source: None })
+        Ok(Query { from, from_port, to, protocol, arrives_on: None, node_source: None })
     }
 }
 
@@ -112,6 +120,9 @@ impl Query {
         self
     }
 }
+
+/// The client's port when the question does not give one.
+pub const CLIENT_PORT: u16 = 40000;
 
 /// Where the connection comes from, as the rules see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,7 +244,7 @@ fn first_packet(
         saddr,
         daddr: query.to.ip(),
         proto: element::proto_byte(query.protocol),
-        sport: 40000,
+        sport: query.from_port.unwrap_or(CLIENT_PORT),
         dport: query.to.port(),
         iif,
         mark: 0,

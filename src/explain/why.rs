@@ -4,7 +4,7 @@
 
 use super::{Explanation, Fate, Step};
 use crate::config::Config;
-use crate::model::{Family, Model, ServicePort};
+use crate::model::{Family, Model, Scheduler, ServicePort};
 use crate::render::MapName;
 use crate::topology::{self, Choice};
 use std::collections::BTreeMap;
@@ -23,7 +23,7 @@ const DISPATCH: [MapName; 5] = [
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reason {
     /// Its name (`no-service`, `no-endpoints`, `traffic-policy`, `source-ranges`,
-    /// `cluster-ip-port`, `service-cidr`, `affinity`, `masquerade`).
+    /// `cluster-ip-port`, `service-cidr`, `affinity`, `scheduler`, `masquerade`).
     pub kind: &'static str,
     /// For people.
     pub text: String,
@@ -110,15 +110,69 @@ pub fn fill(e: &mut Explanation, model: &Model, cfg: &Config) {
         }
     }
     policy(e, sp, cfg);
+    let scheduler = sp.scheduler_or(cfg.scheduler);
     if let Some(t) = sp.affinity_timeout {
+        let over = match scheduler {
+            Scheduler::Random => String::new(),
+            s => format!(" (it takes precedence over scheduler {s})"),
+        };
         let text = format!(
-            "sessionAffinity ClientIP: this first connection is spread as shown; the next ones from {} go to the same endpoint until it has been idle {t}s",
+            "sessionAffinity ClientIP{over}: this first connection is spread as shown; the next ones from {} go to the same endpoint until it has been idle {t}s",
             e.source
         );
         e.reasons.push(Reason { kind: "affinity", text });
+    } else if let Some(text) = scheduled(e, scheduler) {
+        e.reasons.push(Reason { kind: "scheduler", text });
     }
     masquerade(e, &steps, element_in(MapName::HairpinConnections));
     e.unused = unused(e, model, sp, cfg);
+}
+
+/// How the scheduler picked among the endpoints, when the packet reached one: for the
+/// hashing ones, the endpoint this client gets.
+fn scheduled(e: &Explanation, scheduler: Scheduler) -> Option<String> {
+    let reached: Vec<SocketAddr> = e
+        .outcomes
+        .iter()
+        .filter_map(|o| match o.fate {
+            Fate::Endpoint { to, .. } => Some(to),
+            _ => None,
+        })
+        .collect();
+    let (client, n) = (e.source, reached.len());
+    Some(match (scheduler, reached.as_slice()) {
+        (_, []) => return None,
+        (Scheduler::Random, _) => {
+            format!("scheduler random: each new connection goes to one of {n} endpoints at random")
+        }
+        (Scheduler::Unserved(u), _) => format!("scheduler {}: served as random ({})", u.as_str(), u.why()),
+        (Scheduler::RoundRobin, _) => format!(
+            "scheduler rr: new connections take the {n} endpoints in turn (one turn per service port and frontend kind), so this one may go to any"
+        ),
+        (s, [to]) if s.hashes() => {
+            let port = match s {
+                Scheduler::SourceHash { port: true } | Scheduler::Maglev { port: true } => {
+                    format!(
+                        " from port {} (the client's port is hashed too)",
+                        e.query.from_port.unwrap_or(super::CLIENT_PORT)
+                    )
+                }
+                _ => String::new(),
+            };
+            let how = match s {
+                Scheduler::Maglev { .. } => {
+                    "its hash picks a slot of the service port's table (mh), which moves few clients when an endpoint goes"
+                }
+                _ => {
+                    "its hash modulo the endpoint count picks (sh), which moves most clients when the endpoints change"
+                }
+            };
+            format!(
+                "scheduler {s}: connections from {client}{port} go to {to} while the endpoints stay the same: {how}"
+            )
+        }
+        (s, _) => format!("scheduler {s}: the client's hash picks one of {n} endpoints"),
+    })
 }
 
 /// Which of the service port's frontends `to` is.

@@ -111,6 +111,26 @@ impl Scheduler {
         }
     }
 
+    /// The scheduler's name, as IPVS and the annotation name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheduler::Random => "random",
+            Scheduler::RoundRobin => "rr",
+            Scheduler::SourceHash { .. } => "sh",
+            Scheduler::Maglev { .. } => "mh",
+            Scheduler::Unserved(u) => u.as_str(),
+        }
+    }
+
+    /// The flags it is served with (the ones that change what it does).
+    pub fn flags(self) -> &'static [&'static str] {
+        match self {
+            Scheduler::SourceHash { port: true } => &["sh-port"],
+            Scheduler::Maglev { port: true } => &["mh-port"],
+            _ => &[],
+        }
+    }
+
     /// Whether the client's hash picks the endpoint (the same client, the same endpoint).
     pub fn hashes(self) -> bool {
         matches!(self, Scheduler::SourceHash { .. } | Scheduler::Maglev { .. })
@@ -119,14 +139,11 @@ impl Scheduler {
 
 impl fmt::Display for Scheduler {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Scheduler::Random => f.write_str("random"),
-            Scheduler::RoundRobin => f.write_str("rr"),
-            Scheduler::SourceHash { port: false } => f.write_str("sh"),
-            Scheduler::SourceHash { port: true } => f.write_str("sh (sh-port)"),
-            Scheduler::Maglev { port: false } => f.write_str("mh"),
-            Scheduler::Maglev { port: true } => f.write_str("mh (mh-port)"),
-            Scheduler::Unserved(u) => write!(f, "{} (served as random: {})", u.as_str(), u.why()),
+        f.write_str(self.name())?;
+        match (self, self.flags()) {
+            (Scheduler::Unserved(u), _) => write!(f, " (served as random: {})", u.why()),
+            (_, []) => Ok(()),
+            (_, flags) => write!(f, " ({})", flags.join(",")),
         }
     }
 }

@@ -85,6 +85,11 @@ impl ServicePort {
         !self.internal_policy_local || self.externally_accessible()
     }
 
+    /// The scheduler that serves it: its own, else the node's `default`.
+    pub fn scheduler_or(&self, default: Scheduler) -> Scheduler {
+        self.scheduler.unwrap_or(default)
+    }
+
     /// Whether node-local endpoints are needed.
     pub fn uses_local_endpoints(&self) -> bool {
         self.internal_policy_local || self.external_policy_local

@@ -14,8 +14,8 @@ mod builder;
 mod detect;
 mod foreign;
 pub mod hash;
-pub mod maglev;
 mod key;
+pub mod maglev;
 mod names;
 pub use names::{affinity_map, comment};
 mod rendered;
@@ -221,7 +221,8 @@ fn lb_chain(words: FamilyWords, key: builder::LbKey) -> Result<String, RenderErr
         builder::Pick::Hash { port } => ("hash", port),
     };
     let seed = format!("{:#x}", hash::HASH_SEED);
-    let t = LbChain { fam: words.fam, proto: proto.as_str(), n: slots, nodeport, map: map.to_string(), how, port, seed };
+    let t =
+        LbChain { fam: words.fam, proto: proto.as_str(), n: slots, nodeport, map: map.to_string(), how, port, seed };
     render_template(&t, "lb.nft")
 }
 

@@ -122,8 +122,14 @@ mod tests {
         let lb = |scope, nodeport, proto, slots, pick| lb_chain(&LbKey { scope, nodeport, proto, slots, pick });
         assert_eq!(lb(Scope::Cluster, true, Protocol::Sctp, 3, Pick::Random), "lb-cluster-nodeport-sctp-3");
         assert_eq!(lb(Scope::Local, false, Protocol::Tcp, 1, Pick::Random), "lb-local-tcp-1");
-        assert_eq!(lb(Scope::Cluster, false, Protocol::Tcp, 101, Pick::Hash { port: false }), "lb-cluster-tcp-hash-101");
-        assert_eq!(lb(Scope::Local, true, Protocol::Udp, 5, Pick::Hash { port: true }), "lb-local-nodeport-udp-hash-port-5");
+        assert_eq!(
+            lb(Scope::Cluster, false, Protocol::Tcp, 101, Pick::Hash { port: false }),
+            "lb-cluster-tcp-hash-101"
+        );
+        assert_eq!(
+            lb(Scope::Local, true, Protocol::Udp, 5, Pick::Hash { port: true }),
+            "lb-local-nodeport-udp-hash-port-5"
+        );
         assert_eq!(rr_chain(Scope::Cluster, true, "a/b/tcp/p"), "lb-cluster-nodeport-rr-a/b/tcp/p");
     }
 

@@ -2,10 +2,10 @@
 
 use super::builder::{Builder, LbKey, Pick, PortId};
 use super::key::Key;
-use super::{maglev, names};
 use super::ruleset::{AffinityGroup, MapName, Scope, Value};
 use super::templates::{AffinityEndpoint, BalanceChain, ExternalChain, ServiceChain};
 use super::{RenderError, render_template};
+use super::{maglev, names};
 use crate::model::{Endpoint, Family, Scheduler, ServicePort};
 use crate::topology::Categorized;
 use ipnet::IpNet;
@@ -52,7 +52,7 @@ impl Builder<'_> {
         let Some(cluster_ip) = sp.cluster_ips.iter().copied().find(|ip| Family::of(ip) == family) else {
             return Ok(());
         };
-        let scheduler = sp.scheduler.unwrap_or(self.ctx.cfg.scheduler).served();
+        let scheduler = sp.scheduler_or(self.ctx.cfg.scheduler).served();
         let p = Port { sp, owner, base: names::base(&sp.name, sp.port), cat, scheduler };
         self.cluster_ip(&p, cluster_ip)?;
         let of_family = |ips: &[IpAddr]| ips.iter().copied().filter(|ip| Family::of(ip) == family).collect::<Vec<_>>();

@@ -55,6 +55,11 @@ impl<K: Kernel> Syncer<K> {
         Ok(Reply::pieces(200, TEXT, when, script.into_vec()))
     }
 
+    /// The node the services view is from.
+    fn node_view(&self) -> services::Node<'_> {
+        services::Node { name: &self.cfg.node_name, scheduler: self.cfg.scheduler }
+    }
+
     /// What the services view says about the loop.
     fn sync_state(&self) -> SyncState {
         let last = self.last.zip(self.last_success()).map(|((kind, _, _), (at, _))| LastSync {
@@ -69,7 +74,7 @@ impl<K: Kernel> Syncer<K> {
     /// `/debug/services`, of Service `only` if given.
     fn services_view(&self, only: Option<&ObjectKey>) -> Result<Reply, DebugError> {
         let mut out = Pieces::default();
-        services::write(&mut out, &self.model, &self.cfg.node_name, &self.sync_state(), only)?;
+        services::write(&mut out, &self.model, self.node_view(), &self.sync_state(), only)?;
         Ok(Reply::pieces(200, JSON, String::new(), out.into_vec()))
     }
 
@@ -104,7 +109,7 @@ impl<K: Kernel> Syncer<K> {
             None if self.last.is_some() => lines.push("the last sync failed in rendering: see the log".into()),
             None => {}
         }
-        lines.extend(summary::ports(services::port_views(&self.model, &self.cfg.node_name, None)));
+        lines.extend(summary::ports(services::port_views(&self.model, self.node_view(), None)));
         lines
     }
 }
