@@ -385,3 +385,6 @@ fn lookup(
         _ => return Err(format!("a lookup in {name} whose data does not fit")),
     })
 }
+
+#[cfg(test)]
+mod tests;
