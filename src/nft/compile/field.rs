@@ -335,3 +335,58 @@ pub fn scratch(fields: &[Field], reserved: u32) -> u32 {
 pub fn slots(len: u32) -> u32 {
     len.div_ceil(4)
 }
+
+/// Byte `i` of a `bits`-long prefix mask.
+pub fn prefix_byte(bits: u32, i: u32) -> u8 {
+    match bits.saturating_sub(i * 8) {
+        0 => 0,
+        n if n >= 8 => 0xff,
+        n => 0xff << (8 - n),
+    }
+}
+
+/// `10.0.0.1:80` or `[fd00::1]:80` as address bytes and port.
+pub fn constant_target(w: &str) -> Option<(Vec<u8>, u16)> {
+    let (addr, port) = w.rsplit_once(':')?;
+    let addr = addr.strip_prefix('[').and_then(|a| a.strip_suffix(']')).unwrap_or(addr);
+    let ip: std::net::IpAddr = addr.parse().ok()?;
+    let bytes = match ip {
+        std::net::IpAddr::V4(v4) => v4.octets().to_vec(),
+        std::net::IpAddr::V6(v6) => v6.octets().to_vec(),
+    };
+    Some((bytes, port.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(text: &str, family: Family) -> Result<(Field, usize), CompileError> {
+        let tokens: Vec<Token> = super::super::lex::tokens(text).expect("tokens").into_iter().map(|(t, _)| t).collect();
+        Field::parse(&tokens, family)
+    }
+
+    #[test]
+    fn a_hash_takes_its_fields_modulus_seed_and_offset_and_needs_them_all_but_the_offset() {
+        let (f, n) =
+            field("jhash ip6 saddr . udp sport mod 61 seed 0x6b6e7078 offset 3 map", Family::V6).expect("a hash");
+        assert_eq!(n, 12);
+        let src = [Some((Base::Network, 8, 16)), Some((Base::Transport, 0, 2))];
+        assert_eq!(f.load, Load::Hash(Hash { src, modulus: 61, seed: 0x6b6e_7078, offset: 3 }));
+        assert_eq!((f.kind, f.needs_proto), (Kind::Integer, Some(17)));
+        let unseeded = field("jhash ip saddr mod 61 map", Family::V4).expect_err("no seed");
+        assert!(unseeded.to_string().contains("without a seed"), "{unseeded}");
+        assert!(field("jhash ip6 saddr mod 2 seed 1", Family::V4).is_err(), "another family's address");
+        assert!(field("jhash meta mark mod 2 seed 1", Family::V4).is_err(), "not a header field");
+        let three = field("jhash ip saddr . tcp sport . tcp dport mod 2 seed 1", Family::V4);
+        assert!(three.is_err(), "three fields");
+    }
+
+    #[test]
+    fn a_counter_is_a_numgen_of_its_own_kind() {
+        let (f, n) = field("numgen inc mod 3 offset 2", Family::V4).expect("a counter");
+        assert_eq!((f.load, n), (Load::Numgen { inc: true, modulus: 3, offset: 2 }, 6));
+        let (f, n) = field("numgen random mod 3 map", Family::V4).expect("a random number");
+        assert_eq!((f.load, n), (Load::Numgen { inc: false, modulus: 3, offset: 0 }, 4));
+    }
+}

@@ -1,11 +1,12 @@
 //! One rule's text to the kernel's expressions, as `nft` 1.0.6 compiles the same text:
 //! matches, lookups in named and anonymous sets, marks, NAT, verdicts. Registers are
-//! allocated per statement from the first, concatenations in consecutive 32-bit slots;
+//! allocated per statement from the first, concatenations in consecutive 32-bit slots, a
+//! hash's fields after the key (and after a NAT's address register) as `nft` allocates them;
 //! a `tcp dport` is preceded by the `meta l4proto tcp` match it depends on unless the rule
 //! already matched the protocol; an interval set's host-order key fields are converted.
 
 use super::expr::{Data, Expr};
-use super::field::{Field, Kind, META_L4PROTO, META_MARK, reg, scratch, slots};
+use super::field::{Field, Kind, META_L4PROTO, META_MARK, constant_target, prefix_byte, reg, scratch, slots};
 use super::lex::Token;
 use super::{AnonSet, CompileError, Schema};
 use crate::model::Family;
@@ -392,25 +393,4 @@ impl Rule<'_> {
         self.push(Expr::Lookup { sreg: 1, set: name, set_id: id, dreg: Some(0), invert: false });
         Ok(())
     }
-}
-
-/// Byte `i` of a `bits`-long prefix mask.
-pub fn prefix_byte(bits: u32, i: u32) -> u8 {
-    match bits.saturating_sub(i * 8) {
-        0 => 0,
-        n if n >= 8 => 0xff,
-        n => 0xff << (8 - n),
-    }
-}
-
-/// `10.0.0.1:80` or `[fd00::1]:80` as address bytes and port.
-fn constant_target(w: &str) -> Option<(Vec<u8>, u16)> {
-    let (addr, port) = w.rsplit_once(':')?;
-    let addr = addr.strip_prefix('[').and_then(|a| a.strip_suffix(']')).unwrap_or(addr);
-    let ip: std::net::IpAddr = addr.parse().ok()?;
-    let bytes = match ip {
-        std::net::IpAddr::V4(v4) => v4.octets().to_vec(),
-        std::net::IpAddr::V6(v6) => v6.octets().to_vec(),
-    };
-    Some((bytes, port.parse().ok()?))
 }
