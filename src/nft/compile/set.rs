@@ -10,8 +10,8 @@ use super::lex::Token;
 use super::parse::SetDecl;
 use crate::model::Family;
 use crate::nft::netlink::abi::{
-    NFT_DATA_VERDICT, NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT, NFT_SET_ELEM_INTERVAL_END, NFT_SET_EVAL,
-    NFT_SET_INTERVAL, NFT_SET_MAP, NFT_SET_TIMEOUT,
+    NFT_DATA_VERDICT, NFT_NG_INCREMENTAL, NFT_NG_RANDOM, NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT,
+    NFT_SET_ELEM_INTERVAL_END, NFT_SET_EVAL, NFT_SET_INTERVAL, NFT_SET_MAP, NFT_SET_TIMEOUT,
 };
 
 /// Bits per type in a concatenation's folded type.
@@ -112,8 +112,8 @@ fn tlv_u32(b: &mut Vec<u8>, kind: u8, v: u32) {
 fn expr_udata(f: &Field) -> Vec<u8> {
     let mut data = Vec::new();
     let ty = match (f.load, f.desc) {
-        (Load::Numgen(modulus, offset), _) => {
-            tlv_u32(&mut data, 0, 1);
+        (Load::Numgen { inc, modulus, offset }, _) => {
+            tlv_u32(&mut data, 0, if inc { NFT_NG_INCREMENTAL } else { NFT_NG_RANDOM });
             tlv_u32(&mut data, 1, modulus);
             tlv_u32(&mut data, 2, offset);
             EXPR_NUMGEN
