@@ -380,6 +380,9 @@ mod tests {
         assert!(field("jhash meta mark mod 2 seed 1", Family::V4).is_err(), "not a header field");
         let three = field("jhash ip saddr . tcp sport . tcp dport mod 2 seed 1", Family::V4);
         assert!(three.is_err(), "three fields");
+        let typeof_ = "table ip t {\n map m {\n  typeof jhash ip saddr mod 2 seed 1 : ip daddr\n }\n}\n";
+        let refused = super::super::describe(typeof_).expect_err("a hash in a typeof");
+        assert!(refused.to_string().contains("a hash in a set's `typeof`"), "{refused}");
     }
 
     #[test]

@@ -78,7 +78,11 @@ fn parts(fields: &[Vec<Token>], typeof_: bool, family: Family) -> Result<Vec<Par
             [Token::Word(w)] if !typeof_ => {
                 Kind::named(w).map(Part::Type).ok_or_else(|| CompileError::new(format!("type `{w}`")))
             }
-            toks => Ok(Part::Expr(Field::parse(toks, family)?.0)),
+            toks => match Field::parse(toks, family)?.0 {
+                // nft 1.0.6 has no `typeof` form of a hash: it crashes listing such a set.
+                Field { load: Load::Hash(_), .. } => Err(CompileError::new("a hash in a set's `typeof`")),
+                f => Ok(Part::Expr(f)),
+            },
         })
         .collect()
 }
