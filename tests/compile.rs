@@ -1,11 +1,12 @@
-//! The in-process compiler against `nft` itself, for every golden case: each rule compiles
-//! to the expressions `nft` 1.0.6 sends for the same text (`nft --debug=netlink`), and the
-//! kernel's tables after our batch list exactly as after `nft -f` of the same script.
+//! The in-process compiler against `nft` itself, for every golden case (and the schedulers'
+//! endpoint picks in place of `numgen random`): each rule compiles to the expressions `nft`
+//! 1.0.6 sends for the same text (`nft --debug=netlink`), and the kernel's tables after our
+//! batch list exactly as after `nft -f` of the same script.
 
 mod common;
 
 use common::net::in_netns;
-use common::{Netns, golden_cases, kernel_available};
+use common::{Netns, SCHEDULER_PICKS, golden_cases, kernel_available, with_pick};
 use kube_nftproxy::nft::compile::{Schema, compile, describe};
 use kube_nftproxy::nft::wire::{Batch, Sender};
 
@@ -48,6 +49,25 @@ fn rule_blocks(debug: &str) -> String {
     out
 }
 
+/// Every golden case's script without elements, then those of the cases with both families,
+/// node ports and three protocols with each scheduler's pick in the dnat rules.
+fn scripts() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for case in golden_cases() {
+        let script = without_elements(&std::fs::read_to_string(case.dir.join("expected.nft")).unwrap());
+        if ["dual-stack", "clusterip"].contains(&case.name.as_str()) {
+            for pick in SCHEDULER_PICKS {
+                let picked = with_pick(&script, pick);
+                let changed = picked.lines().zip(script.lines()).filter(|(a, b)| a != b).count();
+                assert!(changed >= 2, "{}: few picks of {pick}:\n{picked}", case.name);
+                out.push((format!("{} with {pick}", case.name), picked));
+            }
+        }
+        out.push((case.name, script));
+    }
+    out
+}
+
 #[test]
 fn every_golden_rule_compiles_to_the_expressions_nft_sends() {
     if !kernel_available() {
@@ -55,20 +75,19 @@ fn every_golden_rule_compiles_to_the_expressions_nft_sends() {
     }
     let ns = Netns::new("compile-dbg");
     let mut failed = Vec::new();
-    let cases = golden_cases();
-    assert!(cases.len() >= 25, "golden cases: {}", cases.len());
-    for case in cases {
-        let script = without_elements(&std::fs::read_to_string(case.dir.join("expected.nft")).unwrap());
+    let cases = scripts();
+    assert!(cases.len() >= 35, "golden cases: {}", cases.len());
+    for (name, script) in cases {
         let out = ns.run(&["nft", "--debug=netlink", "-c", "-f", "-"], &script);
-        assert!(out.status.success(), "{}: nft -c: {}", case.name, String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{name}: nft -c: {}", String::from_utf8_lossy(&out.stderr));
         let want = rule_blocks(&String::from_utf8_lossy(&out.stdout));
-        let got = describe(&script).unwrap_or_else(|e| panic!("{}: {e}", case.name));
-        assert!(want.matches("\n\n").count() >= 20, "{}: nft described too few rules:\n{want}", case.name);
+        let got = describe(&script).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(want.matches("\n\n").count() >= 20, "{name}: nft described too few rules:\n{want}");
         if got != want {
             let first = got.lines().zip(want.lines()).position(|(a, b)| a != b).unwrap_or(0);
             let around = |t: &str| t.lines().skip(first.saturating_sub(6)).take(12).collect::<Vec<_>>().join("\n");
-            eprintln!("--- {}: ours\n{}\n--- nft's\n{}", case.name, around(&got), around(&want));
-            failed.push(case.name.clone());
+            eprintln!("--- {name}: ours\n{}\n--- nft's\n{}", around(&got), around(&want));
+            failed.push(name);
         }
     }
     assert!(failed.is_empty(), "rules compile differently from nft's: {failed:?}");
@@ -81,27 +100,26 @@ fn every_golden_table_loaded_by_our_batch_lists_as_nft_loads_it() {
     }
     let (ours, theirs) = (Netns::new("compile-ours"), Netns::new("compile-nft"));
     let mut failed = Vec::new();
-    for case in golden_cases() {
-        let script = without_elements(&std::fs::read_to_string(case.dir.join("expected.nft")).unwrap());
+    for (name, script) in scripts() {
         for ns in [&ours, &theirs] {
             ns.nft(&["flush", "ruleset"]);
         }
-        theirs.nft_apply(&script).unwrap_or_else(|e| panic!("{}: nft -f: {e}", case.name));
+        theirs.nft_apply(&script).unwrap_or_else(|e| panic!("{name}: nft -f: {e}"));
         let sent = in_netns(&ours.name, || {
             let mut batch = Batch::new();
             compile(&script, &mut Schema::default(), &mut batch).map_err(|e| e.to_string())?;
             Sender::default().send(&batch.finish()).map_err(|e| e.to_string())
         });
         if let Err(e) = sent {
-            eprintln!("--- {}: the kernel refused our batch: {e}", case.name);
-            failed.push(case.name.clone());
+            eprintln!("--- {name}: the kernel refused our batch: {e}");
+            failed.push(name);
             continue;
         }
         let (got, want) = (ours.nft(&["list", "ruleset"]), theirs.nft(&["list", "ruleset"]));
-        assert!(want.contains("chain services {") && want.contains("map service-ips {"), "{}: {want}", case.name);
+        assert!(want.contains("chain services {") && want.contains("map service-ips {"), "{name}: {want}");
         if got != want {
-            eprintln!("--- {}: ours\n{got}\n--- nft's\n{want}", case.name);
-            failed.push(case.name.clone());
+            eprintln!("--- {name}: ours\n{got}\n--- nft's\n{want}");
+            failed.push(name);
         }
     }
     assert!(failed.is_empty(), "tables differ from nft's: {failed:?}");
@@ -130,4 +148,46 @@ fn a_declared_size_loads_as_nft_loads_it() {
     let (got, want) = (ours.nft(&["list", "ruleset"]), theirs.nft(&["list", "ruleset"]));
     assert!(want.contains("size 8192") && want.contains("size 262144"), "{want}");
     assert_eq!(got, want, "a sized table lists differently from nft's");
+}
+
+#[test]
+fn a_hash_or_a_counter_wherever_a_key_goes_compiles_as_nft_compiles_it() {
+    if !kernel_available() {
+        return;
+    }
+    // Outside a dnat no register is taken before the key: a hash's fields go right after a
+    // concatenation, or after the 16-byte register of a value alone.
+    let script = "table ip kube-nftproxy {
+	set s {
+		typeof ip daddr . numgen random mod 1
+		flags dynamic
+	}
+	chain a {
+	}
+	chain c {
+		ip daddr . jhash ip saddr mod 61 seed 0x6b6e7078 @s goto a
+		jhash ip saddr . udp sport mod 2 seed 0x6b6e7078 vmap { 0 : goto a, 1 : goto a }
+		update @s { ip daddr . jhash ip saddr . sctp sport mod 61 seed 7 offset 9 }
+		jhash ip saddr mod 2 seed 7 == 1 accept
+		numgen inc mod 2 vmap { 0 : goto a, 1 : goto a }
+	}
+}
+";
+    let ns = Netns::new("compile-hash");
+    let out = ns.run(&["nft", "--debug=netlink", "-c", "-f", "-"], script);
+    assert!(out.status.success(), "nft -c: {}", String::from_utf8_lossy(&out.stderr));
+    let want = rule_blocks(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(want.matches("jhash(").count(), 4, "{want}");
+    assert_eq!(describe(script).expect("compile"), want);
+    let theirs = Netns::new("compile-hash-nft");
+    theirs.nft_apply(script).unwrap_or_else(|e| panic!("nft -f: {e}"));
+    in_netns(&ns.name, || {
+        let mut batch = Batch::new();
+        compile(script, &mut Schema::default(), &mut batch).map_err(|e| e.to_string())?;
+        Sender::default().send(&batch.finish()).map_err(|e| e.to_string())
+    })
+    .unwrap_or_else(|e| panic!("the kernel refused our batch: {e}"));
+    let (got, want) = (ns.nft(&["list", "ruleset"]), theirs.nft(&["list", "ruleset"]));
+    assert!(want.contains("jhash ip saddr . sctp sport mod 61 seed 0x7 offset 9"), "{want}");
+    assert_eq!(got, want, "the table lists differently from nft's");
 }

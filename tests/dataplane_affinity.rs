@@ -1,7 +1,7 @@
-//! Session affinity with real packets, through the daemon's own sync path: a client keeps
-//! its endpoint whichever frontend it uses (ClusterIP, external IP, NodePort) and through
-//! partial and periodic syncs, and is spread anew when its endpoint stops serving, in both
-//! families.
+//! Session affinity and the schedulers with real packets, through the daemon's own sync
+//! path: a client keeps its endpoint whichever frontend it uses (ClusterIP, external IP,
+//! NodePort) and through partial and periodic syncs, and is spread anew when its endpoint
+//! stops serving, in both families; the schedulers are in `dataplane_affinity/schedulers.rs`.
 
 mod common;
 
@@ -11,6 +11,9 @@ use common::proxy::{Proxy, model_of, node_a_config};
 use common::{Netns, kernel_available};
 use kube_nftproxy::nft::{Resync, SyncKind, SyncReport};
 use serde_json::{Value, json};
+
+#[path = "dataplane_affinity/schedulers.rs"]
+mod schedulers;
 
 fn sync(ns: &Netns, proxy: &mut Proxy, objects: &[Value]) -> SyncReport {
     proxy.model.replace(model_of(objects));

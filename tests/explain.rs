@@ -174,6 +174,59 @@ fn affinity_spreads_a_new_client_evenly_through_its_cascade() {
 }
 
 #[test]
+fn the_scheduler_is_named_and_a_hashing_one_names_the_clients_endpoint() {
+    let endpoints = || (1..=4).map(|i| ep(&format!("10.2.0.{i}"), "node-b", json!({}))).collect();
+    let with = |scheduler: &str, flags: &str, spec: Value| {
+        let mut objects = web(spec, endpoints());
+        objects[0]["metadata"]["annotations"] =
+            json!({"kube-nftproxy.io/scheduler": scheduler, "kube-nftproxy.io/scheduler-flags": flags});
+        objects
+    };
+    let plain = json!({"clusterIP": "172.30.0.16", "ports": [{"name": "http", "port": 80}]});
+    let said = |e: &Explanation| e.reasons.iter().find(|r| r.kind == "scheduler").map(|r| r.text.clone());
+    // Hashing: one outcome for a given client, the same every time, named in the reason.
+    for (scheduler, flags) in [("sh", ""), ("mh", ""), ("mh", "mh-port")] {
+        let objects = with(scheduler, flags, plain.clone());
+        let e = ask(&objects, "10.3.0.1", "172.30.0.16:80");
+        let got = reached(&e);
+        assert_eq!(got.len(), 1, "{scheduler} {flags}: {got:?}");
+        let text = said(&e).expect("a scheduler reason");
+        assert!(text.starts_with(&format!("scheduler {scheduler}")) && text.contains(&got[0].0), "{text}");
+        assert_eq!(flags.is_empty(), !text.contains("port 40000"), "{text}");
+        let many: std::collections::BTreeSet<String> = (1..=40)
+            .flat_map(|i| reached(&ask(&objects, &format!("10.3.1.{i}"), "172.30.0.16:80")))
+            .map(|r| r.0)
+            .collect();
+        assert_eq!(many.len(), 4, "{scheduler}: forty clients reach every endpoint: {many:?}");
+    }
+    // The port flag: the client's port decides too (`--from IP:PORT`).
+    let objects = with("sh", "sh-port", plain.clone());
+    let ports: std::collections::BTreeSet<String> = (0..40)
+        .map(|p| reached(&ask(&objects, &format!("10.3.0.1:{}", 30000 + p), "172.30.0.16:80"))[0].0.clone())
+        .collect();
+    assert_eq!(ports.len(), 4, "one client from forty ports: {ports:?}");
+    // Round robin and random may go anywhere; an unserved one says it is random.
+    for (scheduler, says) in [("rr", "in turn"), ("random", "at random"), ("lc", "served as random")] {
+        let e = ask(&with(scheduler, "", plain.clone()), "10.3.0.1", "172.30.0.16:80");
+        assert_eq!(reached(&e).len(), 4, "{scheduler}");
+        assert!(said(&e).is_some_and(|t| t.contains(says)), "{scheduler}: {:?}", e.reasons);
+    }
+    // The node's default, and affinity over a scheduler.
+    let e =
+        ask_with(&web(plain, endpoints()), &["--proxy-mode=ipvs", "--ipvs-scheduler=sh"], "10.3.0.1", "172.30.0.16:80");
+    assert!(said(&e).is_some_and(|t| t.starts_with("scheduler sh")), "{:?}", e.reasons);
+    let sticky =
+        json!({"clusterIP": "172.30.0.16", "sessionAffinity": "ClientIP", "ports": [{"name": "http", "port": 80}]});
+    let e = ask(&with("mh", "", sticky), "10.3.0.1", "172.30.0.16:80");
+    assert_eq!((reached(&e).len(), said(&e)), (4, None));
+    assert!(
+        e.reasons.iter().any(|r| r.kind == "affinity" && r.text.contains("precedence over scheduler mh")),
+        "{:?}",
+        e.reasons
+    );
+}
+
+#[test]
 fn addresses_no_service_holds_are_left_alone_or_refused_at_a_cluster_ip() {
     let objects = web(json!({"clusterIP": "172.30.0.15", "ports": [{"name": "http", "port": 80}]}), vec![]);
     let e = ask(&objects, "10.3.0.1", "198.51.100.1:443");

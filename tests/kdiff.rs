@@ -78,6 +78,39 @@ fn every_golden_case_diffs_empty_right_after_applying() {
 }
 
 #[test]
+fn the_schedulers_picks_diff_empty_right_after_applying_and_unlike_random_ones() {
+    if !kernel_available() {
+        return;
+    }
+    // Rules with `jhash` and `numgen inc` read back from the kernel as they were compiled
+    // (no golden case renders them yet: each pick stands in for `numgen random`).
+    let case = common::golden_cases().into_iter().find(|c| c.name == "dual-stack").expect("dual-stack");
+    let (model, _) = manifests::load_model(&case.dir.join("manifests.yaml"), "node-a").expect("manifests");
+    let cfg = config(&case.args);
+    let ns = Netns::new("kdiff-picks");
+    for pick in common::SCHEDULER_PICKS {
+        let (random, picked) = in_netns(&ns.name, || {
+            let mut model = model.clone();
+            model.set_host_addresses(host::interface_addresses().expect("addresses"));
+            let random = render::render(&model, &cfg).expect("render");
+            let mut picked = random.clone();
+            for rules in picked.tables.iter_mut().flat_map(|t| t.chains.values_mut()) {
+                *rules = common::with_pick(rules, pick);
+            }
+            let mut applier = Applier::new("node-a", Arc::new(OwnPorts::default()));
+            applier.sync(&picked, &Update::Replaced, Resync::Replace).expect("apply");
+            (random, picked)
+        });
+        let report = diff_in(&ns, &picked);
+        assert!(!report.differences, "{pick}: a fresh ruleset differs:\n{}", report.to_text());
+        // The same rules with `numgen random` are not what the kernel holds.
+        let report = diff_in(&ns, &random);
+        let (text, held) = (report.to_text(), if pick.starts_with("jhash") { "= jhash(reg " } else { "= inc mod " });
+        assert!(report.summary.changed >= 4 && text.contains(held), "{pick}: the picks went unseen:\n{text}");
+    }
+}
+
+#[test]
 fn a_thousand_mixed_services_diff_empty_and_nothing_is_written() {
     if !kernel_available() {
         return;

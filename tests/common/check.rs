@@ -2,7 +2,7 @@
 
 use super::Netns;
 use super::cluster::{Cluster, ECHO_PORT, endpoint, service, slice};
-use super::net::{Probe, Proto, Reply, in_netns, probe};
+use super::net::{Probe, Proto, Reply, in_netns, probe, probe_from};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -14,9 +14,15 @@ pub const LONG: Duration = Duration::from_secs(3);
 /// Sends one probe from namespace `ns` (optionally from source `src`); what it did is checked
 /// against `explain` (`explained`).
 pub fn send(ns: &Netns, proto: Proto, dst: &str, src: Option<&str>, timeout: Duration) -> Probe {
-    let dst: SocketAddr = dst.parse().unwrap_or_else(|_| panic!("bad address {dst}"));
     let src: Option<IpAddr> = src.map(|s| s.parse().unwrap());
-    let seen = in_netns(&ns.name, move || probe(proto, dst, src, timeout));
+    send_from(ns, proto, dst, src.map(|ip| SocketAddr::new(ip, 0)), timeout)
+}
+
+/// As [`send`], from source address and port `src` (port 0: any), the port asked of
+/// `explain` too when given.
+pub fn send_from(ns: &Netns, proto: Proto, dst: &str, src: Option<SocketAddr>, timeout: Duration) -> Probe {
+    let dst: SocketAddr = dst.parse().unwrap_or_else(|_| panic!("bad address {dst}"));
+    let seen = in_netns(&ns.name, move || probe_from(proto, dst, src, timeout));
     super::explained::check(ns, proto, dst, src, &seen);
     seen
 }

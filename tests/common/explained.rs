@@ -73,14 +73,15 @@ pub fn checked() -> usize {
     CHECKED.with(|c| *c.borrow())
 }
 
-/// Asks explain about the probe just sent from `ns` to `dst` and asserts that `probe` is one
-/// of its predicted outcomes.
-pub fn check(ns: &Netns, proto: Proto, dst: SocketAddr, src: Option<IpAddr>, probe: &Probe) {
+/// Asks explain about the probe just sent from `ns` (from `src`, when given: its port too,
+/// when not 0) to `dst` and asserts that `probe` is one of its predicted outcomes.
+pub fn check(ns: &Netns, proto: Proto, dst: SocketAddr, src: Option<SocketAddr>, probe: &Probe) {
     let Some(cluster) = CLUSTER.with(|c| c.borrow().clone()) else { return };
     let Some(rules) = RULES.with(|r| r.borrow().clone()) else { return };
     let Some(source) = cluster.sources.get(&ns.name) else { return };
     let from = match (src, source) {
-        (Some(ip), _) => ip.to_string(),
+        (Some(a), _) if a.port() != 0 => a.to_string(),
+        (Some(a), _) => a.ip().to_string(),
         (None, None) => "node".to_string(),
         (None, Some((v4, v6))) => if dst.is_ipv4() { *v4 } else { *v6 }.to_string(),
     };

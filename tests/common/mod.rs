@@ -48,6 +48,35 @@ pub fn dry_run_ok(manifests: &Path, args: &[String]) -> String {
     String::from_utf8(out.stdout).expect("utf-8 ruleset")
 }
 
+/// The endpoint picks of issue 25's schedulers, which no golden case renders yet: each stands
+/// for `numgen random mod N` in a dnat rule, with `{ip}`, `{proto}` and `{n}` the rule's
+/// family word, protocol and N.
+pub const SCHEDULER_PICKS: [&str; 5] = [
+    "jhash {ip} saddr mod {n} seed 0x6b6e7078",
+    "jhash {ip} saddr . {proto} sport mod {n} seed 0x6b6e7078",
+    "numgen inc mod {n}",
+    "jhash {ip} saddr . {proto} sport mod {n} seed 0x6b6e7078 offset 3",
+    "numgen inc mod {n} offset 2",
+];
+
+/// `rules` with every dnat rule's `numgen random mod N` pick replaced by `pick` (one of
+/// [`SCHEDULER_PICKS`]).
+pub fn with_pick(rules: &str, pick: &str) -> String {
+    let mut out = String::new();
+    for line in rules.split_inclusive('\n') {
+        let Some((head, rest)) = line.split_once(" . numgen random mod ").filter(|_| line.contains("dnat ip")) else {
+            out.push_str(line);
+            continue;
+        };
+        let (n, tail) = rest.split_once(' ').expect("a map after the pick");
+        let ip = if line.contains("dnat ip6 ") { "ip6" } else { "ip" };
+        let proto = head.strip_suffix(" dport").and_then(|h| h.rsplit(' ').next()).expect("a dport before the pick");
+        let pick = pick.replace("{ip}", ip).replace("{proto}", proto).replace("{n}", n);
+        out.push_str(&format!("{head} . {pick} {tail}"));
+    }
+    out
+}
+
 /// One golden case: `tests/golden/<name>/{manifests.yaml,args,expected.nft[,warnings.txt]}`.
 pub struct Case {
     /// Directory name.

@@ -237,6 +237,11 @@ fn classify(e: std::io::Error) -> Probe {
 /// One connection (TCP/SCTP) or datagram exchange (UDP) from the calling thread's namespace,
 /// optionally from source address `src`.
 pub fn probe(proto: Proto, dst: SocketAddr, src: Option<IpAddr>, timeout: Duration) -> Probe {
+    probe_from(proto, dst, src.map(|ip| SocketAddr::new(ip, 0)), timeout)
+}
+
+/// As [`probe`], from source address and port `src` (port 0: any the kernel picks).
+pub fn probe_from(proto: Proto, dst: SocketAddr, src: Option<SocketAddr>, timeout: Duration) -> Probe {
     let result = match proto {
         Proto::Udp => udp_exchange(dst, src, timeout),
         Proto::Tcp => stream_exchange(dst, src, timeout, libc::IPPROTO_TCP),
@@ -248,10 +253,10 @@ pub fn probe(proto: Proto, dst: SocketAddr, src: Option<IpAddr>, timeout: Durati
     }
 }
 
-fn stream_exchange(dst: SocketAddr, src: Option<IpAddr>, timeout: Duration, proto: i32) -> std::io::Result<String> {
+fn stream_exchange(dst: SocketAddr, src: Option<SocketAddr>, timeout: Duration, proto: i32) -> std::io::Result<String> {
     let fd = socket(dst, libc::SOCK_STREAM, proto)?;
     if let Some(src) = src {
-        let (ss, len) = sockaddr(SocketAddr::new(src, 0));
+        let (ss, len) = sockaddr(src);
         // SAFETY: binding our own socket to a valid address.
         if unsafe { libc::bind(fd.as_raw_fd(), &ss as *const _ as *const libc::sockaddr, len) } != 0 {
             return Err(std::io::Error::last_os_error());
@@ -278,9 +283,9 @@ fn stream_exchange(dst: SocketAddr, src: Option<IpAddr>, timeout: Duration, prot
     Ok(text)
 }
 
-fn udp_exchange(dst: SocketAddr, src: Option<IpAddr>, timeout: Duration) -> std::io::Result<String> {
+fn udp_exchange(dst: SocketAddr, src: Option<SocketAddr>, timeout: Duration) -> std::io::Result<String> {
     let any: IpAddr = if dst.is_ipv6() { "::".parse().unwrap() } else { "0.0.0.0".parse().unwrap() };
-    let u = UdpSocket::bind(SocketAddr::new(src.unwrap_or(any), 0))?;
+    let u = UdpSocket::bind(src.unwrap_or(SocketAddr::new(any, 0)))?;
     u.set_read_timeout(Some(timeout))?;
     u.connect(dst)?;
     u.send(b"hello")?;

@@ -1,7 +1,8 @@
 //! The nf_tables machine, for one packet: registers, the expressions the compiler writes, set
-//! lookups, jumps and gotos, as the kernel runs a rule. A random number is kept as the set of
-//! values it may take until something tells them apart; there the run forks, each fork
-//! weighted by its share of the values, so every path a packet can take is followed once.
+//! lookups, jumps and gotos, as the kernel runs a rule. A random number (or a round robin's
+//! counter, whose value depends on the packets before) is kept as the set of values it may
+//! take until something tells them apart; there the run forks, each fork weighted by its
+//! share of the values, so every path a packet can take is followed once. A hash is exact.
 
 use super::packet::Packet;
 mod regs;
@@ -9,6 +10,7 @@ mod regs;
 use super::table::Table;
 use crate::nft::compile::{Data, Expr};
 use crate::nft::netlink::abi::{NF_ACCEPT, NF_DROP, NFT_GOTO, NFT_JUMP, NFT_RETURN};
+use crate::render::hash;
 use regs::{Random, narrow, offset, read, settle, span, write};
 use std::sync::Arc;
 
@@ -196,7 +198,7 @@ fn exec(table: &Table, r: &mut Run, e: &Expr) -> Result<Flow, String> {
         Expr::Payload { .. } | Expr::Meta { .. } | Expr::MetaSet { .. } | Expr::Ct { .. } | Expr::Fib { .. } => {
             packet_field(r, e)?
         }
-        Expr::Bitwise { .. } | Expr::Byteorder { .. } | Expr::Numgen { .. } => compute(r, e)?,
+        Expr::Bitwise { .. } | Expr::Byteorder { .. } | Expr::Numgen { .. } | Expr::Hash { .. } => compute(r, e)?,
         Expr::Cmp { sreg, op, data } => cmp(r, *sreg, *op, data)?,
         Expr::Lookup { sreg, set, set_id, dreg, invert } => lookup(table, r, *sreg, set, *set_id, *dreg, *invert)?,
         Expr::Immediate { dreg, data: Data::Value(v) } => write(r, *dreg, v).map(|()| Flow::Next)?,
@@ -259,12 +261,12 @@ fn packet_field(r: &mut Run, e: &Expr) -> Result<Flow, String> {
     write(r, dreg, &bytes).map(|()| Flow::Next)
 }
 
-/// Arithmetic on registers, and random numbers.
+/// Arithmetic on registers, hashes, and random numbers.
 fn compute(r: &mut Run, e: &Expr) -> Result<Flow, String> {
     let (sreg, len) = match e {
         Expr::Bitwise { sreg, mask, .. } => (*sreg, mask.len()),
-        Expr::Byteorder { sreg, len, .. } => (*sreg, *len as usize),
-        Expr::Numgen { dreg, modulus, offset: base } => {
+        Expr::Byteorder { sreg, len, .. } | Expr::Hash { sreg, len, .. } => (*sreg, *len as usize),
+        Expr::Numgen { dreg, modulus, offset: base, .. } => {
             let values: Vec<u32> = (0..*modulus).map(|v| v.wrapping_add(*base)).collect();
             let first = values.first().copied().ok_or("numgen modulus 0")?;
             write(r, *dreg, &first.to_ne_bytes())?;
@@ -289,6 +291,11 @@ fn compute(r: &mut Run, e: &Expr) -> Result<Flow, String> {
             if cfg!(target_endian = "little") && *size > 1 {
                 b.chunks_mut(*size as usize).for_each(<[u8]>::reverse);
             }
+            *dreg
+        }
+        Expr::Hash { dreg, modulus, seed, offset, .. } => {
+            let h = hash::scale(hash::jhash(&b, *seed), *modulus).wrapping_add(*offset);
+            b = h.to_ne_bytes().to_vec();
             *dreg
         }
         other => return Err(format!("expression {other}")),
@@ -378,3 +385,6 @@ fn lookup(
         _ => return Err(format!("a lookup in {name} whose data does not fit")),
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -103,10 +103,25 @@ fn known(e: &ListedExpr) -> Option<Expr> {
         "immediate" => {
             Expr::Immediate { dreg: u32_at(a, NFTA_IMMEDIATE_DREG)?, data: data(get(a, NFTA_IMMEDIATE_DATA)?).ok()? }
         }
-        "numgen" if u32_at(a, NFTA_NG_TYPE)? == NFT_NG_RANDOM => Expr::Numgen {
+        "numgen" => Expr::Numgen {
             dreg: u32_at(a, NFTA_NG_DREG)?,
+            inc: match u32_at(a, NFTA_NG_TYPE)? {
+                NFT_NG_INCREMENTAL => true,
+                NFT_NG_RANDOM => false,
+                _ => return None,
+            },
             modulus: u32_at(a, NFTA_NG_MODULUS)?,
             offset: u32_at(a, NFTA_NG_OFFSET).unwrap_or(0),
+        },
+        // Jenkins' only, with its seed: the kernel lists none when it picked one itself.
+        "hash" if u32_at(a, NFTA_HASH_TYPE).unwrap_or(NFT_HASH_JENKINS) == NFT_HASH_JENKINS => Expr::Hash {
+            sreg: u32_at(a, NFTA_HASH_SREG)?,
+            dreg: u32_at(a, NFTA_HASH_DREG)?,
+            len: u32_at(a, NFTA_HASH_LEN)?,
+            modulus: u32_at(a, NFTA_HASH_MODULUS)?,
+            seed: u32_at(a, NFTA_HASH_SEED)?,
+            // The kernel lists an offset only when it is not zero.
+            offset: u32_at(a, NFTA_HASH_OFFSET).unwrap_or(0),
         },
         "nat" => nat(a)?,
         "masq" if get(a, NFTA_NAT_REG_PROTO_MIN).is_none() => {
@@ -185,7 +200,10 @@ mod tests {
             Expr::Lookup { sreg: 1, set: "s".into(), set_id: Some(3), dreg: Some(0), invert: true },
             Expr::Immediate { dreg: 0, data: Data::Verdict(NFT_GOTO, Some("c".into())) },
             Expr::Immediate { dreg: 1, data: Data::Value(vec![10, 0, 0, 1]) },
-            Expr::Numgen { dreg: 1, modulus: 3, offset: 7 },
+            Expr::Numgen { dreg: 1, inc: false, modulus: 3, offset: 7 },
+            Expr::Numgen { dreg: 10, inc: true, modulus: 3, offset: 0 },
+            Expr::Hash { sreg: 15, dreg: 10, len: 8, modulus: 61, seed: 0x6b6e_7078, offset: 0 },
+            Expr::Hash { sreg: 18, dreg: 13, len: 20, modulus: 7, seed: 1, offset: 5 },
             Expr::Dnat { family: 2, addr: 1, proto: 2, flags: 0 },
             Expr::Masq { flags: 0x10 },
             Expr::Reject { kind: 1, code: 0 },
@@ -207,5 +225,19 @@ mod tests {
         }
         let counter = ListedExpr { name: "counter".into(), data: Vec::new() };
         assert!(matches!(read_back(&counter), ReadExpr::Other(_)));
+        // A hash whose seed the kernel picked is no rule of ours, nor is a symmetric hash.
+        let listed = |attrs: &[(u16, u32)]| {
+            let mut data = Vec::new();
+            for &(k, v) in attrs {
+                crate::nft::wire::attr(&mut data, k, |b| b.extend_from_slice(&v.to_be_bytes()));
+            }
+            read_back(&ListedExpr { name: "hash".into(), data })
+        };
+        let unseeded = [(NFTA_HASH_SREG, 15), (NFTA_HASH_DREG, 10), (NFTA_HASH_LEN, 4), (NFTA_HASH_MODULUS, 3)];
+        assert!(matches!(listed(&unseeded), ReadExpr::Other(_)));
+        let seeded = [unseeded.as_slice(), &[(NFTA_HASH_SEED, 9), (NFTA_HASH_TYPE, NFT_HASH_JENKINS)]].concat();
+        assert!(matches!(listed(&seeded), ReadExpr::Known(Expr::Hash { seed: 9, .. })));
+        let symmetric = [unseeded.as_slice(), &[(NFTA_HASH_SEED, 9), (NFTA_HASH_TYPE, 1)]].concat();
+        assert!(matches!(listed(&symmetric), ReadExpr::Other(_)));
     }
 }

@@ -48,8 +48,11 @@ pub enum Expr {
     Lookup { sreg: u32, set: String, set_id: Option<u32>, dreg: Option<u32>, invert: bool },
     /// Loads `data` into `dreg`.
     Immediate { dreg: u32, data: Data },
-    /// A random number below `modulus` into `dreg`.
-    Numgen { dreg: u32, modulus: u32, offset: u32 },
+    /// A number below `modulus`, plus `offset`, into `dreg`: random, or (`inc`) a counter.
+    Numgen { dreg: u32, inc: bool, modulus: u32, offset: u32 },
+    /// Jenkins' hash of `len` bytes at `sreg` with `seed`, scaled to below `modulus`, plus
+    /// `offset`, into `dreg`.
+    Hash { sreg: u32, dreg: u32, len: u32, modulus: u32, seed: u32, offset: u32 },
     /// Destination NAT to the address (and port) in registers.
     Dnat { family: u32, addr: u32, proto: u32, flags: u32 },
     /// Masquerade with `flags`.
@@ -84,6 +87,7 @@ impl Expr {
             Expr::Lookup { .. } => "lookup",
             Expr::Immediate { .. } => "immediate",
             Expr::Numgen { .. } => "numgen",
+            Expr::Hash { .. } => "hash",
             Expr::Dnat { .. } => "nat",
             Expr::Masq { .. } => "masq",
             Expr::Reject { .. } => "reject",
@@ -191,11 +195,22 @@ impl Expr {
                     }),
                 });
             }
-            Expr::Numgen { dreg, modulus, offset } => [
+            Expr::Numgen { dreg, inc, modulus, offset } => [
                 (NFTA_NG_DREG, *dreg),
                 (NFTA_NG_MODULUS, *modulus),
-                (NFTA_NG_TYPE, NFT_NG_RANDOM),
+                (NFTA_NG_TYPE, if *inc { NFT_NG_INCREMENTAL } else { NFT_NG_RANDOM }),
                 (NFTA_NG_OFFSET, *offset),
+            ]
+            .iter()
+            .for_each(|&(k, v)| u32_attr(b, k, v)),
+            Expr::Hash { sreg, dreg, len, modulus, seed, offset } => [
+                (NFTA_HASH_SREG, *sreg),
+                (NFTA_HASH_DREG, *dreg),
+                (NFTA_HASH_LEN, *len),
+                (NFTA_HASH_MODULUS, *modulus),
+                (NFTA_HASH_SEED, *seed),
+                (NFTA_HASH_OFFSET, *offset),
+                (NFTA_HASH_TYPE, NFT_HASH_JENKINS),
             ]
             .iter()
             .for_each(|&(k, v)| u32_attr(b, k, v)),
@@ -251,6 +266,14 @@ fn meta_name(key: u32) -> &'static str {
     META_KEYS.iter().find(|(k, _)| *k == key).map_or("?", |(_, n)| n)
 }
 
+/// The end of a numgen or hash: its offset when not zero, as libnftnl prints it.
+fn offset_text(f: &mut fmt::Formatter<'_>, offset: u32) -> fmt::Result {
+    match offset {
+        0 => write!(f, "]"),
+        o => write!(f, "offset {o} ]"),
+    }
+}
+
 impl fmt::Display for Expr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -299,9 +322,14 @@ impl fmt::Display for Expr {
                     None => write!(f, "[ immediate reg {dreg} {v} ]"),
                 }
             }
-            Expr::Numgen { dreg, modulus, offset: 0 } => write!(f, "[ numgen reg {dreg} = random mod {modulus} ]"),
-            Expr::Numgen { dreg, modulus, offset } => {
-                write!(f, "[ numgen reg {dreg} = random mod {modulus} offset {offset} ]")
+            Expr::Numgen { dreg, inc, modulus, offset } => {
+                let kind = if *inc { "inc" } else { "random" };
+                write!(f, "[ numgen reg {dreg} = {kind} mod {modulus} ")?;
+                offset_text(f, *offset)
+            }
+            Expr::Hash { sreg, dreg, len, modulus, seed, offset } => {
+                write!(f, "[ hash reg {dreg} = jhash(reg {sreg}, {len}, 0x{seed:x}) % mod {modulus} ")?;
+                offset_text(f, *offset)
             }
             Expr::Dnat { family, addr, proto, flags } => {
                 let fam = if *family == 2 { "ip" } else { "ip6" };

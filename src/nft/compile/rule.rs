@@ -1,11 +1,12 @@
 //! One rule's text to the kernel's expressions, as `nft` 1.0.6 compiles the same text:
 //! matches, lookups in named and anonymous sets, marks, NAT, verdicts. Registers are
-//! allocated per statement from the first, concatenations in consecutive 32-bit slots;
+//! allocated per statement from the first, concatenations in consecutive 32-bit slots, a
+//! hash's fields after the key (and after a NAT's address register) as `nft` allocates them;
 //! a `tcp dport` is preceded by the `meta l4proto tcp` match it depends on unless the rule
 //! already matched the protocol; an interval set's host-order key fields are converted.
 
 use super::expr::{Data, Expr};
-use super::field::{Field, Kind, META_L4PROTO, META_MARK, reg, slots};
+use super::field::{Field, Kind, META_L4PROTO, META_MARK, constant_target, prefix_byte, reg, scratch, slots};
 use super::lex::Token;
 use super::{AnonSet, CompileError, Schema};
 use crate::model::Family;
@@ -23,7 +24,7 @@ pub struct Compiled {
 /// Compiles the rule `t` of a table of `family`; `schema` knows the named sets, and hands
 /// out the ids of anonymous ones.
 pub fn compile(t: &[Token], family: Family, schema: &mut Schema) -> Result<Compiled, CompileError> {
-    let mut r = Rule { t, i: 0, family, out: Compiled::default(), proto: None, schema };
+    let mut r = Rule { t, i: 0, family, out: Compiled::default(), proto: None, reserved: 0, schema };
     while r.i < t.len() {
         r.statement()?;
     }
@@ -37,6 +38,9 @@ struct Rule<'a> {
     out: Compiled,
     /// The transport protocol a match already established.
     proto: Option<u8>,
+    /// Slots a statement took before its key (a NAT's address register), which a hash's
+    /// fields go after.
+    reserved: u32,
     schema: &'a mut Schema,
 }
 
@@ -58,6 +62,11 @@ impl Rule<'_> {
 
     fn push(&mut self, e: Expr) {
         self.out.exprs.push(e);
+    }
+
+    /// Loads one field, alone, into register 1 (`len`: a prefix's whole bytes).
+    fn load_one(&mut self, f: &Field, len: Option<u32>) {
+        self.out.exprs.extend(f.loads(0, len, scratch(&[*f], 0)));
     }
 
     fn verdict(&mut self, code: i32, chain: Option<String>) {
@@ -129,9 +138,9 @@ impl Rule<'_> {
     /// Loads `fields` into consecutive slots from 0; `hton` converts host-order fields (an
     /// interval set's key). Returns the slots used.
     fn load(&mut self, fields: &[Field], hton: bool) -> u32 {
-        let mut slot = 0;
+        let (mut slot, free) = (0, scratch(fields, self.reserved));
         for f in fields {
-            self.push(f.load_expr(reg(slot), None));
+            self.out.exprs.extend(f.loads(slot, None, free));
             if hton && !f.kind.big_endian() {
                 let r = reg(slot);
                 self.push(Expr::Byteorder { sreg: r, dreg: r, op: 1, len: f.kind.len(), size: 2 });
@@ -185,7 +194,7 @@ impl Rule<'_> {
         let (mut bytes, prefix) = f.constant(v)?;
         if matches!(f.kind, Kind::CtState | Kind::CtStatus) && !invert {
             // A flag: set in the field, whatever the other bits.
-            self.push(f.load_expr(1, None));
+            self.load_one(f, None);
             self.push(Expr::Bitwise { sreg: 1, dreg: 1, mask: bytes.clone(), xor: vec![0; bytes.len()] });
             self.push(Expr::Cmp { sreg: 1, op: 1, data: vec![0; bytes.len()] });
             return Ok(());
@@ -197,20 +206,20 @@ impl Rule<'_> {
             self.proto = Some(*p);
         }
         let Some(bits) = prefix else {
-            self.push(f.load_expr(1, None));
+            self.load_one(f, None);
             self.push(Expr::Cmp { sreg: 1, op, data: bytes });
             return Ok(());
         };
         if bits % 8 == 0 {
             // A prefix of whole bytes: only those bytes are loaded and compared.
             bytes.truncate((bits / 8) as usize);
-            self.push(f.load_expr(1, Some(bits / 8)));
+            self.load_one(f, Some(bits / 8));
         } else {
             let mask: Vec<u8> = (0..bytes.len() as u32).map(|i| prefix_byte(bits, i)).collect();
             for (b, m) in bytes.iter_mut().zip(&mask) {
                 *b &= m;
             }
-            self.push(f.load_expr(1, None));
+            self.load_one(f, None);
             self.push(Expr::Bitwise { sreg: 1, dreg: 1, xor: vec![0; mask.len()], mask });
         }
         self.push(Expr::Cmp { sreg: 1, op, data: bytes });
@@ -224,7 +233,7 @@ impl Rule<'_> {
         let invert = self.tok(2) == Some(&Token::NotEq);
         let (value, _) = f.constant(self.word(3))?;
         self.i += 4;
-        self.push(f.load_expr(1, None));
+        self.load_one(f, None);
         self.push(Expr::Bitwise { sreg: 1, dreg: 1, xor: vec![0; mask.len()], mask });
         self.push(Expr::Cmp { sreg: 1, op: u32::from(invert), data: value });
         Ok(())
@@ -294,7 +303,10 @@ impl Rule<'_> {
         }
         self.i += 1;
         self.dependencies(&fields);
+        // `nft` takes a 16-byte register for the NAT's address before the key.
+        self.reserved = 4;
         self.lookup(&fields, false, Some(1))?;
+        self.reserved = 0;
         self.push(Expr::Dnat { family, addr: 1, proto: reg(slots(addr_len)), flags: 0 });
         Ok(())
     }
@@ -320,6 +332,7 @@ impl Rule<'_> {
         }
         self.i += 1;
         let set = self.schema.set(self.family, &name).ok_or_else(|| self.err("a set not declared"))?;
+        self.dependencies(&fields);
         self.load(&fields, false);
         self.push(Expr::DynsetUpdate { sreg: 1, set: name, set_id: set.id, timeout_ms });
         Ok(())
@@ -380,25 +393,4 @@ impl Rule<'_> {
         self.push(Expr::Lookup { sreg: 1, set: name, set_id: id, dreg: Some(0), invert: false });
         Ok(())
     }
-}
-
-/// Byte `i` of a `bits`-long prefix mask.
-pub fn prefix_byte(bits: u32, i: u32) -> u8 {
-    match bits.saturating_sub(i * 8) {
-        0 => 0,
-        n if n >= 8 => 0xff,
-        n => 0xff << (8 - n),
-    }
-}
-
-/// `10.0.0.1:80` or `[fd00::1]:80` as address bytes and port.
-fn constant_target(w: &str) -> Option<(Vec<u8>, u16)> {
-    let (addr, port) = w.rsplit_once(':')?;
-    let addr = addr.strip_prefix('[').and_then(|a| a.strip_suffix(']')).unwrap_or(addr);
-    let ip: std::net::IpAddr = addr.parse().ok()?;
-    let bytes = match ip {
-        std::net::IpAddr::V4(v4) => v4.octets().to_vec(),
-        std::net::IpAddr::V6(v6) => v6.octets().to_vec(),
-    };
-    Some((bytes, port.parse().ok()?))
 }

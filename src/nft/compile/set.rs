@@ -10,8 +10,8 @@ use super::lex::Token;
 use super::parse::SetDecl;
 use crate::model::Family;
 use crate::nft::netlink::abi::{
-    NFT_DATA_VERDICT, NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT, NFT_SET_ELEM_INTERVAL_END, NFT_SET_EVAL,
-    NFT_SET_INTERVAL, NFT_SET_MAP, NFT_SET_TIMEOUT,
+    NFT_DATA_VERDICT, NFT_NG_INCREMENTAL, NFT_NG_RANDOM, NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT,
+    NFT_SET_ELEM_INTERVAL_END, NFT_SET_EVAL, NFT_SET_INTERVAL, NFT_SET_MAP, NFT_SET_TIMEOUT,
 };
 
 /// Bits per type in a concatenation's folded type.
@@ -78,7 +78,11 @@ fn parts(fields: &[Vec<Token>], typeof_: bool, family: Family) -> Result<Vec<Par
             [Token::Word(w)] if !typeof_ => {
                 Kind::named(w).map(Part::Type).ok_or_else(|| CompileError::new(format!("type `{w}`")))
             }
-            toks => Ok(Part::Expr(Field::parse(toks, family)?.0)),
+            toks => match Field::parse(toks, family)?.0 {
+                // nft 1.0.6 has no `typeof` form of a hash: it crashes listing such a set.
+                Field { load: Load::Hash(_), .. } => Err(CompileError::new("a hash in a set's `typeof`")),
+                f => Ok(Part::Expr(f)),
+            },
         })
         .collect()
 }
@@ -112,8 +116,8 @@ fn tlv_u32(b: &mut Vec<u8>, kind: u8, v: u32) {
 fn expr_udata(f: &Field) -> Vec<u8> {
     let mut data = Vec::new();
     let ty = match (f.load, f.desc) {
-        (Load::Numgen(modulus, offset), _) => {
-            tlv_u32(&mut data, 0, 1);
+        (Load::Numgen { inc, modulus, offset }, _) => {
+            tlv_u32(&mut data, 0, if inc { NFT_NG_INCREMENTAL } else { NFT_NG_RANDOM });
             tlv_u32(&mut data, 1, modulus);
             tlv_u32(&mut data, 2, offset);
             EXPR_NUMGEN

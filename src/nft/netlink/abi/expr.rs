@@ -78,8 +78,26 @@ pub(crate) const NFTA_NG_MODULUS: u16 = 2;
 pub(crate) const NFTA_NG_TYPE: u16 = 3;
 /// numgen: offset.
 pub(crate) const NFTA_NG_OFFSET: u16 = 4;
+/// numgen: a counter, one more each packet (round robin).
+pub(crate) const NFT_NG_INCREMENTAL: u32 = 0;
 /// numgen: a random number.
 pub(crate) const NFT_NG_RANDOM: u32 = 1;
+/// hash: register of the bytes hashed.
+pub(crate) const NFTA_HASH_SREG: u16 = 1;
+/// hash: destination register.
+pub(crate) const NFTA_HASH_DREG: u16 = 2;
+/// hash: bytes hashed.
+pub(crate) const NFTA_HASH_LEN: u16 = 3;
+/// hash: modulus.
+pub(crate) const NFTA_HASH_MODULUS: u16 = 4;
+/// hash: seed (without one the kernel picks a random seed per rule).
+pub(crate) const NFTA_HASH_SEED: u16 = 5;
+/// hash: offset added to the result.
+pub(crate) const NFTA_HASH_OFFSET: u16 = 6;
+/// hash: type (`NFT_HASH_*`).
+pub(crate) const NFTA_HASH_TYPE: u16 = 7;
+/// hash: Jenkins' hash of registers (`jhash`); the other type, symhash, hashes the flow.
+pub(crate) const NFT_HASH_JENKINS: u32 = 0;
 /// nat: type (`NFT_NAT_*`).
 pub(crate) const NFTA_NAT_TYPE: u16 = 1;
 /// nat: family.
