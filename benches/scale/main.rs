@@ -128,7 +128,8 @@ fn partial(ns: &common::Netns, proxy: &mut Proxy, case: &Case, range: std::ops::
     let lines = r.script.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count();
     json!({"total_ms": ms(file + addresses + render + took), "file_ms": ms(file), "addresses_ms": ms(addresses),
            "render_ms": ms(render), "apply_ms": ms(took), "kind": format!("{:?}", r.kind),
-           "lines": lines, "bytes": r.bytes, "elements": elements})
+           "lines": lines, "bytes": r.bytes, "elements_touched": elements,
+           "elements_sent": schedulers::sent_elements(&r.script, ""), "elements_added": schedulers::sent_elements(&r.script, "add")})
 }
 
 fn run_case(case: &Case, upstream_limit: Duration) -> Value {

@@ -122,10 +122,43 @@ pub fn case(which: &str, smoke: bool) -> Value {
         let one = partial(&ns, &mut proxy, &case, CHANGED..CHANGED + 1);
         assert_eq!(one["kind"], "Partial", "{which}: one endpoint changed");
         r["one_endpoint"] = one;
+        r["one_endpoint_removed"] = removed(&ns, &mut proxy, &case, CHANGED + 30);
     }
     verify::verify(&ns, proxy.ruleset());
     eprintln!("{}: first sync {} ms, peak RSS {:.0} MB", case.name, r["first_sync_ms"], proxy_mb + nft_mb);
     r
+}
+
+/// The partial sync after service `i` lost its last endpoint (`i` is an mh service in the
+/// mh case): what Maglev's table promises to keep small, as opposed to a replacement, where
+/// the new endpoint also takes its share of slots from the others.
+fn removed(ns: &Netns, proxy: &mut Proxy, case: &Case, i: u32) -> Value {
+    let mut slice = synth::slice_json(case, i, 0);
+    slice["endpoints"].as_array_mut().and_then(Vec::pop).expect("an endpoint");
+    let t = std::time::Instant::now();
+    proxy
+        .model
+        .apply(&ApiObject::EndpointSlice(Box::new(serde_json::from_value(slice).expect("slice"))), "node-a")
+        .expect("slice");
+    let file_ms = ms(t.elapsed());
+    // No slice of its own to file: the render and sync of what the model holds, timed as ever.
+    let mut r = partial(ns, proxy, case, 0..0);
+    assert_eq!(r["kind"], "Partial", "one endpoint removed");
+    r["file_ms"] = json!(file_ms);
+    r["total_ms"] = json!(r["total_ms"].as_f64().unwrap_or(f64::NAN) + file_ms);
+    r
+}
+
+/// How many elements a partial sync's script adds or deletes (a changed value is both; `op`
+/// "add" or "delete" counts one kind, "" both): what the kernel was sent, where the update's
+/// own count is every element the render touched, changed or not.
+pub fn sent_elements(script: &str, op: &str) -> usize {
+    let ops = script.lines().filter(|l| {
+        let kind = l.split_whitespace().take(2).collect::<Vec<_>>();
+        kind.get(1) == Some(&"element") && (op.is_empty() || kind[0] == op)
+    });
+    // Elements are separated by ", " and hold no comma themselves (owners' comments neither).
+    ops.map(|l| l.matches(", ").count() + 1).sum()
 }
 
 /// The latency node's model: `services` plain services, the first four asking for the
@@ -238,52 +271,69 @@ fn row(
 
 fn rows(m: &Value) -> Vec<Row> {
     let name = |c: &str| m[c]["case"].as_str().unwrap_or("?").to_string();
-    let (mix, plain) = (name("mix"), name("plain"));
+    let (sh, mh, plain) = (name("mix-sh"), name("mh"), name("plain"));
+    let random = format!("{plain}, a random service");
     let mut rows = vec![
         row(
-            format!("{}: first sync, ms", name("mix-sh")),
+            format!("{sh}: first sync, ms"),
             &["mix-sh", "first_sync_ms"],
-            Some((format!("{mix} (ClientIP)"), &["mix", "first_sync_ms"])),
+            Some((format!("{} (ClientIP)", name("mix")), &["mix", "first_sync_ms"])),
             &["mix-sh", "first_sync_ms"],
             300.0,
         ),
-        row(format!("{}: first sync / ClientIP's", name("mix-sh")), &["ratios", "sh_vs_clientip_sync"], None, &[], 0.0),
-        row(
-            format!("{}: first sync, ms", name("mh")),
-            &["mh", "first_sync_ms"],
-            Some((plain.clone(), &["plain", "first_sync_ms"])),
-            &["ratios", "mh_vs_plain_sync"],
-            1.5,
-        ),
-        row(format!("{}: first sync / plain's", name("mh")), &["ratios", "mh_vs_plain_sync"], None, &[], 0.0),
-        row(
-            format!("{}: peak RSS, MB", name("mh")),
-            &["mh", "peak_rss_mb"],
-            Some((plain.clone(), &["plain", "peak_rss_mb"])),
-            &["ratios", "mh_vs_plain_rss"],
-            1.5,
-        ),
-        row(format!("{}: peak RSS / plain's", name("mh")), &["ratios", "mh_vs_plain_rss"], None, &[], 0.0),
-        row(
-            format!("{}: one endpoint of an mh service replaced, partial sync ms", name("mh")),
-            &["mh", "one_endpoint", "total_ms"],
-            Some((format!("{plain}, a random service"), &["plain", "one_endpoint", "total_ms"])),
-            &["mh", "one_endpoint", "total_ms"],
-            5.0,
-        ),
-        row(
-            format!("{}: that sync's elements sent", name("mh")),
-            &["mh", "one_endpoint", "elements"],
-            Some((format!("{plain}, a random service"), &["plain", "one_endpoint", "elements"])),
-            &[],
-            0.0,
-        ),
+        row(format!("{sh}: first sync / ClientIP's"), &["ratios", "sh_vs_clientip_sync"], None, &[], 0.0),
     ];
+    for (what, key, ratio) in
+        [("first sync, ms", "first_sync_ms", "mh_vs_plain_sync"), ("peak RSS, MB", "peak_rss_mb", "mh_vs_plain_rss")]
+    {
+        rows.push(row(
+            format!("{mh}: {what}"),
+            &["mh", key],
+            Some((plain.clone(), &["plain", key])),
+            &["ratios", ratio],
+            1.5,
+        ));
+        rows.push(row(format!("{mh}: {what}: / plain's"), &["ratios", ratio], None, &[], 0.0));
+    }
+    let changes = [
+        ("one endpoint of an mh service replaced", "one_endpoint"),
+        ("the last endpoint of another mh service removed", "one_endpoint_removed"),
+    ];
+    for (what, key) in changes {
+        rows.push(row(
+            format!("{mh}: {what}, partial sync ms"),
+            &["mh", key, "total_ms"],
+            Some((random.clone(), &["plain", key, "total_ms"])),
+            &["mh", key, "total_ms"],
+            5.0,
+        ));
+        for (label, k) in [
+            ("elements sent (added or deleted; a changed value is both)", "elements_sent"),
+            ("of them added", "elements_added"),
+            ("elements touched (the count a sync logs)", "elements_touched"),
+        ] {
+            rows.push(row(
+                format!("{mh}: {what}: {label}"),
+                &["mh", key, k],
+                Some((random.clone(), &["plain", key, k])),
+                &[],
+                0.0,
+            ));
+        }
+    }
+    rows.push(row(
+        format!("{mh}: elements in the tables"),
+        &["mh", "elements"],
+        Some((plain, &["plain", "elements"])),
+        &[],
+        0.0,
+    ));
     for &s in &LATENCY[1..] {
+        let base = Some(("random".to_string(), &["latency", "random", "median_us"][..]));
         rows.push(row(
             format!("first-packet connect latency, {s}, median µs"),
             &["latency", s, "median_us"],
-            Some(("random".into(), &["latency", "random", "median_us"])),
+            base,
             &["latency", s, "vs_random"],
             1.1,
         ));
@@ -323,7 +373,7 @@ fn verdict(all: &Value, row: &Row) -> (String, String) {
 fn figure(all: &Value, path: &[&str]) -> String {
     let at = |which: &str| path.iter().fold(&all[which], |v, k| &v[*k]).as_f64();
     let ratio = path.first() == Some(&"ratios") || path.last() == Some(&"vs_random");
-    let places = if path.last() == Some(&"elements") {
+    let places = if path.last().is_some_and(|k| k.starts_with("elements")) {
         0
     } else if ratio {
         2
