@@ -119,6 +119,10 @@ pub fn case(which: &str, smoke: bool) -> Value {
     let mut r = json!({"case": case.name, "first_sync_ms": ms(took), "peak_rss_mb": proxy_mb + nft_mb,
                        "proxy_rss_mb": proxy_mb, "nft_rss_mb": nft_mb, "elements": proxy.ruleset().element_count()});
     if !case.mix {
+        // The first change after a first sync costs this process some 20 ms more to file and
+        // render, whatever it is (both cases alike; not the kernel's part): a random
+        // service's, reported apart, so the figures below are those of a node in service.
+        r["first_change"] = partial(&ns, &mut proxy, &case, 1..2);
         let one = partial(&ns, &mut proxy, &case, CHANGED..CHANGED + 1);
         assert_eq!(one["kind"], "Partial", "{which}: one endpoint changed");
         r["one_endpoint"] = one;
@@ -293,8 +297,10 @@ fn rows(m: &Value) -> Vec<Row> {
             &["ratios", ratio],
             1.5,
         ));
-        rows.push(row(format!("{mh}: {what}: / plain's"), &["ratios", ratio], None, &[], 0.0));
     }
+    let first = "the first change after the first sync (a random service's endpoint), ms";
+    let base = Some((plain.clone(), &["plain", "first_change", "total_ms"][..]));
+    rows.push(row(format!("{mh}: {first}"), &["mh", "first_change", "total_ms"], base, &[], 0.0));
     let changes = [
         ("one endpoint of an mh service replaced", "one_endpoint"),
         ("the last endpoint of another mh service removed", "one_endpoint_removed"),
@@ -336,13 +342,6 @@ fn rows(m: &Value) -> Vec<Row> {
             base,
             &["latency", s, "vs_random"],
             1.1,
-        ));
-        rows.push(row(
-            format!("first-packet connect latency, {s} / random"),
-            &["latency", s, "vs_random"],
-            None,
-            &[],
-            0.0,
         ));
     }
     for s in LATENCY {
@@ -392,11 +391,15 @@ fn figure(all: &Value, path: &[&str]) -> String {
 pub fn print(runs: &[Value]) {
     let all = super::runs::combine(runs);
     println!("\nschedulers (issue 25; {} runs, median (lowest–highest), baselines from the same runs):\n", all["runs"]);
-    println!("| figure | value | baseline | target | |\n|---|---|---|---|---|");
+    println!("| figure | value | baseline | target | met? (ratio) |\n|---|---|---|---|---|");
     for row in rows(&all["median"]) {
         let base = row.baseline.as_ref().map_or(String::new(), |(l, p)| format!("{l}: {}", figure(&all, p)));
         let value = figure(&all, &row.path);
-        let (target, v) = verdict(&all, &row);
+        let (target, mut v) = verdict(&all, &row);
+        // A target on the ratio to the baseline: the ratio (each run's own) beside the verdict.
+        if !row.judged.is_empty() && row.judged != row.path {
+            v = format!("{v}: {}x", figure(&all, &row.judged));
+        }
         println!("| {} | {value} | {base} | {target} | {v} |", row.label);
     }
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
