@@ -119,9 +119,10 @@ pub fn case(which: &str, smoke: bool) -> Value {
     let mut r = json!({"case": case.name, "first_sync_ms": ms(took), "peak_rss_mb": proxy_mb + nft_mb,
                        "proxy_rss_mb": proxy_mb, "nft_rss_mb": nft_mb, "elements": proxy.ruleset().element_count()});
     if !case.mix {
-        // The first change after a first sync costs this process some 20 ms more to file and
-        // render, whatever it is (both cases alike; not the kernel's part): a random
-        // service's, reported apart, so the figures below are those of a node in service.
+        // The first change after a first sync costs this process some 20 ms more, whatever it
+        // is (both cases alike): the benchmark's own slice object built in the allocator's
+        // first steps after the sync's large frees, and its render; the kernel's part is as
+        // ever. A random service's, reported apart, so the figures below are a node's in use.
         r["first_change"] = partial(&ns, &mut proxy, &case, 1..2);
         let one = partial(&ns, &mut proxy, &case, CHANGED..CHANGED + 1);
         assert_eq!(one["kind"], "Partial", "{which}: one endpoint changed");
