@@ -7,6 +7,7 @@
 use super::*;
 use common::check::send_from;
 use common::net::{Probe, Proto, in_netns, probe_from};
+use kube_nftproxy::explain::{Fate, Query};
 use kube_nftproxy::render::hash;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -52,7 +53,29 @@ fn more_clients(c: &Cluster, n: u16) -> (Vec<IpAddr>, Vec<IpAddr>) {
     out
 }
 
-/// Who answers one connection from `src` to `dst`, not asked of explain (for bulk counts).
+/// The pods explain says a connection from `src` to `dst` may reach, over what `proxy`
+/// synced (configured as `node_a_config`): what bulk probes, each the same question, are
+/// checked against.
+fn explained_pods(c: &Cluster, proxy: &Proxy, src: &str, dst: &str) -> Vec<String> {
+    let query = Query::parse(src, dst, "tcp").expect("a query");
+    let mut model = proxy.model.clone();
+    let answer = in_netns(&c.node.name, move || {
+        model.set_host_addresses(kube_nftproxy::host::interface_addresses().expect("addresses"));
+        kube_nftproxy::explain::explain(&model, &node_a_config(), &query.seen_from_this_host()).expect("explain")
+    });
+    let pod = |ip: IpAddr| c.pods.iter().find(|p| p.ip4 == ip || p.ip6 == ip).map(|p| p.name.clone());
+    answer
+        .outcomes
+        .iter()
+        .filter_map(|o| match o.fate {
+            Fate::Endpoint { to, .. } => pod(to.ip()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Who answers one connection from `src` to `dst`, not asked of explain one by one (bulk
+/// probes, checked against one answer of `explained_pods`).
 fn raw(c: &Cluster, dst: &str, src: Option<SocketAddr>) -> String {
     let dst: SocketAddr = dst.parse().unwrap();
     in_netns(&c.client.name, move || probe_from(Proto::Tcp, dst, src, WAIT).who())
@@ -140,7 +163,11 @@ fn random_spreads_and_rr_takes_turns_per_service_port() {
     objects.extend(scheduled(&c, "turns", ("172.30.0.61", None), Some("rr"), &pods));
     objects.extend(scheduled(&c, "turns2", ("172.30.0.62", None), Some("rr"), &pods));
     sync(&c.node, &mut proxy, &objects);
+    for dst in ["172.30.0.60:80", "172.30.0.61:80", "172.30.0.62:80"] {
+        assert_eq!(explained_pods(&c, &proxy, "172.16.0.2", dst), pods, "explain: {dst} may go to any endpoint");
+    }
     let random = tally((0..2000).map(|_| raw(&c, "172.30.0.60:80", None)));
+    assert!(random.keys().all(|k| pods.contains(&k.as_str())), "only where explain said: {random:?}");
     let chi = chi_square(&random, &even(&pods));
     assert!(chi < CHI2_1PCT_DF2, "random over 2,000 connections: {random:?}, chi-square {chi:.2}");
     // Two rr services' connections interleaved: each takes its endpoints in turn, on its own.
@@ -183,8 +210,9 @@ fn sh_and_mh_keep_a_client_and_spread_clients_in_both_families() {
             let slots = kernel_slots(&c, ip);
             assert_eq!(slots.len(), if scheduler == "sh" { 3 } else { 101 }, "{scheduler}: slots");
             let dst = if ip.contains(':') { format!("[{ip}]:80") } else { format!("{ip}:80") };
-            // One client, 100 connections: one endpoint, the one its hash names.
+            // One client, 100 connections: one endpoint, the one its hash (and explain) names.
             let one = clients[0];
+            assert_eq!(explained_pods(&c, &proxy, &one.to_string(), &dst), [predicted(&slots, one)]);
             let to = tally((0..100).map(|_| raw(&c, &dst, Some(SocketAddr::new(one, 0)))));
             assert_eq!(to.keys().collect::<Vec<_>>(), [&predicted(&slots, one)], "{scheduler} {one} -> {dst}: {to:?}");
             // Many clients: each where the hash says (and explain says), spread evenly.
