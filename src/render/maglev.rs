@@ -41,21 +41,35 @@ pub fn table_size(n: usize) -> u32 {
     TABLE_SIZES.iter().find(fits).copied().unwrap_or(TABLE_SIZES[TABLE_SIZES.len() - 1])
 }
 
-/// Endpoint bytes as ranked: address, then port in network order.
-fn endpoint_bytes(ip: IpAddr, port: u16) -> Vec<u8> {
-    let mut b = match ip {
-        IpAddr::V4(v4) => v4.octets().to_vec(),
-        IpAddr::V6(v6) => v6.octets().to_vec(),
-    };
-    b.extend_from_slice(&port.to_be_bytes());
-    b
+/// What a slot ranks an endpoint by: its address, its port and the slot, in network order.
+#[derive(Clone, Copy)]
+struct RankKey {
+    bytes: [u8; 22],
+    len: usize,
 }
 
-/// Slot `slot`'s rank of one endpoint (its bytes from [`endpoint_bytes`]).
-fn rank(endpoint: &[u8], slot: u32) -> u32 {
-    let mut key = endpoint.to_vec();
-    key.extend_from_slice(&slot.to_be_bytes());
-    jhash(&key, RANK_SEED)
+impl RankKey {
+    fn new(ip: IpAddr, port: u16) -> RankKey {
+        let mut bytes = [0u8; 22];
+        let len = match ip {
+            IpAddr::V4(v4) => {
+                bytes[..4].copy_from_slice(&v4.octets());
+                4
+            }
+            IpAddr::V6(v6) => {
+                bytes[..16].copy_from_slice(&v6.octets());
+                16
+            }
+        };
+        bytes[len..len + 2].copy_from_slice(&port.to_be_bytes());
+        RankKey { bytes, len: len + 6 }
+    }
+
+    /// Slot `slot`'s rank of the endpoint.
+    fn rank(mut self, slot: u32) -> u32 {
+        self.bytes[self.len - 4..self.len].copy_from_slice(&slot.to_be_bytes());
+        jhash(&self.bytes[..self.len], RANK_SEED)
+    }
 }
 
 /// The table for `endpoints` (in any order, without repeats): for each of
@@ -69,14 +83,14 @@ pub fn table(endpoints: &[(IpAddr, u16)]) -> Vec<(IpAddr, u16)> {
         return Vec::new();
     }
     let size = table_size(eps.len());
-    let bytes: Vec<Vec<u8>> = eps.iter().map(|(ip, port)| endpoint_bytes(*ip, *port)).collect();
+    let keys: Vec<RankKey> = eps.iter().map(|(ip, port)| RankKey::new(*ip, *port)).collect();
     let bound = (size as usize * LOAD_BOUND_TENTHS).div_ceil(eps.len() * 10).max(1);
     let mut load = vec![0usize; eps.len()];
     let mut owner: Vec<Option<usize>> = vec![None; size as usize];
     // Each slot's best endpoint with room, best ranks first: the same as taking every
     // (slot, endpoint) pair in rank order, as an endpoint that is full stays full.
     let best = |slot: u32, load: &[usize]| {
-        (0..eps.len()).filter(|e| load[*e] < bound).map(|e| (rank(&bytes[e], slot), Reverse(e))).max()
+        (0..eps.len()).filter(|e| load[*e] < bound).map(|e| (keys[e].rank(slot), Reverse(e))).max()
     };
     let mut heap: BinaryHeap<(u32, Reverse<usize>, u32)> = BinaryHeap::with_capacity(size as usize);
     for slot in 0..size {
