@@ -142,6 +142,8 @@ fn scheduled(e: &Explanation, scheduler: Scheduler) -> Option<String> {
     let (client, n) = (e.source, reached.len());
     Some(match (scheduler, reached.as_slice()) {
         (_, []) => return None,
+        // One endpoint: nothing to pick among.
+        (s, [_]) if !s.hashes() => return None,
         (Scheduler::Random, _) => {
             format!("scheduler random: each new connection goes to one of {n} endpoints at random")
         }
