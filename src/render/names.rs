@@ -90,7 +90,9 @@ pub fn affinity_map(id: u32) -> String {
 pub(super) fn lb_chain(key: &LbKey) -> String {
     let kind = if key.nodeport { "-nodeport" } else { "" };
     let pick = match key.pick {
-        Pick::Random | Pick::Turn => "",
+        Pick::Random => "",
+        // Not shared (`rr_chain` names a port's own), named apart all the same.
+        Pick::Turn => "turn-",
         Pick::Hash { port: false } => "hash-",
         Pick::Hash { port: true } => "hash-port-",
     };

@@ -9,6 +9,7 @@ use super::{maglev, names};
 use crate::model::{Endpoint, Family, Scheduler, ServicePort};
 use crate::topology::Categorized;
 use ipnet::IpNet;
+use std::cell::OnceCell;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -28,6 +29,9 @@ struct Port<'s> {
     cat: &'s Categorized<'s>,
     /// The scheduler served: the Service's, else the node's; an unserved one is random.
     scheduler: Scheduler,
+    /// The `mh` table of each scope, made by its first frontend: its frontends all pick
+    /// among the same endpoints.
+    tables: [OnceCell<Vec<(IpAddr, u16)>>; 2],
 }
 
 impl Builder<'_> {
@@ -53,7 +57,8 @@ impl Builder<'_> {
             return Ok(());
         };
         let scheduler = sp.scheduler_or(self.ctx.cfg.scheduler).served();
-        let p = Port { sp, owner, base: names::base(&sp.name, sp.port), cat, scheduler };
+        let tables = Default::default();
+        let p = Port { sp, owner, base: names::base(&sp.name, sp.port), cat, scheduler, tables };
         self.cluster_ip(&p, cluster_ip)?;
         let of_family = |ips: &[IpAddr]| ips.iter().copied().filter(|ip| Family::of(ip) == family).collect::<Vec<_>>();
         let mut external = of_family(&sp.external_ips);
@@ -220,7 +225,10 @@ impl Builder<'_> {
         };
         let (slots, pick) = match p.scheduler {
             Scheduler::SourceHash { port } => (sorted(eps), Pick::Hash { port }),
-            Scheduler::Maglev { port } => (maglev::table(&sorted(eps)), Pick::Hash { port }),
+            Scheduler::Maglev { port } => {
+                let ends = || maglev::table(&eps.iter().map(|e| (e.ip, e.port)).collect::<Vec<_>>());
+                (p.tables[scope as usize].get_or_init(ends).clone(), Pick::Hash { port })
+            }
             other => {
                 let old: Vec<(IpAddr, u16)> = (0u32..)
                     .map_while(|slot| match self.previous_value(map, &slot_key(slot))? {
