@@ -186,6 +186,8 @@ impl FamilyContext<'_> {
             local: self.local.clone(),
             nodeport_all: self.nodeports == NodePorts::All,
             drop_unallocated: self.cfg.service_proxy_name.is_none(),
+            // Set by the builder once it knows whether any port takes turns.
+            turns: false,
         }
     }
 }
@@ -210,20 +212,32 @@ fn context<'a>(model: &'a Model, cfg: &'a Config, family: Family, previous: Opti
     }
 }
 
-/// Renders an `lb-*` chain: one scope's and frontend kind's endpoint map, picked from by
-/// `key.pick` among `key.slots` slots.
+/// Renders an `lb-*` chain: one scope's and frontend kind's endpoint map, picked from as
+/// `key.pick` says; a round-robin turn's goes through the `turns` map instead.
 fn lb_chain(words: FamilyWords, key: builder::LbKey) -> Result<String, RenderError> {
-    let builder::LbKey { scope, nodeport, proto, slots, pick } = key;
-    let map = if nodeport { MapName::NodeportEndpoints(scope, proto) } else { MapName::Endpoints(scope, proto) };
+    let builder::LbKey { scope, nodeport, proto, n, pick } = key;
+    let map = match (pick, nodeport) {
+        (builder::Pick::Turn(shard), _) => MapName::Turns(shard),
+        (_, true) => MapName::NodeportEndpoints(scope, proto),
+        (_, false) => MapName::Endpoints(scope, proto),
+    };
     let (how, port) = match pick {
         builder::Pick::Random => ("random", false),
-        builder::Pick::Turn => ("inc", false),
+        builder::Pick::Turn(_) => ("turn", false),
+        builder::Pick::Slot => ("slot", false),
         builder::Pick::Hash { port } => ("hash", port),
     };
     let seed = format!("{:#x}", hash::HASH_SEED);
+    let offset = names::turn_base(scope, nodeport, proto);
     let t =
-        LbChain { fam: words.fam, proto: proto.as_str(), n: slots, nodeport, map: map.to_string(), how, port, seed };
+        LbChain { fam: words.fam, proto: proto.as_str(), n, nodeport, map: map.to_string(), how, port, seed, offset };
     render_template(&t, "lb.nft")
+}
+
+/// The `turns-*` maps `table` declares: all of them when some port takes turns.
+fn turn_maps(table: &Table) -> Vec<String> {
+    let all = MapName::all().into_iter().filter(|m| matches!(m, MapName::Turns(_)));
+    all.filter(|_| table.fixed.turns).map(|m| m.to_string()).collect()
 }
 
 fn endpoint_maps() -> Vec<EndpointMapDecl> {
@@ -321,6 +335,7 @@ fn table_views<'a>(ruleset: &'a Ruleset, without_elements: bool, families: &[Fam
                 nodeport_all: table.fixed.nodeport_all,
                 drop_unallocated: table.fixed.drop_unallocated,
                 endpoint_maps: endpoint_maps(),
+                turn_maps: turn_maps(table),
                 table,
                 without_elements,
                 foreign: Vec::new(),
@@ -375,6 +390,52 @@ mod tests {
                 "delete counter ip kube-nftproxy handle 6",
             ],
             "a ct helper (type 3) has no `handle` form in nft 1.0.6: it is left to the caller"
+        );
+    }
+
+    #[test]
+    fn round_robin_ports_read_the_turns_map_and_only_slot_chains_read_endpoint_maps() {
+        // The kernel checks every rule that reads a map for each element added to it: rules
+        // reading the endpoint map must stay as few as the slots, not one per port.
+        let mut objects = Vec::new();
+        for i in 0..300u32 {
+            let name = format!("s{i}");
+            objects.push(crate::model::ApiObject::from_json(serde_json::json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": name, "namespace": "ns", "annotations": {"kube-nftproxy.io/scheduler": "rr"}},
+                "spec": {"clusterIP": format!("172.30.{}.{}", i / 200, i % 200 + 1), "ports": [{"port": 80}]}})));
+            let eps: Vec<_> =
+                (0..=i % 4).map(|e| serde_json::json!({"addresses": [format!("10.1.{}.{e}", i % 250)]})).collect();
+            objects.push(crate::model::ApiObject::from_json(serde_json::json!({
+                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+                "metadata": {"name": format!("{name}-1"), "namespace": "ns", "labels": {"kubernetes.io/service-name": name}},
+                "ports": [{"port": 8080}], "endpoints": eps})));
+        }
+        let objects: Vec<_> = objects.into_iter().map(|o| o.expect("JSON").expect("a kind")).collect();
+        let (model, refused) = Model::from_objects(&objects, "n");
+        assert!(refused.is_empty(), "{refused:?}");
+        let flags = crate::config::Flags::parse_from(["kube-nftproxy", "--hostname-override=n"]);
+        let ruleset = render(&model, &Config::from_flags(&flags).expect("config")).expect("render");
+        let table = &ruleset.tables[0];
+        let reading = |map: &str| table.chains.values().filter(|body| body.contains(&format!("map @{map}"))).count();
+        assert_eq!(reading("cluster-endpoints-tcp"), 4, "slot chains 0 to 3 alone");
+        assert_eq!(reading("turns-"), 300, "each port's own turn");
+        // Spread over the shards, each holding the turns its ports take (slots 0 to 3).
+        let shards: Vec<usize> =
+            (0..names::TURN_SHARDS).filter_map(|s| table.elements.get(&MapName::Turns(s)).map(|t| t.len())).collect();
+        assert!(shards.len() > 50 && shards.iter().all(|n| *n <= 4), "{shards:?}");
+        let busiest = (0..names::TURN_SHARDS)
+            .map(|s| {
+                let reads = |b: &&String| b.lines().any(|l| l.ends_with(&format!("@{}", MapName::Turns(s))));
+                table.chains.values().filter(reads).count()
+            })
+            .max();
+        assert!(busiest < Some(20), "no shard read by more than a few ports: {busiest:?}");
+        assert!(table.fixed.turns);
+        assert!(
+            !render(&Model::default(), &Config::from_flags(&flags).expect("config")).expect("render").tables[0]
+                .fixed
+                .turns
         );
     }
 }

@@ -236,21 +236,36 @@ impl Builder<'_> {
                         _ => None,
                     })
                     .collect();
-                let pick = if other == Scheduler::RoundRobin { Pick::Turn } else { Pick::Random };
+                let turn = Pick::Turn(names::turn_shard(&p.base));
+                let pick = if other == Scheduler::RoundRobin { turn } else { Pick::Random };
                 (stable_slots(&old, eps), pick)
             }
         };
         for (slot, (ip, port)) in (0u32..).zip(&slots) {
             self.element(map, slot_key(slot), Value::Endpoint(*ip, *port));
         }
-        let key = LbKey { scope, nodeport, proto, slots: slots.len(), pick };
-        if pick == Pick::Turn {
-            let chain = names::rr_chain(scope, nodeport, &p.base);
-            self.chain(&chain, super::lb_chain(self.ctx.words, key)?);
-            return Ok(Some(chain));
+        let key = LbKey { scope, nodeport, proto, n: slots.len(), pick };
+        if let Pick::Turn(shard) = pick {
+            return self.turns(p, key, shard).map(Some);
         }
         self.use_lb(key)?;
         Ok(Some(names::lb_chain(&key)))
+    }
+
+    /// A round-robin port's own chain, whose turn (a counter of its rule's) leads through
+    /// the `turns` map to the shared chain of that slot: only those few chains read the
+    /// endpoint map, for the kernel checks every rule that reads a map for each element
+    /// added to it.
+    fn turns(&mut self, p: &Port, key: LbKey, shard: u8) -> Result<String, RenderError> {
+        let base = names::turn_base(key.scope, key.nodeport, key.proto);
+        for (k, turn) in (0..key.n).zip(base..) {
+            let slot = LbKey { n: k, pick: Pick::Slot, ..key };
+            self.use_lb(slot)?;
+            self.element(MapName::Turns(shard), Key::Turn(turn), Value::Goto(names::lb_chain(&slot)));
+        }
+        let chain = names::rr_chain(key.scope, key.nodeport, &p.base);
+        self.chain(&chain, super::lb_chain(self.ctx.words, key)?);
+        Ok(chain)
     }
 
     /// Session affinity: one chain per scope. An entry (client . number of group and endpoint)

@@ -163,9 +163,17 @@ fn random_spreads_and_rr_takes_turns_per_service_port() {
     let mut proxy = Proxy::new(node_a_config());
     let pods = ["pod-1", "pod-2", "pod-3"];
     let mut objects = scheduled(&c, "rand", ("172.30.0.60", None), None, &pods);
+    sync(&c.node, &mut proxy, &objects);
+    let turn_maps = |c: &Cluster| c.node.nft(&["list", "table", "ip", "kube-nftproxy"]).matches("map turns-").count();
+    assert_eq!(turn_maps(&c), 0, "no port takes turns: no turns maps");
+    // The first ports that take turns bring the turns maps: a full sync (in place) declares them.
     objects.extend(scheduled(&c, "turns", ("172.30.0.61", None), Some("rr"), &pods));
     objects.extend(scheduled(&c, "turns2", ("172.30.0.62", None), Some("rr"), &pods));
-    sync(&c.node, &mut proxy, &objects);
+    objects.extend(scheduled(&c, "gone", ("172.30.0.59", None), Some("rr"), &pods[..2]));
+    assert_eq!(sync(&c.node, &mut proxy, &objects).kind, SyncKind::Refresh);
+    assert_eq!(turn_maps(&c), 64);
+    objects.truncate(objects.len() - 2);
+    assert_eq!(sync(&c.node, &mut proxy, &objects).kind, SyncKind::Partial, "another port is a partial sync");
     for dst in ["172.30.0.60:80", "172.30.0.61:80", "172.30.0.62:80"] {
         assert_eq!(explained_pods(&c, &proxy, "172.16.0.2", dst), pods, "explain: {dst} may go to any endpoint");
     }
@@ -193,6 +201,11 @@ fn random_spreads_and_rr_takes_turns_per_service_port() {
             assert!(pods.contains(&checked(&c, dst, "172.16.0.2".parse().unwrap()).as_str()));
         }
     }
+    // The last port that takes turns goes: a full sync, without the turns maps.
+    let plain = scheduled(&c, "rand", ("172.30.0.60", None), None, &pods);
+    assert_eq!(sync(&c.node, &mut proxy, &plain).kind, SyncKind::Refresh);
+    assert_eq!(turn_maps(&c), 0);
+    assert!(pods.contains(&checked(&c, "172.30.0.60:80", "172.16.0.2".parse().unwrap()).as_str()));
 }
 
 #[test]
