@@ -338,3 +338,56 @@ fn outermost(mut ranges: Vec<IpNet>) -> Vec<IpNet> {
     }
     kept
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Config, MapName, Model, render};
+    use super::names;
+    use clap::Parser;
+
+    #[test]
+    fn round_robin_ports_read_the_turns_map_and_only_slot_chains_read_endpoint_maps() {
+        // The kernel checks every rule that reads a map for each element added to it: rules
+        // reading the endpoint map must stay as few as the slots, not one per port.
+        let mut objects = Vec::new();
+        for i in 0..300u32 {
+            let name = format!("s{i}");
+            objects.push(crate::model::ApiObject::from_json(serde_json::json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": name, "namespace": "ns", "annotations": {"kube-nftproxy.io/scheduler": "rr"}},
+                "spec": {"clusterIP": format!("172.30.{}.{}", i / 200, i % 200 + 1), "ports": [{"port": 80}]}})));
+            let eps: Vec<_> =
+                (0..=i % 4).map(|e| serde_json::json!({"addresses": [format!("10.1.{}.{e}", i % 250)]})).collect();
+            objects.push(crate::model::ApiObject::from_json(serde_json::json!({
+                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+                "metadata": {"name": format!("{name}-1"), "namespace": "ns", "labels": {"kubernetes.io/service-name": name}},
+                "ports": [{"port": 8080}], "endpoints": eps})));
+        }
+        let objects: Vec<_> = objects.into_iter().map(|o| o.expect("JSON").expect("a kind")).collect();
+        let (model, refused) = Model::from_objects(&objects, "n");
+        assert!(refused.is_empty(), "{refused:?}");
+        let flags = crate::config::Flags::parse_from(["kube-nftproxy", "--hostname-override=n"]);
+        let ruleset = render(&model, &Config::from_flags(&flags).expect("config")).expect("render");
+        let table = &ruleset.tables[0];
+        let reading = |map: &str| table.chains.values().filter(|body| body.contains(&format!("map @{map}"))).count();
+        assert_eq!(reading("cluster-endpoints-tcp"), 4, "slot chains 0 to 3 alone");
+        assert_eq!(reading("turns-"), 300, "each port's own turn");
+        // Spread over the shards, each holding the turns its ports take (slots 0 to 3).
+        let shards: Vec<usize> =
+            (0..names::TURN_SHARDS).filter_map(|s| table.elements.get(&MapName::Turns(s)).map(|t| t.len())).collect();
+        assert!(shards.len() > 50 && shards.iter().all(|n| *n <= 4), "{shards:?}");
+        let busiest = (0..names::TURN_SHARDS)
+            .map(|s| {
+                let reads = |b: &&String| b.lines().any(|l| l.ends_with(&format!("@{}", MapName::Turns(s))));
+                table.chains.values().filter(reads).count()
+            })
+            .max();
+        assert!(busiest < Some(20), "no shard read by more than a few ports: {busiest:?}");
+        assert!(table.fixed.turns);
+        assert!(
+            !render(&Model::default(), &Config::from_flags(&flags).expect("config")).expect("render").tables[0]
+                .fixed
+                .turns
+        );
+    }
+}
