@@ -82,8 +82,8 @@ fn the_schedulers_picks_diff_empty_right_after_applying_and_unlike_random_ones()
     if !kernel_available() {
         return;
     }
-    // Rules with `jhash` and `numgen inc` read back from the kernel as they were compiled
-    // (no golden case renders them yet: each pick stands in for `numgen random`).
+    // Rules with `jhash` and `numgen inc` read back from the kernel as they were compiled, in
+    // both families (each pick stands in for `numgen random`).
     let case = common::golden_cases().into_iter().find(|c| c.name == "dual-stack").expect("dual-stack");
     let (model, _) = manifests::load_model(&case.dir.join("manifests.yaml"), "node-a").expect("manifests");
     let cfg = config(&case.args);

@@ -21,6 +21,7 @@ fn listed(key: &Key, value: &Elem) -> String {
         Key::SamePair(a) => format!("{a} . {a}"),
         Key::IpSlot(ip, port, slot) => format!("{ip} . {port} . {slot}"),
         Key::PortSlot(port, slot) => format!("{port} . {slot}"),
+        Key::Turn(slot) => slot.to_string(),
         Key::Cidr(net) => net.to_string(),
     };
     let v = match value {

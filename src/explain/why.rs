@@ -110,7 +110,14 @@ pub fn fill(e: &mut Explanation, model: &Model, cfg: &Config) {
         }
     }
     policy(e, sp, cfg);
-    let scheduler = sp.scheduler_or(cfg.scheduler);
+    pick(e, sp, sp.scheduler_or(cfg.scheduler));
+    masquerade(e, &steps, element_in(MapName::HairpinConnections));
+    e.unused = unused(e, model, sp, cfg);
+}
+
+/// How the endpoint was picked: session affinity's reason, which takes precedence over the
+/// scheduler, else the scheduler's.
+fn pick(e: &mut Explanation, sp: &ServicePort, scheduler: Scheduler) {
     if let Some(t) = sp.affinity_timeout {
         let over = match scheduler {
             Scheduler::Random => String::new(),
@@ -124,8 +131,6 @@ pub fn fill(e: &mut Explanation, model: &Model, cfg: &Config) {
     } else if let Some(text) = scheduled(e, scheduler) {
         e.reasons.push(Reason { kind: "scheduler", text });
     }
-    masquerade(e, &steps, element_in(MapName::HairpinConnections));
-    e.unused = unused(e, model, sp, cfg);
 }
 
 /// How the scheduler picked among the endpoints, when the packet reached one: for the
@@ -142,6 +147,8 @@ fn scheduled(e: &Explanation, scheduler: Scheduler) -> Option<String> {
     let (client, n) = (e.source, reached.len());
     Some(match (scheduler, reached.as_slice()) {
         (_, []) => return None,
+        // One endpoint: nothing to pick among.
+        (Scheduler::Random | Scheduler::RoundRobin, [_]) => return None,
         (Scheduler::Random, _) => {
             format!("scheduler random: each new connection goes to one of {n} endpoints at random")
         }

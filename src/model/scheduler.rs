@@ -81,26 +81,28 @@ impl Unserved {
 }
 
 impl Scheduler {
-    /// Reads a scheduler's name and its flags (`sh-port`, `mh-port`; the `*-fallback` flags
-    /// are what this proxy always does, as an endpoint that is not serving is never in the
-    /// table). `wrr` is `rr`: kube-proxy gives every endpoint the same weight. An empty name
-    /// is the default. Returns the scheduler and any flags it did not know.
+    /// Reads a scheduler's name and its flags: `sh-port` or `mh-port` (one flag in IPVS,
+    /// under two names) hashes the client's port too with `sh` or `mh`; the `*-fallback`
+    /// flags are what this proxy always does, as an endpoint that is not serving is never in
+    /// the table. `wrr` is `rr`: kube-proxy gives every endpoint the same weight. An empty
+    /// name is the default. Returns the scheduler and the flags it left unread (unknown, or
+    /// of no effect with it).
     pub fn parse(name: &str, flags: &str) -> Result<(Scheduler, Vec<String>), String> {
         let flags: Vec<&str> = flags.split(',').map(str::trim).filter(|f| !f.is_empty()).collect();
-        let name = name.trim();
-        let scheduler = match name {
+        let port = flags.iter().any(|f| *f == "sh-port" || *f == "mh-port");
+        let scheduler = match name.trim() {
             "" | "random" => Scheduler::Random,
             "rr" | "wrr" => Scheduler::RoundRobin,
-            "sh" => Scheduler::SourceHash { port: flags.contains(&"sh-port") },
-            "mh" => Scheduler::Maglev { port: flags.contains(&"mh-port") },
+            "sh" => Scheduler::SourceHash { port },
+            "mh" => Scheduler::Maglev { port },
             other => match Unserved::ALL.iter().find(|(_, n)| *n == other) {
                 Some((u, _)) => Scheduler::Unserved(*u),
                 None => return Err(format!("{other:?} is not a scheduler (random, rr, sh, mh)")),
             },
         };
         let known = ["sh-port", "sh-fallback", "mh-port", "mh-fallback"];
-        let unknown = flags.iter().filter(|f| !known.contains(f)).map(|f| f.to_string()).collect();
-        Ok((scheduler, unknown))
+        let read = |f: &&str| scheduler.hashes() && known.contains(f);
+        Ok((scheduler, flags.iter().filter(|f| !read(f)).map(|f| f.to_string()).collect()))
     }
 
     /// The scheduler rules are written for: an unserved one is random.
@@ -159,7 +161,8 @@ mod tests {
         assert_eq!(parse(" rr ", ""), Ok(Scheduler::RoundRobin));
         assert_eq!(parse("wrr", ""), Ok(Scheduler::RoundRobin));
         assert_eq!(parse("sh", "sh-fallback, sh-port"), Ok(Scheduler::SourceHash { port: true }));
-        assert_eq!(parse("mh", "sh-port"), Ok(Scheduler::Maglev { port: false }), "another scheduler's flag");
+        assert_eq!(parse("mh", "sh-port"), Ok(Scheduler::Maglev { port: true }), "one flag in IPVS, two names");
+        assert_eq!(Scheduler::parse("rr", "sh-port").map(|(_, u)| u), Ok(vec!["sh-port".to_string()]), "no effect");
         assert_eq!(parse("lc", ""), Ok(Scheduler::Unserved(Unserved::Lc)));
         assert_eq!(parse("lc", "").map(Scheduler::served), Ok(Scheduler::Random));
         assert!(parse("maglev", "").unwrap_err().contains("\"maglev\""));

@@ -228,26 +228,32 @@ fn readable<'a, T: PartialEq>(
     out
 }
 
-/// The scheduler Service `object` (`namespace/name`) asks for by annotation. An unknown
-/// name is warned of and the node's default serves; so is a scheduler nftables cannot
-/// serve, which is served as random. Flags without their scheduler are left unread.
+/// The scheduler Service `object` (`namespace/name`) asks for by annotation; none (the
+/// node's default) without one or with an empty one. An unknown name is warned of and the
+/// node's default serves; so is a scheduler nftables cannot serve, which is served as
+/// random; and flags that are not read.
 fn scheduler(svc: &Service, object: &str) -> Option<Scheduler> {
     let annotations = svc.metadata.annotations.as_ref()?;
     let flags = annotations.get(SCHEDULER_FLAGS_ANNOTATION).map_or("", String::as_str);
-    let name = annotations.get(SCHEDULER_ANNOTATION)?;
+    let Some(name) = annotations.get(SCHEDULER_ANNOTATION).filter(|n| !n.trim().is_empty()) else {
+        if !flags.trim().is_empty() {
+            log::warn!("Service {object}: {SCHEDULER_FLAGS_ANNOTATION} is left unread without {SCHEDULER_ANNOTATION}");
+        }
+        return None;
+    };
     match Scheduler::parse(name, flags) {
         Err(why) => {
             log::warn!("Service {object}: annotation {SCHEDULER_ANNOTATION}: {why}; the node's default serves it");
             None
         }
-        Ok((scheduler, unknown)) => {
+        Ok((scheduler, unread)) => {
             if let Scheduler::Unserved(u) = scheduler {
-                let name = u.as_str();
-                log::warn!("Service {object}: scheduler {name} is served as random: {}", u.why());
+                log::warn!("Service {object}: scheduler {} is served as random: {}", u.as_str(), u.why());
             }
-            if !unknown.is_empty() {
+            if !unread.is_empty() {
+                let name = scheduler.name();
                 log::warn!(
-                    "Service {object}: annotation {SCHEDULER_FLAGS_ANNOTATION}: unknown flags {unknown:?} left out"
+                    "Service {object}: {SCHEDULER_FLAGS_ANNOTATION}: {unread:?} left unread (unknown, or of no effect with {name})"
                 );
             }
             Some(scheduler)

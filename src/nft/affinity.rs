@@ -171,8 +171,13 @@ mod tests {
     }
 
     fn ruleset(groups: &[(u32, &[u32])]) -> Ruleset {
-        let fixed =
-            Fixed { mark: 0x4000, local: crate::render::Detector::None, nodeport_all: false, drop_unallocated: true };
+        let fixed = Fixed {
+            mark: 0x4000,
+            local: crate::render::Detector::None,
+            nodeport_all: false,
+            drop_unallocated: true,
+            turns: false,
+        };
         let mut t = Table::new(Family::V4, fixed);
         for (id, eps) in groups {
             let g = AffinityGroup { id: *id, endpoints: eps.to_vec() };

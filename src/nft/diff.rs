@@ -131,6 +131,9 @@ pub fn diff<'a>(old: &'a Table, new: &'a Table, stale: &BTreeSet<String>) -> Opt
 /// The changes an incremental update made to `new`, from the journal of what it touched
 /// (`None` when only a full sync can express them).
 pub fn from_journal<'a>(new: &'a Table, j: &'a Journal, stale: &BTreeSet<String>) -> Option<TableDiff<'a>> {
+    if j.fixed_changed {
+        return None;
+    }
     let mut d = TableDiff::of(new.family);
     for (name, old) in &j.chains {
         d.chain(name, old.as_ref(), new.chains.get(name), stale);

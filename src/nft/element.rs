@@ -176,6 +176,7 @@ fn key_bytes(b: &mut Vec<u8>, key: &Key) {
             field(b, &port.to_be_bytes());
             field(b, &slot.to_ne_bytes());
         }
+        Key::Turn(slot) => field(b, &slot.to_ne_bytes()),
         // Ranges are laid out by `lay_out`.
         Key::Allow(..) | Key::Cidr(..) => {}
     }

@@ -19,8 +19,11 @@ pub type PortId = (ObjectKey, u32);
 pub(super) enum Pick {
     /// At random (`numgen random`).
     Random,
-    /// In turn (`numgen inc`): a counter of the rule's own, so a chain per service port.
-    Turn,
+    /// In turn (`numgen inc`): a counter of the rule's own, so a chain per service port,
+    /// whose turn leads through a `turns-*` map (this shard) to the chain of that slot.
+    Turn(u8),
+    /// Slot `n` always: the chain a round-robin turn leads to.
+    Slot,
     /// By the client's address (and port) hashed (`jhash`).
     Hash {
         /// Whether the client's port is hashed too.
@@ -28,13 +31,14 @@ pub(super) enum Pick {
     },
 }
 
-/// An `lb-*` chain: scope, NodePort or not, protocol, slot count, and how a slot is picked.
+/// An `lb-*` chain: scope, NodePort or not, protocol, how a slot is picked, and `n`: the
+/// slot count, or for [`Pick::Slot`] the slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(super) struct LbKey {
     pub(super) scope: Scope,
     pub(super) nodeport: bool,
     pub(super) proto: Protocol,
-    pub(super) slots: usize,
+    pub(super) n: usize,
     pub(super) pick: Pick,
 }
 
@@ -86,6 +90,9 @@ pub struct Journal {
     /// Element values. Hashed, not ordered: an update touching every Service journals 200,000
     /// of them, and a tree's searches were a fifth of its time; readers sort what they need.
     pub elements: HashMap<(MapName, Key), Option<Value>>,
+    /// The table's fixed part changed (the first port to take turns came, or the last
+    /// went): only a full sync declares it anew.
+    pub fixed_changed: bool,
 }
 
 /// Builds or updates one family's table, service port by service port.
@@ -349,6 +356,11 @@ impl Builder<'_> {
     /// The finished table (its warnings: the context's, then each port's in model order), the
     /// index to update it by later, and the journal of an update.
     pub(super) fn finish(mut self) -> (Table, Index, Option<Journal>) {
+        let turns = self.table.elements.keys().any(|m| matches!(m, MapName::Turns(_)));
+        if let Some(j) = self.journal.as_mut().filter(|_| self.table.fixed.turns != turns) {
+            j.fixed_changed = true;
+        }
+        self.table.fixed.turns = turns;
         let mut warnings = self.ctx.warnings.clone();
         let warned = self.index.warned.iter().filter_map(|id| self.index.ports.get(id));
         warnings.extend(warned.flat_map(|r| r.warnings.iter().cloned()));

@@ -24,6 +24,8 @@ pub enum Key {
     IpSlot(IpAddr, u16, u32),
     /// `port . slot` (a NodePort's endpoint slot).
     PortSlot(u16, u32),
+    /// `slot`: a round-robin turn, in a map from turn to the chain that takes that slot.
+    Turn(u32),
     /// A range (`10.96.0.0/16`), in an interval set.
     Cidr(IpNet),
 }
@@ -47,7 +49,8 @@ impl Key {
             Key::SamePair(_) => 4,
             Key::IpSlot(..) => 5,
             Key::PortSlot(..) => 6,
-            Key::Cidr(_) => 7,
+            Key::Turn(_) => 7,
+            Key::Cidr(_) => 8,
         }
     }
 
@@ -61,6 +64,7 @@ impl Key {
             Key::Ip(ip) | Key::SamePair(ip) => (ip_rank(ip), 0),
             Key::IpSlot(ip, port, slot) => (ip_rank(ip), u64::from(*port) << 32 | u64::from(*slot)),
             Key::PortSlot(port, slot) => (none, u64::from(*port) << 32 | u64::from(*slot)),
+            Key::Turn(slot) => (none, u64::from(*slot)),
             Key::Allow(_) | Key::Cidr(_) => return None,
         })
     }
@@ -91,11 +95,12 @@ impl PartialOrd for Key {
 }
 
 impl Key {
-    /// The same frontend's slot `n` further on, for slot keys.
+    /// The same frontend's slot (or the turn) `n` further on, for slot and turn keys.
     pub fn slot_plus(&self, n: u32) -> Option<Key> {
         match self {
             Key::IpSlot(ip, port, slot) => Some(Key::IpSlot(*ip, *port, slot.checked_add(n)?)),
             Key::PortSlot(port, slot) => Some(Key::PortSlot(*port, slot.checked_add(n)?)),
+            Key::Turn(slot) => Some(Key::Turn(slot.checked_add(n)?)),
             _ => None,
         }
     }
@@ -116,6 +121,7 @@ mod tests {
         SamePair(IpAddr),
         IpSlot(IpAddr, u16, u32),
         PortSlot(u16, u32),
+        Turn(u32),
         Cidr(IpNet),
     }
 
@@ -128,6 +134,7 @@ mod tests {
             Key::SamePair(a) => Derived::SamePair(a),
             Key::IpSlot(a, b, c) => Derived::IpSlot(a, b, c),
             Key::PortSlot(a, b) => Derived::PortSlot(a, b),
+            Key::Turn(a) => Derived::Turn(a),
             Key::Cidr(a) => Derived::Cidr(a),
         }
     }
@@ -157,6 +164,7 @@ mod tests {
                     for slot in [0u32, 1, 70_000, u32::MAX] {
                         keys.push(Key::IpSlot(*ip, port, slot));
                         keys.push(Key::PortSlot(port, slot));
+                        keys.push(Key::Turn(slot ^ u32::from(port)));
                     }
                 }
             }

@@ -186,6 +186,8 @@ impl FamilyContext<'_> {
             local: self.local.clone(),
             nodeport_all: self.nodeports == NodePorts::All,
             drop_unallocated: self.cfg.service_proxy_name.is_none(),
+            // Set by the builder once it knows whether any port takes turns.
+            turns: false,
         }
     }
 }
@@ -210,20 +212,32 @@ fn context<'a>(model: &'a Model, cfg: &'a Config, family: Family, previous: Opti
     }
 }
 
-/// Renders an `lb-*` chain: one scope's and frontend kind's endpoint map, picked from by
-/// `key.pick` among `key.slots` slots.
+/// Renders an `lb-*` chain: one scope's and frontend kind's endpoint map, picked from as
+/// `key.pick` says; a round-robin turn's goes through the `turns` map instead.
 fn lb_chain(words: FamilyWords, key: builder::LbKey) -> Result<String, RenderError> {
-    let builder::LbKey { scope, nodeport, proto, slots, pick } = key;
-    let map = if nodeport { MapName::NodeportEndpoints(scope, proto) } else { MapName::Endpoints(scope, proto) };
+    let builder::LbKey { scope, nodeport, proto, n, pick } = key;
+    let map = match (pick, nodeport) {
+        (builder::Pick::Turn(shard), _) => MapName::Turns(shard),
+        (_, true) => MapName::NodeportEndpoints(scope, proto),
+        (_, false) => MapName::Endpoints(scope, proto),
+    };
     let (how, port) = match pick {
         builder::Pick::Random => ("random", false),
-        builder::Pick::Turn => ("inc", false),
+        builder::Pick::Turn(_) => ("turn", false),
+        builder::Pick::Slot => ("slot", false),
         builder::Pick::Hash { port } => ("hash", port),
     };
     let seed = format!("{:#x}", hash::HASH_SEED);
+    let offset = names::turn_base(scope, nodeport, proto);
     let t =
-        LbChain { fam: words.fam, proto: proto.as_str(), n: slots, nodeport, map: map.to_string(), how, port, seed };
+        LbChain { fam: words.fam, proto: proto.as_str(), n, nodeport, map: map.to_string(), how, port, seed, offset };
     render_template(&t, "lb.nft")
+}
+
+/// The `turns-*` maps `table` declares: all of them when some port takes turns.
+fn turn_maps(table: &Table) -> Vec<String> {
+    let all = MapName::all().into_iter().filter(|m| matches!(m, MapName::Turns(_)));
+    all.filter(|_| table.fixed.turns).map(|m| m.to_string()).collect()
 }
 
 fn endpoint_maps() -> Vec<EndpointMapDecl> {
@@ -321,6 +335,7 @@ fn table_views<'a>(ruleset: &'a Ruleset, without_elements: bool, families: &[Fam
                 nodeport_all: table.fixed.nodeport_all,
                 drop_unallocated: table.fixed.drop_unallocated,
                 endpoint_maps: endpoint_maps(),
+                turn_maps: turn_maps(table),
                 table,
                 without_elements,
                 foreign: Vec::new(),

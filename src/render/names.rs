@@ -6,7 +6,7 @@
 
 use super::builder::{LbKey, Pick};
 use super::ruleset::Scope;
-use crate::model::ServicePortName;
+use crate::model::{Protocol, ServicePortName};
 use std::net::IpAddr;
 
 /// nftables' longest comment in bytes (`NFTNL_UDATA_COMMENT_MAXLEN`); `nft` refuses longer ones.
@@ -85,16 +85,37 @@ pub fn affinity_map(id: u32) -> String {
     format!("affinity-{}", id % AFFINITY_SHARDS)
 }
 
-/// The shared chain that picks one of `slots` endpoint slots from an endpoint map: at
-/// random (`lb-cluster-tcp-3`), or by the client's hash (`lb-cluster-tcp-hash-101`).
+/// How many `turns-*` maps round-robin ports are spread over: the kernel walks every rule
+/// already reading a map when another rule starts reading it, which with one map took a
+/// table of 30,000 ports 11 s; spread over 64, a 64th of that.
+pub const TURN_SHARDS: u8 = 64;
+
+/// The `turns-*` map a round-robin port's rule reads.
+pub fn turn_shard(base: &str) -> u8 {
+    (fnv1a(base.bytes()) % u32::from(TURN_SHARDS)) as u8
+}
+
+/// The shared chain that picks one of `n` endpoint slots from an endpoint map: at random
+/// (`lb-cluster-tcp-3`), by the client's hash (`lb-cluster-tcp-hash-101`), or always slot `n`
+/// (`lb-cluster-tcp-slot-2`, where a round-robin turn leads).
 pub(super) fn lb_chain(key: &LbKey) -> String {
     let kind = if key.nodeport { "-nodeport" } else { "" };
     let pick = match key.pick {
-        Pick::Random | Pick::Turn => "",
+        Pick::Random => "",
+        // Not shared (`rr_chain` names a port's own), named apart all the same.
+        Pick::Turn(_) => "turn-",
+        Pick::Slot => "slot-",
         Pick::Hash { port: false } => "hash-",
         Pick::Hash { port: true } => "hash-port-",
     };
-    format!("lb-{}{kind}-{}-{pick}{}", key.scope.as_str(), key.proto, key.slots)
+    format!("lb-{}{kind}-{}-{pick}{}", key.scope.as_str(), key.proto, key.n)
+}
+
+/// Where a scope's, frontend kind's and protocol's round-robin turns start in the `turns`
+/// map: each has a range of 65,536 (more slots than a service has endpoints).
+pub fn turn_base(scope: Scope, nodeport: bool, proto: Protocol) -> u32 {
+    let proto = Protocol::ALL.iter().position(|p| *p == proto).unwrap_or(0) as u32;
+    ((scope as u32 * 2 + u32::from(nodeport)) * 3 + proto) << 16
 }
 
 /// A round-robin service port's own chain for one scope and frontend kind: the kernel keeps
@@ -107,7 +128,6 @@ pub fn rr_chain(scope: Scope, nodeport: bool, base: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Protocol;
 
     fn spn(port: &str) -> ServicePortName {
         ServicePortName { namespace: "ns1".into(), name: "svc1".into(), port: port.into(), protocol: Protocol::Udp }
@@ -119,7 +139,7 @@ mod tests {
         assert_eq!(external_chain(&base(&spn(""), 53)), "external-ns1/svc1/udp/53");
         assert_eq!(nodeport_chain(&base(&spn("dns"), 53)), "nodeport-ns1/svc1/udp/dns");
         assert_eq!(balance_chain(Scope::Local, "a/b/tcp/p"), "local-a/b/tcp/p");
-        let lb = |scope, nodeport, proto, slots, pick| lb_chain(&LbKey { scope, nodeport, proto, slots, pick });
+        let lb = |scope, nodeport, proto, n, pick| lb_chain(&LbKey { scope, nodeport, proto, n, pick });
         assert_eq!(lb(Scope::Cluster, true, Protocol::Sctp, 3, Pick::Random), "lb-cluster-nodeport-sctp-3");
         assert_eq!(lb(Scope::Local, false, Protocol::Tcp, 1, Pick::Random), "lb-local-tcp-1");
         assert_eq!(
@@ -130,7 +150,14 @@ mod tests {
             lb(Scope::Local, true, Protocol::Udp, 5, Pick::Hash { port: true }),
             "lb-local-nodeport-udp-hash-port-5"
         );
+        assert_eq!(lb(Scope::Cluster, false, Protocol::Tcp, 2, Pick::Slot), "lb-cluster-tcp-slot-2");
         assert_eq!(rr_chain(Scope::Cluster, true, "a/b/tcp/p"), "lb-cluster-nodeport-rr-a/b/tcp/p");
+        let bases: std::collections::BTreeSet<u32> = [Scope::Cluster, Scope::Local]
+            .into_iter()
+            .flat_map(|s| [false, true].into_iter().flat_map(move |n| Protocol::ALL.map(|p| turn_base(s, n, p))))
+            .collect();
+        assert_eq!(bases.len(), 12, "a range of turns each");
+        assert_eq!((bases.first(), bases.last()), (Some(&0), Some(&(11 << 16))));
     }
 
     #[test]

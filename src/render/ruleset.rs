@@ -56,6 +56,12 @@ pub enum MapName {
     Endpoints(Scope, Protocol),
     /// `{scope}-nodeport-endpoints-{proto}`: node port . slot → endpoint.
     NodeportEndpoints(Scope, Protocol),
+    /// `turns-{shard}`: a round-robin turn → the chain that takes the endpoint slot of that
+    /// number, each scope, frontend kind and protocol in a range of turns of its own. Round
+    /// robin's rules (one per port) read these small maps, not the endpoint maps, spread
+    /// over [`super::names::TURN_SHARDS`] of them: the kernel walks every rule already
+    /// reading a map when another rule starts reading it.
+    Turns(u8),
 }
 
 impl MapName {
@@ -77,6 +83,7 @@ impl MapName {
             all.extend(Protocol::ALL.map(|proto| MapName::Endpoints(scope, proto)));
             all.extend(Protocol::ALL.map(|proto| MapName::NodeportEndpoints(scope, proto)));
         }
+        all.extend((0..super::names::TURN_SHARDS).map(MapName::Turns));
         all
     }
 }
@@ -115,6 +122,7 @@ impl fmt::Display for MapName {
             MapName::ServiceCidrs => f.write_str("service-cidrs"),
             MapName::Endpoints(s, p) => write!(f, "{}-endpoints-{p}", s.as_str()),
             MapName::NodeportEndpoints(s, p) => write!(f, "{}-nodeport-endpoints-{p}", s.as_str()),
+            MapName::Turns(shard) => write!(f, "turns-{shard}"),
         }
     }
 }
@@ -186,6 +194,9 @@ pub struct Fixed {
     /// Traffic to an address of the ServiceCIDRs that no Service holds is dropped; not beside
     /// kube-proxy (`--service-proxy-name`), where such an address may be one of its Services'.
     pub drop_unallocated: bool,
+    /// Some service port takes turns (`rr`), so the `turns-*` maps are declared: a table
+    /// without one is spared their empty declarations, and a change of this is a full sync.
+    pub turns: bool,
 }
 
 /// A session-affinity group (one scope of a service port) as its entries name it.
@@ -350,8 +361,13 @@ mod tests {
     use std::net::Ipv4Addr;
 
     fn table(elements: &[(MapName, u8, Option<u16>)]) -> Table {
-        let fixed =
-            Fixed { mark: 0x4000, local: super::super::Detector::None, nodeport_all: true, drop_unallocated: true };
+        let fixed = Fixed {
+            mark: 0x4000,
+            local: super::super::Detector::None,
+            nodeport_all: true,
+            drop_unallocated: true,
+            turns: false,
+        };
         let mut t = Table::new(Family::V4, fixed);
         let owner: Arc<str> = Arc::from("ns/svc:p");
         for (map, last, port) in elements {

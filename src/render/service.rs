@@ -9,6 +9,7 @@ use super::{maglev, names};
 use crate::model::{Endpoint, Family, Scheduler, ServicePort};
 use crate::topology::Categorized;
 use ipnet::IpNet;
+use std::cell::OnceCell;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -28,6 +29,9 @@ struct Port<'s> {
     cat: &'s Categorized<'s>,
     /// The scheduler served: the Service's, else the node's; an unserved one is random.
     scheduler: Scheduler,
+    /// The `mh` table of each scope, made by its first frontend: its frontends all pick
+    /// among the same endpoints.
+    tables: [OnceCell<Vec<(IpAddr, u16)>>; 2],
 }
 
 impl Builder<'_> {
@@ -53,7 +57,8 @@ impl Builder<'_> {
             return Ok(());
         };
         let scheduler = sp.scheduler_or(self.ctx.cfg.scheduler).served();
-        let p = Port { sp, owner, base: names::base(&sp.name, sp.port), cat, scheduler };
+        let tables = Default::default();
+        let p = Port { sp, owner, base: names::base(&sp.name, sp.port), cat, scheduler, tables };
         self.cluster_ip(&p, cluster_ip)?;
         let of_family = |ips: &[IpAddr]| ips.iter().copied().filter(|ip| Family::of(ip) == family).collect::<Vec<_>>();
         let mut external = of_family(&sp.external_ips);
@@ -220,7 +225,10 @@ impl Builder<'_> {
         };
         let (slots, pick) = match p.scheduler {
             Scheduler::SourceHash { port } => (sorted(eps), Pick::Hash { port }),
-            Scheduler::Maglev { port } => (maglev::table(&sorted(eps)), Pick::Hash { port }),
+            Scheduler::Maglev { port } => {
+                let ends = || maglev::table(&eps.iter().map(|e| (e.ip, e.port)).collect::<Vec<_>>());
+                (p.tables[scope as usize].get_or_init(ends).clone(), Pick::Hash { port })
+            }
             other => {
                 let old: Vec<(IpAddr, u16)> = (0u32..)
                     .map_while(|slot| match self.previous_value(map, &slot_key(slot))? {
@@ -228,21 +236,36 @@ impl Builder<'_> {
                         _ => None,
                     })
                     .collect();
-                let pick = if other == Scheduler::RoundRobin { Pick::Turn } else { Pick::Random };
+                let turn = Pick::Turn(names::turn_shard(&p.base));
+                let pick = if other == Scheduler::RoundRobin { turn } else { Pick::Random };
                 (stable_slots(&old, eps), pick)
             }
         };
         for (slot, (ip, port)) in (0u32..).zip(&slots) {
             self.element(map, slot_key(slot), Value::Endpoint(*ip, *port));
         }
-        let key = LbKey { scope, nodeport, proto, slots: slots.len(), pick };
-        if pick == Pick::Turn {
-            let chain = names::rr_chain(scope, nodeport, &p.base);
-            self.chain(&chain, super::lb_chain(self.ctx.words, key)?);
-            return Ok(Some(chain));
+        let key = LbKey { scope, nodeport, proto, n: slots.len(), pick };
+        if let Pick::Turn(shard) = pick {
+            return self.turns(p, key, shard).map(Some);
         }
         self.use_lb(key)?;
         Ok(Some(names::lb_chain(&key)))
+    }
+
+    /// A round-robin port's own chain, whose turn (a counter of its rule's) leads through
+    /// the `turns` map to the shared chain of that slot: only those few chains read the
+    /// endpoint map, for the kernel checks every rule that reads a map for each element
+    /// added to it.
+    fn turns(&mut self, p: &Port, key: LbKey, shard: u8) -> Result<String, RenderError> {
+        let base = names::turn_base(key.scope, key.nodeport, key.proto);
+        for (k, turn) in (0..key.n).zip(base..) {
+            let slot = LbKey { n: k, pick: Pick::Slot, ..key };
+            self.use_lb(slot)?;
+            self.element(MapName::Turns(shard), Key::Turn(turn), Value::Goto(names::lb_chain(&slot)));
+        }
+        let chain = names::rr_chain(key.scope, key.nodeport, &p.base);
+        self.chain(&chain, super::lb_chain(self.ctx.words, key)?);
+        Ok(chain)
     }
 
     /// Session affinity: one chain per scope. An entry (client . number of group and endpoint)
@@ -314,4 +337,57 @@ fn outermost(mut ranges: Vec<IpNet>) -> Vec<IpNet> {
         }
     }
     kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Config, MapName, Model, render};
+    use super::names;
+    use clap::Parser;
+
+    #[test]
+    fn round_robin_ports_read_the_turns_map_and_only_slot_chains_read_endpoint_maps() {
+        // The kernel checks every rule that reads a map for each element added to it: rules
+        // reading the endpoint map must stay as few as the slots, not one per port.
+        let mut objects = Vec::new();
+        for i in 0..300u32 {
+            let name = format!("s{i}");
+            objects.push(crate::model::ApiObject::from_json(serde_json::json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": name, "namespace": "ns", "annotations": {"kube-nftproxy.io/scheduler": "rr"}},
+                "spec": {"clusterIP": format!("172.30.{}.{}", i / 200, i % 200 + 1), "ports": [{"port": 80}]}})));
+            let eps: Vec<_> =
+                (0..=i % 4).map(|e| serde_json::json!({"addresses": [format!("10.1.{}.{e}", i % 250)]})).collect();
+            objects.push(crate::model::ApiObject::from_json(serde_json::json!({
+                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+                "metadata": {"name": format!("{name}-1"), "namespace": "ns", "labels": {"kubernetes.io/service-name": name}},
+                "ports": [{"port": 8080}], "endpoints": eps})));
+        }
+        let objects: Vec<_> = objects.into_iter().map(|o| o.expect("JSON").expect("a kind")).collect();
+        let (model, refused) = Model::from_objects(&objects, "n");
+        assert!(refused.is_empty(), "{refused:?}");
+        let flags = crate::config::Flags::parse_from(["kube-nftproxy", "--hostname-override=n"]);
+        let ruleset = render(&model, &Config::from_flags(&flags).expect("config")).expect("render");
+        let table = &ruleset.tables[0];
+        let reading = |map: &str| table.chains.values().filter(|body| body.contains(&format!("map @{map}"))).count();
+        assert_eq!(reading("cluster-endpoints-tcp"), 4, "slot chains 0 to 3 alone");
+        assert_eq!(reading("turns-"), 300, "each port's own turn");
+        // Spread over the shards, each holding the turns its ports take (slots 0 to 3).
+        let shards: Vec<usize> =
+            (0..names::TURN_SHARDS).filter_map(|s| table.elements.get(&MapName::Turns(s)).map(|t| t.len())).collect();
+        assert!(shards.len() > 50 && shards.iter().all(|n| *n <= 4), "{shards:?}");
+        let busiest = (0..names::TURN_SHARDS)
+            .map(|s| {
+                let reads = |b: &&String| b.lines().any(|l| l.ends_with(&format!("@{}", MapName::Turns(s))));
+                table.chains.values().filter(reads).count()
+            })
+            .max();
+        assert!(busiest < Some(20), "no shard read by more than a few ports: {busiest:?}");
+        assert!(table.fixed.turns);
+        assert!(
+            !render(&Model::default(), &Config::from_flags(&flags).expect("config")).expect("render").tables[0]
+                .fixed
+                .turns
+        );
+    }
 }

@@ -84,8 +84,8 @@ pub struct BalanceChain<'a> {
     pub endpoints: &'a [AffinityEndpoint],
 }
 
-/// `lb.nft`: the chain that DNATs to slot `numgen mod n` (or the client's `jhash mod n`) of
-/// a frontend in an endpoint map.
+/// `lb.nft`: the chain that DNATs to slot `numgen mod n` (the client's `jhash mod n`, or
+/// slot `n`) of a frontend in an endpoint map, or a round-robin port's turn.
 #[derive(Template)]
 #[template(path = "lb.nft")]
 pub struct LbChain {
@@ -95,15 +95,18 @@ pub struct LbChain {
     pub proto: &'static str,
     /// Slot count.
     pub n: usize,
-    /// `random` or `inc` (a `numgen`), or `hash` (the client's `jhash`).
+    /// `random` (a `numgen`), `hash` (the client's `jhash`), `slot` (slot `n` always), or
+    /// `turn` (a round-robin port's `numgen inc`, through the `turns` map).
     pub how: &'static str,
     /// Whether the client's port is hashed with its address.
     pub port: bool,
     /// The hash's seed.
     pub seed: String,
+    /// Where a turn's range starts in the `turns` map.
+    pub offset: u32,
     /// Keyed by node port rather than by destination IP and port.
     pub nodeport: bool,
-    /// The endpoint map.
+    /// The endpoint map (`turns` for a turn).
     pub map: String,
 }
 
@@ -136,6 +139,8 @@ pub struct TableView<'a> {
     pub drop_unallocated: bool,
     /// Endpoint maps to declare.
     pub endpoint_maps: Vec<EndpointMapDecl>,
+    /// The `turns-*` maps to declare: all of them when some port takes turns, else none.
+    pub turn_maps: Vec<String>,
     /// The rendered content.
     pub table: &'a Table,
     /// The elements are left out of the script (the daemon sends them from the ruleset).

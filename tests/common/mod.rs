@@ -48,9 +48,9 @@ pub fn dry_run_ok(manifests: &Path, args: &[String]) -> String {
     String::from_utf8(out.stdout).expect("utf-8 ruleset")
 }
 
-/// The endpoint picks of issue 25's schedulers, which no golden case renders yet: each stands
-/// for `numgen random mod N` in a dnat rule, with `{ip}`, `{proto}` and `{n}` the rule's
-/// family word, protocol and N.
+/// The schedulers' endpoint picks, put in place of `numgen random mod N` in every dnat rule
+/// of a golden case (the `schedulers` cases render them in IPv4 only, without an offset),
+/// with `{ip}`, `{proto}` and `{n}` the rule's family word, protocol and N.
 pub const SCHEDULER_PICKS: [&str; 5] = [
     "jhash {ip} saddr mod {n} seed 0x6b6e7078",
     "jhash {ip} saddr . {proto} sport mod {n} seed 0x6b6e7078",

@@ -7,6 +7,7 @@
 use super::*;
 use common::check::send_from;
 use common::net::{Probe, Proto, in_netns, probe_from};
+use kube_nftproxy::explain::{Fate, Query};
 use kube_nftproxy::render::hash;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -52,7 +53,29 @@ fn more_clients(c: &Cluster, n: u16) -> (Vec<IpAddr>, Vec<IpAddr>) {
     out
 }
 
-/// Who answers one connection from `src` to `dst`, not asked of explain (for bulk counts).
+/// The pods explain says a connection from `src` to `dst` may reach, over what `proxy`
+/// synced (configured as `node_a_config`): what bulk probes, each the same question, are
+/// checked against.
+fn explained_pods(c: &Cluster, proxy: &Proxy, src: &str, dst: &str) -> Vec<String> {
+    let query = Query::parse(src, dst, "tcp").expect("a query");
+    let mut model = proxy.model.clone();
+    let answer = in_netns(&c.node.name, move || {
+        model.set_host_addresses(kube_nftproxy::host::interface_addresses().expect("addresses"));
+        kube_nftproxy::explain::explain(&model, &node_a_config(), &query.seen_from_this_host()).expect("explain")
+    });
+    let pod = |ip: IpAddr| c.pods.iter().find(|p| p.ip4 == ip || p.ip6 == ip).map(|p| p.name.clone());
+    answer
+        .outcomes
+        .iter()
+        .filter_map(|o| match o.fate {
+            Fate::Endpoint { to, .. } => pod(to.ip()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Who answers one connection from `src` to `dst`, not asked of explain one by one (bulk
+/// probes, checked against one answer of `explained_pods`).
 fn raw(c: &Cluster, dst: &str, src: Option<SocketAddr>) -> String {
     let dst: SocketAddr = dst.parse().unwrap();
     in_netns(&c.client.name, move || probe_from(Proto::Tcp, dst, src, WAIT).who())
@@ -114,9 +137,12 @@ fn chi_square(counts: &BTreeMap<String, usize>, expected: &BTreeMap<String, f64>
         .sum()
 }
 
-/// Chi-square's 1 % critical values by degrees of freedom (2, 9).
+/// Chi-square's critical values: at 1 % with 2 degrees of freedom (the hashes: a fixed set
+/// of clients, so a result that cannot flake), and at 0.1 % with 2 and 8 (random draws, and
+/// the 1,000-client count).
 const CHI2_1PCT_DF2: f64 = 9.210;
-const CHI2_1PCT_DF9: f64 = 21.666;
+const CHI2_01PCT_DF2: f64 = 13.816;
+const CHI2_01PCT_DF8: f64 = 26.124;
 
 fn even(pods: &[&str]) -> BTreeMap<String, f64> {
     pods.iter().map(|p| (p.to_string(), 1.0 / pods.len() as f64)).collect()
@@ -137,12 +163,24 @@ fn random_spreads_and_rr_takes_turns_per_service_port() {
     let mut proxy = Proxy::new(node_a_config());
     let pods = ["pod-1", "pod-2", "pod-3"];
     let mut objects = scheduled(&c, "rand", ("172.30.0.60", None), None, &pods);
+    sync(&c.node, &mut proxy, &objects);
+    let turn_maps = |c: &Cluster| c.node.nft(&["list", "table", "ip", "kube-nftproxy"]).matches("map turns-").count();
+    assert_eq!(turn_maps(&c), 0, "no port takes turns: no turns maps");
+    // The first ports that take turns bring the turns maps: a full sync (in place) declares them.
     objects.extend(scheduled(&c, "turns", ("172.30.0.61", None), Some("rr"), &pods));
     objects.extend(scheduled(&c, "turns2", ("172.30.0.62", None), Some("rr"), &pods));
-    sync(&c.node, &mut proxy, &objects);
+    objects.extend(scheduled(&c, "gone", ("172.30.0.59", None), Some("rr"), &pods[..2]));
+    assert_eq!(sync(&c.node, &mut proxy, &objects).kind, SyncKind::Refresh);
+    assert_eq!(turn_maps(&c), 64);
+    objects.truncate(objects.len() - 2);
+    assert_eq!(sync(&c.node, &mut proxy, &objects).kind, SyncKind::Partial, "another port is a partial sync");
+    for dst in ["172.30.0.60:80", "172.30.0.61:80", "172.30.0.62:80"] {
+        assert_eq!(explained_pods(&c, &proxy, "172.16.0.2", dst), pods, "explain: {dst} may go to any endpoint");
+    }
     let random = tally((0..2000).map(|_| raw(&c, "172.30.0.60:80", None)));
+    assert!(random.keys().all(|k| pods.contains(&k.as_str())), "only where explain said: {random:?}");
     let chi = chi_square(&random, &even(&pods));
-    assert!(chi < CHI2_1PCT_DF2, "random over 2,000 connections: {random:?}, chi-square {chi:.2}");
+    assert!(chi < CHI2_01PCT_DF2, "random over 2,000 connections: {random:?}, chi-square {chi:.2}");
     // Two rr services' connections interleaved: each takes its endpoints in turn, on its own.
     let mut seen: [Vec<String>; 2] = [vec![], vec![]];
     for _ in 0..1000 {
@@ -163,6 +201,11 @@ fn random_spreads_and_rr_takes_turns_per_service_port() {
             assert!(pods.contains(&checked(&c, dst, "172.16.0.2".parse().unwrap()).as_str()));
         }
     }
+    // The last port that takes turns goes: a full sync, without the turns maps.
+    let plain = scheduled(&c, "rand", ("172.30.0.60", None), None, &pods);
+    assert_eq!(sync(&c.node, &mut proxy, &plain).kind, SyncKind::Refresh);
+    assert_eq!(turn_maps(&c), 0);
+    assert!(pods.contains(&checked(&c, "172.30.0.60:80", "172.16.0.2".parse().unwrap()).as_str()));
 }
 
 #[test]
@@ -183,8 +226,9 @@ fn sh_and_mh_keep_a_client_and_spread_clients_in_both_families() {
             let slots = kernel_slots(&c, ip);
             assert_eq!(slots.len(), if scheduler == "sh" { 3 } else { 101 }, "{scheduler}: slots");
             let dst = if ip.contains(':') { format!("[{ip}]:80") } else { format!("{ip}:80") };
-            // One client, 100 connections: one endpoint, the one its hash names.
+            // One client, 100 connections: one endpoint, the one its hash (and explain) names.
             let one = clients[0];
+            assert_eq!(explained_pods(&c, &proxy, &one.to_string(), &dst), [predicted(&slots, one)]);
             let to = tally((0..100).map(|_| raw(&c, &dst, Some(SocketAddr::new(one, 0)))));
             assert_eq!(to.keys().collect::<Vec<_>>(), [&predicted(&slots, one)], "{scheduler} {one} -> {dst}: {to:?}");
             // Many clients: each where the hash says (and explain says), spread evenly.
@@ -273,10 +317,11 @@ fn mh_moves_few_clients_when_one_of_ten_endpoints_goes_and_sh_many() {
     let report = sync(&c.node, &mut proxy, &objects(&nine));
     assert_eq!(report.kind, SyncKind::Partial);
     let after = (kernel_slots(&c, "172.30.0.65"), kernel_slots(&c, "172.30.0.66"));
-    // Only the table entries that moved were sent: rpod-3's tenth and a few more.
-    let sent = report.script.lines().filter(|l| l.contains("172.30.0.65 . 80 . ")).count();
+    // Only the table entries that moved were sent (each deleted and added): rpod-3's tenth
+    // and a few more.
+    let sent = report.script.matches("172.30.0.65 . 80 . ").count();
     let changed = before.0.iter().zip(&after.0).filter(|(b, a)| b != a).count();
-    assert!(sent <= changed + 1 && changed < 101 / 5, "sent {sent} mh entries, {changed} changed");
+    assert!(sent == 2 * changed && changed < 101 / 5, "sent {sent} mh entries, {changed} changed:\n{}", report.script);
     let clients = thousand_clients();
     let mh = moved(&before.0, &after.0, &clients, "rpod-3");
     let sh = moved(&before.1, &after.1, &clients, "rpod-3");
@@ -287,8 +332,11 @@ fn mh_moves_few_clients_when_one_of_ten_endpoints_goes_and_sh_many() {
     let shares = tally(clients.iter().map(|c| predicted(&after.0, *c)));
     assert_eq!(shares.len(), 9, "{shares:?}");
     assert!(shares.values().all(|n| *n <= 2 * 1000 / 9), "{shares:?}");
-    let chi = chi_square(&shares, &even(&nine));
-    assert!(chi < CHI2_1PCT_DF9 * 3.0, "mh shares over 1,000 clients {shares:?}, chi-square {chi:.2}");
+    // The clients follow the table: each endpoint's share of clients is its share of slots.
+    let slots: BTreeMap<String, f64> =
+        tally(after.0.iter().cloned()).into_iter().map(|(k, v)| (k, v as f64 / after.0.len() as f64)).collect();
+    let chi = chi_square(&shares, &slots);
+    assert!(chi < CHI2_01PCT_DF8, "mh over 1,000 clients {shares:?} against slots {slots:?}, chi-square {chi:.2}");
     // A sample of real connections goes where the kernel's hash over its table says.
     for client in &sample {
         assert_eq!(checked(&c, "172.30.0.65:80", *client), predicted(&after.0, *client), "mh after, {client}");

@@ -194,6 +194,13 @@ pub fn spec(d: &SetDecl, family: Family) -> Result<SetSpec, CompileError> {
     }
     if let Some(v) = typeof_udata(&data) {
         tlv(&mut udata, 4, &v);
+    } else if d.typeof_ && matches!(data.as_slice(), [Part::Verdict]) {
+        // A `typeof` map's verdict: the verdict expression's type and no data, as `nft`
+        // records it.
+        let mut v = Vec::new();
+        tlv_u32(&mut v, 0, EXPR_VERDICT);
+        tlv(&mut v, 1, &[]);
+        tlv(&mut udata, 4, &v);
     }
     if d.map {
         tlv_u32(&mut udata, 6, 0);

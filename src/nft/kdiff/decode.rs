@@ -117,6 +117,7 @@ fn key(family: Family, map: MapName, b: &[u8], end: Option<&[u8]>) -> Option<Key
             let f = fields(b, &[2, 4])?;
             Key::PortSlot(port(&f[0]), u32::from_ne_bytes(f[1].clone().try_into().ok()?))
         }
+        MapName::Turns(_) => Key::Turn(u32::from_ne_bytes(fields(b, &[4])?[0].clone().try_into().ok()?)),
         MapName::FirewallAllow => {
             let (f, e) = (fields(b, &[a, 1, 2, a])?, fields(end?, &[a, 1, 2, a])?);
             let net = prefix(ip(&f[3])?, ip(&e[3])?)?;
