@@ -17,7 +17,8 @@
 //! family's first sync (`refused.rs`; `-- --refused-only` runs that part alone), and what the
 //! API's JSON and protobuf cost a client per object (`wire.rs`; `-- --wire-only` runs it alone).
 //! `-- --api-start-only [N]` times a daemon's start through the API server at 30k and 100k
-//! services, or N (`start.rs`).
+//! services, or N (`start.rs`). Every full run also measures issue 25's schedulers against
+//! their baselines (`schedulers.rs`; `-- --schedulers-only` runs that part alone).
 
 mod api;
 mod churn;
@@ -33,6 +34,7 @@ mod observe;
 mod refused;
 mod report;
 mod runs;
+mod schedulers;
 mod start;
 mod synth;
 mod upstream;
@@ -121,11 +123,13 @@ fn partial(ns: &common::Netns, proxy: &mut Proxy, case: &Case, range: std::ops::
     let update = proxy.render();
     let render = t.elapsed();
     let (r, took) = timed_apply(ns, proxy, &update, Resync::Changes);
+    let elements = update.elements(proxy.ruleset());
     drop(update);
     let lines = r.script.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count();
     json!({"total_ms": ms(file + addresses + render + took), "file_ms": ms(file), "addresses_ms": ms(addresses),
            "render_ms": ms(render), "apply_ms": ms(took), "kind": format!("{:?}", r.kind),
-           "lines": lines, "bytes": r.bytes})
+           "lines": lines, "bytes": r.bytes, "elements_touched": elements,
+           "elements_sent": schedulers::sent_elements(&r.script, ""), "elements_added": schedulers::sent_elements(&r.script, "add")})
 }
 
 fn run_case(case: &Case, upstream_limit: Duration) -> Value {
@@ -271,6 +275,9 @@ fn main() {
         "--wire-only",
         "--api-start",
         "--api-start-only",
+        "--scheduler-case",
+        "--scheduler-latency",
+        "--schedulers-only",
     ];
     if !all.iter().any(|a| modes.contains(&a.as_str())) {
         println!("scale benchmark: run it with `cargo bench --bench scale [-- --smoke]`");
@@ -297,6 +304,10 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--case") {
         let idx: usize = args[i + 1].parse().expect("case index");
         println!("{}", run_case(&cases(smoke)[idx], limit));
+        return;
+    }
+    if let Some(r) = schedulers::child(&args, smoke) {
+        println!("{r}");
         return;
     }
     if let Some(i) = args.iter().position(|a| a == "--conntrack-child") {
@@ -401,6 +412,10 @@ fn main() {
         diff::print(&all);
         return;
     }
+    if args.iter().any(|a| a == "--schedulers-only") {
+        schedulers::print(&(0..runs).map(|_| schedulers::run_once(&mode)).collect::<Vec<_>>());
+        return;
+    }
     if args.iter().any(|a| a == "--refused-only") {
         let all: Vec<Value> = (0..runs).map(|_| in_child(&[mode.clone(), vec!["--refused".into()]].concat())).collect();
         refused::print(&all);
@@ -426,6 +441,7 @@ fn main() {
     let mut diffs = Vec::new();
     let mut refusals = Vec::new();
     let mut wires = Vec::new();
+    let mut scheds = Vec::new();
     let large = if smoke { "1000" } else { "30000" };
     // Runs interleave the cases, so a slow spell on the machine does not land on one case.
     for run in 1..=runs {
@@ -444,6 +460,7 @@ fn main() {
         diffs.push(in_child(&[mode.clone(), vec!["--diff".into()]].concat()));
         refusals.push(in_child(&[mode.clone(), vec!["--refused".into()]].concat()));
         wires.push(in_child(&[mode.clone(), vec!["--wire".into()]].concat()));
+        scheds.push(schedulers::run_once(&mode));
         if let Some(bins) = &statics {
             musls.push(musl::run(&daemon_case, bins, run));
             eprintln!("run {run}: the static binary and the glibc build");
@@ -456,6 +473,7 @@ fn main() {
     diff::print(&diffs);
     refused::print(&refusals);
     wire::print(&wires);
+    schedulers::print(&scheds);
     if !musls.is_empty() {
         musl::print(&runs::combine(&musls));
     }

@@ -116,6 +116,11 @@ impl LatencyRig {
         LatencyRig { node, client, pod, _server: server }
     }
 
+    /// Gives the pod another address of its /24, so a service's several endpoints reach it.
+    pub fn add_pod_address(&self, addr: &str) {
+        ip(&self.pod, &format!("addr add {addr}/24 dev eth0"));
+    }
+
     /// The times of `n` fresh TCP connections (connect, reply, close) from the client to `dst`, in µs.
     pub fn connect_latencies(&self, dst: &str, n: usize) -> Vec<f64> {
         let dst: std::net::SocketAddr = dst.parse().expect("address");
