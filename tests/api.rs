@@ -503,7 +503,7 @@ mod distributions {
             "127.0.0.1:10256",
             &[
                 "proxy mode \"ipvs\": kube-nftproxy serves",
-                "IPVS scheduler \"rr\": served as a random",
+                "IPVS scheduler \"rr\": served as rr with nftables",
                 "ipvs.strictARP",
             ],
         );
