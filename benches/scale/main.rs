@@ -24,6 +24,7 @@ mod api;
 mod churn;
 #[path = "../../tests/common/mod.rs"]
 mod common;
+use common::{synth, verify};
 mod conntrack;
 mod diff;
 mod health;
@@ -36,9 +37,7 @@ mod report;
 mod runs;
 mod schedulers;
 mod start;
-mod synth;
 mod upstream;
-mod verify;
 mod views;
 mod wire;
 

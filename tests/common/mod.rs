@@ -241,4 +241,6 @@ pub mod node;
 pub mod owner;
 pub mod packaging;
 pub mod proxy;
+pub mod synth;
 pub mod tables;
+pub mod verify;

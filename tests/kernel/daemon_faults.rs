@@ -1,0 +1,438 @@
+//! The daemon under faults a hostile test round found: a hung child (`nft`), syncs that fail, a
+//! second instance on the same node, manifests rewritten behind its back, chains left
+//! flushed, signals, and an API server (the emulator) that refuses every watch, redirects,
+//! streams an endless line, trickles a list or whose connection dies silently. Each runs the
+//! real binary in a network namespace.
+
+use crate::common::check::{probe_during, web_on as web, who};
+use crate::common::cluster::Cluster;
+use crate::common::daemon::{Daemon, fake_nft, wait_for, write_manifests};
+use crate::common::emulator::Emulator;
+use crate::common::owner::TableOwner;
+use crate::common::{Netns, Scratch, kernel_available};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// This node and (if `nodeport`) one NodePort service with an endpoint elsewhere, which gets
+/// chains of its own, as a JSON list in `dir`.
+fn nodeport_manifests(dir: &Path, nodeport: bool) -> PathBuf {
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"type": "NodePort", "clusterIP": "172.30.0.40", "ports": [{"port": 80, "nodePort": 30080}]}});
+    let mut items = vec![Cluster::node_object()];
+    let slice = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+        "metadata": {"name": "web-a", "namespace": "shop", "labels": {"kubernetes.io/service-name": "web"}},
+        "ports": [{"port": 8080}], "endpoints": [{"addresses": ["10.2.1.2"], "nodeName": "node-b"}]});
+    if nodeport {
+        items.extend([svc, slice]);
+    }
+    let path = dir.join("cluster.json");
+    std::fs::write(&path, json!({"kind": "List", "items": items}).to_string()).unwrap();
+    path
+}
+
+fn log_has(d: &Daemon, text: &str, limit: Duration) -> bool {
+    wait_for(limit, || d.logged().contains(text)).is_some()
+}
+
+#[test]
+fn a_hung_nft_is_killed_at_its_time_limit_and_holds_nothing_up() {
+    if !kernel_available() {
+        return;
+    }
+    let ns = Netns::new("hung");
+    let dir = Scratch::new("hung");
+    // The daemon needs no nft; it only logs the version of one on the node, in the background,
+    // and this one hangs. (Not for ever: should the daemon not kill it, it ends on its own in
+    // 30 s rather than outlive the test for long.)
+    let nft = fake_nft(&dir.0, "exec sleep 30");
+    let manifests = nodeport_manifests(&dir.0, true);
+    let d = Daemon::start(&ns, &manifests, &["--nft-timeout=3s"], &[("NFT", nft.to_str().unwrap())]);
+    let killed = " --version` did not answer within 3s and was killed";
+    let synced = wait_for(Duration::from_secs(10), || ns.nft(&["list", "tables"]).contains("kube-nftproxy"));
+    assert!(synced.is_some() && !d.logged().contains(killed), "the start waited for nft: {}", d.logged());
+    assert!(log_has(&d, killed, Duration::from_secs(8)), "{}", d.logged());
+    d.stop();
+}
+
+#[test]
+fn a_stop_while_nft_hangs_ends_both_within_seconds() {
+    if !kernel_available() {
+        return;
+    }
+    let ns = Netns::new("hungstop");
+    let dir = Scratch::new("hungstop");
+    let status = dir.0.join("status");
+    // The stand-in records its pid, then becomes `sleep`, hanging: the daemon's look at the
+    // node's nft version, the only `nft` it runs. Its signal mask is read once it is `sleep`:
+    // a shell may block every signal for a moment around its own forks, so a shell reading its
+    // own status could catch that instead.
+    let nft = fake_nft(&dir.0, &format!("echo $$ > {0}.tmp; mv {0}.tmp {0}; exec sleep 30", status.display()));
+    let manifests = nodeport_manifests(&dir.0, true);
+    let mut d = Daemon::start(&ns, &manifests, &[], &[("NFT", nft.to_str().unwrap())]);
+    assert!(wait_for(Duration::from_secs(5), || status.exists()).is_some(), "nft never ran: {}", d.logged());
+    let pid = std::fs::read_to_string(&status).unwrap().trim().to_string();
+    let proc_file = |name: &str| std::fs::read_to_string(format!("/proc/{pid}/{name}")).unwrap_or_default();
+    assert!(wait_for(Duration::from_secs(5), || proc_file("comm").trim() == "sleep").is_some(), "nft never hung");
+    let seen = proc_file("status");
+    assert!(seen.contains("SigBlk:\t0000000000000000"), "nft must start with no signal blocked:\n{seen}");
+    // glibc's posix_spawn leaves its own two internal signals (32, 33) ignored; no standard
+    // signal may be.
+    let ignored = seen.lines().find_map(|l| l.strip_prefix("SigIgn:\t")).unwrap();
+    assert_eq!(
+        u64::from_str_radix(ignored, 16).unwrap() & 0x7fff_ffff,
+        0,
+        "nft must start ignoring no signal:\n{seen}"
+    );
+    let (exit, took) = d.stop_within(Duration::from_secs(10)).expect("SIGTERM must stop the daemon while nft hangs");
+    assert!(exit.success() && took < Duration::from_secs(3), "{exit} after {took:?}");
+    let gone = wait_for(Duration::from_secs(2), || !Path::new(&format!("/proc/{pid}")).exists());
+    if gone.is_none() {
+        // SAFETY: signalling the stand-in this test started, so it does not outlive the test.
+        unsafe { libc::kill(pid.parse().unwrap(), libc::SIGKILL) };
+    }
+    assert!(gone.is_some(), "the hung nft (pid {pid}) must end with the daemon");
+}
+
+#[test]
+fn a_lock_held_by_another_user_is_an_error_not_a_wait() {
+    if !kernel_available() {
+        return;
+    }
+    use std::io::BufRead;
+    let ns = Netns::new("squat");
+    let dir = Scratch::new("squat");
+    let holder = "import socket, time; s = socket.socket(socket.AF_UNIX); s.bind('\\0kube-nftproxy'); s.listen(1); \
+                  print('holding', flush=True); time.sleep(60)";
+    let mut squatter = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.name, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["/usr/bin/python3", "-c", holder])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(squatter.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "holding");
+    let manifests = nodeport_manifests(&dir.0, true);
+    let mut d = Daemon::start(&ns, &manifests, &[], &[]);
+    let exited = wait_for(Duration::from_secs(5), || !d.running());
+    let _ = squatter.kill();
+    let _ = squatter.wait();
+    let log = d.logged();
+    assert!(exited.is_some(), "the daemon waited for a squatter:\n{log}");
+    assert!(log.contains(&format!("held by process {} of user 65534", squatter.id())), "{log}");
+}
+
+#[test]
+fn a_failing_sync_is_retried_with_backoff_not_in_a_loop() {
+    if !kernel_available() {
+        return;
+    }
+    let ns = Netns::new("failing");
+    let dir = Scratch::new("failing");
+    // Another process owns both tables from the start: every sync fails with EPERM, at once,
+    // so nothing but the backoff keeps the retries apart (--min-sync-period=0 does not).
+    let _owner = [TableOwner::take(&ns, "ip"), TableOwner::take(&ns, "ip6")];
+    let manifests = nodeport_manifests(&dir.0, true);
+    let d = Daemon::start(&ns, &manifests, &["--min-sync-period=0"], &[]);
+    let failed = |log: &str| log.lines().filter(|l| l.contains("sync failed")).map(str::to_string).collect::<Vec<_>>();
+    assert!(log_has(&d, "sync failed", Duration::from_secs(10)), "no sync failed:\n{}", d.logged());
+    std::thread::sleep(Duration::from_millis(3500));
+    let log = d.logged();
+    let failures = failed(&log);
+    // Attempts at about 0, 1 and 3 s (the backoff's floor is 1 s, doubling), each one logged.
+    assert!((2..=4).contains(&failures.len()), "{} failed syncs in 3.5 s:\n{log}", failures.len());
+    for (line, wait) in failures.iter().zip(["1s", "2s", "4s"]) {
+        assert!(line.contains(&format!("retrying in {wait} ")), "the retries do not double from 1 s:\n{log}");
+    }
+    assert!(failures[0].contains("Operation not permitted"), "not the fault this test makes:\n{log}");
+    d.stop();
+}
+
+#[test]
+fn flushed_chains_are_deleted_without_another_sync() {
+    if !kernel_available() {
+        return;
+    }
+    let ns = Netns::new("stale");
+    let dir = Scratch::new("stale");
+    let manifests = nodeport_manifests(&dir.0, true);
+    let d = Daemon::start(&ns, &manifests, &[], &[]);
+    let chains = || ns.nft(&["list", "chains", "ip"]);
+    assert!(wait_for(Duration::from_secs(5), || chains().contains("nodeport-shop/web")).is_some(), "{}", d.logged());
+    nodeport_manifests(&dir.0, false);
+    let gone = wait_for(Duration::from_secs(5), || !chains().contains("shop/web"));
+    assert!(gone.is_some(), "chains of a removed service stayed:\n{}", chains());
+    d.stop();
+}
+
+#[test]
+fn signals_are_handled_and_logged() {
+    if !kernel_available() {
+        return;
+    }
+    let ns = Netns::new("signals");
+    let dir = Scratch::new("signals");
+    let manifests = nodeport_manifests(&dir.0, true);
+    let mut d = Daemon::start(&ns, &manifests, &[], &[]);
+    assert!(log_has(&d, "Full sync", Duration::from_secs(5)), "{}", d.logged());
+    d.signal(libc::SIGHUP);
+    assert!(log_has(&d, "Refresh sync", Duration::from_secs(5)), "SIGHUP must rewrite the tables:\n{}", d.logged());
+    d.signal(libc::SIGUSR1);
+    assert!(log_has(&d, "1 services with 1 ports", Duration::from_secs(5)), "SIGUSR1 logs a summary:\n{}", d.logged());
+    for sig in [libc::SIGUSR2, libc::SIGALRM] {
+        d.signal(sig);
+        assert!(log_has(&d, &format!("received signal {sig}; ignored"), Duration::from_secs(5)), "{}", d.logged());
+    }
+    assert!(d.running(), "the daemon must survive SIGHUP, SIGUSR1, SIGUSR2 and SIGALRM");
+    d.stop();
+}
+
+#[test]
+fn rewrites_that_keep_size_and_mtime_are_noticed_and_fifos_skipped() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(2, 0);
+    let dir = Scratch::new("rewrite");
+    let file = dir.0.join("web.json");
+    let list = |pod: &str| {
+        let items: Vec<_> = std::iter::once(Cluster::node_object()).chain(web(&c, &[pod])).collect();
+        json!({"kind": "List", "items": items}).to_string()
+    };
+    std::fs::write(&file, list("pod-1")).unwrap();
+    let fifo = dir.0.join("stuck.yaml");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let d = Daemon::start(&c.node, file.parent().unwrap(), &[], &[]);
+    let served = wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1");
+    assert!(served.is_some(), "a FIFO among the manifests must not stop the daemon:\n{}", d.logged());
+    assert!(d.logged().contains("stuck.yaml: not a regular file"), "{}", d.logged());
+    // `cp -p`: same size (pod-1 and pod-2 addresses are as long), the old modification time.
+    let reference = dir.0.join("reference");
+    std::fs::copy(&file, &reference).unwrap();
+    assert!(std::process::Command::new("touch").arg("-r").arg(&file).arg(&reference).status().unwrap().success());
+    let before = list("pod-1").len();
+    std::fs::write(&file, list("pod-2")).unwrap();
+    assert_eq!(before, std::fs::metadata(&file).unwrap().len() as usize);
+    assert!(std::process::Command::new("touch").arg("-r").arg(&reference).arg(&file).status().unwrap().success());
+    let took = wait_for(Duration::from_secs(5), || who(&c.client, "172.30.0.40:80") == "pod-2");
+    assert!(took.is_some(), "a same-size rewrite keeping the mtime was missed:\n{}", d.logged());
+    d.stop();
+}
+
+#[test]
+fn a_second_instance_waits_and_takes_over_without_a_gap() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    let manifests = write_manifests(&c, web(&c, &["pod-1"]));
+    let first = Daemon::start(&c.node, &manifests, &[], &[]);
+    assert!(wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some());
+    let second = Daemon::start(&c.node, &manifests, &[], &[]);
+    assert!(log_has(&second, "owns this node's tables", Duration::from_secs(5)));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!first.logged().contains("restoring the tables"), "the instances fought:\n{}", first.logged());
+    assert!(!second.logged().contains(" sync"), "the waiting instance synced:\n{}", second.logged());
+
+    let prober = probe_during(&c.client, "172.30.0.40:80", Duration::from_secs(3));
+    std::thread::sleep(Duration::from_millis(300));
+    first.stop();
+    assert!(log_has(&second, "taking over", Duration::from_secs(3)), "{}", second.logged());
+    // Its first sync rewrites the first instance's tables in place (a refresh): what logs it
+    // is the same for every kind of sync.
+    assert!(log_has(&second, " endpoints; sent ", Duration::from_secs(3)), "{}", second.logged());
+    let failures = prober.join().unwrap();
+    assert!(failures.is_empty(), "connections failed during the handover: {failures:?}");
+    let cleanup = std::process::Command::new("ip")
+        .args(["netns", "exec", &c.node.name, env!("CARGO_BIN_EXE_kube-nftproxy"), "--cleanup"])
+        .output()
+        .unwrap();
+    assert!(!cleanup.status.success(), "--cleanup must refuse while a daemon owns the node");
+    assert!(String::from_utf8_lossy(&cleanup.stderr).contains("stop it before --cleanup"));
+    second.stop();
+    std::fs::remove_file(manifests).unwrap();
+}
+
+// A misbehaving API server: the emulator on the remote node, the daemon following it.
+
+/// Where the emulator listens: the remote node's address, as a control plane off the node.
+const API_ADDR: &str = "192.168.1.2:6443";
+
+/// A cluster with two local pods and its emulator (on the remote node, with `flags`) holding
+/// this Node and `web` on pod-1.
+fn api_cluster(flags: &[&str]) -> (Cluster, Emulator) {
+    let c = Cluster::new(2, 0);
+    let emu = Emulator::start(Some(&c.remote.name), API_ADDR, None, flags);
+    emu.apply(&Value::Array([vec![Cluster::node_object()], web(&c, &["pod-1"])].concat()));
+    (c, emu)
+}
+
+/// Waits up to `limit` for `web` to be served by `pod`.
+fn serves(c: &Cluster, pod: &str, limit: Duration) -> Option<Duration> {
+    wait_for(limit, || who(&c.client, "172.30.0.40:80") == pod)
+}
+
+/// Lists the emulator answered so far, over every resource.
+fn lists(emu: &Emulator) -> u64 {
+    let stats = emu.stats();
+    stats["requests"]["list"].as_object().map_or(0, |m| m.values().filter_map(Value::as_u64).sum())
+}
+
+#[test]
+fn a_server_refusing_every_watch_is_listed_a_few_times_not_in_a_loop() {
+    if !kernel_available() {
+        return;
+    }
+    let (c, emu) = api_cluster(&[]);
+    let refusals = [
+        json!({"status": 410, "verb": "watch", "count": 1_000_000}),
+        json!({"status": 504, "verb": "watch", "count": 1_000_000}),
+        json!({"status": 410, "as_event": true, "verb": "watch", "count": 1_000_000}),
+    ];
+    for refusal in refusals {
+        emu.fault(&json!({"fail": refusal}));
+        let before = lists(&emu);
+        let started = std::time::Instant::now();
+        let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &[], &[]);
+        assert!(serves(&c, "pod-1", Duration::from_secs(8)).is_some(), "{refusal}: never served:\n{}", d.logged());
+        std::thread::sleep(Duration::from_secs(10).saturating_sub(started.elapsed()));
+        let log = d.stop();
+        let listed = lists(&emu) - before;
+        // Four resources, each relisting after 0.8 s, 1.6 s, 3.2 s … (jittered up to twice
+        // that): at most four lists each in ten seconds. Without the backoff, thousands.
+        assert!((8..=16).contains(&listed), "{refusal}: {listed} lists in about ten seconds:\n{log}");
+        emu.fault(&json!({"clear": true}));
+    }
+}
+
+#[test]
+fn a_redirect_is_an_error_and_what_it_points_at_is_never_applied() {
+    if !kernel_available() {
+        return;
+    }
+    let (c, emu) = api_cluster(&[]);
+    // Another server, plain HTTP on another port, holding other endpoints for web.
+    let other = Emulator::start(Some(&c.remote.name), "192.168.1.2:8080", None, &["--plain"]);
+    other.apply(&Value::Array([vec![Cluster::node_object()], web(&c, &["pod-2"])].concat()));
+    emu.fault(&json!({"fail": {"status": 307, "count": 1_000_000, "location": other.api}}));
+    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &[], &[]);
+    let applied = serves(&c, "pod-2", Duration::from_secs(5));
+    assert!(applied.is_none(), "the redirect target's objects were applied:\n{}", d.logged());
+    assert_eq!(lists(&other), 0, "the redirect was followed");
+    assert!(d.logged().contains("HTTP 307"), "{}", d.logged());
+    emu.fault(&json!({"clear": true}));
+    assert!(serves(&c, "pod-1", Duration::from_secs(40)).is_some(), "no recovery:\n{}", d.logged());
+    assert!(d.logged().contains("redirect, which is not followed"), "{}", d.logged());
+    d.stop();
+}
+
+/// A line of the daemon's `/proc/PID/status` in KiB (0 once it is gone).
+fn status_kib(pid: i32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let line = status.lines().find_map(|l| l.strip_prefix(field)).unwrap_or("0");
+    line.trim().trim_end_matches("kB").trim().parse().unwrap_or(0)
+}
+
+/// The daemon's resident memory at its highest while `during` runs, in KiB. Sampled every
+/// few milliseconds besides `VmHWM`: the kernel does not raise `VmHWM` for memory the
+/// allocator hands back with `madvise`, as jemalloc does within a second.
+fn peak_rss_kib_during(d: &Daemon, during: impl FnOnce()) -> u64 {
+    let (pid, stop) = (d.pid(), std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)));
+    let flag = stop.clone();
+    let sampler = std::thread::spawn(move || {
+        let mut most = 0;
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            most = most.max(status_kib(pid, "VmRSS:"));
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        most
+    });
+    during();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    sampler.join().unwrap().max(status_kib(pid, "VmHWM:"))
+}
+
+#[test]
+fn a_watch_line_that_never_ends_is_a_broken_stream_and_memory_stays_bounded() {
+    if !kernel_available() {
+        return;
+    }
+    let (c, emu) = api_cluster(&["--bookmark-interval", "1s"]);
+    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &[], &[]);
+    assert!(serves(&c, "pod-1", Duration::from_secs(10)).is_some(), "{}", d.logged());
+    let before = status_kib(d.pid(), "VmHWM:");
+    let peak = peak_rss_kib_during(&d, || {
+        // 256 MiB without a newline on the services watch, then the connection is cut.
+        emu.fault(&json!({"endless": "services"}));
+        // A protobuf stream (the default) announces the frame; a JSON one never ends its line.
+        let broken = log_has(&d, "longer than 16 MiB, taken as a broken stream", Duration::from_secs(30));
+        assert!(broken, "{}", d.logged());
+        emu.apply(&Value::Array(web(&c, &["pod-2"])));
+        assert!(serves(&c, "pod-2", Duration::from_secs(20)).is_some(), "no recovery:\n{}", d.logged());
+    });
+    let grown = peak.saturating_sub(before) / 1024;
+    assert!(grown < 40, "the daemon grew by {grown} MiB reading one line");
+    d.stop();
+}
+
+#[test]
+fn a_list_trickling_in_is_logged_and_given_up_after_a_minute() {
+    if !kernel_available() {
+        return;
+    }
+    let (c, emu) = api_cluster(&[]);
+    emu.fault(&json!({"fail": {"status": 200, "byte_every_ms": 1000, "resource": "services", "verb": "list"}}));
+    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &[], &[]);
+    let slow = "listing services: a page is taking longer than 10s";
+    assert!(log_has(&d, slow, Duration::from_secs(15)), "a slow list went unlogged:\n{}", d.logged());
+    assert!(serves(&c, "pod-1", Duration::from_secs(70)).is_some(), "the slow list was not retried:\n{}", d.logged());
+    assert!(d.logged().contains("a page took longer than 60s"), "{}", d.logged());
+    d.stop();
+}
+
+/// The node's local ports of its connections to the API server.
+fn api_ports(c: &Cluster) -> Vec<String> {
+    let out = c.node.run(&["ss", "-Htn", "state", "established", "( dport = :6443 )"], "");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace().filter_map(|w| w.strip_prefix("192.168.1.1:")).map(str::to_string).collect()
+}
+
+/// `/livez`'s status on the node.
+fn livez(c: &Cluster) -> u16 {
+    crate::common::net::http_get(&c.node.name, "127.0.0.1:10256", "/livez").map_or(0, |r| r.0)
+}
+
+#[test]
+fn a_dead_api_server_connection_is_noticed_within_a_minute_and_shows_in_livez() {
+    if !kernel_available() {
+        return;
+    }
+    let (c, emu) = api_cluster(&[]);
+    // A sync period of 5 s: the health timeout is 10 s.
+    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &["--sync-period=5s"], &[]);
+    assert!(serves(&c, "pod-1", Duration::from_secs(10)).is_some(), "{}", d.logged());
+    std::thread::sleep(Duration::from_secs(2));
+    // The connections open now die without a reset (a middlebox lost them): their packets
+    // are dropped from here on, while new connections get through.
+    let ports = api_ports(&c).join(", ");
+    assert!(!ports.is_empty(), "no connection to the API server");
+    let cut = format!(
+        "table inet cut {{\n chain out {{ type filter hook output priority -400; tcp sport {{ {ports} }} drop; }}
+         chain in {{ type filter hook input priority -400; tcp dport {{ {ports} }} drop; }}\n}}"
+    );
+    c.node.nft_apply(&cut).unwrap();
+    emu.apply(&Value::Array(web(&c, &["pod-2"])));
+    let took = serves(&c, "pod-2", Duration::from_secs(60));
+    assert!(took.is_some(), "a change on the server did not arrive within a minute of the cut:\n{}", d.logged());
+    // Now nothing gets through: once the feed has been lost for longer than the health
+    // timeout, /livez says so; it recovers, with the change made meanwhile, once the cut ends.
+    c.node.nft_apply("flush table inet cut; add rule inet cut out ip daddr 192.168.1.2 drop; add rule inet cut in ip saddr 192.168.1.2 drop").unwrap();
+    emu.apply(&Value::Array(web(&c, &["pod-1"])));
+    let unhealthy = wait_for(Duration::from_secs(60), || livez(&c) == 503);
+    assert!(unhealthy.is_some(), "/livez stayed {} with the API server unreachable:\n{}", livez(&c), d.logged());
+    c.node.nft_apply("delete table inet cut").unwrap();
+    assert!(serves(&c, "pod-1", Duration::from_secs(70)).is_some(), "no recovery:\n{}", d.logged());
+    assert!(wait_for(Duration::from_secs(10), || livez(&c) == 200).is_some(), "/livez stayed unhealthy");
+    d.stop();
+}
