@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the static binary that is shipped (x86_64-unknown-linux-musl, the release profile)
 # and copies it to OUT_DIR/kube-nftproxy (default: dist/). The Containerfile runs it, and so
-# does tests/packaging_image.rs (PROFILE=dev there: the same target and linking, built faster).
+# does tests/kernel/packaging_image.rs (PROFILE=dev there: the same target and linking, built faster).
 #   packaging/build-static.sh [OUT_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,6 +1,6 @@
 //! The configuration as kube-proxy reads it, at the library's level: kubeadm's and EKS's
 //! files, every field, precedence with `--config`, unknown fields, default addresses. (The
-//! binary's side is in tests/config.rs.)
+//! binary's side is in tests/offline/config.rs.)
 
 use super::{BindAddress, Config, ConfigError, DetectLocal, Flags, NodePortAddresses, Notes, load_from};
 use crate::model::{Scheduler, Unserved};

@@ -33,7 +33,7 @@ use crate::model::{HEADLESS_LABEL, ObjectKind, SERVICE_PROXY_NAME_LABEL};
 pub const REQUIRED: [&str; 2] = ["services", "endpointslices"];
 
 /// What the daemon writes to the API server, as `(collection path, verb)`: the ClusterRole
-/// grants these and the watches of [`resources`], nothing more (tests/packaging.rs checks).
+/// grants these and the watches of [`resources`], nothing more (tests/kernel/packaging.rs checks).
 pub const WRITES: [(&str, &str); 1] = [(events::PATH, events::VERB)];
 
 /// What kube-proxy watches, for node `node_name`: Services not claimed by another proxy and

@@ -88,7 +88,7 @@ fn healthz_and_livez_answer_as_upstream_and_drain_a_node_going_away() {
     assert!(live.get("nodeEligible").is_none(), "/livez does not judge the node: {live}");
     assert_eq!(get(&ns, "/metrics-not-here").map(|r| r.0), Some(404));
     // The cluster autoscaler taints the node for deletion: load balancers must drain it,
-    // while the proxy stays live (that it syncs nothing for it: tests/sync_loop.rs).
+    // while the proxy stays live (that it syncs nothing for it: tests/offline/sync_loop.rs).
     let taint = json!({"spec": {"taints": [{"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}]}});
     manifests(&dir.0, taint);
     let drained = wait_for(Duration::from_secs(5), || get(&ns, "/healthz").is_some_and(|(c, _, _)| c == 503));
@@ -132,7 +132,7 @@ fn a_change_that_cannot_be_applied_makes_the_proxy_unhealthy_after_twice_the_syn
     assert!(synced.starts_with("20"), "a family that synced reports when: {body}");
     // Another process takes both tables: the daemon's repair and every sync after it fail
     // with EPERM, and a change queued meanwhile waits: past 2 s (twice --sync-period) the
-    // proxy is unhealthy on both endpoints. (One family's table taken: tests/daemon.rs.)
+    // proxy is unhealthy on both endpoints. (One family's table taken: tests/kernel/daemon.rs.)
     let owner = [TableOwner::take(&ns, "ip"), TableOwner::take(&ns, "ip6")];
     let failing = wait_for(Duration::from_secs(5), || d.logged().contains("sync failed"));
     assert!(failing.is_some(), "a sync into a table another process owns went through:\n{}", d.logged());

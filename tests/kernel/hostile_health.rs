@@ -1,7 +1,7 @@
 //! A hostile round against the health-check node ports, `/healthz` and `/metrics` through
 //! the real daemon in network namespaces: odd clients, odd Services and node changes. Each
 //! test holds the proxy to what upstream kube-proxy does (each finding of the round was
-//! mended and its test kept). The in-memory half is `tests/local_view.rs`.
+//! mended and its test kept). The in-memory half is `tests/offline/local_view.rs`.
 
 use crate::common::checker::{NODE_IP, check_at, expect, expect_at, local_lb};
 use crate::common::cluster::{Cluster, endpoint, service, slice};

@@ -7,7 +7,7 @@
 //! its legacy chains go once a held xtables lock is freed. Beside kube-proxy
 //! (`--service-proxy-name`), its whole nftables table and ours serve their own Services.
 //!
-//! Needs root, `ip netns`, `nft` and `iptables-nft` (see `tests/cleanup.rs`).
+//! Needs root, `ip netns`, `nft` and `iptables-nft` (see `tests/kernel/cleanup.rs`).
 
 use crate::common::check::{probe_during, web_on, who};
 use crate::common::cluster::{Cluster, ECHO_PORT, endpoint, service, slice};

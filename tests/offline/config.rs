@@ -1,7 +1,7 @@
 //! kube-proxy's command line and configuration file as the binary takes them: bad values
 //! refused by field or flag name, modes, periods, distributions' command lines, no-effect
 //! and deprecated flags, feature gates, `--write-config-to` read back, `--help`, `--version`
-//! (`-v` is in tests/daemon.rs, where a sync logs; the library's side in src/config/tests.rs).
+//! (`-v` is in tests/kernel/daemon.rs, where a sync logs; the library's side in src/config/tests.rs).
 
 use kube_nftproxy::config::{self, BindAddress, ConfigError, Flags};
 use std::path::PathBuf;

@@ -1,6 +1,6 @@
 //! Golden tests: manifests in, the exact dry-run ruleset out, one case per feature.
 //!
-//! `UPDATE_GOLDEN=1 cargo test --test golden` rewrites `expected.nft` files; review the diff.
+//! `UPDATE_GOLDEN=1 cargo test --test offline golden` rewrites `expected.nft` files; review the diff.
 
 use crate::common::{dry_run, dry_run_ok, golden_cases, root};
 

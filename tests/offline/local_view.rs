@@ -190,7 +190,7 @@ fn a_local_service_without_any_endpoint_is_not_counted_as_without_local_endpoint
 }
 
 // ---------------------------------------------------------------------------------------
-// The sync loop's metrics, in memory (the fake kernel of tests/sync_loop.rs, cut down).
+// The sync loop's metrics, in memory (the fake kernel of tests/offline/sync_loop.rs, cut down).
 // ---------------------------------------------------------------------------------------
 
 #[derive(Clone, Default)]

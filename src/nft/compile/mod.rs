@@ -3,7 +3,7 @@
 //! the text compiled. It takes the command forms the templates write (tables, chains with
 //! hooks, sets and maps by `type` or `typeof`, rules, flushes, deletions by name or handle);
 //! map and set elements go from the desired state straight to the kernel (`wire`), so a big
-//! table's elements are never written as text. `tests/compile.rs` holds every golden script's
+//! table's elements are never written as text. `tests/kernel/compile.rs` holds every golden script's
 //! compilation to `nft`'s own, message by message, and the kernel's tables to `nft -f`'s.
 
 mod declared;
