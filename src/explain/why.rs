@@ -5,7 +5,7 @@
 use super::{Explanation, Fate, Step};
 use crate::config::Config;
 use crate::model::{Family, Model, Scheduler, ServicePort};
-use crate::render::MapName;
+use crate::render::{self, MapName, chain};
 use crate::topology::{self, Choice};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -78,12 +78,12 @@ pub fn fill(e: &mut Explanation, model: &Model, cfg: &Config) {
     let to = format!("{}/{}", e.query.to, e.query.protocol);
     if e.service.is_none() {
         // That chain rejects a ClusterIP's other ports and drops the rest of the ServiceCIDRs.
-        if ran_in("cluster-ips-check") && rejected {
+        if ran_in(chain::CLUSTER_IPS_CHECK) && rejected {
             add(
                 "cluster-ip-port",
                 format!("{} is a ClusterIP, but no service port {to} is on it: rejected", e.query.to.ip()),
             );
-        } else if ran_in("cluster-ips-check") {
+        } else if ran_in(chain::CLUSTER_IPS_CHECK) {
             add("service-cidr", format!("{} is in a ServiceCIDR, but no Service holds it: dropped", e.query.to.ip()));
         } else {
             add("no-service", format!("no Service serves {to} on this node: the proxy leaves the packet alone"));
@@ -92,7 +92,7 @@ pub fn fill(e: &mut Explanation, model: &Model, cfg: &Config) {
     }
     let Some(sp) = sp else { return };
     // Its one rule drops what the source ranges do not allow.
-    if ran_in("firewall-check") {
+    if ran_in(chain::FIREWALL_CHECK) {
         let ranges: Vec<String> = sp.source_ranges.iter().map(ToString::to_string).collect();
         add(
             "source-ranges",
@@ -220,13 +220,12 @@ fn local_scope(e: &Explanation, sp: &ServicePort) -> bool {
         Step::Rule { chain, .. } => Some(chain.as_str()),
         Step::Element { .. } | Step::Marked { .. } => None,
     });
-    let picked: Vec<&str> =
-        chains.filter(|c| c.starts_with("lb-") || c.starts_with("local-") || c.starts_with("cluster-")).collect();
+    let picked: Vec<&str> = chains.filter(|c| render::picks_endpoints(c)).collect();
     if picked.is_empty() {
         let external = e.service.as_ref().is_some_and(|(_, f)| *f != "ClusterIP");
         return if external { sp.external_policy_local } else { sp.internal_policy_local };
     }
-    picked.iter().all(|c| c.starts_with("lb-local-") || c.starts_with("local-"))
+    picked.iter().all(|c| render::picks_local_endpoints(c))
 }
 
 /// Why a masqueraded outcome is masqueraded: the rule that marked it, or a hairpin.
@@ -243,10 +242,10 @@ fn masquerade(e: &mut Explanation, steps: &[Step], hairpin: bool) {
         _ => None,
     });
     let text = match marked_in {
-        Some("services") => {
+        Some(chain::SERVICES) => {
             "the source is not one of this cluster's pods (--detect-local-mode): masqueraded so replies come back through this node"
         }
-        Some(c) if c.starts_with("service-") => "--masquerade-all: masqueraded",
+        Some(c) if render::is_service_chain(c) => "--masquerade-all: masqueraded",
         Some(_) => {
             "traffic to an external frontend under externalTrafficPolicy Cluster is masqueraded, so replies come back through this node"
         }

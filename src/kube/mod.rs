@@ -24,7 +24,7 @@ pub use kubeconfig::{
 };
 pub use ratelimit::{DEFAULT_BURST, DEFAULT_QPS};
 pub use reflector::{Reflector, Resource, Settings, Shared};
-pub use retry::{Backoff, Quiet};
+pub use retry::{Backoff, LogOnce};
 
 use crate::model::{HEADLESS_LABEL, ObjectKind, SERVICE_PROXY_NAME_LABEL};
 

@@ -10,7 +10,7 @@ use super::client::{ApiError, Client};
 use super::content::ContentType;
 use super::decode::{self, Decoded};
 use super::list::ListFrom;
-use super::retry::{Backoff, Quiet};
+use super::retry::{Backoff, LogOnce};
 use crate::inbox::Inbox;
 use crate::metrics::Metrics;
 use crate::model::{ObjectChange, ObjectKey, ObjectKind};
@@ -87,7 +87,7 @@ pub struct Shared {
     /// Set when the daemon stops.
     pub stop: Arc<AtomicBool>,
     /// Failures logged lately, across reflectors: a wrong CA is one line, not one per resource.
-    quiet: Mutex<Quiet>,
+    quiet: Mutex<LogOnce>,
     /// Where watch restarts and relists are counted, once the metrics are up.
     metrics: OnceLock<Arc<Metrics>>,
 }

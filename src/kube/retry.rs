@@ -21,7 +21,9 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 /// How often a failure that keeps recurring is logged again.
 const REMIND_EVERY: Duration = Duration::from_secs(300);
 
-/// The wait schedule of one reflector.
+/// The wait schedule of one reflector, as client-go's: jittered (many nodes retry against one
+/// API server), honouring `Retry-After`, and starting over after a quiet spell. Not the sync
+/// loop's `pace::RetryPace`, whose waits are exact, as its tests and its one kernel want.
 #[derive(Debug)]
 pub struct Backoff {
     next: Duration,
@@ -58,11 +60,11 @@ impl Backoff {
 
 /// Logs failures once per kind, reminding now and then while they recur.
 #[derive(Debug, Default)]
-pub struct Quiet {
+pub struct LogOnce {
     last: Option<(String, Instant)>,
 }
 
-impl Quiet {
+impl LogOnce {
     /// Logs failure `e` of `what`, about to be retried after `wait`, unless the same failure
     /// was logged recently.
     pub fn report(&mut self, what: &str, e: &ApiError, wait: Duration) {

@@ -46,7 +46,10 @@ pub struct SlicePort {
     pub port: u16,
 }
 
-/// An endpoint as a slice lists it, before it is paired with a port.
+/// An endpoint as a slice lists it, before it is paired with a port. A type apart from
+/// [`Endpoint`] because a slice lists each endpoint once for all its ports, while a service
+/// port holds one [`Endpoint`] per address and target port: the pairing is where a slice's
+/// ports meet the service's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SliceEndpoint {
     /// Address.

@@ -116,7 +116,7 @@ fn data<'a>(value: &'a Value, endpoint: &'a [u8]) -> (Option<DataRef<'a>>, Optio
         Value::Goto(chain) => (goto(chain), None),
         Value::Dispatch(chain, owner) => (goto(chain), Some(crate::render::comment(owner))),
         Value::Drop(owner) => (Some(DataRef::Verdict(NF_DROP, None)), Some(crate::render::comment(owner))),
-        Value::Reject(owner) => (goto("reject-chain"), Some(crate::render::comment(owner))),
+        Value::Reject(owner) => (goto(crate::render::chain::REJECT), Some(crate::render::comment(owner))),
         Value::Endpoint(..) => (Some(DataRef::Value(endpoint)), None),
     }
 }

@@ -8,7 +8,7 @@
 
 use super::OwnPorts;
 use super::netlink::{Event, NfFamily, Socket};
-use crate::render::TABLE_NAME;
+use crate::render::{TABLE_NAME, chain};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -106,8 +106,8 @@ fn comm(pid: u32) -> String {
 pub fn tables_look_intact() -> std::io::Result<bool> {
     let mut sock = Socket::open()?;
     for family in [NfFamily::Ip, NfFamily::Ip6] {
-        for chain in ["nat-prerouting", "services"] {
-            if sock.rule_count(family, TABLE_NAME, chain)?.unwrap_or(0) == 0 {
+        for name in [chain::NAT_PREROUTING, chain::SERVICES] {
+            if sock.rule_count(family, TABLE_NAME, name)?.unwrap_or(0) == 0 {
                 return Ok(false);
             }
         }

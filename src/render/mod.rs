@@ -17,7 +17,7 @@ pub mod hash;
 mod key;
 pub mod maglev;
 mod names;
-pub use names::{affinity_map, comment};
+pub use names::{affinity_map, chain, comment, is_service_chain, picks_endpoints, picks_local_endpoints};
 mod rendered;
 mod ruleset;
 mod service;
@@ -63,25 +63,9 @@ pub fn render_template(t: &impl Template, template: &'static str) -> Result<Stri
 /// The name of the proxy's table in each family.
 pub const TABLE_NAME: &str = "kube-nftproxy";
 
-/// The chains `table.nft` and `base-chains.nft` declare in every table (a test checks this
-/// list against the templates), so a refresh can tell them from chains someone else added.
-pub const FIXED_CHAINS: [&str; 15] = [
-    "firewall-check",
-    "services",
-    "masquerading",
-    "service-endpoints-check",
-    "nodeport-endpoints-check",
-    "cluster-ips-check",
-    "reject-chain",
-    "filter-prerouting-pre-dnat",
-    "filter-output-pre-dnat",
-    "filter-input",
-    "filter-prerouting",
-    "filter-output",
-    "nat-prerouting",
-    "nat-output",
-    "nat-postrouting",
-];
+/// The chains `table.nft` and `base-chains.nft` declare in every table, so a refresh can
+/// tell them from chains someone else added.
+pub const FIXED_CHAINS: [&str; 15] = names::chain::ALL;
 
 /// The family words (`ip`/`ip6`, address type, loopback) templates use.
 pub fn words(family: Family) -> FamilyWords {
@@ -235,17 +219,13 @@ fn lb_chain(words: FamilyWords, key: builder::LbKey) -> Result<String, RenderErr
 }
 
 /// The `turns-*` maps `table` declares: all of them when some port takes turns.
-fn turn_maps(table: &Table) -> Vec<String> {
+fn turn_maps(table: &Table) -> Vec<MapName> {
     let all = MapName::all().into_iter().filter(|m| matches!(m, MapName::Turns(_)));
-    all.filter(|_| table.fixed.turns).map(|m| m.to_string()).collect()
+    all.filter(|_| table.fixed.turns).collect()
 }
 
 fn endpoint_maps() -> Vec<EndpointMapDecl> {
-    let decl = |map: MapName, proto: Protocol, nodeport| EndpointMapDecl {
-        name: map.to_string(),
-        proto: proto.as_str(),
-        nodeport,
-    };
+    let decl = |map: MapName, proto: Protocol, nodeport| EndpointMapDecl { name: map, proto: proto.as_str(), nodeport };
     MapName::all()
         .into_iter()
         .filter_map(|map| match map {

@@ -9,6 +9,61 @@ use super::ruleset::Scope;
 use crate::model::{Protocol, ServicePortName};
 use std::net::IpAddr;
 
+/// The chains every table declares, by name: the templates write them from here, and so does
+/// the Rust that needs one (a refresh telling ours from someone else's, the reject verdict,
+/// the guard's watch, explain's reasons).
+pub mod chain {
+    /// New connections to LoadBalancer IPs with source ranges, before DNAT.
+    pub const FIREWALL_CHECK: &str = "firewall-check";
+    /// Where NAT sends every packet to a service address or node port.
+    pub const SERVICES: &str = "services";
+    /// Marked packets masqueraded on their way out.
+    pub const MASQUERADING: &str = "masquerading";
+    /// Services without endpoints: dropped or rejected.
+    pub const SERVICE_ENDPOINTS_CHECK: &str = "service-endpoints-check";
+    /// Node ports without endpoints: dropped or rejected.
+    pub const NODEPORT_ENDPOINTS_CHECK: &str = "nodeport-endpoints-check";
+    /// Ports of ClusterIPs no Service serves: rejected.
+    pub const CLUSTER_IPS_CHECK: &str = "cluster-ips-check";
+    /// The verdict of a service with no endpoints that rejects.
+    pub const REJECT: &str = "reject-chain";
+    /// Base chain: filter, prerouting, before DNAT.
+    pub const FILTER_PREROUTING_PRE_DNAT: &str = "filter-prerouting-pre-dnat";
+    /// Base chain: filter, output, before DNAT.
+    pub const FILTER_OUTPUT_PRE_DNAT: &str = "filter-output-pre-dnat";
+    /// Base chain: filter, input.
+    pub const FILTER_INPUT: &str = "filter-input";
+    /// Base chain: filter, prerouting.
+    pub const FILTER_PREROUTING: &str = "filter-prerouting";
+    /// Base chain: filter, output.
+    pub const FILTER_OUTPUT: &str = "filter-output";
+    /// Base chain: NAT, prerouting.
+    pub const NAT_PREROUTING: &str = "nat-prerouting";
+    /// Base chain: NAT, output.
+    pub const NAT_OUTPUT: &str = "nat-output";
+    /// Base chain: NAT, postrouting.
+    pub const NAT_POSTROUTING: &str = "nat-postrouting";
+
+    /// Every one of them (a test checks the templates declare exactly these).
+    pub const ALL: [&str; 15] = [
+        FIREWALL_CHECK,
+        SERVICES,
+        MASQUERADING,
+        SERVICE_ENDPOINTS_CHECK,
+        NODEPORT_ENDPOINTS_CHECK,
+        CLUSTER_IPS_CHECK,
+        REJECT,
+        FILTER_PREROUTING_PRE_DNAT,
+        FILTER_OUTPUT_PRE_DNAT,
+        FILTER_INPUT,
+        FILTER_PREROUTING,
+        FILTER_OUTPUT,
+        NAT_PREROUTING,
+        NAT_OUTPUT,
+        NAT_POSTROUTING,
+    ];
+}
+
 /// nftables' longest comment in bytes (`NFTNL_UDATA_COMMENT_MAXLEN`); `nft` refuses longer ones.
 pub const COMMENT_MAX: usize = 128;
 
@@ -49,6 +104,22 @@ pub fn nodeport_chain(base: &str) -> String {
 /// A session-affinity service's balancing chain for one scope.
 pub fn balance_chain(scope: Scope, base: &str) -> String {
     format!("{}-{base}", scope.as_str())
+}
+
+/// Whether `chain` picks an endpoint: a shared `lb-` chain (`lb_chain`, `rr_chain`) or a
+/// balancing chain of either scope ([`balance_chain`]).
+pub fn picks_endpoints(chain: &str) -> bool {
+    chain.starts_with("lb-") || chain.starts_with("local-") || chain.starts_with("cluster-")
+}
+
+/// Whether `chain` picks among this node's endpoints only.
+pub fn picks_local_endpoints(chain: &str) -> bool {
+    chain.starts_with("lb-local-") || chain.starts_with("local-")
+}
+
+/// Whether `chain` is a service port's ClusterIP chain ([`service_chain`]).
+pub fn is_service_chain(chain: &str) -> bool {
+    chain.starts_with("service-")
 }
 
 /// How many sets session-affinity entries are spread over: few, because every named set

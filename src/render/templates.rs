@@ -2,6 +2,7 @@
 
 use super::Detector;
 use super::key::Key;
+use super::names::chain;
 use super::ruleset::{Entry, MapName, Table, Value};
 use askama::Template;
 use std::collections::BTreeMap;
@@ -114,7 +115,7 @@ pub struct LbChain {
 #[derive(Debug, Clone)]
 pub struct EndpointMapDecl {
     /// Map name.
-    pub name: String,
+    pub name: MapName,
     /// Protocol name.
     pub proto: &'static str,
     /// Keyed by node port.
@@ -140,7 +141,7 @@ pub struct TableView<'a> {
     /// Endpoint maps to declare.
     pub endpoint_maps: Vec<EndpointMapDecl>,
     /// The `turns-*` maps to declare: all of them when some port takes turns, else none.
-    pub turn_maps: Vec<String>,
+    pub turn_maps: Vec<MapName>,
     /// The rendered content.
     pub table: &'a Table,
     /// The elements are left out of the script (the daemon sends them from the ruleset).
@@ -158,9 +159,9 @@ impl TableView<'_> {
         self.table.elements.iter().filter(|_| !self.without_elements)
     }
 
-    /// The `size` map `name` is declared with, if any.
-    pub fn size(&self, name: &str) -> Option<u32> {
-        MapName::all().into_iter().find(|m| m.to_string() == name).and_then(|m| self.table.declared_size(m))
+    /// The `size` map `map` is declared with, if any.
+    pub fn size(&self, map: &MapName) -> Option<u32> {
+        self.table.declared_size(*map)
     }
 }
 

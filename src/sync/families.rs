@@ -4,7 +4,7 @@
 //! up to `--sync-period`), leaving it out of the syncs between. A refusal is logged when it
 //! starts and when it ends; the retries between are logged at debug level only.
 
-use super::pace::Backoff;
+use super::pace::RetryPace;
 use crate::model::Family;
 use crate::nft::NftError;
 use std::collections::BTreeMap;
@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 pub(super) struct Refused {
     /// Each refused family, with its refused attempts in a row.
     families: BTreeMap<Family, u32>,
-    retry: Backoff,
+    retry: RetryPace,
 }
 
 impl Refused {
     /// Retries waiting from `floor` doubling to `cap`, as the loop's own.
     pub(super) fn new(floor: Duration, cap: Duration) -> Refused {
-        Refused { families: BTreeMap::new(), retry: Backoff::new(floor, cap) }
+        Refused { families: BTreeMap::new(), retry: RetryPace::new(floor, cap) }
     }
 
     /// When a refused family is to be tried again; `None` while none is refused.

@@ -19,7 +19,7 @@ use crate::model::{Changes, Model};
 use crate::nft::SyncKind;
 use crate::observe::Observers;
 use crate::render::Rendered;
-use pace::{Backoff, Pace, after};
+use pace::{Pace, RetryPace, after};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime};
 use wait::{WaitReason, Waits};
@@ -67,7 +67,7 @@ pub struct Syncer<K: Kernel> {
     pace: Pace,
     last_full: Instant,
     /// Retries of failed syncs.
-    retry: Backoff,
+    retry: RetryPace,
     /// Families the kernel refused while the other's part went through, and their retries.
     refused: families::Refused,
     /// Rendering warnings already reported, so each is logged once, not on every sync.
@@ -77,7 +77,7 @@ pub struct Syncer<K: Kernel> {
     /// The last sync's outcome and when it ended, for the summary.
     last: Option<(SyncKind, Duration, Instant)>,
     /// Retries of failed stale-chain deletions.
-    cleanup_retry: Backoff,
+    cleanup_retry: RetryPace,
     /// While this node's Node object has not arrived: until when the first sync waits for
     /// it, and when to say so again in the log.
     node_wait: Option<(Instant, Instant)>,
@@ -116,12 +116,12 @@ impl<K: Kernel> Syncer<K> {
             refresh: false,
             pace: Pace::new(periods.min_sync, now),
             last_full: now,
-            retry: Backoff::new(periods.min_sync, periods.sync),
+            retry: RetryPace::new(periods.min_sync, periods.sync),
             refused: families::Refused::new(periods.min_sync, periods.sync),
             reported: BTreeSet::new(),
             unsure_streak: 0,
             last: None,
-            cleanup_retry: Backoff::new(MIN_RETRY, periods.sync),
+            cleanup_retry: RetryPace::new(MIN_RETRY, periods.sync),
             node_wait: None,
             observe: Observers::default(),
             unapplied: None,

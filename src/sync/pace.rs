@@ -11,19 +11,20 @@ pub(super) fn after(t: Instant, d: Duration) -> Instant {
 }
 
 /// A retry schedule: nothing before `at`; after each failure the wait doubles, from a floor
-/// (never below `MIN_RETRY`: what fails at once must not spin) up to a cap.
+/// (never below `MIN_RETRY`: what fails at once must not spin) up to a cap. Exact, without
+/// the jitter of the API client's `kube::Backoff`: one node retries against its own kernel.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Backoff {
+pub(super) struct RetryPace {
     at: Option<Instant>,
     wait: Duration,
     floor: Duration,
     cap: Duration,
 }
 
-impl Backoff {
-    pub(super) fn new(floor: Duration, cap: Duration) -> Backoff {
+impl RetryPace {
+    pub(super) fn new(floor: Duration, cap: Duration) -> RetryPace {
         let floor = floor.max(MIN_RETRY);
-        Backoff { at: None, wait: floor, floor, cap: cap.max(floor) }
+        RetryPace { at: None, wait: floor, floor, cap: cap.max(floor) }
     }
 
     /// Notes a failure at `now`; returns how long until the retry.

@@ -52,7 +52,7 @@ fn value(e: &Element) -> Option<Value> {
             Value::Endpoint(ip, port)
         }
         (Some(Data::Verdict(NFT_GOTO, Some(c))), None) => Value::Goto(c.clone()),
-        (Some(Data::Verdict(NFT_GOTO, Some(c))), Some(o)) if c == "reject-chain" => Value::Reject(o),
+        (Some(Data::Verdict(NFT_GOTO, Some(c))), Some(o)) if c == crate::render::chain::REJECT => Value::Reject(o),
         (Some(Data::Verdict(NFT_GOTO, Some(c))), Some(o)) => Value::Dispatch(Arc::from(c.as_str()), o),
         (Some(Data::Verdict(NF_DROP, None)), Some(o)) => Value::Drop(o),
         _ => return None,
