@@ -110,6 +110,11 @@ impl Daemon {
         self.child.as_ref().expect("running daemon").id() as i32
     }
 
+    /// Whether its log shows `text` within `limit`.
+    pub fn logs_within(&self, text: &str, limit: Duration) -> bool {
+        wait_for(limit, || self.logged().contains(text)).is_some()
+    }
+
     /// Sends `sig`.
     pub fn signal(&self, sig: i32) {
         // SAFETY: signalling our own child process.
@@ -173,6 +178,15 @@ pub fn write_manifests(c: &Cluster, objects: Vec<Value>) -> PathBuf {
     let path = std::env::temp_dir().join(format!("{}-manifests.json", c.node.name));
     let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
     std::fs::write(&path, serde_json::to_vec(&list).expect("json")).expect("write manifests");
+    path
+}
+
+/// Writes `list` as `cluster.json` in `dir` at once (written aside, then renamed: the daemon
+/// never reads half a file); its path.
+pub fn write_list(dir: &Path, list: &serde_json::Value) -> PathBuf {
+    let (path, tmp) = (dir.join("cluster.json"), dir.join("cluster.tmp"));
+    std::fs::write(&tmp, list.to_string()).expect("write the manifests");
+    std::fs::rename(&tmp, &path).expect("rename the manifests");
     path
 }
 

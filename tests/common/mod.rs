@@ -187,6 +187,13 @@ impl Netns {
         Netns { name, attached: Vec::new() }
     }
 
+    /// A fresh namespace with its loopback up, for what listens on 127.0.0.1 in it.
+    pub fn with_loopback(tag: &str) -> Netns {
+        let ns = Netns::new(tag);
+        assert!(ns.run(&["ip", "link", "set", "lo", "up"], "").status.success(), "lo up in {}", ns.name);
+        ns
+    }
+
     /// Runs a command inside the namespace, feeding `stdin`.
     pub fn run(&self, cmd: &[&str], stdin: &str) -> Output {
         use std::io::Write;

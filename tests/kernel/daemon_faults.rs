@@ -31,10 +31,6 @@ fn nodeport_manifests(dir: &Path, nodeport: bool) -> PathBuf {
     path
 }
 
-fn log_has(d: &Daemon, text: &str, limit: Duration) -> bool {
-    wait_for(limit, || d.logged().contains(text)).is_some()
-}
-
 #[test]
 fn a_hung_nft_is_killed_at_its_time_limit_and_holds_nothing_up() {
     if !kernel_available() {
@@ -51,7 +47,7 @@ fn a_hung_nft_is_killed_at_its_time_limit_and_holds_nothing_up() {
     let killed = " --version` did not answer within 3s and was killed";
     let synced = wait_for(Duration::from_secs(10), || ns.nft(&["list", "tables"]).contains("kube-nftproxy"));
     assert!(synced.is_some() && !d.logged().contains(killed), "the start waited for nft: {}", d.logged());
-    assert!(log_has(&d, killed, Duration::from_secs(8)), "{}", d.logged());
+    assert!(d.logs_within(killed, Duration::from_secs(8)), "{}", d.logged());
     d.stop();
 }
 
@@ -136,7 +132,7 @@ fn a_failing_sync_is_retried_with_backoff_not_in_a_loop() {
     let manifests = nodeport_manifests(&dir.0, true);
     let d = Daemon::start(&ns, &manifests, &["--min-sync-period=0"], &[]);
     let failed = |log: &str| log.lines().filter(|l| l.contains("sync failed")).map(str::to_string).collect::<Vec<_>>();
-    assert!(log_has(&d, "sync failed", Duration::from_secs(10)), "no sync failed:\n{}", d.logged());
+    assert!(d.logs_within("sync failed", Duration::from_secs(10)), "no sync failed:\n{}", d.logged());
     std::thread::sleep(Duration::from_millis(3500));
     let log = d.logged();
     let failures = failed(&log);
@@ -175,14 +171,18 @@ fn signals_are_handled_and_logged() {
     let dir = Scratch::new("signals");
     let manifests = nodeport_manifests(&dir.0, true);
     let mut d = Daemon::start(&ns, &manifests, &[], &[]);
-    assert!(log_has(&d, "Full sync", Duration::from_secs(5)), "{}", d.logged());
+    assert!(d.logs_within("Full sync", Duration::from_secs(5)), "{}", d.logged());
     d.signal(libc::SIGHUP);
-    assert!(log_has(&d, "Refresh sync", Duration::from_secs(5)), "SIGHUP must rewrite the tables:\n{}", d.logged());
+    assert!(d.logs_within("Refresh sync", Duration::from_secs(5)), "SIGHUP must rewrite the tables:\n{}", d.logged());
     d.signal(libc::SIGUSR1);
-    assert!(log_has(&d, "1 services with 1 ports", Duration::from_secs(5)), "SIGUSR1 logs a summary:\n{}", d.logged());
+    assert!(
+        d.logs_within("1 services with 1 ports", Duration::from_secs(5)),
+        "SIGUSR1 logs a summary:\n{}",
+        d.logged()
+    );
     for sig in [libc::SIGUSR2, libc::SIGALRM] {
         d.signal(sig);
-        assert!(log_has(&d, &format!("received signal {sig}; ignored"), Duration::from_secs(5)), "{}", d.logged());
+        assert!(d.logs_within(&format!("received signal {sig}; ignored"), Duration::from_secs(5)), "{}", d.logged());
     }
     assert!(d.running(), "the daemon must survive SIGHUP, SIGUSR1, SIGUSR2 and SIGALRM");
     d.stop();
@@ -230,7 +230,7 @@ fn a_second_instance_waits_and_takes_over_without_a_gap() {
     let first = Daemon::start(&c.node, &manifests, &[], &[]);
     assert!(wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some());
     let second = Daemon::start(&c.node, &manifests, &[], &[]);
-    assert!(log_has(&second, "owns this node's tables", Duration::from_secs(5)));
+    assert!(second.logs_within("owns this node's tables", Duration::from_secs(5)));
     std::thread::sleep(Duration::from_secs(2));
     assert!(!first.logged().contains("restoring the tables"), "the instances fought:\n{}", first.logged());
     assert!(!second.logged().contains(" sync"), "the waiting instance synced:\n{}", second.logged());
@@ -238,10 +238,10 @@ fn a_second_instance_waits_and_takes_over_without_a_gap() {
     let prober = probe_during(&c.client, "172.30.0.40:80", Duration::from_secs(3));
     std::thread::sleep(Duration::from_millis(300));
     first.stop();
-    assert!(log_has(&second, "taking over", Duration::from_secs(3)), "{}", second.logged());
+    assert!(second.logs_within("taking over", Duration::from_secs(3)), "{}", second.logged());
     // Its first sync rewrites the first instance's tables in place (a refresh): what logs it
     // is the same for every kind of sync.
-    assert!(log_has(&second, " endpoints; sent ", Duration::from_secs(3)), "{}", second.logged());
+    assert!(second.logs_within(" endpoints; sent ", Duration::from_secs(3)), "{}", second.logged());
     let failures = prober.join().unwrap();
     assert!(failures.is_empty(), "connections failed during the handover: {failures:?}");
     let cleanup = std::process::Command::new("ip")
@@ -366,7 +366,7 @@ fn a_watch_line_that_never_ends_is_a_broken_stream_and_memory_stays_bounded() {
         // 256 MiB without a newline on the services watch, then the connection is cut.
         emu.fault(&json!({"endless": "services"}));
         // A protobuf stream (the default) announces the frame; a JSON one never ends its line.
-        let broken = log_has(&d, "longer than 16 MiB, taken as a broken stream", Duration::from_secs(30));
+        let broken = d.logs_within("longer than 16 MiB, taken as a broken stream", Duration::from_secs(30));
         assert!(broken, "{}", d.logged());
         emu.apply(&Value::Array(web(&c, &["pod-2"])));
         assert!(serves(&c, "pod-2", Duration::from_secs(20)).is_some(), "no recovery:\n{}", d.logged());
@@ -385,7 +385,7 @@ fn a_list_trickling_in_is_logged_and_given_up_after_a_minute() {
     emu.fault(&json!({"fail": {"status": 200, "byte_every_ms": 1000, "resource": "services", "verb": "list"}}));
     let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &[], &[]);
     let slow = "listing services: a page is taking longer than 10s";
-    assert!(log_has(&d, slow, Duration::from_secs(15)), "a slow list went unlogged:\n{}", d.logged());
+    assert!(d.logs_within(slow, Duration::from_secs(15)), "a slow list went unlogged:\n{}", d.logged());
     assert!(serves(&c, "pod-1", Duration::from_secs(70)).is_some(), "the slow list was not retried:\n{}", d.logged());
     assert!(d.logged().contains("a page took longer than 60s"), "{}", d.logged());
     d.stop();

@@ -3,7 +3,7 @@
 //! the summary SIGUSR1 writes to the log; upstream's z-pages (`/statusz`, `/flagz`,
 //! `/configz`) and `/metrics/slis` beside them.
 
-use crate::common::daemon::{Daemon, wait_for};
+use crate::common::daemon::{Daemon, wait_for, write_list};
 use crate::common::net::{http_get, http_get_accepting};
 use crate::common::owner::TableOwner;
 use crate::common::{Netns, Scratch, dry_run_in, kernel_available};
@@ -20,22 +20,13 @@ const HEALTHZ: &str = "127.0.0.1:10256";
 /// The cluster CIDRs `Daemon::start` passes, for the dry run to match.
 const CLUSTER_CIDR: &str = "--cluster-cidr=10.0.0.0/8,fd00:10::/32";
 
-fn namespace(tag: &str) -> Netns {
-    let ns = Netns::new(tag);
-    assert!(ns.run(&["ip", "link", "set", "lo", "up"], "").status.success());
-    ns
-}
-
 /// Writes this node (zone `z1`) and `objects` as the manifests in `dir`, at once.
 fn write(dir: &Path, objects: Vec<Value>) -> PathBuf {
     let node = json!({"apiVersion": "v1", "kind": "Node",
         "metadata": {"name": "node-a", "labels": {"topology.kubernetes.io/zone": "z1"}},
         "status": {"addresses": [{"type": "InternalIP", "address": "192.168.1.1"}]}});
     let items: Vec<Value> = std::iter::once(node).chain(objects).collect();
-    let (path, tmp) = (dir.join("cluster.json"), dir.join("cluster.tmp"));
-    std::fs::write(&tmp, json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()).expect("write");
-    std::fs::rename(&tmp, &path).expect("rename");
-    path
+    write_list(dir, &json!({"apiVersion": "v1", "kind": "List", "items": items}))
 }
 
 fn service(name: &str, spec: Value) -> Value {
@@ -142,7 +133,7 @@ fn the_ruleset_is_what_the_dry_run_prints_and_loads_to_the_kernels_tables() {
     if !kernel_available() {
         return;
     }
-    let ns = namespace("dbg-ruleset");
+    let ns = Netns::with_loopback("dbg-ruleset");
     let dir = Scratch::new("dbg-ruleset");
     let (path, d) = start(&ns, &dir, objects(false, false));
     let (code, head, body) = get(&ns, "/debug/ruleset");
@@ -167,7 +158,7 @@ fn the_services_view_gives_uses_and_reasons_and_follows_changes() {
     if !kernel_available() {
         return;
     }
-    let ns = namespace("dbg-services");
+    let ns = Netns::with_loopback("dbg-services");
     let dir = Scratch::new("dbg-services");
     let (_, d) = start(&ns, &dir, objects(false, false));
     let doc = services(&ns, "");
@@ -202,7 +193,7 @@ fn sigusr1_logs_a_summary_naming_what_finds_no_endpoint() {
     if !kernel_available() {
         return;
     }
-    let ns = namespace("dbg-summary");
+    let ns = Netns::with_loopback("dbg-summary");
     let dir = Scratch::new("dbg-summary");
     let mut more = objects(false, false);
     more.push(service("empty", json!({"clusterIP": "172.30.0.13", "ports": [{"port": 80}]})));
@@ -229,7 +220,7 @@ fn a_sync_that_failed_is_not_shown_as_applied() {
     if !kernel_available() {
         return;
     }
-    let ns = namespace("dbg-failed");
+    let ns = Netns::with_loopback("dbg-failed");
     let dir = Scratch::new("dbg-failed");
     let (_, d) = start(&ns, &dir, objects(false, false));
     let owner = TableOwner::take(&ns, "ip");
@@ -280,7 +271,7 @@ fn z_pages_and_slis_are_served_beside_the_metrics_as_upstreams() {
     if !kernel_available() {
         return;
     }
-    let ns = namespace("dbg-zpages");
+    let ns = Netns::with_loopback("dbg-zpages");
     let dir = Scratch::new("dbg-zpages");
     let gates = "--feature-gates=ComponentStatusz=true,ComponentFlagz=true";
     let flags = [gates, "--iptables-sync-period=45s", "--conntrack-max-per-core=0", "--kube-api-qps=7.5"];

@@ -386,8 +386,7 @@ fn api_listener_inside_a_network_namespace() {
     if !crate::common::kernel_available() {
         return;
     }
-    let ns = crate::common::Netns::new("emu");
-    assert!(ns.run(&["ip", "link", "set", "lo", "up"], "").status.success());
+    let ns = crate::common::Netns::with_loopback("emu");
     let emu = Emulator::start(Some(&ns.name), "127.0.0.1:0", None, &[]);
     let addr = emu.api.trim_start_matches("https://").to_string();
     assert!(std::net::TcpStream::connect(&addr).is_err(), "the API listener is not in the host namespace");

@@ -3,7 +3,7 @@
 
 use crate::common::checker::{NODE_IP, check_at, expect, local_lb};
 use crate::common::cluster::Cluster;
-use crate::common::daemon::{Daemon, systemd_nofile, wait_for, write_manifests};
+use crate::common::daemon::{Daemon, systemd_nofile, wait_for, write_list, write_manifests};
 use crate::common::net::{connect_nonblocking, http_get, in_netns};
 use crate::common::owner::TableOwner;
 use crate::common::{Netns, Scratch, kernel_available};
@@ -35,15 +35,6 @@ fn manifests(dir: &Path, node_extra: Value) -> PathBuf {
     write_list(dir, &json!({"kind": "List", "items": [node, svc]}))
 }
 
-/// Replaces the manifests in `dir` with `list`, at once (the daemon never reads half a file).
-fn write_list(dir: &Path, list: &Value) -> PathBuf {
-    let path = dir.join("cluster.json");
-    let tmp = dir.join("cluster.tmp");
-    std::fs::write(&tmp, list.to_string()).unwrap();
-    std::fs::rename(&tmp, &path).unwrap();
-    path
-}
-
 /// The daemon in `ns` over this node and one service (in a scratch directory named after
 /// `tag`), with health served and a sync period of 1 s, so a proxy is judged after 2 s.
 fn start(ns: &Netns, tag: &str) -> (Scratch, PathBuf, Daemon) {
@@ -53,18 +44,12 @@ fn start(ns: &Netns, tag: &str) -> (Scratch, PathBuf, Daemon) {
     (dir, path, d)
 }
 
-fn namespace(tag: &str) -> Netns {
-    let ns = Netns::new(tag);
-    assert!(ns.run(&["ip", "link", "set", "lo", "up"], "").status.success());
-    ns
-}
-
 #[test]
 fn healthz_and_livez_answer_as_upstream_and_drain_a_node_going_away() {
     if !kernel_available() {
         return;
     }
-    let ns = namespace("healthz");
+    let ns = Netns::with_loopback("healthz");
     let dir = Scratch::new("healthz");
     let path = manifests(&dir.0, json!({}));
     let d = Daemon::start(&ns, &path, &[&format!("--healthz-bind-address={HEALTHZ}")], &[]);
@@ -118,7 +103,7 @@ fn a_change_that_cannot_be_applied_makes_the_proxy_unhealthy_after_twice_the_syn
     if !kernel_available() {
         return;
     }
-    let ns = namespace("unhealthy");
+    let ns = Netns::with_loopback("unhealthy");
     let (dir, path, d) = start(&ns, "unhealthy");
     let code = |p: &str| get(&ns, p).map(|r| r.0);
     assert!(
@@ -165,7 +150,7 @@ fn a_proxy_that_has_not_synced_yet_is_healthy_as_upstreams() {
     }
     // Another process owns both tables before the daemon starts, so its first sync (and
     // every retry) fails with EPERM far past twice the sync period.
-    let ns = namespace("starting");
+    let ns = Netns::with_loopback("starting");
     let _owner = [TableOwner::take(&ns, "ip"), TableOwner::take(&ns, "ip6")];
     let (_dir, _, d) = start(&ns, "starting");
     assert!(wait_for(Duration::from_secs(5), || get(&ns, "/livez").is_some()).is_some(), "no health server");
@@ -187,7 +172,7 @@ fn the_default_health_address_answers_over_ipv4_and_ipv6_as_gos_wildcard() {
     if !kernel_available() {
         return;
     }
-    let ns = namespace("dualstack");
+    let ns = Netns::with_loopback("dualstack");
     let dir = Scratch::new("dualstack");
     let path = manifests(&dir.0, json!({}));
     // No --healthz-bind-address: upstream's 0.0.0.0:10256, which Go listens on as [::].
