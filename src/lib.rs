@@ -22,6 +22,7 @@ pub mod nft;
 pub mod observe;
 pub mod render;
 pub mod requirements;
+pub mod serve;
 pub mod slis;
 pub mod sync;
 pub mod takeover;

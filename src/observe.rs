@@ -35,7 +35,7 @@ pub struct Observers {
     started: SystemTime,
     health: Option<Arc<Health>>,
     metrics: Option<Arc<Metrics>>,
-    server: Option<Server>,
+    server: Option<Server<Wanted>>,
     local: LocalView,
     /// What the health-check servers were last asked for.
     wanted: Option<Wanted>,
@@ -75,7 +75,7 @@ impl Observers {
     }
 
     /// Has `server` serve the health-check node ports.
-    pub fn with_service_health(mut self, server: Server) -> Observers {
+    pub fn with_service_health(mut self, server: Server<Wanted>) -> Observers {
         self.server = Some(server);
         self
     }

@@ -11,7 +11,7 @@ use kube_nftproxy::metrics::Metrics;
 use kube_nftproxy::nft::{Applier, OwnPorts, exec, guard};
 use kube_nftproxy::observe::Observers;
 use kube_nftproxy::sync::{Periods, Syncer};
-use kube_nftproxy::{conntrack, kube, lock, manifests, requirements, takeover, zpages};
+use kube_nftproxy::{conntrack, kube, lock, manifests, requirements, serve, takeover, zpages};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Sender, channel};
@@ -201,7 +201,8 @@ fn observers(flags: &Flags, api: Option<&kube::Shared>, inbox: &Arc<Inbox>) -> a
     if flags.service_proxy_name.is_some() {
         http::check_free(&fixed).context("--service-proxy-name")?;
     }
-    let server = http::Server::start(fixed, health.clone(), metrics.clone(), inbox.clone(), Some(z_pages(flags)))?;
+    let endpoints = serve::Endpoints::new(health.clone(), metrics.clone(), inbox.clone(), Some(z_pages(flags)));
+    let server = http::Server::start(fixed, endpoints)?;
     let observe = Observers::default().with_health(health).with_service_health(server);
     Ok(match metrics {
         Some(m) => observe.with_metrics(m),

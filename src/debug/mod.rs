@@ -3,19 +3,16 @@
 //! `--dry-run` prints), and `/debug/services`, every service port with its endpoints and
 //! why each is used or not (JSON, `services.rs`); SIGUSR1 logs a summary of the same
 //! (`summary.rs`). The sync thread alone owns the model and the rendered state, so the
-//! `http` thread does not read them: it sends an [`Ask`] through the sync thread's inbox,
-//! serves its other clients meanwhile, and gets the answer back once, made when the sync
-//! thread next takes its inbox. A large answer is made in [`Pieces`] and moved, never
+//! `http` thread does not read them: an [`Ask`] goes through the sync thread's inbox
+//! (`crate::serve` sends it), the loop serves its other clients meanwhile, and gets the
+//! answer back once, made when the sync thread next takes its inbox. A large answer is made in [`Pieces`] and moved, never
 //! copied, so a 30k-service ruleset is held once, and only while it is written.
 
 pub mod services;
 pub mod summary;
 
-use crate::http::Reply;
+use crate::http::{Reply, Responder};
 use crate::model::ObjectKey;
-use mio::Waker;
-use std::sync::Arc;
-use std::sync::mpsc::Sender;
 
 /// Failures to make a debug view (a template or the JSON writer refusing).
 #[derive(Debug, thiserror::Error)]
@@ -83,23 +80,19 @@ fn services_filter(params: &[&str]) -> Result<Option<ObjectKey>, String> {
 pub struct Ask {
     /// What is asked for.
     pub view: View,
-    id: u64,
-    to: Sender<(u64, Reply)>,
-    waker: Arc<Waker>,
+    reply: Responder,
 }
 
 impl Ask {
-    /// A request `id` for `view`, answered through `to` and a ring of `waker`.
-    pub fn new(view: View, id: u64, to: Sender<(u64, Reply)>, waker: Arc<Waker>) -> Ask {
-        Ask { view, id, to, waker }
+    /// A request for `view`, answered through `reply` (the `http` thread's).
+    pub fn new(view: View, reply: Responder) -> Ask {
+        Ask { view, reply }
     }
 
     /// Hands the answer over. The asker may have given up (timed out, or the `http` thread
     /// ended): the answer is then dropped, which is all that is left to do with it.
     pub fn answer(self, reply: Reply) {
-        if self.to.send((self.id, reply)).is_ok() {
-            let _ = self.waker.wake();
-        }
+        self.reply.answer(reply);
     }
 }
 

@@ -8,6 +8,7 @@
 
 use super::conn::Conn;
 use super::event_loop::{Key, Loop, REQUEST_TIMEOUT, Slot};
+use super::handler::Handler;
 use crate::model::Family;
 use mio::net::TcpStream;
 use mio::{Interest, Token};
@@ -88,7 +89,7 @@ fn out_of_descriptors(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
 }
 
-impl Loop {
+impl<H: Handler> Loop<H> {
     /// Accepts on `key` until its backlog is empty; when that cannot be done (descriptors
     /// out, nothing to make room), the listener is tried again after [`ACCEPT_RETRY`].
     pub(super) fn accept(&mut self, key: Key) {

@@ -3,29 +3,24 @@
 //! within [`REQUEST_TIMEOUT`] is dropped, one that sends more than 8 KiB of it answered 431.
 //! Listeners and connections share the descriptors the open-files limit allows ([`Budget`]);
 //! at the connection cap the oldest connection still silent makes room for a new one, so
-//! clients that hold connections open cannot keep a checker out (`accept.rs`). A debug
-//! view's request waits, without holding up the loop, for the sync thread's answer ([`Desk`]).
+//! clients that hold connections open cannot keep a checker out (`accept.rs`). A request
+//! answered later waits, without holding up the loop, for its answer ([`Desk`]).
 
 use super::accept::{Refusals, Reserve};
 use super::budget::Budget;
 use super::conn::{Conn, drain, read_request, write_out};
 use super::desk::{Desk, WRITE_WAIT};
-use super::{Head, Pages, REBIND, Reply, Request, Route, TEXT, bind_for, encode};
-use crate::debug::View;
-use crate::health::services::{ServiceHealth, Wanted, answer};
-use crate::health::{self, Health};
-use crate::metrics::{self, Metrics};
-use crate::model::Family;
+use super::handler::{Answer, Handler, Responder};
+use super::{Head, REBIND, Reply, Request, Route, TEXT, bind_for, encode};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::ErrorKind;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::mpsc::{Receiver, TryRecvError};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-/// The token of the waker the sync thread's handle rings.
+/// The token of the waker the owner's handle (and a [`Responder`]) rings.
 pub const WAKER: Token = Token(0);
 
 /// How long a client may take to send its request head.
@@ -41,15 +36,12 @@ pub(super) enum Slot {
 }
 
 /// The event loop's state.
-pub struct Loop {
+pub struct Loop<H: Handler> {
     pub(super) poll: Poll,
-    health: Arc<Health>,
-    metrics: Option<Arc<Metrics>>,
-    /// The z-pages, on the metrics address.
-    pages: Option<Arc<dyn Pages>>,
+    /// What answers the requests and names the listeners wanted.
+    handler: H,
     /// Listeners that are always wanted (health, metrics).
     fixed: Vec<Key>,
-    table: BTreeMap<u16, ServiceHealth>,
     wanted: BTreeSet<Key>,
     pub(super) listeners: BTreeMap<Key, (Token, TcpListener)>,
     pub(super) slots: HashMap<Token, Slot>,
@@ -68,18 +60,15 @@ pub struct Loop {
     pub(super) reserve: Reserve,
 }
 
-impl Loop {
-    /// A loop on `poll` serving `fixed` listeners, answering from `health` and `metrics`,
-    /// and the debug views through `desk`.
-    pub fn new(poll: Poll, fixed: Vec<Key>, health: Arc<Health>, metrics: Option<Arc<Metrics>>, desk: Desk) -> Loop {
+impl<H: Handler> Loop<H> {
+    /// A loop on `poll` serving `fixed` listeners, answering with `handler`, and its later
+    /// answers through `desk`.
+    pub fn new(poll: Poll, fixed: Vec<Key>, handler: H, desk: Desk) -> Loop<H> {
         Loop {
             poll,
-            health,
-            metrics,
-            pages: None,
+            handler,
             wanted: fixed.iter().copied().collect(),
             fixed,
-            table: BTreeMap::new(),
             listeners: BTreeMap::new(),
             slots: HashMap::new(),
             conns: 0,
@@ -95,13 +84,8 @@ impl Loop {
         }
     }
 
-    /// The same loop, serving `pages` on the metrics address as well.
-    pub fn with_pages(self, pages: Option<Arc<dyn Pages>>) -> Loop {
-        Loop { pages, ..self }
-    }
-
     /// Serves until the sending side of `rx` is gone.
-    pub fn run(&mut self, rx: &Receiver<Wanted>) {
+    pub fn run(&mut self, rx: &Receiver<H::News>) {
         let mut events = Events::with_capacity(256);
         self.reconcile();
         loop {
@@ -133,8 +117,9 @@ impl Loop {
         }
     }
 
-    /// Takes the newest wanted state; false when the sync thread is gone.
-    fn take_news(&mut self, rx: &Receiver<Wanted>) -> bool {
+    /// Hands the newest news to the handler and takes the listeners it wants; false when the
+    /// owner's handle is gone.
+    fn take_news(&mut self, rx: &Receiver<H::News>) -> bool {
         let mut newest = None;
         loop {
             match rx.try_recv() {
@@ -143,9 +128,9 @@ impl Loop {
                 Err(TryRecvError::Disconnected) => return false,
             }
         }
-        if let Some(w) = newest {
-            self.wanted = self.fixed.iter().copied().chain(w.sockets()).collect();
-            self.table = w.ports;
+        if let Some(news) = newest {
+            let more = self.handler.news(news);
+            self.wanted = self.fixed.iter().copied().chain(more).collect();
         }
         true
     }
@@ -189,11 +174,9 @@ impl Loop {
             }
         }
         self.retry_at = (!self.failing.is_empty()).then(|| Instant::now() + REBIND);
-        if let Some(m) = &self.metrics {
-            let ports: BTreeSet<u16> =
-                self.listeners.keys().filter(|k| k.1.is_health_check()).map(|k| k.0.port()).collect();
-            m.health_check_node_ports.set(i64::try_from(ports.len()).unwrap_or(i64::MAX));
-        }
+        let ports: BTreeSet<u16> =
+            self.listeners.keys().filter(|k| k.1.is_health_check()).map(|k| k.0.port()).collect();
+        self.handler.listening(ports.len());
     }
 
     /// Listens on `key`; a health-check port only within its share of the descriptors, so
@@ -228,7 +211,7 @@ impl Loop {
     }
 
     /// Reads the request and writes the answer as far as the socket allows; closes the
-    /// connection when done or broken. While its debug view is being made, whatever else
+    /// connection when done or broken. While its later answer is being made, whatever else
     /// the client sends is read, so that closing does not reset the connection, and left:
     /// its request is in, and the answer will close it.
     fn serve(&mut self, token: Token) {
@@ -261,14 +244,13 @@ impl Loop {
                 }
                 Ok(Head::Request { head, path, query, accept }) => {
                     let (route, port, family) = (c.route, c.port, c.family);
-                    match self.debug_view(token, route, &path, query.as_deref(), head) {
-                        Some(Ok(())) => false,
-                        Some(Err(reply)) => self.out(token, reply, head),
-                        None => {
-                            let req = Request { path: &path, query: query.as_deref(), accept: accept.as_deref() };
-                            let reply = self.answer(route, port, family, &req);
-                            self.out(token, reply, head)
-                        }
+                    let req = Request { path: &path, query: query.as_deref(), accept: accept.as_deref() };
+                    match self.handler.answer(route, port, family, &req) {
+                        Answer::Now(reply) => self.out(token, reply, head),
+                        Answer::Later(make) => match self.later(token, make, head) {
+                            Ok(()) => false,
+                            Err(reply) => self.out(token, reply, head),
+                        },
                     }
                 }
                 Err(_) => true,
@@ -279,30 +261,14 @@ impl Loop {
         }
     }
 
-    /// Asks the sync thread for the debug view `path` names, if it names one and the
-    /// listener serves metrics: `Ok` when asked (the connection waits), else the reply to
-    /// send at once (a bad query, or another view under way).
-    fn debug_view(
-        &mut self,
-        token: Token,
-        route: Route,
-        path: &str,
-        query: Option<&str>,
-        head: bool,
-    ) -> Option<Result<(), Reply>> {
-        if route != Route::Metrics || self.metrics.is_none() {
-            return None;
-        }
-        let asked = match View::of(path, query)? {
-            Ok(view) => self.desk.ask(token, view, head),
-            Err(why) => Err(Reply::new(400, TEXT, format!("{why}\n"))),
-        };
-        if asked.is_ok()
-            && let Some(Slot::Conn(c)) = self.slots.get_mut(&token)
-        {
+    /// Has `make` make connection `token`'s answer: `Ok` when asked (the connection waits),
+    /// else the reply to send at once (another later answer under way).
+    fn later(&mut self, token: Token, make: Box<dyn FnOnce(Responder)>, head: bool) -> Result<(), Reply> {
+        self.desk.ask(token, make, head)?;
+        if let Some(Slot::Conn(c)) = self.slots.get_mut(&token) {
             c.deadline = Instant::now() + self.desk.answer_wait();
         }
-        Some(asked)
+        Ok(())
     }
 
     /// Sets `reply` as the connection's answer and writes what the socket takes; true when
@@ -314,7 +280,7 @@ impl Loop {
         self.respond(token)
     }
 
-    /// Answers a connection that waited for a debug view, allowing `write` to write it.
+    /// Answers a connection that waited for its later answer, allowing `write` to write it.
     fn deliver(&mut self, token: Token, reply: Reply, head: bool, write: Duration) {
         if let Some(Slot::Conn(c)) = self.slots.get_mut(&token) {
             c.deadline = Instant::now() + write;
@@ -338,26 +304,6 @@ impl Loop {
         }
     }
 
-    /// The answer of `route` to `req`.
-    fn answer(&self, route: Route, port: u16, family: Family, req: &Request<'_>) -> Reply {
-        let (now, path) = (SystemTime::now(), req.path);
-        match (route, &self.metrics) {
-            (Route::HealthCheck { .. }, _) => answer(self.table.get(&port), family, self.health.report(now).healthy),
-            (Route::Health, m) => {
-                let reply = health::reply(&self.health, path, now);
-                if let Some(m) = m {
-                    m.count_health(path, reply.code);
-                }
-                reply
-            }
-            (Route::Metrics, Some(m)) => match self.pages.as_ref().and_then(|p| p.answer(req)) {
-                Some(reply) => reply,
-                None => metrics::answer(m, path, req.query),
-            },
-            (Route::Metrics, None) => Reply::not_found(),
-        }
-    }
-
     pub(super) fn close(&mut self, token: Token) {
         if let Some(Slot::Conn(mut c)) = self.slots.remove(&token) {
             let _ = self.poll.registry().deregister(&mut c.stream);
@@ -367,7 +313,7 @@ impl Loop {
     }
 
     /// Drops connections past their deadline: those whose request or answer has not gone
-    /// through in time. One that waited too long for a debug view is told to try again.
+    /// through in time. One that waited too long for a later answer is told to try again.
     fn expire(&mut self) {
         let now = Instant::now();
         let late: Vec<Token> = self

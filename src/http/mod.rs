@@ -1,25 +1,22 @@
-//! The proxy's HTTP endpoints, all served by one thread, `http`: `/healthz` and `/livez`,
-//! `/metrics` (with `/healthz`, `/proxyMode` and the debug views) and every health-check
-//! node port, from one mio event loop (`event_loop.rs`). A thread per listener or per
-//! connection would let a node with many Local Services, or a client opening connections,
-//! cost threads without bound; the answers are small and decided from memory, so one loop
-//! serves them all. The debug views are the exception, made by the sync thread: the loop
-//! asks and serves other clients until the answer comes (`desk.rs`). The z-pages are handed
-//! in ([`Pages`]): this module serves what it is given and imports none of them. This file
-//! holds the framing: the request head parsed by httparse, and an answer that closes.
+//! The proxy's HTTP endpoints, all served by one thread, `http`, from one mio event loop
+//! (`event_loop.rs`): every listener and connection. A thread per listener or per connection
+//! would let a node with many Local Services, or a client opening connections, cost threads
+//! without bound; the answers are small and decided from memory, so one loop serves them all.
+//! What is served is handed in ([`Handler`], `crate::serve` for the proxy): this module knows
+//! no health, metrics or debug view. An answer made elsewhere (a debug view, by the sync
+//! thread) is waited for without holding up the loop (`desk.rs`). This file holds the
+//! framing: the request head parsed by httparse, an answer that closes, and binding.
 
 mod accept;
 mod budget;
 mod conn;
 mod desk;
 mod event_loop;
+mod handler;
 
 pub use budget::raise_open_files_limit;
+pub use handler::{Answer, Handler, Responder};
 
-use crate::health::Health;
-use crate::health::services::Wanted;
-use crate::inbox::Inbox;
-use crate::metrics::Metrics;
 use mio::{Poll, Waker};
 use std::collections::VecDeque;
 use std::io::ErrorKind;
@@ -70,7 +67,7 @@ impl Reply {
     }
 }
 
-/// A request as the handed-in [`Pages`] see it.
+/// A request as the [`Handler`] (and the handed-in [`Pages`]) see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request<'a> {
     /// The path, without the query.
@@ -82,7 +79,7 @@ pub struct Request<'a> {
 }
 
 /// Pages the metrics address serves besides the metrics and the debug views (the z-pages),
-/// handed in by whoever starts the server.
+/// handed to the proxy's [`Handler`] by whoever starts the server.
 pub trait Pages: Send + Sync {
     /// The answer to `req`; `None` when its path is not one of these pages.
     fn answer(&self, req: &Request<'_>) -> Option<Reply>;
@@ -119,41 +116,34 @@ impl Route {
     }
 }
 
-/// The sync thread's handle on the `http` thread.
-pub struct Server {
-    wanted: Sender<Wanted>,
+/// The owner's handle on the `http` thread, sending it news of type `N`.
+pub struct Server<N> {
+    wanted: Sender<N>,
     waker: Arc<Waker>,
 }
 
-impl Server {
-    /// Starts the `http` thread serving `fixed` listeners at once and, as they are asked for,
-    /// the health-check node ports; the debug views are asked of the sync thread through
-    /// `inbox`; `pages` (the z-pages) on the metrics address too. It ends, closing every
+impl<N: Send + 'static> Server<N> {
+    /// Starts the `http` thread serving `fixed` listeners at once and, as `handler` names
+    /// them on news, the others; `handler` answers every request. It ends, closing every
     /// listener, when this is dropped.
-    pub fn start(
-        fixed: Vec<(SocketAddr, Route)>,
-        health: Arc<Health>,
-        metrics: Option<Arc<Metrics>>,
-        inbox: Arc<Inbox>,
-        pages: Option<Arc<dyn Pages>>,
-    ) -> std::io::Result<Server> {
+    pub fn start<H: Handler<News = N>>(fixed: Vec<(SocketAddr, Route)>, handler: H) -> std::io::Result<Server<N>> {
         let (tx, rx) = channel();
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), event_loop::WAKER)?);
-        let desk = desk::Desk::new(inbox, waker.clone());
-        let mut l = event_loop::Loop::new(poll, fixed, health, metrics, desk).with_pages(pages);
+        let desk = desk::Desk::new(waker.clone());
+        let mut l = event_loop::Loop::new(poll, fixed, handler, desk);
         std::thread::Builder::new().name("http".into()).spawn(move || l.run(&rx))?;
         Ok(Server { wanted: tx, waker })
     }
 
-    /// Asks for exactly `wanted` health-check node ports to be served.
-    pub fn want(&self, wanted: Wanted) {
-        let _ = self.wanted.send(wanted);
+    /// Hands `news` to the handler (the loop takes the newest when it wakes).
+    pub fn want(&self, news: N) {
+        let _ = self.wanted.send(news);
         let _ = self.waker.wake();
     }
 }
 
-impl Drop for Server {
+impl<N> Drop for Server<N> {
     fn drop(&mut self) {
         // The channel closes with this; the loop notices once woken.
         let (closed, _) = channel();

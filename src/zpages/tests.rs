@@ -2,9 +2,11 @@
 
 use super::*;
 use crate::health::Health;
+use crate::health::services::Wanted;
 use crate::http::{Route, Server};
 use crate::inbox::Inbox;
 use crate::metrics::Metrics;
+use crate::serve::Endpoints;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -54,13 +56,12 @@ fn statusz_in_upstreams_layout_and_as_the_v1beta1_object() {
 }
 
 /// A `Server` serving metrics with `pages` on a free port of 127.0.0.1.
-fn serve(pages: ZPages) -> (SocketAddr, Server) {
+fn serve(pages: ZPages) -> (SocketAddr, Server<Wanted>) {
     let addr = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port");
     let metrics = Some(Arc::new(Metrics::new().expect("metrics")));
     let health = Arc::new(Health::new(Duration::from_secs(60)));
-    let server =
-        Server::start(vec![(addr, Route::Metrics)], health, metrics, Arc::new(Inbox::default()), Some(Arc::new(pages)))
-            .expect("server");
+    let endpoints = Endpoints::new(health, metrics, Arc::new(Inbox::default()), Some(Arc::new(pages)));
+    let server = Server::start(vec![(addr, Route::Metrics)], endpoints).expect("server");
     (addr, server)
 }
 
