@@ -229,7 +229,7 @@ mod tests {
         let listed = |attrs: &[(u16, u32)]| {
             let mut data = Vec::new();
             for &(k, v) in attrs {
-                crate::nft::wire::attr(&mut data, k, |b| b.extend_from_slice(&v.to_be_bytes()));
+                crate::nft::netlink::attr::put_with(&mut data, k, |b| b.extend_from_slice(&v.to_be_bytes()));
             }
             read_back(&ListedExpr { name: "hash".into(), data })
         };

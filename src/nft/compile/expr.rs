@@ -3,7 +3,8 @@
 //! what the tests compare against `nft`'s own compilation of the same text.
 
 use crate::nft::netlink::abi::*;
-use crate::nft::wire::{attr, str_attr};
+use crate::nft::netlink::attr::{put_str, put_with};
+pub use crate::nft::netlink::nla::Data;
 use std::fmt;
 
 /// Where a payload load reads from.
@@ -13,16 +14,6 @@ pub enum Base {
     Network = 1,
     /// The transport header.
     Transport = 2,
-}
-
-/// Immediate data: a value, or a verdict (`NF_DROP`, `NF_ACCEPT`, `NFT_JUMP`, `NFT_GOTO`)
-/// with its chain.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Data {
-    /// Bytes, as the register holds them.
-    Value(Vec<u8>),
-    /// A verdict code and, for jump and goto, the chain.
-    Verdict(i32, Option<String>),
 }
 
 /// One expression. Registers are nf_tables' numbers (0: verdict, 1-4: 16-byte, 8-23: 4-byte).
@@ -64,11 +55,11 @@ pub enum Expr {
 }
 
 fn u32_attr(b: &mut Vec<u8>, kind: u16, v: u32) {
-    attr(b, kind, |b| b.extend_from_slice(&v.to_be_bytes()));
+    put_with(b, kind, |b| b.extend_from_slice(&v.to_be_bytes()));
 }
 
 fn value_attr(b: &mut Vec<u8>, kind: u16, bytes: &[u8]) {
-    attr(b, kind | NESTED, |b| attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(bytes)));
+    put_with(b, kind | NESTED, |b| put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(bytes)));
 }
 
 const NESTED: u16 = NLA_F_NESTED;
@@ -115,9 +106,9 @@ impl Expr {
 
     /// Appends the expression as one `NFTA_LIST_ELEM` of a rule's expression list.
     pub fn encode(&self, b: &mut Vec<u8>) {
-        attr(b, NFTA_LIST_ELEM | NESTED, |b| {
-            str_attr(b, NFTA_EXPR_NAME, self.name());
-            attr(b, NFTA_EXPR_DATA | NESTED, |b| self.encode_data(b));
+        put_with(b, NFTA_LIST_ELEM | NESTED, |b| {
+            put_str(b, NFTA_EXPR_NAME, self.name());
+            put_with(b, NFTA_EXPR_DATA | NESTED, |b| self.encode_data(b));
         });
     }
 
@@ -175,7 +166,7 @@ impl Expr {
                 if let Some(d) = dreg {
                     u32_attr(b, NFTA_LOOKUP_DREG, *d);
                 }
-                str_attr(b, NFTA_LOOKUP_SET, set);
+                put_str(b, NFTA_LOOKUP_SET, set);
                 if let Some(id) = set_id {
                     u32_attr(b, NFTA_LOOKUP_SET_ID, *id);
                 }
@@ -185,12 +176,12 @@ impl Expr {
             }
             Expr::Immediate { dreg, data } => {
                 u32_attr(b, NFTA_IMMEDIATE_DREG, *dreg);
-                attr(b, NFTA_IMMEDIATE_DATA | NESTED, |b| match data {
-                    Data::Value(v) => attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(v)),
-                    Data::Verdict(code, chain) => attr(b, NFTA_DATA_VERDICT | NESTED, |b| {
-                        attr(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
+                put_with(b, NFTA_IMMEDIATE_DATA | NESTED, |b| match data {
+                    Data::Value(v) => put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(v)),
+                    Data::Verdict(code, chain) => put_with(b, NFTA_DATA_VERDICT | NESTED, |b| {
+                        put_with(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
                         if let Some(c) = chain {
-                            str_attr(b, NFTA_VERDICT_CHAIN, c);
+                            put_str(b, NFTA_VERDICT_CHAIN, c);
                         }
                     }),
                 });
@@ -230,17 +221,17 @@ impl Expr {
             Expr::Masq { flags } => u32_attr(b, NFTA_MASQ_FLAGS, *flags),
             Expr::Reject { kind, code } => {
                 u32_attr(b, NFTA_REJECT_TYPE, *kind);
-                attr(b, NFTA_REJECT_ICMP_CODE, |b| b.push(*code));
+                put_with(b, NFTA_REJECT_ICMP_CODE, |b| b.push(*code));
             }
             Expr::DynsetUpdate { sreg, set, set_id, timeout_ms } => {
-                str_attr(b, NFTA_DYNSET_SET_NAME, set);
+                put_str(b, NFTA_DYNSET_SET_NAME, set);
                 if let Some(id) = set_id {
                     u32_attr(b, NFTA_DYNSET_SET_ID, *id);
                 }
                 u32_attr(b, NFTA_DYNSET_OP, NFT_DYNSET_OP_UPDATE);
                 u32_attr(b, NFTA_DYNSET_SREG_KEY, *sreg);
                 if let Some(ms) = timeout_ms {
-                    attr(b, NFTA_DYNSET_TIMEOUT, |b| b.extend_from_slice(&ms.to_be_bytes()));
+                    put_with(b, NFTA_DYNSET_TIMEOUT, |b| b.extend_from_slice(&ms.to_be_bytes()));
                 }
             }
         }

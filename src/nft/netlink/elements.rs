@@ -8,9 +8,8 @@ use super::abi::{
     NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA, NFTNL_UDATA_SET_ELEM_COMMENT, NLM_F_DUMP,
 };
 use super::dump::exact_be32;
-use super::nla::{data, get, nested};
+use super::nla::{Data, data, get, nested};
 use super::{NfFamily, Socket, attr};
-use crate::nft::compile::Data;
 use std::io;
 
 /// One element of a set or map.

@@ -9,6 +9,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
 
 pub(crate) mod abi;
+pub(crate) mod attr;
 pub mod conntrack;
 mod dump;
 pub mod elements;
