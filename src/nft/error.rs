@@ -2,6 +2,7 @@
 //! and compiling.
 
 use super::compile;
+use super::netlink::send::SendError;
 use crate::render::RenderError;
 use std::time::Duration;
 
@@ -58,4 +59,13 @@ pub enum NftError {
     /// The script could not be compiled.
     #[error(transparent)]
     Compile(#[from] compile::CompileError),
+}
+
+impl From<SendError> for NftError {
+    fn from(e: SendError) -> NftError {
+        match e {
+            SendError::Refused { errno, seq } => NftError::Kernel { errno, seq },
+            SendError::Io(e) => NftError::Io(e),
+        }
+    }
 }

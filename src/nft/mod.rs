@@ -31,6 +31,17 @@ use std::time::{Duration, Instant};
 /// 6.2 keep a chain busy for a moment after the last map element pointing to it went.
 pub const STALE_CHAIN_DELAY: Duration = Duration::from_secs(1);
 
+// Here rather than in `netlink`, which knows nothing of the model: the proxy's families are
+// nf_tables' `ip` and `ip6`.
+impl From<Family> for netlink::NfFamily {
+    fn from(family: Family) -> netlink::NfFamily {
+        match family {
+            Family::V4 => netlink::NfFamily::Ip,
+            Family::V6 => netlink::NfFamily::Ip6,
+        }
+    }
+}
+
 /// The netlink port ids of the sockets the proxy commits its transactions on, so their change
 /// notifications are not taken for tampering. (A notification names the committing socket's
 /// port whatever PID namespace the proxy runs in; the thread id it also names is the initial

@@ -165,7 +165,8 @@ pub struct Lines(Vec<(u32, u32)>);
 impl Lines {
     /// Turns the kernel's refusal of message `seq` into an error naming the line of `script`
     /// it came from (an element message has none); other errors pass.
-    pub fn explain(&self, e: super::NftError, script: &str) -> super::NftError {
+    pub fn explain(&self, e: impl Into<super::NftError>, script: &str) -> super::NftError {
+        let e = e.into();
         let super::NftError::Kernel { errno, seq } = e else { return e };
         let line = match self.0.binary_search_by_key(&seq, |(s, _)| *s) {
             Ok(i) => script.lines().nth(self.0[i].1.saturating_sub(1) as usize).map(|l| l.trim().to_string()),

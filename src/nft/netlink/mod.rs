@@ -23,7 +23,7 @@ pub mod send;
 pub mod sock;
 mod state;
 
-pub use dump::Listed;
+pub use dump::{Listed, ObjectKind};
 pub use rules::RuleJumps;
 pub use state::{ChainListing, Hook, ListedExpr, RuleListing, SetListing};
 
@@ -76,15 +76,6 @@ impl NfFamily {
 impl std::fmt::Display for NfFamily {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.word())
-    }
-}
-
-impl From<crate::model::Family> for NfFamily {
-    fn from(family: crate::model::Family) -> NfFamily {
-        match family {
-            crate::model::Family::V4 => NfFamily::Ip,
-            crate::model::Family::V6 => NfFamily::Ip6,
-        }
     }
 }
 
