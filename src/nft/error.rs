@@ -2,7 +2,7 @@
 //! and compiling.
 
 use super::compile;
-use super::netlink::send::SendError;
+use crate::netlink::send::SendError;
 use crate::render::RenderError;
 use std::time::Duration;
 

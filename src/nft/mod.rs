@@ -13,7 +13,6 @@ mod families;
 mod full;
 pub mod guard;
 pub mod kdiff;
-pub mod netlink;
 pub mod owners;
 mod report;
 pub mod wire;
@@ -22,6 +21,7 @@ pub use error::NftError;
 pub use report::{Resync, SyncKind, SyncReport};
 
 use crate::model::Family;
+use crate::netlink;
 use crate::render::{self, MapName, Ruleset, Update};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};

@@ -4,17 +4,17 @@
 //! them.
 
 use super::element::{self, DataRef, Laid};
-use super::netlink::NfFamily;
-use super::netlink::abi::{
+use crate::model::Family;
+use crate::netlink::NfFamily;
+use crate::netlink::abi::{
     NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NFT_MSG_DELOBJ, NFT_MSG_DELSETELEM,
     NFT_MSG_NEWSETELEM, NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_LIST_ELEM, NFTA_OBJ_HANDLE, NFTA_OBJ_TABLE,
     NFTA_OBJ_TYPE, NFTA_SET_ELEM_DATA, NFTA_SET_ELEM_FLAGS, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_KEY_END,
     NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA,
     NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE, NLA_F_NESTED, NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST,
 };
-use super::netlink::attr::{put_str, put_with};
-pub use super::netlink::send::Sender;
-use crate::model::Family;
+use crate::netlink::attr::{put_str, put_with};
+pub use crate::netlink::send::Sender;
 use crate::render::{Key, MapName, Value};
 use std::io;
 

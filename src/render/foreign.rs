@@ -1,7 +1,7 @@
 //! Objects someone else added to our tables, which a refresh deletes by kind and handle: a name
 //! read from the kernel never reaches a script, whatever characters it holds.
 
-pub use crate::nft::netlink::ObjectKind;
+pub use crate::netlink::ObjectKind;
 
 /// One object someone else added to one of our tables, to be deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -15,7 +15,7 @@ pub struct Foreign {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nft::netlink::abi::{NFT_OBJECT_COUNTER, NFT_OBJECT_CT_HELPER};
+    use crate::netlink::abi::{NFT_OBJECT_COUNTER, NFT_OBJECT_CT_HELPER};
 
     #[test]
     fn sets_sort_before_what_their_elements_may_refer_to() {

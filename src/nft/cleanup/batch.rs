@@ -3,13 +3,13 @@
 //! saying what it does, so a refused transaction names the step the kernel refused.
 
 use super::ChainRef;
-use crate::nft::NftError;
-use crate::nft::netlink::NfFamily;
-use crate::nft::netlink::abi::{
+use crate::netlink::NfFamily;
+use crate::netlink::abi::{
     NFT_MSG_DELCHAIN, NFT_MSG_DELRULE, NFT_MSG_DELTABLE, NFT_MSG_NEWTABLE, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE,
     NFTA_RULE_CHAIN, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_TABLE_NAME, NLM_F_ACK, NLM_F_CREATE,
 };
-use crate::nft::netlink::attr;
+use crate::netlink::attr;
+use crate::nft::NftError;
 use crate::nft::wire::{self, Batch};
 
 /// A removal being written: the batch and, per message, what it does.

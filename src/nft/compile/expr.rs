@@ -2,9 +2,9 @@
 //! netlink attributes, and printed as libnftnl prints them (`nft --debug=netlink`), which is
 //! what the tests compare against `nft`'s own compilation of the same text.
 
-use crate::nft::netlink::abi::*;
-use crate::nft::netlink::attr::{put_str, put_with};
-pub use crate::nft::netlink::nla::Data;
+use crate::netlink::abi::*;
+use crate::netlink::attr::{put_str, put_with};
+pub use crate::netlink::nla::Data;
 use std::fmt;
 
 /// Where a payload load reads from.

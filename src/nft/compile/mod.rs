@@ -22,9 +22,9 @@ pub(crate) use expr::Expr;
 pub use set::{AnonSet, Desc, SetSpec};
 
 use crate::model::Family;
-use crate::nft::netlink::abi::*;
-use crate::nft::netlink::attr::{put_str, put_with};
-use crate::nft::netlink::{Hook, NfFamily};
+use crate::netlink::abi::*;
+use crate::netlink::attr::{put_str, put_with};
+use crate::netlink::{Hook, NfFamily};
 use crate::nft::wire::{Batch, ELEMENT_LIST_BUDGET};
 use parse::{Command, Obj};
 use std::collections::BTreeMap;

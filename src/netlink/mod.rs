@@ -1,8 +1,12 @@
-//! A minimal nfnetlink client for the cheap questions the proxy asks the kernel without `nft`:
-//! the ruleset generation, whether a table or chain holds what it should, what a table holds
-//! and which tables and chains exist (`dump`), where rules jump (`rules`), and the stream of nftables change events (with the process that committed each
-//! generation); over rtnetlink, finding and deleting a network interface (`link`); and
-//! ctnetlink, the conntrack table (`conntrack`).
+//! The netlink floor, below everything that talks to the kernel, importing nothing of the
+//! crate: sockets (`sock`, the crate's only `unsafe`), the kernel's numbers (`abi`), attributes
+//! (`attr` writes them, `nla` reads them), and the families. nf_tables: the cheap questions
+//! the proxy asks without `nft` (the ruleset generation, whether a table or chain holds what
+//! it should, what a table holds and which tables and chains exist (`dump`), where rules jump
+//! (`rules`), the stream of change events with the process that committed each generation)
+//! and sending a batch (`send`); rtnetlink, finding and deleting a network interface (`link`);
+//! ctnetlink, the conntrack table (`conntrack`); ipset and IPVS, what kube-proxy left (`ipset`,
+//! `ipvs`).
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};

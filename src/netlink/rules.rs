@@ -73,10 +73,10 @@ fn jump_target(expr: &[u8]) -> io::Result<Option<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nft::netlink::abi::{
+    use crate::netlink::abi::{
         NF_ACCEPT, NFTA_DATA_VALUE, NFTA_IMMEDIATE_DREG, NFTA_RULE_TABLE, NLA_F_NESTED as NESTED,
     };
-    use crate::nft::netlink::attr::{put_str, put_with};
+    use crate::netlink::attr::{put_str, put_with};
 
     fn expr(b: &mut Vec<u8>, name: &str, data: impl FnOnce(&mut Vec<u8>)) {
         put_with(b, NFTA_LIST_ELEM | NESTED, |b| {

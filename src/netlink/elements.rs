@@ -91,7 +91,7 @@ fn malformed(what: &str) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nft::netlink::abi::{NFTA_SET_ELEM_DATA, NLA_F_NESTED};
+    use crate::netlink::abi::{NFTA_SET_ELEM_DATA, NLA_F_NESTED};
 
     fn put(buf: &mut Vec<u8>, t: u16, payload: &[u8]) {
         buf.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
