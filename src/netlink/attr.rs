@@ -22,3 +22,38 @@ pub(crate) fn put_str(buf: &mut Vec<u8>, kind: u16, s: &str) {
         b.push(0);
     });
 }
+
+/// Writes an attribute holding `payload`.
+pub(crate) fn put(buf: &mut Vec<u8>, kind: u16, payload: &[u8]) {
+    put_with(buf, kind, |b| b.extend_from_slice(payload));
+}
+
+/// Writes a big-endian 32-bit attribute (nf_tables' numbers are in network order).
+pub(crate) fn put_be32(buf: &mut Vec<u8>, kind: u16, v: u32) {
+    put(buf, kind, &v.to_be_bytes());
+}
+
+/// Writes a big-endian 64-bit attribute.
+pub(crate) fn put_be64(buf: &mut Vec<u8>, kind: u16, v: u64) {
+    put(buf, kind, &v.to_be_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attribute_is_its_length_type_payload_and_padding() {
+        let mut buf = Vec::new();
+        put_str(&mut buf, 3, "ab");
+        put_be32(&mut buf, 0x8001, 7);
+        put_with(&mut buf, 5, |b| put(b, 1, &[9]));
+        #[rustfmt::skip]
+        let want = [
+            7, 0, 3, 0, b'a', b'b', 0, 0,
+            8, 0, 1, 0x80, 0, 0, 0, 7,
+            12, 0, 5, 0, 5, 0, 1, 0, 9, 0, 0, 0,
+        ];
+        assert_eq!(buf, want);
+    }
+}

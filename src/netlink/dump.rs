@@ -213,13 +213,7 @@ pub(crate) fn be64(b: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn put(body: &mut Vec<u8>, t: u16, payload: &[u8]) {
-        body.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
-        body.extend_from_slice(&t.to_ne_bytes());
-        body.extend_from_slice(payload);
-        body.resize(body.len().next_multiple_of(4), 0);
-    }
+    use crate::netlink::attr::put;
 
     #[test]
     fn reads_handles_and_refuses_replies_without_one() {

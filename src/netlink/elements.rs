@@ -92,13 +92,7 @@ fn malformed(what: &str) -> io::Error {
 mod tests {
     use super::*;
     use crate::netlink::abi::{NFTA_SET_ELEM_DATA, NLA_F_NESTED};
-
-    fn put(buf: &mut Vec<u8>, t: u16, payload: &[u8]) {
-        buf.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
-        buf.extend_from_slice(&t.to_ne_bytes());
-        buf.extend_from_slice(payload);
-        buf.resize(buf.len().next_multiple_of(4), 0);
-    }
+    use crate::netlink::attr::put;
 
     #[test]
     fn reads_keys_and_data_and_refuses_overlong_attributes() {

@@ -184,11 +184,7 @@ impl Socket {
         buf.extend_from_slice(&0u32.to_ne_bytes());
         buf.extend_from_slice(&[family, 0, 0, 0]);
         for (t, value) in attrs {
-            let payload = [value.as_bytes(), &[0]].concat();
-            buf.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
-            buf.extend_from_slice(&t.to_ne_bytes());
-            buf.extend_from_slice(&payload);
-            buf.resize(buf.len().next_multiple_of(4), 0);
+            attr::put_str(&mut buf, *t, value);
         }
         let len = buf.len() as u32;
         buf[..4].copy_from_slice(&len.to_ne_bytes());

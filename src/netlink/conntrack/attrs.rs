@@ -1,6 +1,7 @@
 //! ctnetlink's wire format, the part the cleanup reads and writes: an entry's tuples decoded
 //! with every length checked, and messages and tuples encoded.
 
+use super::super::attr::put;
 use super::super::{NLM_F_REQUEST, NfFamily};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -164,14 +165,6 @@ pub(super) fn begin(buf: &mut Vec<u8>, msg: u16, flags: u16, seq: u32, family: N
 pub(super) fn finish(buf: &mut [u8], start: usize) {
     let len = (buf.len() - start) as u32;
     buf[start..start + 4].copy_from_slice(&len.to_ne_bytes());
-}
-
-/// Appends attribute `kind` holding `payload`, padded to 4 bytes.
-pub(super) fn put(buf: &mut Vec<u8>, kind: u16, payload: &[u8]) {
-    buf.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
-    buf.extend_from_slice(&kind.to_ne_bytes());
-    buf.extend_from_slice(payload);
-    buf.resize(buf.len().next_multiple_of(4), 0);
 }
 
 /// A tuple's attributes (without the enclosing one).

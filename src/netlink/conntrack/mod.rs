@@ -8,9 +8,10 @@ mod attrs;
 
 pub use attrs::{Entry, Malformed, decode};
 
+use super::attr::put;
 use super::{NLM_F_ACK, NLM_F_DUMP, NLMSG_DONE, NLMSG_ERROR, NfFamily, Socket, attr, be32, messages};
 use attrs::{
-    CTA_STATUS, CTA_TIMEOUT, CTA_TUPLE_ORIG, CTA_TUPLE_REPLY, CTA_ZONE, NLA_F_NESTED, begin, encode_tuple, finish, put,
+    CTA_STATUS, CTA_TIMEOUT, CTA_TUPLE_ORIG, CTA_TUPLE_REPLY, CTA_ZONE, NLA_F_NESTED, begin, encode_tuple, finish,
 };
 use std::io;
 use std::net::SocketAddr;

@@ -3,7 +3,7 @@
 //! what the tests compare against `nft`'s own compilation of the same text.
 
 use crate::netlink::abi::*;
-use crate::netlink::attr::{put_str, put_with};
+use crate::netlink::attr::{put_be32, put_str, put_with};
 pub use crate::netlink::nla::Data;
 use std::fmt;
 
@@ -52,10 +52,6 @@ pub enum Expr {
     Reject { kind: u32, code: u8 },
     /// Adds `sreg` to a set or refreshes its timeout.
     DynsetUpdate { sreg: u32, set: String, set_id: Option<u32>, timeout_ms: Option<u64> },
-}
-
-fn u32_attr(b: &mut Vec<u8>, kind: u16, v: u32) {
-    put_with(b, kind, |b| b.extend_from_slice(&v.to_be_bytes()));
 }
 
 fn value_attr(b: &mut Vec<u8>, kind: u16, bytes: &[u8]) {
@@ -121,32 +117,32 @@ impl Expr {
                     (NFTA_PAYLOAD_OFFSET, *offset),
                     (NFTA_PAYLOAD_LEN, *len),
                 ] {
-                    u32_attr(b, k, v);
+                    put_be32(b, k, v);
                 }
             }
             Expr::Meta { key, dreg } => {
-                [(NFTA_META_KEY, *key), (NFTA_META_DREG, *dreg)].iter().for_each(|&(k, v)| u32_attr(b, k, v))
+                [(NFTA_META_KEY, *key), (NFTA_META_DREG, *dreg)].iter().for_each(|&(k, v)| put_be32(b, k, v))
             }
             Expr::MetaSet { key, sreg } => {
-                [(NFTA_META_KEY, *key), (NFTA_META_SREG, *sreg)].iter().for_each(|&(k, v)| u32_attr(b, k, v))
+                [(NFTA_META_KEY, *key), (NFTA_META_SREG, *sreg)].iter().for_each(|&(k, v)| put_be32(b, k, v))
             }
             Expr::Ct { key, dreg } => {
-                [(NFTA_CT_KEY, *key), (NFTA_CT_DREG, *dreg)].iter().for_each(|&(k, v)| u32_attr(b, k, v))
+                [(NFTA_CT_KEY, *key), (NFTA_CT_DREG, *dreg)].iter().for_each(|&(k, v)| put_be32(b, k, v))
             }
             Expr::Fib { flags, result, dreg } => {
                 [(NFTA_FIB_DREG, *dreg), (NFTA_FIB_RESULT, *result), (NFTA_FIB_FLAGS, *flags)]
                     .iter()
-                    .for_each(|&(k, v)| u32_attr(b, k, v))
+                    .for_each(|&(k, v)| put_be32(b, k, v))
             }
             Expr::Cmp { sreg, op, data } => {
-                u32_attr(b, NFTA_CMP_SREG, *sreg);
-                u32_attr(b, NFTA_CMP_OP, *op);
+                put_be32(b, NFTA_CMP_SREG, *sreg);
+                put_be32(b, NFTA_CMP_OP, *op);
                 value_attr(b, NFTA_CMP_DATA, data);
             }
             Expr::Bitwise { sreg, dreg, mask, xor } => {
-                u32_attr(b, NFTA_BITWISE_SREG, *sreg);
-                u32_attr(b, NFTA_BITWISE_DREG, *dreg);
-                u32_attr(b, NFTA_BITWISE_LEN, mask.len() as u32);
+                put_be32(b, NFTA_BITWISE_SREG, *sreg);
+                put_be32(b, NFTA_BITWISE_DREG, *dreg);
+                put_be32(b, NFTA_BITWISE_LEN, mask.len() as u32);
                 value_attr(b, NFTA_BITWISE_MASK, mask);
                 value_attr(b, NFTA_BITWISE_XOR, xor);
             }
@@ -158,24 +154,24 @@ impl Expr {
                     (NFTA_BYTEORDER_LEN, *len),
                     (NFTA_BYTEORDER_SIZE, *size),
                 ] {
-                    u32_attr(b, k, v);
+                    put_be32(b, k, v);
                 }
             }
             Expr::Lookup { sreg, set, set_id, dreg, invert } => {
-                u32_attr(b, NFTA_LOOKUP_SREG, *sreg);
+                put_be32(b, NFTA_LOOKUP_SREG, *sreg);
                 if let Some(d) = dreg {
-                    u32_attr(b, NFTA_LOOKUP_DREG, *d);
+                    put_be32(b, NFTA_LOOKUP_DREG, *d);
                 }
                 put_str(b, NFTA_LOOKUP_SET, set);
                 if let Some(id) = set_id {
-                    u32_attr(b, NFTA_LOOKUP_SET_ID, *id);
+                    put_be32(b, NFTA_LOOKUP_SET_ID, *id);
                 }
                 if *invert {
-                    u32_attr(b, NFTA_LOOKUP_FLAGS, NFT_LOOKUP_F_INV);
+                    put_be32(b, NFTA_LOOKUP_FLAGS, NFT_LOOKUP_F_INV);
                 }
             }
             Expr::Immediate { dreg, data } => {
-                u32_attr(b, NFTA_IMMEDIATE_DREG, *dreg);
+                put_be32(b, NFTA_IMMEDIATE_DREG, *dreg);
                 put_with(b, NFTA_IMMEDIATE_DATA | NESTED, |b| match data {
                     Data::Value(v) => put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(v)),
                     Data::Verdict(code, chain) => put_with(b, NFTA_DATA_VERDICT | NESTED, |b| {
@@ -193,7 +189,7 @@ impl Expr {
                 (NFTA_NG_OFFSET, *offset),
             ]
             .iter()
-            .for_each(|&(k, v)| u32_attr(b, k, v)),
+            .for_each(|&(k, v)| put_be32(b, k, v)),
             Expr::Hash { sreg, dreg, len, modulus, seed, offset } => [
                 (NFTA_HASH_SREG, *sreg),
                 (NFTA_HASH_DREG, *dreg),
@@ -204,7 +200,7 @@ impl Expr {
                 (NFTA_HASH_TYPE, NFT_HASH_JENKINS),
             ]
             .iter()
-            .for_each(|&(k, v)| u32_attr(b, k, v)),
+            .for_each(|&(k, v)| put_be32(b, k, v)),
             Expr::Dnat { family, addr, proto, flags } => {
                 [
                     (NFTA_NAT_TYPE, NFT_NAT_DNAT),
@@ -213,23 +209,23 @@ impl Expr {
                     (NFTA_NAT_REG_PROTO_MIN, *proto),
                 ]
                 .iter()
-                .for_each(|&(k, v)| u32_attr(b, k, v));
+                .for_each(|&(k, v)| put_be32(b, k, v));
                 if *flags != 0 {
-                    u32_attr(b, NFTA_NAT_FLAGS, *flags);
+                    put_be32(b, NFTA_NAT_FLAGS, *flags);
                 }
             }
-            Expr::Masq { flags } => u32_attr(b, NFTA_MASQ_FLAGS, *flags),
+            Expr::Masq { flags } => put_be32(b, NFTA_MASQ_FLAGS, *flags),
             Expr::Reject { kind, code } => {
-                u32_attr(b, NFTA_REJECT_TYPE, *kind);
+                put_be32(b, NFTA_REJECT_TYPE, *kind);
                 put_with(b, NFTA_REJECT_ICMP_CODE, |b| b.push(*code));
             }
             Expr::DynsetUpdate { sreg, set, set_id, timeout_ms } => {
                 put_str(b, NFTA_DYNSET_SET_NAME, set);
                 if let Some(id) = set_id {
-                    u32_attr(b, NFTA_DYNSET_SET_ID, *id);
+                    put_be32(b, NFTA_DYNSET_SET_ID, *id);
                 }
-                u32_attr(b, NFTA_DYNSET_OP, NFT_DYNSET_OP_UPDATE);
-                u32_attr(b, NFTA_DYNSET_SREG_KEY, *sreg);
+                put_be32(b, NFTA_DYNSET_OP, NFT_DYNSET_OP_UPDATE);
+                put_be32(b, NFTA_DYNSET_SREG_KEY, *sreg);
                 if let Some(ms) = timeout_ms {
                     put_with(b, NFTA_DYNSET_TIMEOUT, |b| b.extend_from_slice(&ms.to_be_bytes()));
                 }

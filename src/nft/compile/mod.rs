@@ -23,7 +23,7 @@ pub use set::{AnonSet, Desc, SetSpec};
 
 use crate::model::Family;
 use crate::netlink::abi::*;
-use crate::netlink::attr::{put_str, put_with};
+use crate::netlink::attr::{put_be32, put_be64, put_str, put_with};
 use crate::netlink::{Hook, NfFamily};
 use crate::nft::wire::{Batch, ELEMENT_LIST_BUDGET};
 use parse::{Command, Obj};
@@ -101,7 +101,7 @@ impl Schema {
 /// One element of an anonymous set: its flags, key and verdict.
 fn anon_element(b: &mut Vec<u8>, key: &[u8], flags: u32, data: Option<&Data>) {
     if flags != 0 {
-        u32_attr(b, NFTA_SET_ELEM_FLAGS, flags);
+        put_be32(b, NFTA_SET_ELEM_FLAGS, flags);
     }
     put_with(b, NFTA_SET_ELEM_KEY | NESTED, |b| put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(key)));
     if let Some(Data::Verdict(code, chain)) = data {
@@ -127,14 +127,6 @@ fn hook_number(hook: &str) -> u32 {
         "output" => 3,
         _ => 4,
     }
-}
-
-fn u32_attr(b: &mut Vec<u8>, kind: u16, v: u32) {
-    put_with(b, kind, |b| b.extend_from_slice(&v.to_be_bytes()));
-}
-
-fn u64_attr(b: &mut Vec<u8>, kind: u16, v: u64) {
-    put_with(b, kind, |b| b.extend_from_slice(&v.to_be_bytes()));
 }
 
 /// Compiles `script` into `batch`, learning its sets into `schema`; returns the messages
@@ -258,7 +250,7 @@ impl<'a> Out<'a> {
 
     fn table(&mut self, obj: &Obj, comment: Option<&str>) {
         self.on(NFT_MSG_NEWTABLE, NLM_F_CREATE, obj, |b| {
-            u32_attr(b, NFTA_TABLE_FLAGS, 0);
+            put_be32(b, NFTA_TABLE_FLAGS, 0);
             if let Some(c) = comment {
                 // User data: a comment, NUL-terminated.
                 put_with(b, NFTA_TABLE_USERDATA, |b| {
@@ -285,10 +277,10 @@ impl<'a> Out<'a> {
             put_str(b, NFTA_CHAIN_NAME, name);
             let Some(h) = hook else { return };
             put_str(b, NFTA_CHAIN_TYPE, &h.kind);
-            u32_attr(b, NFTA_CHAIN_POLICY, NF_ACCEPT as u32);
+            put_be32(b, NFTA_CHAIN_POLICY, NF_ACCEPT as u32);
             put_with(b, NFTA_CHAIN_HOOK | NESTED, |b| {
-                u32_attr(b, NFTA_HOOK_HOOKNUM, hook_number(&h.hook));
-                u32_attr(b, NFTA_HOOK_PRIORITY, h.priority as u32);
+                put_be32(b, NFTA_HOOK_HOOKNUM, hook_number(&h.hook));
+                put_be32(b, NFTA_HOOK_PRIORITY, h.priority as u32);
             });
         });
     }
@@ -308,24 +300,24 @@ impl<'a> Out<'a> {
     fn new_set(&mut self, obj: &Obj, s: &set::SetSpec, id: u32) {
         self.on(NFT_MSG_NEWSET, NLM_F_CREATE, obj, |b| {
             put_str(b, NFTA_SET_NAME, &s.name);
-            u32_attr(b, NFTA_SET_FLAGS, s.flags);
-            u32_attr(b, NFTA_SET_KEY_TYPE, s.key.0);
-            u32_attr(b, NFTA_SET_KEY_LEN, s.key.1);
+            put_be32(b, NFTA_SET_FLAGS, s.flags);
+            put_be32(b, NFTA_SET_KEY_TYPE, s.key.0);
+            put_be32(b, NFTA_SET_KEY_LEN, s.key.1);
             if let Some((ty, len)) = s.data {
-                u32_attr(b, NFTA_SET_DATA_TYPE, ty);
-                u32_attr(b, NFTA_SET_DATA_LEN, len);
+                put_be32(b, NFTA_SET_DATA_TYPE, ty);
+                put_be32(b, NFTA_SET_DATA_LEN, len);
             }
-            u32_attr(b, NFTA_SET_ID, id);
+            put_be32(b, NFTA_SET_ID, id);
             if let Some(ms) = s.timeout_ms {
-                u64_attr(b, NFTA_SET_TIMEOUT, ms);
+                put_be64(b, NFTA_SET_TIMEOUT, ms);
             }
             match &s.desc {
                 set::Desc::None => {}
-                set::Desc::Size(n) => put_with(b, NFTA_SET_DESC | NESTED, |b| u32_attr(b, NFTA_SET_DESC_SIZE, *n)),
+                set::Desc::Size(n) => put_with(b, NFTA_SET_DESC | NESTED, |b| put_be32(b, NFTA_SET_DESC_SIZE, *n)),
                 set::Desc::Concat(lens) => put_with(b, NFTA_SET_DESC | NESTED, |b| {
                     put_with(b, NFTA_SET_DESC_CONCAT | NESTED, |b| {
                         for len in lens {
-                            put_with(b, NFTA_LIST_ELEM | NESTED, |b| u32_attr(b, NFTA_SET_FIELD_LEN, *len));
+                            put_with(b, NFTA_LIST_ELEM | NESTED, |b| put_be32(b, NFTA_SET_FIELD_LEN, *len));
                         }
                     })
                 }),
@@ -370,7 +362,7 @@ impl<'a> Out<'a> {
         while elements.peek().is_some() {
             self.on(NFT_MSG_NEWSETELEM, NLM_F_CREATE, obj, |b| {
                 put_str(b, NFTA_SET_ELEM_LIST_SET, &anon.spec.name);
-                u32_attr(b, NFTA_SET_ELEM_LIST_SET_ID, anon.id);
+                put_be32(b, NFTA_SET_ELEM_LIST_SET_ID, anon.id);
                 put_with(b, NFTA_SET_ELEM_LIST_ELEMENTS | NESTED, |b| {
                     let start = b.len();
                     while b.len() - start < ELEMENT_LIST_BUDGET {
@@ -398,9 +390,9 @@ impl<'a> Out<'a> {
         };
         self.on(msg, 0, obj, |b| {
             if let Some(t) = obj_type {
-                u32_attr(b, NFTA_OBJ_TYPE, t);
+                put_be32(b, NFTA_OBJ_TYPE, t);
             }
-            u64_attr(b, attr_handle, handle);
+            put_be64(b, attr_handle, handle);
         });
         Ok(())
     }
