@@ -26,7 +26,7 @@ pub fn addresses_of(name: &str) -> std::io::Result<Vec<IpAddr>> {
     Ok(out)
 }
 
-use crate::nft::netlink::sock::each_address;
+use crate::netlink::sock::each_address;
 
 /// The interface this host's main routing table reaches `ip` through (the longest matching
 /// prefix, then the lowest metric), which is where a packet from `ip` comes in; `None` when

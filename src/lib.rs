@@ -1,6 +1,6 @@
 //! kube-nftproxy: a Kubernetes service proxy that programs nftables.
 #![deny(missing_docs)]
-// Only the netlink socket module (`nft::netlink::sock`) may hold `unsafe`; it says so itself.
+// Only the netlink socket module (`netlink::sock`) may hold `unsafe`; it says so itself.
 #![deny(unsafe_code)]
 
 pub mod config;
@@ -18,6 +18,7 @@ pub mod logging;
 pub mod manifests;
 pub mod metrics;
 pub mod model;
+pub mod netlink;
 pub mod nft;
 pub mod observe;
 pub mod render;

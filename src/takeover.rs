@@ -10,9 +10,9 @@
 //! The daemon's takeover runs on a thread of its own: listing a big iptables ruleset must not
 //! hold up syncs, and a failure is retried a few times, never fatal.
 
+use crate::netlink::link;
 use crate::nft::NftError;
 use crate::nft::cleanup::{self, Leftovers, Removed, Takeover};
-use crate::nft::netlink::link;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};

@@ -43,7 +43,7 @@ mod wire;
 
 use common::proxy::Proxy;
 use kube_nftproxy::config::Config;
-use kube_nftproxy::nft::netlink::Socket;
+use kube_nftproxy::netlink::Socket;
 use kube_nftproxy::nft::{Resync, SyncReport};
 use kube_nftproxy::render::{self, Update};
 use serde_json::{Value, json};

@@ -10,8 +10,8 @@ pub mod sysctl;
 pub use reconcile::{Reconciler, Totals};
 
 use crate::model::Family;
-use crate::nft::netlink::NfFamily;
-use crate::nft::netlink::conntrack::{self, Entry, IPPROTO_UDP};
+use crate::netlink::NfFamily;
+use crate::netlink::conntrack::{self, Entry, IPPROTO_UDP};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -188,7 +188,7 @@ pub fn apply_to_node(settings: &Settings) -> Applied {
     let paths = Paths::default();
     if !paths.proc_dir.join("nf_conntrack_max").exists() {
         // The kernel loads nf_conntrack (with ctnetlink) for the first request to it.
-        let _ = crate::nft::netlink::Socket::open().and_then(|mut s| s.conntrack_count());
+        let _ = crate::netlink::Socket::open().and_then(|mut s| s.conntrack_count());
     }
     let mut applied = Applied::default();
     for outcome in apply(settings, cpus(), &paths) {

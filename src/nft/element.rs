@@ -11,9 +11,9 @@
 //! path with what it lists after the same change sent as text.
 
 use super::compile::Data;
-use super::netlink::abi::{NF_DROP, NFT_GOTO, NFT_SET_ELEM_INTERVAL_END};
-pub use super::netlink::elements::Element;
 use crate::model::Protocol;
+use crate::netlink::abi::{NF_DROP, NFT_GOTO, NFT_SET_ELEM_INTERVAL_END};
+pub use crate::netlink::elements::Element;
 use crate::render::{Key, Value};
 use std::net::IpAddr;
 

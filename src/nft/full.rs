@@ -5,8 +5,9 @@
 
 use super::compile::compile;
 use super::wire::Batch;
-use super::{Applier, NftError, SyncKind, SyncReport, netlink};
+use super::{Applier, NftError, SyncKind, SyncReport};
 use crate::model::Family;
+use crate::netlink;
 use crate::render::{self, Foreign, Found, MapName, ObjectKind, Ruleset, TABLE_NAME};
 
 impl Applier {

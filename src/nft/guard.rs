@@ -7,7 +7,7 @@
 //! cannot tell, and asks for a cheap check instead. Nothing here lists the table.
 
 use super::OwnPorts;
-use super::netlink::{Event, NfFamily, Socket};
+use crate::netlink::{Event, NfFamily, Socket};
 use crate::render::{TABLE_NAME, chain};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,11 +34,11 @@ pub struct Quiet {
 impl Quiet {
     /// Runs `f` with notifications off, then turns them back on.
     pub fn during<T>(&self, f: impl FnOnce() -> T) -> T {
-        if let Err(e) = super::netlink::set_notifications(self.fd, false) {
+        if let Err(e) = crate::netlink::set_notifications(self.fd, false) {
             log::warn!("cannot pause nftables notifications: {e}");
         }
         let result = f();
-        if let Err(e) = super::netlink::set_notifications(self.fd, true) {
+        if let Err(e) = crate::netlink::set_notifications(self.fd, true) {
             log::error!("cannot resume nftables notifications, tampering goes unnoticed: {e}");
         }
         result

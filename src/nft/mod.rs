@@ -7,17 +7,22 @@ pub mod cleanup;
 pub mod compile;
 mod diff;
 pub(crate) mod element;
+mod error;
 pub mod exec;
 mod families;
 mod full;
 pub mod guard;
 pub mod kdiff;
-pub mod netlink;
 pub mod owners;
+mod report;
 pub mod wire;
 
+pub use error::NftError;
+pub use report::{Resync, SyncKind, SyncReport};
+
 use crate::model::Family;
-use crate::render::{self, MapName, RenderError, Ruleset, Update};
+use crate::netlink;
+use crate::render::{self, MapName, Ruleset, Update};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,105 +31,15 @@ use std::time::{Duration, Instant};
 /// 6.2 keep a chain busy for a moment after the last map element pointing to it went.
 pub const STALE_CHAIN_DELAY: Duration = Duration::from_secs(1);
 
-/// Errors talking to nftables.
-#[derive(Debug, thiserror::Error)]
-pub enum NftError {
-    /// A helper command (`exec`) could not be started.
-    #[error("cannot run {program}: {source}")]
-    Spawn {
-        /// The binary.
-        program: String,
-        /// Cause.
-        source: std::io::Error,
-    },
-    /// A helper command (`exec`) ended with a failure.
-    #[error("`{program}` failed ({status}): {message}")]
-    Failed {
-        /// The binary.
-        program: String,
-        /// How it ended.
-        status: std::process::ExitStatus,
-        /// What it said on stderr.
-        message: String,
-    },
-    /// The kernel refused the transaction; nothing of it was applied.
-    #[error("the transaction was rejected: {message}{}", line.as_ref().map(|l| format!("\\n  failing line: {l}")).unwrap_or_default())]
-    Rejected {
-        /// The kernel's message.
-        message: String,
-        /// The script line (or removal step) of the refused message, when there is one.
-        line: Option<String>,
-    },
-    /// A helper command ran past its time limit and was killed.
-    #[error("the command did not finish within {0:?} and was killed")]
-    TimedOut(Duration),
-    /// The kernel refused message `seq` of a batch with `errno`; nothing of it was applied
-    /// (`wire::Lines::explain` names the script line).
-    #[error("the kernel rejected the transaction: {}", std::io::Error::from_raw_os_error(*errno))]
-    Kernel {
-        /// The error.
-        errno: i32,
-        /// The refused message's sequence number in the batch.
-        seq: u32,
-    },
-    /// The daemon is stopping; the run was ended.
-    #[error("stopped: the daemon is shutting down")]
-    Stopped,
-    /// I/O with netlink or a helper command failed.
-    #[error("nft I/O: {0}")]
-    Io(#[from] std::io::Error),
-    /// The script could not be rendered.
-    #[error(transparent)]
-    Render(#[from] RenderError),
-    /// The script could not be compiled.
-    #[error(transparent)]
-    Compile(#[from] compile::CompileError),
-}
-
-/// What kind of transaction a sync sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SyncKind {
-    /// Both tables replaced.
-    Full,
-    /// Every rule rewritten and every map refilled in place (the periodic full sync).
-    Refresh,
-    /// Only changes.
-    Partial,
-    /// Nothing had changed; nothing was sent.
-    Unchanged,
-}
-
-/// The outcome of one successful sync.
-#[derive(Debug)]
-pub struct SyncReport {
-    /// Kind of transaction.
-    pub kind: SyncKind,
-    /// The batch's size.
-    pub bytes: usize,
-    /// The script compiled into it: a partial sync's with its elements, a full sync's without
-    /// (they go from the ruleset straight into the batch).
-    pub script: String,
-    /// Stale chains deleted before it.
-    pub deleted_chains: usize,
-    /// Another process committed while notifications were paused for this sync: whether it
-    /// touched our tables is unknown, so they should be checked.
-    pub unsure: bool,
-    /// Families whose part the kernel refused, with why; the others' went through. Their
-    /// tables keep what they held; the next sync of each is a full one.
-    pub refused: Vec<(Family, NftError)>,
-}
-
-/// What a sync is asked to do beyond sending the changes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resync {
-    /// Only the changes (still a full sync when nothing is known to be applied).
-    Changes,
-    /// Rewrite every rule and element in place: the periodic full sync, repairing drift that
-    /// no notification reported.
-    Refresh,
-    /// Bring the tables back whatever they hold, after tampering or a failure: a refresh in
-    /// place where they exist (everything someone else added goes), else a replacement.
-    Replace,
+// Here rather than in `netlink`, which knows nothing of the model: the proxy's families are
+// nf_tables' `ip` and `ip6`.
+impl From<Family> for netlink::NfFamily {
+    fn from(family: Family) -> netlink::NfFamily {
+        match family {
+            Family::V4 => netlink::NfFamily::Ip,
+            Family::V6 => netlink::NfFamily::Ip6,
+        }
+    }
 }
 
 /// The netlink port ids of the sockets the proxy commits its transactions on, so their change
@@ -318,13 +233,13 @@ impl Applier {
     }
 
     /// When the oldest stale chain may be deleted.
-    fn stale_due(&self) -> Option<Instant> {
+    pub fn stale_due(&self) -> Option<Instant> {
         self.stale.values().min().map(|at| *at + STALE_CHAIN_DELAY)
     }
 
     /// Deletes chains of `scope`'s tables flushed at least `STALE_CHAIN_DELAY` ago, in their
     /// own transaction; a failure is logged and retried by a later sync.
-    fn delete_stale_chains(&mut self, scope: &[Family]) -> Result<usize, NftError> {
+    pub fn delete_stale_chains(&mut self, scope: &[Family]) -> Result<usize, NftError> {
         let due: Vec<(Family, String)> = self
             .stale
             .iter()
@@ -358,39 +273,4 @@ fn declared_sizes(desired: &Ruleset, scope: &[Family]) -> BTreeMap<(Family, MapN
         }
     }
     sizes
-}
-
-impl crate::sync::Kernel for Applier {
-    fn sync(
-        &mut self,
-        desired: &Ruleset,
-        update: &Update,
-        resync: Resync,
-        hold: &[Family],
-    ) -> Result<SyncReport, NftError> {
-        self.sync_families(desired, update, resync, hold)
-    }
-
-    fn cleanup_due(&self) -> Option<Instant> {
-        self.stale_due()
-    }
-
-    fn cleanup(&mut self) -> Result<usize, NftError> {
-        self.delete_stale_chains(&Family::ALL)
-    }
-
-    fn tables_look_intact(&mut self) -> bool {
-        matches!(guard::tables_look_intact(), Ok(true))
-    }
-
-    fn host_addresses(&mut self) -> std::io::Result<Vec<std::net::IpAddr>> {
-        crate::host::interface_addresses()
-    }
-
-    fn clear_udp_flows(
-        &mut self,
-        plan: &crate::conntrack::Plan,
-    ) -> Result<crate::conntrack::Report, crate::conntrack::ConntrackError> {
-        crate::conntrack::clear(plan)
-    }
 }

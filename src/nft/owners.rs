@@ -5,7 +5,7 @@
 //! `pkg/proxy/userspace`, and `pkg/kubelet/kubelet_network_linux.go` for what kubelet makes).
 //! A chain kubelet may own is never kube-proxy's unless the table proves otherwise.
 
-use super::netlink::NfFamily;
+use crate::netlink::NfFamily;
 
 /// Why a `KUBE-*` object is left in place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

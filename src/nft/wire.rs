@@ -4,16 +4,17 @@
 //! them.
 
 use super::element::{self, DataRef, Laid};
-use super::netlink::NfFamily;
-use super::netlink::abi::{
+use crate::model::Family;
+use crate::netlink::NfFamily;
+use crate::netlink::abi::{
     NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NFT_MSG_DELOBJ, NFT_MSG_DELSETELEM,
     NFT_MSG_NEWSETELEM, NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_LIST_ELEM, NFTA_OBJ_HANDLE, NFTA_OBJ_TABLE,
     NFTA_OBJ_TYPE, NFTA_SET_ELEM_DATA, NFTA_SET_ELEM_FLAGS, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_KEY_END,
     NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA,
     NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE, NLA_F_NESTED, NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST,
 };
-pub use super::netlink::send::Sender;
-use crate::model::Family;
+use crate::netlink::attr::{put_str, put_with};
+pub use crate::netlink::send::Sender;
 use crate::render::{Key, MapName, Value};
 use std::io;
 
@@ -31,31 +32,6 @@ pub struct Batch {
 
 fn put_u16(buf: &mut Vec<u8>, v: u16) {
     buf.extend_from_slice(&v.to_ne_bytes());
-}
-
-fn pad(buf: &mut Vec<u8>) {
-    buf.resize(buf.len().next_multiple_of(4), 0);
-}
-
-/// Writes an attribute whose payload `f` appends; nested attributes set `NLA_F_NESTED`.
-pub(crate) fn attr(buf: &mut Vec<u8>, kind: u16, f: impl FnOnce(&mut Vec<u8>)) {
-    let start = buf.len();
-    buf.extend_from_slice(&[0, 0, 0, 0]);
-    f(buf);
-    // Callers keep attributes short (element lists are split by `ELEMENT_LIST_BUDGET`).
-    debug_assert!(buf.len() - start <= usize::from(u16::MAX), "a netlink attribute over 64 KiB");
-    let len = (buf.len() - start) as u16;
-    buf[start..start + 2].copy_from_slice(&len.to_ne_bytes());
-    buf[start + 2..start + 4].copy_from_slice(&kind.to_ne_bytes());
-    pad(buf);
-}
-
-/// Writes a NUL-terminated string attribute.
-pub(crate) fn str_attr(buf: &mut Vec<u8>, kind: u16, s: &str) {
-    attr(buf, kind, |b| {
-        b.extend_from_slice(s.as_bytes());
-        b.push(0);
-    });
 }
 
 impl Default for Batch {
@@ -109,14 +85,14 @@ impl Batch {
         let mut elems = elems.into_iter().peekable();
         while elems.peek().is_some() {
             self.message(kind, flags | NLM_F_ACK, fam, |b| {
-                str_attr(b, NFTA_SET_ELEM_LIST_TABLE, table);
-                str_attr(b, NFTA_SET_ELEM_LIST_SET, &name);
-                attr(b, NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED, |b| {
+                put_str(b, NFTA_SET_ELEM_LIST_TABLE, table);
+                put_str(b, NFTA_SET_ELEM_LIST_SET, &name);
+                put_with(b, NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED, |b| {
                     let start = b.len();
                     while b.len() - start < ELEMENT_LIST_BUDGET {
                         let Some((key, value)) = elems.next() else { break };
                         element::lay_out(key, add.then_some(value), &mut scratch, |e| {
-                            attr(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| element(b, e))
+                            put_with(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| element(b, e))
                         });
                     }
                 });
@@ -137,15 +113,15 @@ impl Batch {
         let mut keys = keys.into_iter().peekable();
         while keys.peek().is_some() {
             self.message(NFT_MSG_DELSETELEM, NLM_F_ACK, fam, |b| {
-                str_attr(b, NFTA_SET_ELEM_LIST_TABLE, table);
-                str_attr(b, NFTA_SET_ELEM_LIST_SET, set);
-                attr(b, NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED, |b| {
+                put_str(b, NFTA_SET_ELEM_LIST_TABLE, table);
+                put_str(b, NFTA_SET_ELEM_LIST_SET, set);
+                put_with(b, NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED, |b| {
                     let start = b.len();
                     while b.len() - start < ELEMENT_LIST_BUDGET {
                         let Some(key) = keys.next() else { break };
-                        attr(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| {
-                            attr(b, NFTA_SET_ELEM_KEY | NLA_F_NESTED, |b| {
-                                attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(key))
+                        put_with(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| {
+                            put_with(b, NFTA_SET_ELEM_KEY | NLA_F_NESTED, |b| {
+                                put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(key))
                             })
                         });
                     }
@@ -159,9 +135,9 @@ impl Batch {
     pub fn delete_object(&mut self, family: Family, table: &str, kind: u32, handle: u64) {
         let fam = NfFamily::from(family) as u8;
         self.message(NFT_MSG_DELOBJ, NLM_F_ACK, fam, |b| {
-            str_attr(b, NFTA_OBJ_TABLE, table);
-            attr(b, NFTA_OBJ_TYPE, |b| b.extend_from_slice(&kind.to_be_bytes()));
-            attr(b, NFTA_OBJ_HANDLE, |b| b.extend_from_slice(&handle.to_be_bytes()));
+            put_str(b, NFTA_OBJ_TABLE, table);
+            put_with(b, NFTA_OBJ_TYPE, |b| b.extend_from_slice(&kind.to_be_bytes()));
+            put_with(b, NFTA_OBJ_HANDLE, |b| b.extend_from_slice(&handle.to_be_bytes()));
         });
     }
 
@@ -189,7 +165,8 @@ pub struct Lines(Vec<(u32, u32)>);
 impl Lines {
     /// Turns the kernel's refusal of message `seq` into an error naming the line of `script`
     /// it came from (an element message has none); other errors pass.
-    pub fn explain(&self, e: super::NftError, script: &str) -> super::NftError {
+    pub fn explain(&self, e: impl Into<super::NftError>, script: &str) -> super::NftError {
+        let e = e.into();
         let super::NftError::Kernel { errno, seq } = e else { return e };
         let line = match self.0.binary_search_by_key(&seq, |(s, _)| *s) {
             Ok(i) => script.lines().nth(self.0[i].1.saturating_sub(1) as usize).map(|l| l.trim().to_string()),
@@ -204,29 +181,31 @@ impl Lines {
 /// One element's attributes: flags, key, a range's last key, data, and the comment.
 fn element(b: &mut Vec<u8>, e: &Laid) {
     if e.flags != 0 {
-        attr(b, NFTA_SET_ELEM_FLAGS, |b| b.extend_from_slice(&e.flags.to_be_bytes()));
+        put_with(b, NFTA_SET_ELEM_FLAGS, |b| b.extend_from_slice(&e.flags.to_be_bytes()));
     }
-    attr(b, NFTA_SET_ELEM_KEY | NLA_F_NESTED, |b| attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(e.key)));
+    put_with(b, NFTA_SET_ELEM_KEY | NLA_F_NESTED, |b| put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(e.key)));
     if let Some(end) = e.key_end {
-        attr(b, NFTA_SET_ELEM_KEY_END | NLA_F_NESTED, |b| attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(end)));
+        put_with(b, NFTA_SET_ELEM_KEY_END | NLA_F_NESTED, |b| {
+            put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(end))
+        });
     }
     match e.data {
         None => {}
         Some(DataRef::Value(v)) => {
-            attr(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(v)))
+            put_with(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(v)))
         }
-        Some(DataRef::Verdict(code, chain)) => attr(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| {
-            attr(b, NFTA_DATA_VERDICT | NLA_F_NESTED, |b| {
-                attr(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
+        Some(DataRef::Verdict(code, chain)) => put_with(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| {
+            put_with(b, NFTA_DATA_VERDICT | NLA_F_NESTED, |b| {
+                put_with(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
                 if let Some(chain) = chain {
-                    str_attr(b, NFTA_VERDICT_CHAIN, chain);
+                    put_str(b, NFTA_VERDICT_CHAIN, chain);
                 }
             })
         }),
     }
     if let Some(text) = e.comment {
         // Userdata TLV: type 0 (comment), length, NUL-terminated text.
-        attr(b, NFTA_SET_ELEM_USERDATA, |b| {
+        put_with(b, NFTA_SET_ELEM_USERDATA, |b| {
             b.push(0);
             b.push((text.len() + 1) as u8);
             b.extend_from_slice(text.as_bytes());

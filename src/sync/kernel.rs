@@ -1,9 +1,10 @@
 //! What the sync loop needs of the node, as a trait: the real one applies through nftables
-//! and netlink (`nft::Applier`), the tests' is in memory.
+//! and netlink (`nft::Applier`, implemented here so `nft` needs nothing of `sync`), the
+//! tests' is in memory.
 
 use crate::conntrack;
 use crate::model::Family;
-use crate::nft::{NftError, Resync, SyncReport};
+use crate::nft::{Applier, NftError, Resync, SyncReport, guard};
 use crate::render::{Ruleset, Update};
 use std::net::IpAddr;
 use std::time::Instant;
@@ -30,4 +31,36 @@ pub trait Kernel {
     fn host_addresses(&mut self) -> std::io::Result<Vec<IpAddr>>;
     /// Deletes the UDP conntrack entries `plan` names (see `conntrack::clear`).
     fn clear_udp_flows(&mut self, plan: &conntrack::Plan) -> Result<conntrack::Report, conntrack::ConntrackError>;
+}
+
+impl Kernel for Applier {
+    fn sync(
+        &mut self,
+        desired: &Ruleset,
+        update: &Update,
+        resync: Resync,
+        hold: &[Family],
+    ) -> Result<SyncReport, NftError> {
+        self.sync_families(desired, update, resync, hold)
+    }
+
+    fn cleanup_due(&self) -> Option<Instant> {
+        self.stale_due()
+    }
+
+    fn cleanup(&mut self) -> Result<usize, NftError> {
+        self.delete_stale_chains(&Family::ALL)
+    }
+
+    fn tables_look_intact(&mut self) -> bool {
+        matches!(guard::tables_look_intact(), Ok(true))
+    }
+
+    fn host_addresses(&mut self) -> std::io::Result<Vec<IpAddr>> {
+        crate::host::interface_addresses()
+    }
+
+    fn clear_udp_flows(&mut self, plan: &conntrack::Plan) -> Result<conntrack::Report, conntrack::ConntrackError> {
+        conntrack::clear(plan)
+    }
 }

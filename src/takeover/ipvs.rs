@@ -8,8 +8,8 @@
 //! `ip_set` on every node, even one that never ran IPVS mode. A subsystem that is not
 //! loaded holds nothing to remove.
 
-use crate::nft::netlink::ipset::{Destroyed, Sets as SetSocket};
-use crate::nft::netlink::ipvs::{self, Flush};
+use crate::netlink::ipset::{Destroyed, Sets as SetSocket};
+use crate::netlink::ipvs::{self, Flush};
 use crate::nft::owners;
 use std::io;
 use std::path::Path;

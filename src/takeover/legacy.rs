@@ -7,10 +7,10 @@
 //! without `-w` it would fail at once whenever kubelet or another agent holds it. The save
 //! only reads, and `iptables-legacy-save` takes no lock.
 
+use crate::netlink::NfFamily;
 use crate::nft::NftError;
 use crate::nft::cleanup::legacy;
 use crate::nft::exec::{self, Limits};
-use crate::nft::netlink::NfFamily;
 use std::time::Duration;
 
 /// The longest the restore waits for the xtables lock: upstream kube-proxy's 5 s, or less

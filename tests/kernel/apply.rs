@@ -10,7 +10,7 @@ use crate::common::{Netns, kernel_available};
 use clap::Parser;
 use kube_nftproxy::config::{Config, Flags};
 use kube_nftproxy::model::{Family, Model};
-use kube_nftproxy::nft::netlink::Socket;
+use kube_nftproxy::netlink::Socket;
 use kube_nftproxy::nft::{Applier, OwnPorts, Resync, SyncKind, SyncReport};
 use kube_nftproxy::render::Update;
 use serde_json::{Value, json};

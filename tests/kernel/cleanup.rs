@@ -16,7 +16,7 @@
 use crate::common::Netns;
 use crate::common::layouts::{ipsets, iptables_available, ipvs_tools_available, load, state};
 use crate::common::net::in_netns;
-use kube_nftproxy::nft::netlink::ipvs;
+use kube_nftproxy::netlink::ipvs;
 use kube_nftproxy::takeover;
 use std::process::{Command, Stdio};
 use std::time::Duration;

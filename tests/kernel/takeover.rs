@@ -16,8 +16,8 @@ use crate::common::layouts::{ipsets, iptables_available, ipvs_tools_available, l
 use crate::common::net::{Probe, Proto, in_netns, probe};
 use crate::common::owner::TableOwner;
 use crate::common::{Netns, Scratch};
-use kube_nftproxy::nft::netlink::conntrack::{IPPROTO_UDP, NewFlow, create};
-use kube_nftproxy::nft::netlink::{NfFamily, Socket, link};
+use kube_nftproxy::netlink::conntrack::{IPPROTO_UDP, NewFlow, create};
+use kube_nftproxy::netlink::{NfFamily, Socket, link};
 use kube_nftproxy::takeover::{Interface, remove_ipvs_interface};
 use serde_json::{Value, json};
 use std::net::SocketAddr;

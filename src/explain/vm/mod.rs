@@ -8,8 +8,8 @@ use super::packet::Packet;
 mod regs;
 
 use super::table::Table;
+use crate::netlink::abi::{NF_ACCEPT, NF_DROP, NFT_GOTO, NFT_JUMP, NFT_RETURN};
 use crate::nft::compile::{Data, Expr};
-use crate::nft::netlink::abi::{NF_ACCEPT, NF_DROP, NFT_GOTO, NFT_JUMP, NFT_RETURN};
 use crate::render::hash;
 use regs::{Random, narrow, offset, read, settle, span, write};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! kind of object, iptables mode's per-service chains counted rather than named.
 
 use super::{ChainRef, JumpRule, Kept};
-use crate::nft::netlink::NfFamily;
+use crate::netlink::NfFamily;
 use crate::nft::owners::{self, Keep};
 
 /// Most chain names one log line lists before it counts the rest.

@@ -3,7 +3,7 @@
 //! removed by an `iptables-legacy-restore --noflush` script that deletes the rules elsewhere
 //! leading to them, then flushes and deletes them, and names nothing else.
 
-use crate::nft::netlink::NfFamily;
+use crate::netlink::NfFamily;
 use crate::nft::owners::{self, Verdict};
 
 /// What goes from one family's legacy tables.

@@ -12,8 +12,8 @@ mod describe;
 pub mod legacy;
 
 use super::NftError;
-use super::netlink::{NfFamily, Socket};
 use super::owners::{self, Keep, Verdict};
+use crate::netlink::{NfFamily, Socket};
 use crate::render::TABLE_NAME;
 use batch::Removal;
 pub use describe::{describe, describe_kept, describe_rules};

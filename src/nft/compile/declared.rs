@@ -6,7 +6,7 @@ use super::expr::Expr;
 use super::set::{AnonSet, SetSpec};
 use super::{Batch, CompileError, Out, Schema};
 use crate::model::Family;
-use crate::nft::netlink::Hook;
+use crate::netlink::Hook;
 use std::collections::BTreeMap;
 
 /// Every table a script leaves declared, by family.

@@ -5,9 +5,9 @@
 //! unknown, which no compiled rule equals.
 
 use super::expr::{Base, Data, Expr};
-use crate::nft::netlink::ListedExpr;
-use crate::nft::netlink::abi::*;
-use crate::nft::netlink::nla::{be64, data, exact_be32, get, nested};
+use crate::netlink::ListedExpr;
+use crate::netlink::abi::*;
+use crate::netlink::nla::{be64, data, exact_be32, get, nested};
 use std::fmt;
 
 /// One listed expression: one this compiler writes, or another one (or a malformed one),
@@ -183,7 +183,7 @@ fn dynset(a: &Attrs<'_>) -> Option<Expr> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nft::netlink::nla;
+    use crate::netlink::nla;
 
     /// Every kind the compiler writes, read back from its own encoding.
     #[test]
@@ -229,7 +229,7 @@ mod tests {
         let listed = |attrs: &[(u16, u32)]| {
             let mut data = Vec::new();
             for &(k, v) in attrs {
-                crate::nft::wire::attr(&mut data, k, |b| b.extend_from_slice(&v.to_be_bytes()));
+                crate::netlink::attr::put_with(&mut data, k, |b| b.extend_from_slice(&v.to_be_bytes()));
             }
             read_back(&ListedExpr { name: "hash".into(), data })
         };

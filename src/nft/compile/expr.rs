@@ -2,8 +2,9 @@
 //! netlink attributes, and printed as libnftnl prints them (`nft --debug=netlink`), which is
 //! what the tests compare against `nft`'s own compilation of the same text.
 
-use crate::nft::netlink::abi::*;
-use crate::nft::wire::{attr, str_attr};
+use crate::netlink::abi::*;
+use crate::netlink::attr::{put_be32, put_str, put_with};
+pub use crate::netlink::nla::Data;
 use std::fmt;
 
 /// Where a payload load reads from.
@@ -13,16 +14,6 @@ pub enum Base {
     Network = 1,
     /// The transport header.
     Transport = 2,
-}
-
-/// Immediate data: a value, or a verdict (`NF_DROP`, `NF_ACCEPT`, `NFT_JUMP`, `NFT_GOTO`)
-/// with its chain.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Data {
-    /// Bytes, as the register holds them.
-    Value(Vec<u8>),
-    /// A verdict code and, for jump and goto, the chain.
-    Verdict(i32, Option<String>),
 }
 
 /// One expression. Registers are nf_tables' numbers (0: verdict, 1-4: 16-byte, 8-23: 4-byte).
@@ -63,12 +54,8 @@ pub enum Expr {
     DynsetUpdate { sreg: u32, set: String, set_id: Option<u32>, timeout_ms: Option<u64> },
 }
 
-fn u32_attr(b: &mut Vec<u8>, kind: u16, v: u32) {
-    attr(b, kind, |b| b.extend_from_slice(&v.to_be_bytes()));
-}
-
 fn value_attr(b: &mut Vec<u8>, kind: u16, bytes: &[u8]) {
-    attr(b, kind | NESTED, |b| attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(bytes)));
+    put_with(b, kind | NESTED, |b| put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(bytes)));
 }
 
 const NESTED: u16 = NLA_F_NESTED;
@@ -115,9 +102,9 @@ impl Expr {
 
     /// Appends the expression as one `NFTA_LIST_ELEM` of a rule's expression list.
     pub fn encode(&self, b: &mut Vec<u8>) {
-        attr(b, NFTA_LIST_ELEM | NESTED, |b| {
-            str_attr(b, NFTA_EXPR_NAME, self.name());
-            attr(b, NFTA_EXPR_DATA | NESTED, |b| self.encode_data(b));
+        put_with(b, NFTA_LIST_ELEM | NESTED, |b| {
+            put_str(b, NFTA_EXPR_NAME, self.name());
+            put_with(b, NFTA_EXPR_DATA | NESTED, |b| self.encode_data(b));
         });
     }
 
@@ -130,32 +117,32 @@ impl Expr {
                     (NFTA_PAYLOAD_OFFSET, *offset),
                     (NFTA_PAYLOAD_LEN, *len),
                 ] {
-                    u32_attr(b, k, v);
+                    put_be32(b, k, v);
                 }
             }
             Expr::Meta { key, dreg } => {
-                [(NFTA_META_KEY, *key), (NFTA_META_DREG, *dreg)].iter().for_each(|&(k, v)| u32_attr(b, k, v))
+                [(NFTA_META_KEY, *key), (NFTA_META_DREG, *dreg)].iter().for_each(|&(k, v)| put_be32(b, k, v))
             }
             Expr::MetaSet { key, sreg } => {
-                [(NFTA_META_KEY, *key), (NFTA_META_SREG, *sreg)].iter().for_each(|&(k, v)| u32_attr(b, k, v))
+                [(NFTA_META_KEY, *key), (NFTA_META_SREG, *sreg)].iter().for_each(|&(k, v)| put_be32(b, k, v))
             }
             Expr::Ct { key, dreg } => {
-                [(NFTA_CT_KEY, *key), (NFTA_CT_DREG, *dreg)].iter().for_each(|&(k, v)| u32_attr(b, k, v))
+                [(NFTA_CT_KEY, *key), (NFTA_CT_DREG, *dreg)].iter().for_each(|&(k, v)| put_be32(b, k, v))
             }
             Expr::Fib { flags, result, dreg } => {
                 [(NFTA_FIB_DREG, *dreg), (NFTA_FIB_RESULT, *result), (NFTA_FIB_FLAGS, *flags)]
                     .iter()
-                    .for_each(|&(k, v)| u32_attr(b, k, v))
+                    .for_each(|&(k, v)| put_be32(b, k, v))
             }
             Expr::Cmp { sreg, op, data } => {
-                u32_attr(b, NFTA_CMP_SREG, *sreg);
-                u32_attr(b, NFTA_CMP_OP, *op);
+                put_be32(b, NFTA_CMP_SREG, *sreg);
+                put_be32(b, NFTA_CMP_OP, *op);
                 value_attr(b, NFTA_CMP_DATA, data);
             }
             Expr::Bitwise { sreg, dreg, mask, xor } => {
-                u32_attr(b, NFTA_BITWISE_SREG, *sreg);
-                u32_attr(b, NFTA_BITWISE_DREG, *dreg);
-                u32_attr(b, NFTA_BITWISE_LEN, mask.len() as u32);
+                put_be32(b, NFTA_BITWISE_SREG, *sreg);
+                put_be32(b, NFTA_BITWISE_DREG, *dreg);
+                put_be32(b, NFTA_BITWISE_LEN, mask.len() as u32);
                 value_attr(b, NFTA_BITWISE_MASK, mask);
                 value_attr(b, NFTA_BITWISE_XOR, xor);
             }
@@ -167,30 +154,30 @@ impl Expr {
                     (NFTA_BYTEORDER_LEN, *len),
                     (NFTA_BYTEORDER_SIZE, *size),
                 ] {
-                    u32_attr(b, k, v);
+                    put_be32(b, k, v);
                 }
             }
             Expr::Lookup { sreg, set, set_id, dreg, invert } => {
-                u32_attr(b, NFTA_LOOKUP_SREG, *sreg);
+                put_be32(b, NFTA_LOOKUP_SREG, *sreg);
                 if let Some(d) = dreg {
-                    u32_attr(b, NFTA_LOOKUP_DREG, *d);
+                    put_be32(b, NFTA_LOOKUP_DREG, *d);
                 }
-                str_attr(b, NFTA_LOOKUP_SET, set);
+                put_str(b, NFTA_LOOKUP_SET, set);
                 if let Some(id) = set_id {
-                    u32_attr(b, NFTA_LOOKUP_SET_ID, *id);
+                    put_be32(b, NFTA_LOOKUP_SET_ID, *id);
                 }
                 if *invert {
-                    u32_attr(b, NFTA_LOOKUP_FLAGS, NFT_LOOKUP_F_INV);
+                    put_be32(b, NFTA_LOOKUP_FLAGS, NFT_LOOKUP_F_INV);
                 }
             }
             Expr::Immediate { dreg, data } => {
-                u32_attr(b, NFTA_IMMEDIATE_DREG, *dreg);
-                attr(b, NFTA_IMMEDIATE_DATA | NESTED, |b| match data {
-                    Data::Value(v) => attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(v)),
-                    Data::Verdict(code, chain) => attr(b, NFTA_DATA_VERDICT | NESTED, |b| {
-                        attr(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
+                put_be32(b, NFTA_IMMEDIATE_DREG, *dreg);
+                put_with(b, NFTA_IMMEDIATE_DATA | NESTED, |b| match data {
+                    Data::Value(v) => put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(v)),
+                    Data::Verdict(code, chain) => put_with(b, NFTA_DATA_VERDICT | NESTED, |b| {
+                        put_with(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
                         if let Some(c) = chain {
-                            str_attr(b, NFTA_VERDICT_CHAIN, c);
+                            put_str(b, NFTA_VERDICT_CHAIN, c);
                         }
                     }),
                 });
@@ -202,7 +189,7 @@ impl Expr {
                 (NFTA_NG_OFFSET, *offset),
             ]
             .iter()
-            .for_each(|&(k, v)| u32_attr(b, k, v)),
+            .for_each(|&(k, v)| put_be32(b, k, v)),
             Expr::Hash { sreg, dreg, len, modulus, seed, offset } => [
                 (NFTA_HASH_SREG, *sreg),
                 (NFTA_HASH_DREG, *dreg),
@@ -213,7 +200,7 @@ impl Expr {
                 (NFTA_HASH_TYPE, NFT_HASH_JENKINS),
             ]
             .iter()
-            .for_each(|&(k, v)| u32_attr(b, k, v)),
+            .for_each(|&(k, v)| put_be32(b, k, v)),
             Expr::Dnat { family, addr, proto, flags } => {
                 [
                     (NFTA_NAT_TYPE, NFT_NAT_DNAT),
@@ -222,25 +209,25 @@ impl Expr {
                     (NFTA_NAT_REG_PROTO_MIN, *proto),
                 ]
                 .iter()
-                .for_each(|&(k, v)| u32_attr(b, k, v));
+                .for_each(|&(k, v)| put_be32(b, k, v));
                 if *flags != 0 {
-                    u32_attr(b, NFTA_NAT_FLAGS, *flags);
+                    put_be32(b, NFTA_NAT_FLAGS, *flags);
                 }
             }
-            Expr::Masq { flags } => u32_attr(b, NFTA_MASQ_FLAGS, *flags),
+            Expr::Masq { flags } => put_be32(b, NFTA_MASQ_FLAGS, *flags),
             Expr::Reject { kind, code } => {
-                u32_attr(b, NFTA_REJECT_TYPE, *kind);
-                attr(b, NFTA_REJECT_ICMP_CODE, |b| b.push(*code));
+                put_be32(b, NFTA_REJECT_TYPE, *kind);
+                put_with(b, NFTA_REJECT_ICMP_CODE, |b| b.push(*code));
             }
             Expr::DynsetUpdate { sreg, set, set_id, timeout_ms } => {
-                str_attr(b, NFTA_DYNSET_SET_NAME, set);
+                put_str(b, NFTA_DYNSET_SET_NAME, set);
                 if let Some(id) = set_id {
-                    u32_attr(b, NFTA_DYNSET_SET_ID, *id);
+                    put_be32(b, NFTA_DYNSET_SET_ID, *id);
                 }
-                u32_attr(b, NFTA_DYNSET_OP, NFT_DYNSET_OP_UPDATE);
-                u32_attr(b, NFTA_DYNSET_SREG_KEY, *sreg);
+                put_be32(b, NFTA_DYNSET_OP, NFT_DYNSET_OP_UPDATE);
+                put_be32(b, NFTA_DYNSET_SREG_KEY, *sreg);
                 if let Some(ms) = timeout_ms {
-                    attr(b, NFTA_DYNSET_TIMEOUT, |b| b.extend_from_slice(&ms.to_be_bytes()));
+                    put_with(b, NFTA_DYNSET_TIMEOUT, |b| b.extend_from_slice(&ms.to_be_bytes()));
                 }
             }
         }

@@ -22,9 +22,10 @@ pub(crate) use expr::Expr;
 pub use set::{AnonSet, Desc, SetSpec};
 
 use crate::model::Family;
-use crate::nft::netlink::abi::*;
-use crate::nft::netlink::{Hook, NfFamily};
-use crate::nft::wire::{Batch, ELEMENT_LIST_BUDGET, attr, str_attr};
+use crate::netlink::abi::*;
+use crate::netlink::attr::{put_be32, put_be64, put_str, put_with};
+use crate::netlink::{Hook, NfFamily};
+use crate::nft::wire::{Batch, ELEMENT_LIST_BUDGET};
 use parse::{Command, Obj};
 use std::collections::BTreeMap;
 
@@ -100,15 +101,15 @@ impl Schema {
 /// One element of an anonymous set: its flags, key and verdict.
 fn anon_element(b: &mut Vec<u8>, key: &[u8], flags: u32, data: Option<&Data>) {
     if flags != 0 {
-        u32_attr(b, NFTA_SET_ELEM_FLAGS, flags);
+        put_be32(b, NFTA_SET_ELEM_FLAGS, flags);
     }
-    attr(b, NFTA_SET_ELEM_KEY | NESTED, |b| attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(key)));
+    put_with(b, NFTA_SET_ELEM_KEY | NESTED, |b| put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(key)));
     if let Some(Data::Verdict(code, chain)) = data {
-        attr(b, NFTA_SET_ELEM_DATA | NESTED, |b| {
-            attr(b, NFTA_DATA_VERDICT | NESTED, |b| {
-                attr(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
+        put_with(b, NFTA_SET_ELEM_DATA | NESTED, |b| {
+            put_with(b, NFTA_DATA_VERDICT | NESTED, |b| {
+                put_with(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
                 if let Some(c) = chain {
-                    str_attr(b, NFTA_VERDICT_CHAIN, c);
+                    put_str(b, NFTA_VERDICT_CHAIN, c);
                 }
             })
         });
@@ -126,14 +127,6 @@ fn hook_number(hook: &str) -> u32 {
         "output" => 3,
         _ => 4,
     }
-}
-
-fn u32_attr(b: &mut Vec<u8>, kind: u16, v: u32) {
-    attr(b, kind, |b| b.extend_from_slice(&v.to_be_bytes()));
-}
-
-fn u64_attr(b: &mut Vec<u8>, kind: u16, v: u64) {
-    attr(b, kind, |b| b.extend_from_slice(&v.to_be_bytes()));
 }
 
 /// Compiles `script` into `batch`, learning its sets into `schema`; returns the messages
@@ -204,7 +197,7 @@ impl<'a> Out<'a> {
         let table = obj.table.clone();
         self.msg(kind, flags, obj.family, move |b| {
             // Every object's table is its attribute 1 (`NFTA_TABLE_NAME`, `NFTA_CHAIN_TABLE`…).
-            str_attr(b, NFTA_TABLE_NAME, &table);
+            put_str(b, NFTA_TABLE_NAME, &table);
             f(b);
         });
     }
@@ -237,20 +230,18 @@ impl<'a> Out<'a> {
                 }
             }
             Command::AddChain(obj, name) => self.chain(&obj, &name, None),
-            Command::FlushChain(obj, name) => {
-                self.on(NFT_MSG_DELRULE, 0, &obj, |b| str_attr(b, NFTA_RULE_CHAIN, &name))
-            }
+            Command::FlushChain(obj, name) => self.on(NFT_MSG_DELRULE, 0, &obj, |b| put_str(b, NFTA_RULE_CHAIN, &name)),
             Command::DeleteChain(obj, name) => {
-                self.on(NFT_MSG_DELCHAIN, 0, &obj, |b| str_attr(b, NFTA_CHAIN_NAME, &name))
+                self.on(NFT_MSG_DELCHAIN, 0, &obj, |b| put_str(b, NFTA_CHAIN_NAME, &name))
             }
             Command::AddRule(obj, chain, r) => self.rule(&obj, &chain, &r)?,
             Command::AddSet(obj, s) => self.set(&obj, &s)?,
             Command::FlushSet(obj, name) => {
-                self.on(NFT_MSG_DELSETELEM, 0, &obj, |b| str_attr(b, NFTA_SET_ELEM_LIST_SET, &name))
+                self.on(NFT_MSG_DELSETELEM, 0, &obj, |b| put_str(b, NFTA_SET_ELEM_LIST_SET, &name))
             }
             Command::DeleteSet(obj, name) => {
                 self.schema.sets.remove(&(obj.family, name.clone()));
-                self.on(NFT_MSG_DELSET, 0, &obj, |b| str_attr(b, NFTA_SET_NAME, &name));
+                self.on(NFT_MSG_DELSET, 0, &obj, |b| put_str(b, NFTA_SET_NAME, &name));
             }
             Command::DeleteHandle(obj, kind, handle) => self.delete_handle(&obj, &kind, handle)?,
         }
@@ -259,10 +250,10 @@ impl<'a> Out<'a> {
 
     fn table(&mut self, obj: &Obj, comment: Option<&str>) {
         self.on(NFT_MSG_NEWTABLE, NLM_F_CREATE, obj, |b| {
-            u32_attr(b, NFTA_TABLE_FLAGS, 0);
+            put_be32(b, NFTA_TABLE_FLAGS, 0);
             if let Some(c) = comment {
                 // User data: a comment, NUL-terminated.
-                attr(b, NFTA_TABLE_USERDATA, |b| {
+                put_with(b, NFTA_TABLE_USERDATA, |b| {
                     b.push(0);
                     b.push((c.len() + 1) as u8);
                     b.extend_from_slice(c.as_bytes());
@@ -283,13 +274,13 @@ impl<'a> Out<'a> {
             r.table(obj.family).chains.entry(name.to_string()).or_default().hook = hook;
         }
         self.on(NFT_MSG_NEWCHAIN, NLM_F_CREATE, obj, |b| {
-            str_attr(b, NFTA_CHAIN_NAME, name);
+            put_str(b, NFTA_CHAIN_NAME, name);
             let Some(h) = hook else { return };
-            str_attr(b, NFTA_CHAIN_TYPE, &h.kind);
-            u32_attr(b, NFTA_CHAIN_POLICY, NF_ACCEPT as u32);
-            attr(b, NFTA_CHAIN_HOOK | NESTED, |b| {
-                u32_attr(b, NFTA_HOOK_HOOKNUM, hook_number(&h.hook));
-                u32_attr(b, NFTA_HOOK_PRIORITY, h.priority as u32);
+            put_str(b, NFTA_CHAIN_TYPE, &h.kind);
+            put_be32(b, NFTA_CHAIN_POLICY, NF_ACCEPT as u32);
+            put_with(b, NFTA_CHAIN_HOOK | NESTED, |b| {
+                put_be32(b, NFTA_HOOK_HOOKNUM, hook_number(&h.hook));
+                put_be32(b, NFTA_HOOK_PRIORITY, h.priority as u32);
             });
         });
     }
@@ -308,30 +299,30 @@ impl<'a> Out<'a> {
 
     fn new_set(&mut self, obj: &Obj, s: &set::SetSpec, id: u32) {
         self.on(NFT_MSG_NEWSET, NLM_F_CREATE, obj, |b| {
-            str_attr(b, NFTA_SET_NAME, &s.name);
-            u32_attr(b, NFTA_SET_FLAGS, s.flags);
-            u32_attr(b, NFTA_SET_KEY_TYPE, s.key.0);
-            u32_attr(b, NFTA_SET_KEY_LEN, s.key.1);
+            put_str(b, NFTA_SET_NAME, &s.name);
+            put_be32(b, NFTA_SET_FLAGS, s.flags);
+            put_be32(b, NFTA_SET_KEY_TYPE, s.key.0);
+            put_be32(b, NFTA_SET_KEY_LEN, s.key.1);
             if let Some((ty, len)) = s.data {
-                u32_attr(b, NFTA_SET_DATA_TYPE, ty);
-                u32_attr(b, NFTA_SET_DATA_LEN, len);
+                put_be32(b, NFTA_SET_DATA_TYPE, ty);
+                put_be32(b, NFTA_SET_DATA_LEN, len);
             }
-            u32_attr(b, NFTA_SET_ID, id);
+            put_be32(b, NFTA_SET_ID, id);
             if let Some(ms) = s.timeout_ms {
-                u64_attr(b, NFTA_SET_TIMEOUT, ms);
+                put_be64(b, NFTA_SET_TIMEOUT, ms);
             }
             match &s.desc {
                 set::Desc::None => {}
-                set::Desc::Size(n) => attr(b, NFTA_SET_DESC | NESTED, |b| u32_attr(b, NFTA_SET_DESC_SIZE, *n)),
-                set::Desc::Concat(lens) => attr(b, NFTA_SET_DESC | NESTED, |b| {
-                    attr(b, NFTA_SET_DESC_CONCAT | NESTED, |b| {
+                set::Desc::Size(n) => put_with(b, NFTA_SET_DESC | NESTED, |b| put_be32(b, NFTA_SET_DESC_SIZE, *n)),
+                set::Desc::Concat(lens) => put_with(b, NFTA_SET_DESC | NESTED, |b| {
+                    put_with(b, NFTA_SET_DESC_CONCAT | NESTED, |b| {
                         for len in lens {
-                            attr(b, NFTA_LIST_ELEM | NESTED, |b| u32_attr(b, NFTA_SET_FIELD_LEN, *len));
+                            put_with(b, NFTA_LIST_ELEM | NESTED, |b| put_be32(b, NFTA_SET_FIELD_LEN, *len));
                         }
                     })
                 }),
             }
-            attr(b, NFTA_SET_USERDATA, |b| b.extend_from_slice(&s.udata));
+            put_with(b, NFTA_SET_USERDATA, |b| b.extend_from_slice(&s.udata));
         });
     }
 
@@ -359,8 +350,8 @@ impl<'a> Out<'a> {
             r.table(obj.family).chains.entry(chain.to_string()).or_default().rules.push(rule);
         }
         self.on(NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, obj, |b| {
-            str_attr(b, NFTA_RULE_CHAIN, chain);
-            attr(b, NFTA_RULE_EXPRESSIONS | NESTED, |b| compiled.exprs.iter().for_each(|e| e.encode(b)));
+            put_str(b, NFTA_RULE_CHAIN, chain);
+            put_with(b, NFTA_RULE_EXPRESSIONS | NESTED, |b| compiled.exprs.iter().for_each(|e| e.encode(b)));
         });
         Ok(())
     }
@@ -370,13 +361,13 @@ impl<'a> Out<'a> {
         let mut elements = anon.elements.iter().peekable();
         while elements.peek().is_some() {
             self.on(NFT_MSG_NEWSETELEM, NLM_F_CREATE, obj, |b| {
-                str_attr(b, NFTA_SET_ELEM_LIST_SET, &anon.spec.name);
-                u32_attr(b, NFTA_SET_ELEM_LIST_SET_ID, anon.id);
-                attr(b, NFTA_SET_ELEM_LIST_ELEMENTS | NESTED, |b| {
+                put_str(b, NFTA_SET_ELEM_LIST_SET, &anon.spec.name);
+                put_be32(b, NFTA_SET_ELEM_LIST_SET_ID, anon.id);
+                put_with(b, NFTA_SET_ELEM_LIST_ELEMENTS | NESTED, |b| {
                     let start = b.len();
                     while b.len() - start < ELEMENT_LIST_BUDGET {
                         let Some((key, flags, data)) = elements.next() else { break };
-                        attr(b, NFTA_LIST_ELEM | NESTED, |b| anon_element(b, key, *flags, data.as_ref()));
+                        put_with(b, NFTA_LIST_ELEM | NESTED, |b| anon_element(b, key, *flags, data.as_ref()));
                     }
                 });
             });
@@ -399,9 +390,9 @@ impl<'a> Out<'a> {
         };
         self.on(msg, 0, obj, |b| {
             if let Some(t) = obj_type {
-                u32_attr(b, NFTA_OBJ_TYPE, t);
+                put_be32(b, NFTA_OBJ_TYPE, t);
             }
-            u64_attr(b, attr_handle, handle);
+            put_be64(b, attr_handle, handle);
         });
         Ok(())
     }

@@ -10,7 +10,7 @@ use super::field::{Field, Kind, META_L4PROTO, META_MARK, constant_target, prefix
 use super::lex::Token;
 use super::{AnonSet, CompileError, Schema};
 use crate::model::Family;
-use crate::nft::netlink::abi::{NF_ACCEPT, NF_DROP, NFT_GOTO, NFT_JUMP};
+use crate::netlink::abi::{NF_ACCEPT, NF_DROP, NFT_GOTO, NFT_JUMP};
 
 /// A compiled rule: the anonymous sets it needs first, and its expressions.
 #[derive(Debug, Default)]

@@ -9,7 +9,7 @@ use super::field::{Field, Kind, Load, slots};
 use super::lex::Token;
 use super::parse::SetDecl;
 use crate::model::Family;
-use crate::nft::netlink::abi::{
+use crate::netlink::abi::{
     NFT_DATA_VERDICT, NFT_NG_INCREMENTAL, NFT_NG_RANDOM, NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT,
     NFT_SET_ELEM_INTERVAL_END, NFT_SET_EVAL, NFT_SET_INTERVAL, NFT_SET_MAP, NFT_SET_TIMEOUT,
 };

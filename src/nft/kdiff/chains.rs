@@ -8,11 +8,9 @@
 use super::elements::Owned;
 use super::report::{Change, Kind, Object};
 use crate::model::Family;
+use crate::netlink::abi::{NF_ACCEPT, NFT_DATA_VERDICT, NFT_DYNSET_DEFAULT_SIZE, NFT_SET_EVAL, NFT_VERDICT_DATA_LEN};
+use crate::netlink::{Hook, NfFamily, SetListing};
 use crate::nft::compile::{Data, DeclaredChain, Desc, Expr, ReadExpr, SetSpec};
-use crate::nft::netlink::abi::{
-    NF_ACCEPT, NFT_DATA_VERDICT, NFT_DYNSET_DEFAULT_SIZE, NFT_SET_EVAL, NFT_VERDICT_DATA_LEN,
-};
-use crate::nft::netlink::{Hook, NfFamily, SetListing};
 use std::collections::{BTreeMap, HashMap};
 
 /// A chain as the kernel holds it.
@@ -46,7 +44,7 @@ pub(super) fn anon_name(mut elements: Vec<(Vec<u8>, u32, Option<Data>)>) -> Stri
         .iter()
         .map(|(k, flags, data)| {
             let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
-            let end = if flags & crate::nft::netlink::abi::NFT_SET_ELEM_INTERVAL_END != 0 { " end" } else { "" };
+            let end = if flags & crate::netlink::abi::NFT_SET_ELEM_INTERVAL_END != 0 { " end" } else { "" };
             match data {
                 Some(d) => format!("0x{hex}{end} : {d:?}"),
                 None => format!("0x{hex}{end}"),
@@ -307,7 +305,7 @@ pub(super) fn compare_sets(
 
 /// A verdict as `nft` writes it.
 pub(super) fn verdict_text(code: i32, chain: Option<&str>) -> String {
-    use crate::nft::netlink::abi::{NF_ACCEPT, NF_DROP, NFT_GOTO, NFT_JUMP, NFT_RETURN};
+    use crate::netlink::abi::{NF_ACCEPT, NF_DROP, NFT_GOTO, NFT_JUMP, NFT_RETURN};
     match (code, chain) {
         (NF_ACCEPT, _) => "accept".into(),
         (NF_DROP, _) => "drop".into(),

@@ -3,9 +3,9 @@
 //! back byte for byte stays raw, so what is compared is exactly what the kernel holds.
 
 use crate::model::{Family, Protocol};
+use crate::netlink::abi::{NF_DROP, NFT_GOTO, NFT_SET_ELEM_INTERVAL_END};
 use crate::nft::compile::Data;
 use crate::nft::element::{self, Element};
-use crate::nft::netlink::abi::{NF_DROP, NFT_GOTO, NFT_SET_ELEM_INTERVAL_END};
 use crate::render::{Key, MapName, Value};
 use ipnet::IpNet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

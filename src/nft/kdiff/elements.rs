@@ -6,7 +6,7 @@
 use super::decode::ReadMap;
 use super::report::{Change, Kind, Object};
 use crate::model::{Family, Protocol};
-use crate::nft::netlink::elements::Element;
+use crate::netlink::elements::Element;
 use crate::render::{Entry, Key, MapName, Value, comment};
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -137,7 +137,7 @@ pub(super) struct MapDiff<'a> {
 impl MapDiff<'_> {
     fn change(&self, kind: Kind, text: String) -> Change {
         let (removed, added) = if kind == Kind::Removed { (vec![text], vec![]) } else { (vec![], vec![text]) };
-        let family = crate::nft::netlink::NfFamily::from(self.family).word();
+        let family = crate::netlink::NfFamily::from(self.family).word();
         Change { family, object: Object::Element, name: self.map.to_string(), change: kind, removed, added }
     }
 

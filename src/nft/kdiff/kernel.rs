@@ -5,10 +5,10 @@
 
 use super::chains::{KernelChain, anon_name};
 use crate::model::Family;
+use crate::netlink::abi::NFT_SET_ANONYMOUS;
+use crate::netlink::elements::Element;
+use crate::netlink::{ListedExpr, NfFamily, SetListing, Socket};
 use crate::nft::compile::{Expr, ReadExpr, read_back};
-use crate::nft::netlink::abi::NFT_SET_ANONYMOUS;
-use crate::nft::netlink::elements::Element;
-use crate::nft::netlink::{ListedExpr, NfFamily, SetListing, Socket};
 use crate::render::{MapName, TABLE_NAME};
 use std::collections::{BTreeMap, HashMap};
 use std::io;

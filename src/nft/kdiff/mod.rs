@@ -15,8 +15,8 @@ mod tests;
 pub use report::{Change, Kind, Object, Report, ServiceChanges, Summary};
 
 use crate::model::Family;
+use crate::netlink::Socket;
 use crate::nft::compile::{self, CompileError, Declared, DeclaredTable};
-use crate::nft::netlink::Socket;
 use crate::render::{self, RenderError, Ruleset, Table};
 use chains::ChainDiff;
 use elements::{MapDiff, Owned, Owners};
@@ -76,7 +76,7 @@ fn compare(ruleset: &Ruleset, declared: &Declared, kernel: BTreeMap<Family, Opti
         let declared = declared.tables.get(&family).unwrap_or(&empty);
         if desired.is_some() != held.is_some() {
             let kind = if held.is_none() { Kind::Added } else { Kind::Removed };
-            let word = crate::nft::netlink::NfFamily::from(family).word();
+            let word = crate::netlink::NfFamily::from(family).word();
             let c = Change {
                 family: word,
                 object: Object::Table,
@@ -98,7 +98,7 @@ fn compare(ruleset: &Ruleset, declared: &Declared, kernel: BTreeMap<Family, Opti
 fn compare_elements(
     family: Family,
     desired: Option<&Table>,
-    held: BTreeMap<crate::render::MapName, Vec<crate::nft::netlink::elements::Element>>,
+    held: BTreeMap<crate::render::MapName, Vec<crate::netlink::elements::Element>>,
     out: &mut Vec<Owned>,
 ) {
     let empty = BTreeMap::new();

@@ -4,9 +4,9 @@
 use super::chains::{KernelChain, desired_rules, owner_of_chain};
 use super::kernel::KernelTable;
 use super::*;
+use crate::netlink::SetListing;
+use crate::netlink::elements::Element;
 use crate::nft::compile::Desc;
-use crate::nft::netlink::SetListing;
-use crate::nft::netlink::elements::Element;
 use crate::render::{Key, MapName, Scope, Value};
 use clap::Parser;
 
@@ -133,7 +133,7 @@ fn a_name_longer_than_a_comment_keeps_its_changes_in_one_group() {
     let dispatch = table.maps.get_mut(&MapName::ServiceIps).expect("service-ips");
     let long = dispatch.iter_mut().find(|e| e.comment.as_ref().is_some_and(|c| c.len() == 128)).expect("a cut comment");
     // The kernel's element goes elsewhere than the desired one: removed and added, same service.
-    long.data = Some(crate::nft::compile::Data::Verdict(crate::nft::netlink::abi::NF_DROP, None));
+    long.data = Some(crate::nft::compile::Data::Verdict(crate::netlink::abi::NF_DROP, None));
     let report = compare(&ruleset, &declared, kernel);
     assert_eq!(report.services.len(), 1, "{:?}", report.services.iter().map(|s| &s.service).collect::<Vec<_>>());
     assert!(report.services[0].service.len() > 128, "grouped under the full name: {}", report.services[0].service);
@@ -143,7 +143,7 @@ fn a_name_longer_than_a_comment_keeps_its_changes_in_one_group() {
 
 #[test]
 fn a_verdict_no_desired_rule_has_reads_back_as_nft_writes_it() {
-    use crate::nft::netlink::abi::{NF_DROP, NFT_GOTO, NFT_JUMP};
+    use crate::netlink::abi::{NF_DROP, NFT_GOTO, NFT_JUMP};
     assert_eq!(super::chains::verdict_text(NFT_GOTO, Some("lb-cluster-tcp-3")), "goto lb-cluster-tcp-3");
     assert_eq!(super::chains::verdict_text(NFT_JUMP, Some("c")), "jump c");
     assert_eq!(super::chains::verdict_text(NF_DROP, None), "drop");

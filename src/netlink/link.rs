@@ -2,6 +2,7 @@
 //! The takeover uses it to remove the `kube-ipvs0` dummy interface that upstream
 //! kube-proxy's IPVS mode leaves holding every service IP, without running `ip`.
 
+use super::attr::put;
 use super::{NLM_F_ACK, RECV_TIMEOUT, exchange, finish_message, sock, start_message};
 use std::io;
 const RTM_DELLINK: u16 = 17;
@@ -25,7 +26,7 @@ pub struct Link {
 /// The interface called `name` in this network namespace, if there is one.
 pub fn find(name: &str) -> io::Result<Option<Link>> {
     let mut attrs = Vec::new();
-    put_attr(&mut attrs, IFLA_IFNAME, &[name.as_bytes(), &[0]].concat());
+    put(&mut attrs, IFLA_IFNAME, &[name.as_bytes(), &[0]].concat());
     match request(RTM_GETLINK, 0, 0, &attrs) {
         Ok(Some(reply)) => Ok(Some(parse_link(&reply)?)),
         Ok(None) => Err(io::Error::other("the kernel answered RTM_GETLINK without the link")),
@@ -52,13 +53,6 @@ fn request(kind: u16, index: i32, flags: u16, attrs: &[u8]) -> io::Result<Option
     msg.extend_from_slice(attrs);
     finish_message(&mut msg);
     exchange(&fd, &msg, SEQ)
-}
-
-fn put_attr(buf: &mut Vec<u8>, kind: u16, payload: &[u8]) {
-    buf.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
-    buf.extend_from_slice(&kind.to_ne_bytes());
-    buf.extend_from_slice(payload);
-    buf.resize(buf.len().next_multiple_of(4), 0);
 }
 
 /// Netlink attributes in `data`: (type without the nested/byte-order flags, payload).
@@ -100,10 +94,10 @@ mod tests {
     fn parses_a_links_index_and_kind() {
         let mut body = vec![0u8; IFINFOMSG_LEN];
         body[4..8].copy_from_slice(&7i32.to_ne_bytes());
-        put_attr(&mut body, IFLA_IFNAME, b"kube-ipvs0\0");
+        put(&mut body, IFLA_IFNAME, b"kube-ipvs0\0");
         let mut info = Vec::new();
-        put_attr(&mut info, IFLA_INFO_KIND, b"dummy\0");
-        put_attr(&mut body, IFLA_LINKINFO | 0x8000, &info);
+        put(&mut info, IFLA_INFO_KIND, b"dummy\0");
+        put(&mut body, IFLA_LINKINFO | 0x8000, &info);
         assert_eq!(parse_link(&body).unwrap(), Link { index: 7, kind: Some("dummy".into()) });
         body.truncate(IFINFOMSG_LEN);
         assert_eq!(parse_link(&body).unwrap(), Link { index: 7, kind: None });

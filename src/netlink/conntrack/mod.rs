@@ -8,9 +8,10 @@ mod attrs;
 
 pub use attrs::{Entry, Malformed, decode};
 
+use super::attr::put;
 use super::{NLM_F_ACK, NLM_F_DUMP, NLMSG_DONE, NLMSG_ERROR, NfFamily, Socket, attr, be32, messages};
 use attrs::{
-    CTA_STATUS, CTA_TIMEOUT, CTA_TUPLE_ORIG, CTA_TUPLE_REPLY, CTA_ZONE, NLA_F_NESTED, begin, encode_tuple, finish, put,
+    CTA_STATUS, CTA_TIMEOUT, CTA_TUPLE_ORIG, CTA_TUPLE_REPLY, CTA_ZONE, NLA_F_NESTED, begin, encode_tuple, finish,
 };
 use std::io;
 use std::net::SocketAddr;
@@ -23,7 +24,7 @@ const IPCTNL_MSG_CT_GET_STATS: u16 = 5;
 /// The reply to `IPCTNL_MSG_CT_GET_STATS`.
 const CTA_STATS_GLOBAL_ENTRIES: u16 = 1;
 /// The table changed while it was dumped: some entries may be missing or repeated.
-use crate::nft::netlink::abi::{NLM_F_CREATE, NLM_F_DUMP_INTR, NLM_F_EXCL};
+use crate::netlink::abi::{NLM_F_CREATE, NLM_F_DUMP_INTR, NLM_F_EXCL};
 /// Entry status bits a created entry gets: it has seen replies and is assured; and it is
 /// confirmed, which the kernel sets on entries it creates for ctnetlink (a status that
 /// differs in that bit is refused with EBUSY).
@@ -132,7 +133,7 @@ impl Batch {
         let mut failure = None;
         while answered < queued {
             let n = receive(&self.sock, &mut self.rx)?;
-            for crate::nft::netlink::Msg { kind, body, seq, .. } in messages(&self.rx[..n]) {
+            for crate::netlink::Msg { kind, body, seq, .. } in messages(&self.rx[..n]) {
                 if kind != NLMSG_ERROR || seq.wrapping_sub(first) >= queued {
                     continue;
                 }
@@ -229,7 +230,7 @@ impl Socket {
         let (mut scanned, mut malformed, mut partial) = (0, 0, false);
         loop {
             let n = receive(self, &mut buf)?;
-            for crate::nft::netlink::Msg { kind, flags, body, seq: s, .. } in messages(&buf[..n]) {
+            for crate::netlink::Msg { kind, flags, body, seq: s, .. } in messages(&buf[..n]) {
                 if s != seq {
                     continue;
                 }

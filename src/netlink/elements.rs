@@ -8,9 +8,8 @@ use super::abi::{
     NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA, NFTNL_UDATA_SET_ELEM_COMMENT, NLM_F_DUMP,
 };
 use super::dump::exact_be32;
-use super::nla::{data, get, nested};
+use super::nla::{Data, data, get, nested};
 use super::{NfFamily, Socket, attr};
-use crate::nft::compile::Data;
 use std::io;
 
 /// One element of a set or map.
@@ -92,14 +91,8 @@ fn malformed(what: &str) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nft::netlink::abi::{NFTA_SET_ELEM_DATA, NLA_F_NESTED};
-
-    fn put(buf: &mut Vec<u8>, t: u16, payload: &[u8]) {
-        buf.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
-        buf.extend_from_slice(&t.to_ne_bytes());
-        buf.extend_from_slice(payload);
-        buf.resize(buf.len().next_multiple_of(4), 0);
-    }
+    use crate::netlink::abi::{NFTA_SET_ELEM_DATA, NLA_F_NESTED};
+    use crate::netlink::attr::put;
 
     #[test]
     fn reads_keys_and_data_and_refuses_overlong_attributes() {

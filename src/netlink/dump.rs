@@ -4,14 +4,74 @@
 
 use super::abi::{
     NFPROTO_UNSPEC, NFT_CHAIN_BINDING, NFT_MSG_GETCHAIN, NFT_MSG_GETFLOWTABLE, NFT_MSG_GETOBJ, NFT_MSG_GETRULE,
-    NFT_MSG_GETSET, NFT_MSG_GETTABLE, NFT_SET_ANONYMOUS, NFTA_CHAIN_FLAGS, NFTA_CHAIN_HANDLE, NFTA_CHAIN_NAME,
+    NFT_MSG_GETSET, NFT_MSG_GETTABLE, NFT_OBJECT_CONNLIMIT, NFT_OBJECT_COUNTER, NFT_OBJECT_CT_EXPECT,
+    NFT_OBJECT_CT_HELPER, NFT_OBJECT_CT_TIMEOUT, NFT_OBJECT_LIMIT, NFT_OBJECT_QUOTA, NFT_OBJECT_SECMARK,
+    NFT_OBJECT_SYNPROXY, NFT_OBJECT_TUNNEL, NFT_SET_ANONYMOUS, NFTA_CHAIN_FLAGS, NFTA_CHAIN_HANDLE, NFTA_CHAIN_NAME,
     NFTA_CHAIN_TABLE, NFTA_FLOWTABLE_HANDLE, NFTA_FLOWTABLE_NAME, NFTA_FLOWTABLE_TABLE, NFTA_OBJ_HANDLE, NFTA_OBJ_NAME,
     NFTA_OBJ_TABLE, NFTA_OBJ_TYPE, NFTA_RULE_CHAIN, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_SET_FLAGS, NFTA_SET_HANDLE,
     NFTA_SET_NAME, NFTA_SET_TABLE, NFTA_TABLE_NAME, NLM_F_DUMP,
 };
 use super::{NfFamily, Socket, attr, be32};
-use crate::render::ObjectKind;
-use std::io;
+use std::{fmt, io};
+
+/// What a table holds besides rules and elements. The order is the order of deletion in one
+/// transaction: a set first, since its elements may refer to chains (verdict maps) and to
+/// stateful objects (object maps), which the kernel refuses to delete while referred to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ObjectKind {
+    /// A named set or map.
+    Set,
+    /// A chain.
+    Chain,
+    /// A flowtable.
+    Flowtable,
+    /// A stateful object of this `NFT_OBJECT_*` type (counter, quota, ct helper…).
+    Stateful(u32),
+}
+
+impl ObjectKind {
+    /// The words `nft` 1.0.6 takes in `delete <words> <family> <table> handle <N>`; `None`
+    /// for kinds it cannot delete by handle (ct helpers, timeouts and expectations have no
+    /// `handle` form; connlimit and tunnel objects no syntax at all), which go over netlink.
+    pub fn nft_words(self) -> Option<&'static str> {
+        match self {
+            ObjectKind::Set => Some("set"),
+            ObjectKind::Chain => Some("chain"),
+            ObjectKind::Flowtable => Some("flowtable"),
+            ObjectKind::Stateful(NFT_OBJECT_COUNTER) => Some("counter"),
+            ObjectKind::Stateful(NFT_OBJECT_QUOTA) => Some("quota"),
+            ObjectKind::Stateful(NFT_OBJECT_LIMIT) => Some("limit"),
+            ObjectKind::Stateful(NFT_OBJECT_SECMARK) => Some("secmark"),
+            ObjectKind::Stateful(NFT_OBJECT_SYNPROXY) => Some("synproxy"),
+            ObjectKind::Stateful(_) => None,
+        }
+    }
+
+    /// The `NFT_OBJECT_*` type of a stateful object.
+    pub fn object_type(self) -> Option<u32> {
+        match self {
+            ObjectKind::Stateful(t) => Some(t),
+            ObjectKind::Set | ObjectKind::Chain | ObjectKind::Flowtable => None,
+        }
+    }
+}
+
+impl fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let word = match self {
+            ObjectKind::Stateful(NFT_OBJECT_CT_HELPER) => "ct helper",
+            ObjectKind::Stateful(NFT_OBJECT_CONNLIMIT) => "connlimit",
+            ObjectKind::Stateful(NFT_OBJECT_TUNNEL) => "tunnel",
+            ObjectKind::Stateful(NFT_OBJECT_CT_TIMEOUT) => "ct timeout",
+            ObjectKind::Stateful(NFT_OBJECT_CT_EXPECT) => "ct expectation",
+            other => match other.nft_words() {
+                Some(words) => words,
+                None => return write!(f, "object of type {}", other.object_type().unwrap_or(0)),
+            },
+        };
+        f.write_str(word)
+    }
+}
 
 /// One object listed in a table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,13 +213,7 @@ pub(crate) fn be64(b: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn put(body: &mut Vec<u8>, t: u16, payload: &[u8]) {
-        body.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
-        body.extend_from_slice(&t.to_ne_bytes());
-        body.extend_from_slice(payload);
-        body.resize(body.len().next_multiple_of(4), 0);
-    }
+    use crate::netlink::attr::put;
 
     #[test]
     fn reads_handles_and_refuses_replies_without_one() {

@@ -73,25 +73,25 @@ fn jump_target(expr: &[u8]) -> io::Result<Option<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nft::netlink::abi::{
+    use crate::netlink::abi::{
         NF_ACCEPT, NFTA_DATA_VALUE, NFTA_IMMEDIATE_DREG, NFTA_RULE_TABLE, NLA_F_NESTED as NESTED,
     };
-    use crate::nft::wire::{attr, str_attr};
+    use crate::netlink::attr::{put_str, put_with};
 
     fn expr(b: &mut Vec<u8>, name: &str, data: impl FnOnce(&mut Vec<u8>)) {
-        attr(b, NFTA_LIST_ELEM | NESTED, |b| {
-            str_attr(b, NFTA_EXPR_NAME, name);
-            attr(b, NFTA_EXPR_DATA | NESTED, data);
+        put_with(b, NFTA_LIST_ELEM | NESTED, |b| {
+            put_str(b, NFTA_EXPR_NAME, name);
+            put_with(b, NFTA_EXPR_DATA | NESTED, data);
         });
     }
 
     fn verdict(b: &mut Vec<u8>, code: i32, chain: Option<&str>) {
-        attr(b, NFTA_IMMEDIATE_DREG, |b| b.extend_from_slice(&0u32.to_be_bytes()));
-        attr(b, NFTA_IMMEDIATE_DATA | NESTED, |b| {
-            attr(b, NFTA_DATA_VERDICT | NESTED, |b| {
-                attr(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
+        put_with(b, NFTA_IMMEDIATE_DREG, |b| b.extend_from_slice(&0u32.to_be_bytes()));
+        put_with(b, NFTA_IMMEDIATE_DATA | NESTED, |b| {
+            put_with(b, NFTA_DATA_VERDICT | NESTED, |b| {
+                put_with(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
                 if let Some(chain) = chain {
-                    str_attr(b, NFTA_VERDICT_CHAIN, chain);
+                    put_str(b, NFTA_VERDICT_CHAIN, chain);
                 }
             })
         });
@@ -101,15 +101,17 @@ mod tests {
     /// goto besides.
     fn message() -> Vec<u8> {
         let mut b = vec![2u8, 0, 0, 0];
-        str_attr(&mut b, NFTA_RULE_TABLE, "filter");
-        str_attr(&mut b, NFTA_RULE_CHAIN, "INPUT");
-        attr(&mut b, NFTA_RULE_HANDLE, |b| b.extend_from_slice(&9u64.to_be_bytes()));
-        attr(&mut b, NFTA_RULE_EXPRESSIONS | NESTED, |b| {
-            expr(b, "counter", |b| attr(b, 1, |b| b.extend_from_slice(&0u64.to_be_bytes())));
+        put_str(&mut b, NFTA_RULE_TABLE, "filter");
+        put_str(&mut b, NFTA_RULE_CHAIN, "INPUT");
+        put_with(&mut b, NFTA_RULE_HANDLE, |b| b.extend_from_slice(&9u64.to_be_bytes()));
+        put_with(&mut b, NFTA_RULE_EXPRESSIONS | NESTED, |b| {
+            expr(b, "counter", |b| put_with(b, 1, |b| b.extend_from_slice(&0u64.to_be_bytes())));
             expr(b, "immediate", |b| verdict(b, NF_ACCEPT, None));
             expr(b, "immediate", |b| {
-                attr(b, NFTA_IMMEDIATE_DREG, |b| b.extend_from_slice(&1u32.to_be_bytes()));
-                attr(b, NFTA_IMMEDIATE_DATA | NESTED, |b| attr(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(&[0; 4])));
+                put_with(b, NFTA_IMMEDIATE_DREG, |b| b.extend_from_slice(&1u32.to_be_bytes()));
+                put_with(b, NFTA_IMMEDIATE_DATA | NESTED, |b| {
+                    put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(&[0; 4]))
+                });
             });
             expr(b, "immediate", |b| verdict(b, NFT_JUMP, Some("KUBE-FIREWALL")));
             expr(b, "immediate", |b| verdict(b, NFT_GOTO, Some("KUBE-SERVICES")));

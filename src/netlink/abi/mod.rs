@@ -272,10 +272,20 @@ pub(crate) const NFTA_OBJ_HANDLE: u16 = 6;
 pub(crate) const NFT_OBJECT_COUNTER: u32 = 1;
 /// A quota.
 pub(crate) const NFT_OBJECT_QUOTA: u32 = 2;
+/// A conntrack helper.
+pub(crate) const NFT_OBJECT_CT_HELPER: u32 = 3;
 /// A limit.
 pub(crate) const NFT_OBJECT_LIMIT: u32 = 4;
+/// A connection limit.
+pub(crate) const NFT_OBJECT_CONNLIMIT: u32 = 5;
+/// A tunnel.
+pub(crate) const NFT_OBJECT_TUNNEL: u32 = 6;
+/// A conntrack timeout policy.
+pub(crate) const NFT_OBJECT_CT_TIMEOUT: u32 = 7;
 /// A secmark.
 pub(crate) const NFT_OBJECT_SECMARK: u32 = 8;
+/// A conntrack expectation.
+pub(crate) const NFT_OBJECT_CT_EXPECT: u32 = 9;
 /// A synproxy.
 pub(crate) const NFT_OBJECT_SYNPROXY: u32 = 10;
 /// The flowtable's table.

@@ -1,10 +1,11 @@
 //! ctnetlink's wire format, the part the cleanup reads and writes: an entry's tuples decoded
 //! with every length checked, and messages and tuples encoded.
 
+use super::super::attr::put;
 use super::super::{NLM_F_REQUEST, NfFamily};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-pub(super) use crate::nft::netlink::abi::NFNL_SUBSYS_CTNETLINK;
+pub(super) use crate::netlink::abi::NFNL_SUBSYS_CTNETLINK;
 /// Top-level attributes of an entry.
 pub(super) const CTA_TUPLE_ORIG: u16 = 1;
 pub(super) const CTA_TUPLE_REPLY: u16 = 2;
@@ -24,7 +25,7 @@ const CTA_PROTO_NUM: u16 = 1;
 const CTA_PROTO_SRC_PORT: u16 = 2;
 const CTA_PROTO_DST_PORT: u16 = 3;
 /// Set on attributes that hold attributes.
-pub(super) use crate::nft::netlink::abi::NLA_F_NESTED;
+pub(super) use crate::netlink::abi::NLA_F_NESTED;
 /// The type bits of an attribute's type field.
 const NLA_TYPE_MASK: u16 = 0x3fff;
 
@@ -166,14 +167,6 @@ pub(super) fn finish(buf: &mut [u8], start: usize) {
     buf[start..start + 4].copy_from_slice(&len.to_ne_bytes());
 }
 
-/// Appends attribute `kind` holding `payload`, padded to 4 bytes.
-pub(super) fn put(buf: &mut Vec<u8>, kind: u16, payload: &[u8]) {
-    buf.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
-    buf.extend_from_slice(&kind.to_ne_bytes());
-    buf.extend_from_slice(payload);
-    buf.resize(buf.len().next_multiple_of(4), 0);
-}
-
 /// A tuple's attributes (without the enclosing one).
 pub(super) fn encode_tuple(proto: u8, src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
     let mut ips = Vec::new();
@@ -278,7 +271,7 @@ mod tests {
         put(&mut buf, CTA_ZONE, &3u16.to_be_bytes());
         finish(&mut buf, start);
         assert_eq!(buf.len(), 16 + 4 + 8);
-        let crate::nft::netlink::Msg { kind, flags, body, seq, .. } = messages(&buf).next().expect("one message");
+        let crate::netlink::Msg { kind, flags, body, seq, .. } = messages(&buf).next().expect("one message");
         assert_eq!((kind, flags, seq), ((1 << 8) | 2, NLM_F_REQUEST | NLM_F_ACK, 9));
         assert_eq!(attr(body, CTA_ZONE), Some(&[0u8, 3][..]));
     }

@@ -6,8 +6,7 @@ use super::abi::{
     CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME, CTRL_CMD_GETFAMILY, CTRL_VERSION, GENL_ID_CTRL, IPVS_CMD_FLUSH,
     IPVS_GENL_NAME, IPVS_GENL_VERSION, NLM_F_ACK,
 };
-use super::{RECV_TIMEOUT, exchange, finish_message, nla, sock, start_message};
-use crate::nft::wire;
+use super::{RECV_TIMEOUT, attr, exchange, finish_message, nla, sock, start_message};
 use std::io;
 use std::os::fd::OwnedFd;
 
@@ -66,7 +65,7 @@ fn getfamily_message(seq: u32) -> Vec<u8> {
     let mut buf = Vec::with_capacity(32);
     start_message(&mut buf, GENL_ID_CTRL, NLM_F_ACK, seq);
     buf.extend_from_slice(&[CTRL_CMD_GETFAMILY, CTRL_VERSION, 0, 0]);
-    wire::str_attr(&mut buf, CTRL_ATTR_FAMILY_NAME, IPVS_GENL_NAME);
+    attr::put_str(&mut buf, CTRL_ATTR_FAMILY_NAME, IPVS_GENL_NAME);
     finish_message(&mut buf);
     buf
 }
@@ -124,8 +123,8 @@ mod tests {
     #[test]
     fn reads_the_family_id_from_the_controllers_reply() {
         let mut reply = vec![1, 2, 0, 0];
-        wire::str_attr(&mut reply, CTRL_ATTR_FAMILY_NAME, "IPVS");
-        wire::attr(&mut reply, CTRL_ATTR_FAMILY_ID, |b| b.extend_from_slice(&0x24u16.to_ne_bytes()));
+        attr::put_str(&mut reply, CTRL_ATTR_FAMILY_NAME, "IPVS");
+        attr::put_with(&mut reply, CTRL_ATTR_FAMILY_ID, |b| b.extend_from_slice(&0x24u16.to_ne_bytes()));
         assert_eq!(family_id(&reply).unwrap(), 0x24);
         assert!(family_id(&[1, 2, 0, 0]).is_err());
         assert!(family_id(&[1, 2, 0, 0, 200, 0, 1, 0]).is_err(), "an attribute overrunning the reply");
@@ -141,7 +140,7 @@ mod tests {
                 let mut buf = Vec::new();
                 start_message(&mut buf, GENL_ID_CTRL, NLM_F_ACK, seq);
                 buf.extend_from_slice(&[CTRL_CMD_GETFAMILY, CTRL_VERSION, 0, 0]);
-                wire::str_attr(&mut buf, CTRL_ATTR_FAMILY_NAME, "nlctrl");
+                attr::put_str(&mut buf, CTRL_ATTR_FAMILY_NAME, "nlctrl");
                 finish_message(&mut buf);
                 buf
             })

@@ -5,9 +5,24 @@
 
 use super::abi::{NLM_F_ACK, NLMSG_ERROR};
 use super::sock;
-use crate::nft::NftError;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
+
+/// Why a batch did not go through.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// The kernel refused message `seq` of the batch with `errno`; nothing of it was applied.
+    #[error("the kernel rejected the transaction: {}", io::Error::from_raw_os_error(*errno))]
+    Refused {
+        /// The error.
+        errno: i32,
+        /// The refused message's sequence number in the batch.
+        seq: u32,
+    },
+    /// The socket failed.
+    #[error("netlink I/O: {0}")]
+    Io(#[from] io::Error),
+}
 
 /// A netlink socket kept open for element batches.
 ///
@@ -22,7 +37,7 @@ pub struct Sender {
 impl Sender {
     /// Sends a finished batch as one transaction and waits for the kernel's verdict. After an
     /// error the socket is dropped (unread answers may be left on it) and reopened next time.
-    pub fn send(&self, batch: &[u8]) -> Result<(), NftError> {
+    pub fn send(&self, batch: &[u8]) -> Result<(), SendError> {
         let mut slot = self.fd.borrow_mut();
         let fd = match slot.take() {
             Some(fd) => fd,
@@ -37,19 +52,19 @@ impl Sender {
 
     /// The port id the next batch is sent from (the socket is opened if it is not): what the
     /// kernel's notification of the commit will name.
-    pub fn port(&self) -> Result<u32, NftError> {
+    pub fn port(&self) -> io::Result<u32> {
         let mut slot = self.fd.borrow_mut();
         if slot.is_none() {
             *slot = Some(open()?);
         }
         match slot.as_ref() {
-            Some(fd) => Ok(sock::port_id(fd)?),
-            None => Err(io::Error::other("no socket").into()),
+            Some(fd) => sock::port_id(fd),
+            None => Err(io::Error::other("no socket")),
         }
     }
 }
 
-fn open() -> Result<OwnedFd, NftError> {
+fn open() -> io::Result<OwnedFd> {
     let fd = sock::open(sock::NETLINK_NETFILTER, super::RECV_TIMEOUT)?;
     // Bound now, so its port id is known before the first commit.
     sock::bind_groups(&fd, 0)?;
@@ -57,7 +72,7 @@ fn open() -> Result<OwnedFd, NftError> {
 }
 
 /// Sends a batch on `fd` and reads its acknowledgements.
-fn send_on(fd: &OwnedFd, batch: &[u8]) -> Result<(), NftError> {
+fn send_on(fd: &OwnedFd, batch: &[u8]) -> Result<(), SendError> {
     // A big batch needs a big send buffer, and its acknowledgements a big receive buffer: each
     // is charged at several hundred bytes however small, and an overrun loses them.
     let acked = count_acked(batch);
@@ -88,7 +103,7 @@ fn count_acked(batch: &[u8]) -> usize {
 
 /// Reads acknowledgements until every acked message answered; the first error fails the batch
 /// (the kernel then aborts the whole transaction).
-fn acks(fd: &OwnedFd, mut expected: usize) -> Result<(), NftError> {
+fn acks(fd: &OwnedFd, mut expected: usize) -> Result<(), SendError> {
     let mut buf = vec![0u8; 1 << 16];
     // The first refusal: its errno and the sequence number of the message refused.
     let mut first_error: Option<(i32, u32)> = None;
@@ -115,6 +130,6 @@ fn acks(fd: &OwnedFd, mut expected: usize) -> Result<(), NftError> {
     }
     match first_error {
         None => Ok(()),
-        Some((errno, seq)) => Err(NftError::Kernel { errno, seq }),
+        Some((errno, seq)) => Err(SendError::Refused { errno, seq }),
     }
 }

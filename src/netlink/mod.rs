@@ -1,14 +1,19 @@
-//! A minimal nfnetlink client for the cheap questions the proxy asks the kernel without `nft`:
-//! the ruleset generation, whether a table or chain holds what it should, what a table holds
-//! and which tables and chains exist (`dump`), where rules jump (`rules`), and the stream of nftables change events (with the process that committed each
-//! generation); over rtnetlink, finding and deleting a network interface (`link`); and
-//! ctnetlink, the conntrack table (`conntrack`).
+//! The netlink floor, below everything that talks to the kernel, importing nothing of the
+//! crate: sockets (`sock`, the crate's only `unsafe`), the kernel's numbers (`abi`), attributes
+//! (`attr` writes them, `nla` reads them), and the families. nf_tables: the cheap questions
+//! the proxy asks without `nft` (the ruleset generation, whether a table or chain holds what
+//! it should, what a table holds and which tables and chains exist (`dump`), where rules jump
+//! (`rules`), the stream of change events with the process that committed each generation)
+//! and sending a batch (`send`); rtnetlink, finding and deleting a network interface (`link`);
+//! ctnetlink, the conntrack table (`conntrack`); ipset and IPVS, what kube-proxy left (`ipset`,
+//! `ipvs`).
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
 
 pub(crate) mod abi;
+pub(crate) mod attr;
 pub mod conntrack;
 mod dump;
 pub mod elements;
@@ -22,7 +27,7 @@ pub mod send;
 pub mod sock;
 mod state;
 
-pub use dump::Listed;
+pub use dump::{Listed, ObjectKind};
 pub use rules::RuleJumps;
 pub use state::{ChainListing, Hook, ListedExpr, RuleListing, SetListing};
 
@@ -75,15 +80,6 @@ impl NfFamily {
 impl std::fmt::Display for NfFamily {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.word())
-    }
-}
-
-impl From<crate::model::Family> for NfFamily {
-    fn from(family: crate::model::Family) -> NfFamily {
-        match family {
-            crate::model::Family::V4 => NfFamily::Ip,
-            crate::model::Family::V6 => NfFamily::Ip6,
-        }
     }
 }
 
@@ -188,11 +184,7 @@ impl Socket {
         buf.extend_from_slice(&0u32.to_ne_bytes());
         buf.extend_from_slice(&[family, 0, 0, 0]);
         for (t, value) in attrs {
-            let payload = [value.as_bytes(), &[0]].concat();
-            buf.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
-            buf.extend_from_slice(&t.to_ne_bytes());
-            buf.extend_from_slice(&payload);
-            buf.resize(buf.len().next_multiple_of(4), 0);
+            attr::put_str(&mut buf, *t, value);
         }
         let len = buf.len() as u32;
         buf[..4].copy_from_slice(&len.to_ne_bytes());

@@ -1,10 +1,20 @@
 //! Reading nested netlink attributes out of a reply, every length checked: the one parser that
-//! the element and rule listings (and the compiler's reading of listed expressions) share.
+//! the element and rule listings (and the compiler's reading of listed expressions) share, and
+//! `Data`, the value or verdict an attribute carries.
 
 use super::abi::{NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE, NLA_TYPE_MASK};
 pub(crate) use super::dump::{be64, exact_be32, malformed};
-use crate::nft::compile::Data;
 use std::io;
+
+/// Immediate data: a value, or a verdict (`NF_DROP`, `NF_ACCEPT`, `NFT_JUMP`, `NFT_GOTO`)
+/// with its chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Data {
+    /// Bytes, as the register holds them.
+    Value(Vec<u8>),
+    /// A verdict code and, for jump and goto, the chain.
+    Verdict(i32, Option<String>),
+}
 
 /// The attributes in `data`, each `(type, payload)` with the type's flags cleared; an error if
 /// one overruns it or a header is cut short.
