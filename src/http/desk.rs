@@ -111,11 +111,12 @@ mod tests {
     use super::super::handler::{Answer, Handler};
     use super::super::{Request, Route};
     use super::*;
+    use crate::http::test_client::{read, send};
     use crate::model::Family;
     use mio::Poll;
     use std::collections::BTreeSet;
-    use std::io::{Read, Write};
-    use std::net::{SocketAddr, TcpStream};
+    use std::io::Write;
+    use std::net::SocketAddr;
     use std::sync::mpsc::Receiver;
     use std::time::Instant;
 
@@ -183,27 +184,6 @@ mod tests {
         let (tx, rx) = channel();
         std::thread::spawn(move || l.run(&rx));
         (addr, asked, tx, waker)
-    }
-
-    /// A connection to `addr` that has sent a request for `path`.
-    fn send(addr: SocketAddr, path: &str) -> TcpStream {
-        let start = Instant::now();
-        let mut s = loop {
-            match TcpStream::connect(addr) {
-                Ok(s) => break s,
-                Err(e) if start.elapsed() > Duration::from_secs(2) => panic!("connect {addr}: {e}"),
-                Err(_) => std::thread::sleep(Duration::from_millis(10)),
-            }
-        };
-        s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
-        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("request");
-        s
-    }
-
-    fn read(mut s: TcpStream) -> String {
-        let mut answer = String::new();
-        s.read_to_string(&mut answer).expect("read the answer");
-        answer
     }
 
     #[test]

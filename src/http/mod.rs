@@ -13,6 +13,8 @@ mod conn;
 mod desk;
 mod event_loop;
 mod handler;
+#[cfg(test)]
+pub(crate) mod test_client;
 
 pub use budget::raise_open_files_limit;
 pub use handler::{Answer, Handler, Responder};

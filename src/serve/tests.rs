@@ -5,7 +5,8 @@
 use super::*;
 use crate::health::services::Listen;
 use crate::http::Server;
-use std::io::{Read, Write};
+use crate::http::test_client::{read, send};
+
 use std::net::{Ipv4Addr, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -20,27 +21,6 @@ fn start(fixed: Vec<(SocketAddr, Route)>, metrics: Option<Arc<Metrics>>) -> (Ser
     let health = Arc::new(Health::new(Duration::from_secs(60)));
     let server = Server::start(fixed, Endpoints::new(health, metrics, inbox.clone(), None)).expect("server");
     (server, inbox)
-}
-
-/// A connection to `addr` that has sent a request for `path`.
-fn send(addr: SocketAddr, path: &str) -> TcpStream {
-    let start = Instant::now();
-    let mut s = loop {
-        match TcpStream::connect(addr) {
-            Ok(s) => break s,
-            Err(e) if start.elapsed() > Duration::from_secs(2) => panic!("connect {addr}: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(10)),
-        }
-    };
-    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("request");
-    s
-}
-
-fn read(mut s: TcpStream) -> String {
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).expect("read the answer");
-    answer
 }
 
 #[test]

@@ -3,12 +3,13 @@
 use super::*;
 use crate::health::Health;
 use crate::health::services::Wanted;
+use crate::http::test_client::{read, send_with};
 use crate::http::{Route, Server};
 use crate::inbox::Inbox;
 use crate::metrics::Metrics;
 use crate::serve::Endpoints;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 #[test]
@@ -67,19 +68,8 @@ fn serve(pages: ZPages) -> (SocketAddr, Server<Wanted>) {
 
 /// `GET path` with `accept`: status, lowercased head, body.
 fn get(addr: SocketAddr, path: &str, accept: Option<&str>) -> (u16, String, String) {
-    let start = std::time::Instant::now();
-    let mut s = loop {
-        match TcpStream::connect(addr) {
-            Ok(s) => break s,
-            Err(e) if start.elapsed() > Duration::from_secs(2) => panic!("connect {addr}: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(10)),
-        }
-    };
-    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
     let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n{accept}\r\n").expect("request");
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("answer");
+    let text = read(send_with(addr, path, &accept));
     let (head, body) = text.split_once("\r\n\r\n").expect("a head");
     let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("a status");
     (code, head.to_lowercase(), body.to_string())
