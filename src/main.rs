@@ -2,6 +2,7 @@
 //! removes rules (`--cleanup`), or runs the proxy daemon.
 
 use anyhow::Context;
+use error::{OrInput, RunError};
 use kube_nftproxy::config::{self, Config, ConfigError, Flags};
 use kube_nftproxy::inbox::Inbox;
 use kube_nftproxy::model::Model;
@@ -14,6 +15,8 @@ use std::sync::atomic::AtomicBool;
 
 #[path = "cli/daemon.rs"]
 mod daemon;
+#[path = "cli/error.rs"]
+mod error;
 
 /// The allocator, jemalloc in every build. In the static build musl's own (mallocng) made the
 /// 30k first sync 1.2 to 1.4 times as slow as the glibc build (its CPU time up to the sync 1.4
@@ -25,9 +28,6 @@ mod daemon;
 /// returns what a large sync freed within a second (`.cargo/config.toml`).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-/// Exit status for bad input files and flags.
-const EXIT_BAD_INPUT: u8 = 2;
 
 fn main() -> ExitCode {
     let flags = match config::load_from(std::env::args_os()) {
@@ -42,7 +42,7 @@ fn main() -> ExitCode {
         Err(e) => {
             logging::init(logging::Format::Text, None);
             log::error!("{e}");
-            return ExitCode::from(EXIT_BAD_INPUT);
+            return RunError::Config(e).exit_code();
         }
     };
     let result = if let Some(path) = &flags.write_config_to {
@@ -63,21 +63,14 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            log::error!("{e:#}");
-            // The API server or its credentials are at fault, or the node, not the input.
-            let not_input = e.downcast_ref::<kube::ClientError>().is_some()
-                || e.downcast_ref::<kube::ApiError>().is_some()
-                || e.downcast_ref::<kube::KubeConfigError>().is_some()
-                || e.downcast_ref::<requirements::RequirementError>().is_some()
-                || e.downcast_ref::<conntrack::sysctl::NotSet>().is_some()
-                || matches!(e.downcast_ref::<ConfigError>(), Some(ConfigError::Changed(_)));
-            if not_input { ExitCode::FAILURE } else { ExitCode::from(EXIT_BAD_INPUT) }
+            log::error!("{e}");
+            e.exit_code()
         }
     }
 }
 
 /// `--write-config-to`: the effective configuration written as kube-proxy writes it, then exit.
-fn write_config(flags: &Flags, path: &std::path::Path) -> anyhow::Result<()> {
+fn write_config(flags: &Flags, path: &std::path::Path) -> Result<(), RunError> {
     config::write_config(flags, path)?;
     log::info!("wrote the configuration to {}", path.display());
     Ok(())
@@ -89,7 +82,7 @@ fn api_source(
     node_name: &str,
     inbox: &Arc<Inbox>,
     stop: &Arc<AtomicBool>,
-) -> anyhow::Result<Option<Arc<kube::Shared>>> {
+) -> Result<Option<Arc<kube::Shared>>, RunError> {
     let Some(cfg) =
         kube::client_config(flags.kubeconfig.as_deref(), flags.master.as_deref(), flags.manifests.is_some())?
     else {
@@ -103,33 +96,35 @@ fn api_source(
         // Never negative: refused when the flags were read, as upstream refuses it.
         burst: u32::try_from(flags.kube_api_burst).unwrap_or_default(),
         content_type: kube::ContentType::parse(&flags.kube_api_content_type)
-            .map_err(|e| anyhow::anyhow!("--kube-api-content-type: {e}"))?,
+            .map_err(|e| RunError::Input(anyhow::anyhow!("--kube-api-content-type: {e}")))?,
     };
     let shared = kube::Shared::new(client, settings, node_name, inbox.clone(), stop.clone());
     Ok(Some(Arc::new(shared.with_proxy_name(flags.service_proxy_name.clone()))))
 }
 
-fn dry_run(flags: &Flags) -> anyhow::Result<()> {
+fn dry_run(flags: &Flags) -> Result<(), RunError> {
     let cfg = Config::from_flags(flags)?;
     let model = load_model(flags, &cfg)?;
-    let ruleset = render::render(&model, &cfg)?;
+    let ruleset = render::render(&model, &cfg).input()?;
     for w in ruleset.warnings() {
         log::warn!("{w}");
     }
-    let script = render::full_sync_script(&ruleset, &cfg.node_name)?;
+    let script = render::full_sync_script(&ruleset, &cfg.node_name).input()?;
     std::io::stdout().lock().write_all(script.as_bytes()).context("writing the ruleset")?;
     Ok(())
 }
 
 /// `explain`: where a connection goes through the rules a full sync would apply, and why.
-fn explain(flags: &Flags) -> anyhow::Result<()> {
+fn explain(flags: &Flags) -> Result<(), RunError> {
     let (Some(from), Some(to)) = (&flags.from, &flags.to) else {
-        anyhow::bail!("explain needs --from SRC (a pod IP, `node`, or an outside address) and --to IP:PORT");
+        return Err(RunError::Input(anyhow::anyhow!(
+            "explain needs --from SRC (a pod IP, `node`, or an outside address) and --to IP:PORT"
+        )));
     };
-    let query = kube_nftproxy::explain::Query::parse(from, to, &flags.protocol)?.seen_from_this_host();
+    let query = kube_nftproxy::explain::Query::parse(from, to, &flags.protocol).input()?.seen_from_this_host();
     let cfg = Config::from_flags(flags)?;
     let model = load_model(flags, &cfg)?;
-    let answer = kube_nftproxy::explain::explain(&model, &cfg, &query)?;
+    let answer = kube_nftproxy::explain::explain(&model, &cfg, &query).input()?;
     let out = match flags.output.as_str() {
         "json" => format!("{:#}\n", kube_nftproxy::explain::json(&answer)),
         _ => kube_nftproxy::explain::text(&answer),
@@ -141,13 +136,13 @@ fn explain(flags: &Flags) -> anyhow::Result<()> {
 /// `--dry-run --diff`: exits as `diff` does, 0 when a sync would change nothing, 1 when it
 /// would change something, 2 on trouble of any kind (1 being taken).
 fn dry_run_diff(flags: &Flags) -> ExitCode {
-    let run = || -> anyhow::Result<bool> {
+    let run = || -> Result<bool, RunError> {
         let cfg = Config::from_flags(flags)?;
-        let ruleset = render::render(&load_model(flags, &cfg)?, &cfg)?;
+        let ruleset = render::render(&load_model(flags, &cfg)?, &cfg).input()?;
         for w in ruleset.warnings() {
             log::warn!("{w}");
         }
-        let report = kdiff::against_kernel(&ruleset, &cfg.node_name)?;
+        let report = kdiff::against_kernel(&ruleset, &cfg.node_name).input()?;
         let out = if flags.output == "json" { report.to_json() } else { report.to_text() };
         std::io::stdout().lock().write_all(out.as_bytes()).context("writing the differences")?;
         Ok(report.differences)
@@ -155,18 +150,19 @@ fn dry_run_diff(flags: &Flags) -> ExitCode {
     match run() {
         Ok(differences) => ExitCode::from(u8::from(differences)),
         Err(e) => {
-            log::error!("{e:#}");
-            ExitCode::from(EXIT_BAD_INPUT)
+            log::error!("{e}");
+            ExitCode::from(error::EXIT_BAD_INPUT)
         }
     }
 }
 
 /// The model a one-shot command (`--dry-run`, `explain`) works from: the manifests and a
 /// listing from the API server, as far as given, and this host's addresses.
-fn load_model(flags: &Flags, cfg: &Config) -> anyhow::Result<Model> {
+fn load_model(flags: &Flags, cfg: &Config) -> Result<Model, RunError> {
     let mut model = Model::default();
     if let Some(path) = &flags.manifests {
-        let (loaded, warnings) = manifests::load_model_for(path, &cfg.node_name, cfg.service_proxy_name.as_deref())?;
+        let (loaded, warnings) =
+            manifests::load_model_for(path, &cfg.node_name, cfg.service_proxy_name.as_deref()).input()?;
         for w in warnings {
             log::warn!("{w}");
         }
@@ -174,7 +170,7 @@ fn load_model(flags: &Flags, cfg: &Config) -> anyhow::Result<Model> {
     }
     let inbox = Arc::new(Inbox::default());
     if let Some(api) = api_source(flags, &cfg.node_name, &inbox, &Arc::new(AtomicBool::new(false)))? {
-        kube::list_once(&api).context("listing from the API server")?;
+        kube::list_once(&api).map_err(RunError::api("listing from the API server"))?;
         for change in inbox.wait(std::time::Instant::now()).changes {
             model.file(change);
         }
@@ -184,7 +180,7 @@ fn load_model(flags: &Flags, cfg: &Config) -> anyhow::Result<Model> {
     Ok(model)
 }
 
-fn run_cleanup(flags: &Flags) -> anyhow::Result<()> {
+fn run_cleanup(flags: &Flags) -> Result<(), RunError> {
     requirements::check()?;
     // A running daemon would put back at once what this removes.
     let _owner = lock::try_own()
@@ -198,7 +194,11 @@ fn run_cleanup(flags: &Flags) -> anyhow::Result<()> {
         let all_went = outcome.ok();
         outcome.rules.context("removing kube-proxy's rules")?;
         outcome.interface.with_context(|| format!("removing interface {}", takeover::IPVS_INTERFACE))?;
-        anyhow::ensure!(all_went, "removing what kube-proxy left failed in part (logged above)");
+        if !all_went {
+            return Err(RunError::Input(anyhow::anyhow!(
+                "removing what kube-proxy left failed in part (logged above)"
+            )));
+        }
     } else {
         let found =
             takeover::report("--cleanup --cleanup-kube-proxy removes it").context("looking for kube-proxy's rules")?;
@@ -210,7 +210,7 @@ fn run_cleanup(flags: &Flags) -> anyhow::Result<()> {
 }
 
 /// `--init-only`: what needs more than CAP_NET_ADMIN, done once; each setting must take.
-fn init_only(flags: &Flags) -> anyhow::Result<()> {
+fn init_only(flags: &Flags) -> Result<(), RunError> {
     Config::from_flags(flags)?;
     if flags.service_proxy_name.is_some() {
         log::info!("--init-only: beside kube-proxy (--service-proxy-name) the conntrack settings are its; none set");

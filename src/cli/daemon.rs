@@ -2,6 +2,7 @@
 //! the HTTP endpoints, sync), the node lock, and how it ends.
 
 use super::api_source;
+use super::error::{OrInput, RunError};
 use anyhow::Context;
 use kube_nftproxy::config::{self, Config, ConfigError, Flags};
 use kube_nftproxy::health::Health;
@@ -27,7 +28,7 @@ const LOCK_POLL: Duration = Duration::from_millis(200);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Runs the daemon until a stop signal (or a change to its configuration file).
-pub fn daemon(flags: &Flags) -> anyhow::Result<()> {
+pub fn daemon(flags: &Flags) -> Result<(), RunError> {
     let cfg = Config::from_flags(flags)?;
     let stop = Arc::new(AtomicBool::new(false));
     prepare(flags, &stop)?;
@@ -81,7 +82,7 @@ pub fn daemon(flags: &Flags) -> anyhow::Result<()> {
 
 /// What the process needs before anything else: descriptors, bounded children, and a node
 /// this proxy can run on.
-fn prepare(flags: &Flags, stop: &Arc<AtomicBool>) -> anyhow::Result<()> {
+fn prepare(flags: &Flags, stop: &Arc<AtomicBool>) -> Result<(), RunError> {
     // As Go's runtime for kube-proxy: a listener and a connection per Local Service and
     // checker would not fit systemd's or a runtime's soft limit of 1,024.
     http::raise_open_files_limit();
@@ -103,15 +104,15 @@ type Sources = (Vec<&'static str>, Option<Arc<kube::Shared>>, Observers);
 
 /// Starts the sources and the HTTP endpoints; the metrics are set before the reflectors
 /// start, so their first requests count.
-fn sources(flags: &Flags, cfg: &Config, inbox: &Arc<Inbox>, stop: &Arc<AtomicBool>) -> anyhow::Result<Sources> {
+fn sources(flags: &Flags, cfg: &Config, inbox: &Arc<Inbox>, stop: &Arc<AtomicBool>) -> Result<Sources, RunError> {
     let mut sources = Vec::new();
     if let Some(path) = flags.manifests.clone() {
         let name = cfg.service_proxy_name.clone();
-        manifests::watch_for(path, cfg.node_name.clone(), name, MANIFEST_POLL, stop.clone(), inbox.clone())?;
+        manifests::watch_for(path, cfg.node_name.clone(), name, MANIFEST_POLL, stop.clone(), inbox.clone()).input()?;
         sources.push(manifests::SOURCE);
     }
     let api = api_source(flags, &cfg.node_name, inbox, stop)?;
-    let observe = observers(flags, api.as_deref(), inbox)?;
+    let observe = observers(flags, api.as_deref(), inbox).input()?;
     if let Some(api) = &api {
         log::info!("following the API server at {}", api.client.server());
         kube::start(api)?;
@@ -142,7 +143,7 @@ fn takeover(
 }
 
 /// The daemon's end: an error when it stopped because its configuration file changed.
-fn config_outcome(changed: &std::sync::Mutex<Option<ConfigError>>) -> anyhow::Result<()> {
+fn config_outcome(changed: &std::sync::Mutex<Option<ConfigError>>) -> Result<(), RunError> {
     match changed.lock().map(|mut c| c.take()) {
         Ok(Some(changed)) => Err(changed.into()),
         _ => Ok(()),
