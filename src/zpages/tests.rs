@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::health::Health;
-use crate::health::services::Wanted;
+use crate::health::node_ports::Wanted;
 use crate::http::{Route, Server};
 use crate::inbox::Inbox;
 use crate::metrics::Metrics;
