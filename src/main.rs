@@ -117,9 +117,10 @@ fn explain(run: &Run, cfg: &Config, (from, to, protocol): (&str, &str, &str), js
     let query = kube_nftproxy::explain::Query::parse(from, to, protocol).input()?.seen_from_this_host();
     let model = load_model(run, cfg)?;
     let answer = kube_nftproxy::explain::explain(&model, cfg, &query).input()?;
-    let out = match json {
-        true => format!("{:#}\n", kube_nftproxy::explain::json(&answer)),
-        false => kube_nftproxy::explain::text(&answer),
+    let out = if json {
+        format!("{:#}\n", kube_nftproxy::explain::json(&answer))
+    } else {
+        kube_nftproxy::explain::text(&answer)
     };
     std::io::stdout().lock().write_all(out.as_bytes()).context("writing the answer")?;
     Ok(())
