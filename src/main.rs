@@ -2,7 +2,8 @@
 //! removes rules (`--cleanup`), or runs the proxy daemon.
 
 use anyhow::Context;
-use kube_nftproxy::config::{self, Config, ConfigError, Flags};
+use error::{OrInput, RunError};
+use kube_nftproxy::config::{self, Command, Config, ConfigError, Flags, Run};
 use kube_nftproxy::inbox::Inbox;
 use kube_nftproxy::model::Model;
 use kube_nftproxy::nft::{cleanup, kdiff};
@@ -14,6 +15,8 @@ use std::sync::atomic::AtomicBool;
 
 #[path = "cli/daemon.rs"]
 mod daemon;
+#[path = "cli/error.rs"]
+mod error;
 
 /// The allocator, jemalloc in every build. In the static build musl's own (mallocng) made the
 /// 30k first sync 1.2 to 1.4 times as slow as the glibc build (its CPU time up to the sync 1.4
@@ -25,9 +28,6 @@ mod daemon;
 /// returns what a large sync freed within a second (`.cargo/config.toml`).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-/// Exit status for bad input files and flags.
-const EXIT_BAD_INPUT: u8 = 2;
 
 fn main() -> ExitCode {
     let flags = match config::load_from(std::env::args_os()) {
@@ -42,97 +42,85 @@ fn main() -> ExitCode {
         Err(e) => {
             logging::init(logging::Format::Text, None);
             log::error!("{e}");
-            return ExitCode::from(EXIT_BAD_INPUT);
+            return RunError::Config(e).exit_code();
         }
     };
-    let result = if let Some(path) = &flags.write_config_to {
-        write_config(&flags, path)
-    } else if flags.command.is_some() {
-        explain(&flags)
-    } else if flags.cleanup {
-        run_cleanup(&flags)
-    } else if flags.dry_run && flags.diff {
-        return dry_run_diff(&flags);
-    } else if flags.dry_run {
-        dry_run(&flags)
-    } else if flags.init_only {
-        init_only(&flags)
-    } else {
-        daemon::daemon(&flags)
+    let run = match config::Run::from_flags(&flags) {
+        Ok(run) => run,
+        Err(e) => {
+            log::error!("{e}");
+            return RunError::Config(e).exit_code();
+        }
+    };
+    let result = match &run.command {
+        Command::WriteConfig(path) => write_config(&flags, path),
+        Command::Explain { config, from, to, protocol, json } => explain(&run, config, (from, to, protocol), *json),
+        Command::Cleanup { kube_proxy } => run_cleanup(*kube_proxy),
+        Command::DryRun { config, diff: true, json } => return dry_run_diff(&run, config, *json),
+        Command::DryRun { config, diff: false, .. } => dry_run(&run, config),
+        Command::InitOnly(config) => init_only(&run, config),
+        Command::Daemon(config) => daemon::daemon(&run, config, &flags),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            log::error!("{e:#}");
-            // The API server or its credentials are at fault, or the node, not the input.
-            let not_input = e.downcast_ref::<kube::ClientError>().is_some()
-                || e.downcast_ref::<kube::ApiError>().is_some()
-                || e.downcast_ref::<kube::KubeConfigError>().is_some()
-                || e.downcast_ref::<requirements::RequirementError>().is_some()
-                || e.downcast_ref::<conntrack::sysctl::NotSet>().is_some()
-                || matches!(e.downcast_ref::<ConfigError>(), Some(ConfigError::Changed(_)));
-            if not_input { ExitCode::FAILURE } else { ExitCode::from(EXIT_BAD_INPUT) }
+            log::error!("{e}");
+            e.exit_code()
         }
     }
 }
 
 /// `--write-config-to`: the effective configuration written as kube-proxy writes it, then exit.
-fn write_config(flags: &Flags, path: &std::path::Path) -> anyhow::Result<()> {
+fn write_config(flags: &Flags, path: &std::path::Path) -> Result<(), RunError> {
     config::write_config(flags, path)?;
     log::info!("wrote the configuration to {}", path.display());
     Ok(())
 }
 
-/// The API source's shared state for the flags, if an API server is to be followed.
+/// The API source's shared state, if an API server is to be followed.
 fn api_source(
-    flags: &Flags,
-    node_name: &str,
+    run: &Run,
+    cfg: &Config,
     inbox: &Arc<Inbox>,
     stop: &Arc<AtomicBool>,
-) -> anyhow::Result<Option<Arc<kube::Shared>>> {
-    let Some(cfg) =
-        kube::client_config(flags.kubeconfig.as_deref(), flags.master.as_deref(), flags.manifests.is_some())?
-    else {
+) -> Result<Option<Arc<kube::Shared>>, RunError> {
+    let api = &run.api;
+    let manifests = run.sources.manifests.is_some();
+    let Some(client_cfg) = kube::client_config(api.kubeconfig.as_deref(), api.master.as_deref(), manifests)? else {
         return Ok(None);
     };
-    let client = kube::Client::new(&cfg)?;
+    let client = kube::Client::new(&client_cfg)?;
     let settings = kube::Settings {
-        page_size: flags.list_page_size.max(1),
-        watch_timeout: flags.watch_timeout,
-        qps: flags.kube_api_qps,
-        // Never negative: refused when the flags were read, as upstream refuses it.
-        burst: u32::try_from(flags.kube_api_burst).unwrap_or_default(),
-        content_type: kube::ContentType::parse(&flags.kube_api_content_type)
-            .map_err(|e| anyhow::anyhow!("--kube-api-content-type: {e}"))?,
+        page_size: api.page_size,
+        watch_timeout: api.watch_timeout,
+        qps: api.qps,
+        burst: api.burst,
+        content_type: api.content_type,
     };
-    let shared = kube::Shared::new(client, settings, node_name, inbox.clone(), stop.clone());
-    Ok(Some(Arc::new(shared.with_proxy_name(flags.service_proxy_name.clone()))))
+    let shared = kube::Shared::new(client, settings, &cfg.node_name, inbox.clone(), stop.clone());
+    Ok(Some(Arc::new(shared.with_proxy_name(cfg.service_proxy_name.clone()))))
 }
 
-fn dry_run(flags: &Flags) -> anyhow::Result<()> {
-    let cfg = Config::from_flags(flags)?;
-    let model = load_model(flags, &cfg)?;
-    let ruleset = render::render(&model, &cfg)?;
+fn dry_run(run: &Run, cfg: &Config) -> Result<(), RunError> {
+    let model = load_model(run, cfg)?;
+    let ruleset = render::render(&model, cfg).input()?;
     for w in ruleset.warnings() {
         log::warn!("{w}");
     }
-    let script = render::full_sync_script(&ruleset, &cfg.node_name)?;
+    let script = render::full_sync_script(&ruleset, &cfg.node_name).input()?;
     std::io::stdout().lock().write_all(script.as_bytes()).context("writing the ruleset")?;
     Ok(())
 }
 
 /// `explain`: where a connection goes through the rules a full sync would apply, and why.
-fn explain(flags: &Flags) -> anyhow::Result<()> {
-    let (Some(from), Some(to)) = (&flags.from, &flags.to) else {
-        anyhow::bail!("explain needs --from SRC (a pod IP, `node`, or an outside address) and --to IP:PORT");
-    };
-    let query = kube_nftproxy::explain::Query::parse(from, to, &flags.protocol)?.seen_from_this_host();
-    let cfg = Config::from_flags(flags)?;
-    let model = load_model(flags, &cfg)?;
-    let answer = kube_nftproxy::explain::explain(&model, &cfg, &query)?;
-    let out = match flags.output.as_str() {
-        "json" => format!("{:#}\n", kube_nftproxy::explain::json(&answer)),
-        _ => kube_nftproxy::explain::text(&answer),
+fn explain(run: &Run, cfg: &Config, (from, to, protocol): (&str, &str, &str), json: bool) -> Result<(), RunError> {
+    let query = kube_nftproxy::explain::Query::parse(from, to, protocol).input()?.seen_from_this_host();
+    let model = load_model(run, cfg)?;
+    let answer = kube_nftproxy::explain::explain(&model, cfg, &query).input()?;
+    let out = if json {
+        format!("{:#}\n", kube_nftproxy::explain::json(&answer))
+    } else {
+        kube_nftproxy::explain::text(&answer)
     };
     std::io::stdout().lock().write_all(out.as_bytes()).context("writing the answer")?;
     Ok(())
@@ -140,41 +128,41 @@ fn explain(flags: &Flags) -> anyhow::Result<()> {
 
 /// `--dry-run --diff`: exits as `diff` does, 0 when a sync would change nothing, 1 when it
 /// would change something, 2 on trouble of any kind (1 being taken).
-fn dry_run_diff(flags: &Flags) -> ExitCode {
-    let run = || -> anyhow::Result<bool> {
-        let cfg = Config::from_flags(flags)?;
-        let ruleset = render::render(&load_model(flags, &cfg)?, &cfg)?;
+fn dry_run_diff(run: &Run, cfg: &Config, json: bool) -> ExitCode {
+    let diff = || -> Result<bool, RunError> {
+        let ruleset = render::render(&load_model(run, cfg)?, cfg).input()?;
         for w in ruleset.warnings() {
             log::warn!("{w}");
         }
-        let report = kdiff::against_kernel(&ruleset, &cfg.node_name)?;
-        let out = if flags.output == "json" { report.to_json() } else { report.to_text() };
+        let report = kdiff::against_kernel(&ruleset, &cfg.node_name).input()?;
+        let out = if json { report.to_json() } else { report.to_text() };
         std::io::stdout().lock().write_all(out.as_bytes()).context("writing the differences")?;
         Ok(report.differences)
     };
-    match run() {
+    match diff() {
         Ok(differences) => ExitCode::from(u8::from(differences)),
         Err(e) => {
-            log::error!("{e:#}");
-            ExitCode::from(EXIT_BAD_INPUT)
+            log::error!("{e}");
+            ExitCode::from(error::EXIT_BAD_INPUT)
         }
     }
 }
 
 /// The model a one-shot command (`--dry-run`, `explain`) works from: the manifests and a
 /// listing from the API server, as far as given, and this host's addresses.
-fn load_model(flags: &Flags, cfg: &Config) -> anyhow::Result<Model> {
+fn load_model(run: &Run, cfg: &Config) -> Result<Model, RunError> {
     let mut model = Model::default();
-    if let Some(path) = &flags.manifests {
-        let (loaded, warnings) = manifests::load_model_for(path, &cfg.node_name, cfg.service_proxy_name.as_deref())?;
+    if let Some(path) = &run.sources.manifests {
+        let (loaded, warnings) =
+            manifests::load_model_for(path, &cfg.node_name, cfg.service_proxy_name.as_deref()).input()?;
         for w in warnings {
             log::warn!("{w}");
         }
         model = loaded;
     }
     let inbox = Arc::new(Inbox::default());
-    if let Some(api) = api_source(flags, &cfg.node_name, &inbox, &Arc::new(AtomicBool::new(false)))? {
-        kube::list_once(&api).context("listing from the API server")?;
+    if let Some(api) = api_source(run, cfg, &inbox, &Arc::new(AtomicBool::new(false)))? {
+        kube::list_once(&api).map_err(RunError::api("listing from the API server"))?;
         for change in inbox.wait(std::time::Instant::now()).changes {
             model.file(change);
         }
@@ -184,7 +172,7 @@ fn load_model(flags: &Flags, cfg: &Config) -> anyhow::Result<Model> {
     Ok(model)
 }
 
-fn run_cleanup(flags: &Flags) -> anyhow::Result<()> {
+fn run_cleanup(kube_proxy: bool) -> Result<(), RunError> {
     requirements::check()?;
     // A running daemon would put back at once what this removes.
     let _owner = lock::try_own()
@@ -192,13 +180,17 @@ fn run_cleanup(flags: &Flags) -> anyhow::Result<()> {
         .context("a kube-nftproxy daemon owns this node's tables; stop it before --cleanup")?;
     cleanup::remove_own_tables().context("removing kube-nftproxy's tables")?;
     log::info!("removed kube-nftproxy's tables (ip and ip6 {})", render::TABLE_NAME);
-    if flags.cleanup_kube_proxy {
+    if kube_proxy {
         let outcome = takeover::take_over();
         takeover::log_outcome(&outcome);
         let all_went = outcome.ok();
         outcome.rules.context("removing kube-proxy's rules")?;
         outcome.interface.with_context(|| format!("removing interface {}", takeover::IPVS_INTERFACE))?;
-        anyhow::ensure!(all_went, "removing what kube-proxy left failed in part (logged above)");
+        if !all_went {
+            return Err(RunError::Input(anyhow::anyhow!(
+                "removing what kube-proxy left failed in part (logged above)"
+            )));
+        }
     } else {
         let found =
             takeover::report("--cleanup --cleanup-kube-proxy removes it").context("looking for kube-proxy's rules")?;
@@ -210,13 +202,12 @@ fn run_cleanup(flags: &Flags) -> anyhow::Result<()> {
 }
 
 /// `--init-only`: what needs more than CAP_NET_ADMIN, done once; each setting must take.
-fn init_only(flags: &Flags) -> anyhow::Result<()> {
-    Config::from_flags(flags)?;
-    if flags.service_proxy_name.is_some() {
+fn init_only(run: &Run, cfg: &Config) -> Result<(), RunError> {
+    if cfg.service_proxy_name.is_some() {
         log::info!("--init-only: beside kube-proxy (--service-proxy-name) the conntrack settings are its; none set");
         return Ok(());
     }
-    conntrack::sysctl::apply_to_node(&conntrack::sysctl::Settings::from_flags(flags)).result()?;
+    conntrack::sysctl::apply_to_node(&run.node.conntrack).result()?;
     log::info!("--init-only: conntrack settings in place");
     Ok(())
 }

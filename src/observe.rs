@@ -5,7 +5,7 @@
 use crate::config::Config;
 use crate::health::Health;
 use crate::health::local::LocalView;
-use crate::health::services::{Listen, Wanted};
+use crate::health::node_ports::{Listen, Wanted};
 use crate::http::Server;
 use crate::metrics::Metrics;
 use crate::model::{Changes, Family, Model, ObjectKey, ObjectKind};

@@ -2,15 +2,16 @@
 //! the HTTP endpoints, sync), the node lock, and how it ends.
 
 use super::api_source;
+use super::error::{OrInput, RunError};
 use anyhow::Context;
-use kube_nftproxy::config::{self, Config, ConfigError, Flags};
+use kube_nftproxy::config::{self, Config, ConfigError, Flags, Run};
 use kube_nftproxy::health::Health;
 use kube_nftproxy::http::{self, Route};
 use kube_nftproxy::inbox::Inbox;
 use kube_nftproxy::metrics::Metrics;
 use kube_nftproxy::nft::{Applier, OwnPorts, exec, guard};
 use kube_nftproxy::observe::Observers;
-use kube_nftproxy::sync::{Periods, Syncer};
+use kube_nftproxy::sync::Syncer;
 use kube_nftproxy::{conntrack, kube, lock, manifests, requirements, serve, takeover, zpages};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,26 +27,25 @@ const LOCK_POLL: Duration = Duration::from_millis(200);
 /// How long a stop may take before the process ends without the sync thread.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
-/// Runs the daemon until a stop signal (or a change to its configuration file).
-pub fn daemon(flags: &Flags) -> anyhow::Result<()> {
-    let cfg = Config::from_flags(flags)?;
+/// Runs the daemon until a stop signal (or a change to its configuration file); `flags` only
+/// for the pages that show them (`/configz`, `/flagz`).
+pub fn daemon(run: &Run, cfg: &Config, flags: &Flags) -> Result<(), RunError> {
+    let cfg = cfg.clone();
     let stop = Arc::new(AtomicBool::new(false));
-    prepare(flags, &stop)?;
-    let periods =
-        Periods { min_sync: flags.min_sync_period, sync: flags.sync_period, full_sync: flags.full_sync_period };
+    prepare(run, &stop)?;
     let inbox = Arc::new(Inbox::default());
     let (events, main_events) = channel::<Event>();
     spawn_signal_thread(inbox.clone(), stop.clone(), events.clone())?;
-    let config_changed = watch_config(flags, &inbox, &stop, &events)?;
+    let config_changed = watch_config(run, &inbox, &stop, &events)?;
     let Some(_owner) = lock::own(LOCK_POLL, || stop.load(Ordering::SeqCst)).context("taking the node lock")? else {
         log::info!("stopped while waiting for the other instance");
         return config_outcome(&config_changed);
     };
     // Beside kube-proxy (--service-proxy-name) the node's conntrack settings are its.
-    if flags.service_proxy_name.is_none() {
-        conntrack::sysctl::apply_to_node(&conntrack::sysctl::Settings::from_flags(flags));
+    if cfg.service_proxy_name.is_none() {
+        conntrack::sysctl::apply_to_node(&run.node.conntrack);
     }
-    set_oom_score_adj(flags.oom_score_adj);
+    set_oom_score_adj(run.node.oom_score_adj);
     let own = Arc::new(OwnPorts::default());
     let alarms = inbox.clone();
     let (_guard, quiet) = guard::spawn(own.clone(), stop.clone(), move |alarm| match alarm {
@@ -53,16 +53,17 @@ pub fn daemon(flags: &Flags) -> anyhow::Result<()> {
         guard::Alarm::Unsure => alarms.request(|r| r.unsure = true),
     })
     .context("watching nftables notifications")?;
-    let (sources, api, observe) = sources(flags, &cfg, &inbox, &stop)?;
+    let (sources, api, observe) = sources(run, &cfg, flags, &inbox, &stop)?;
     let applier = Applier::new(&cfg.node_name, own).with_quiet(Arc::new(quiet));
     // A node of kube-proxy's IPVS mode is told if NodePorts move to the primary IPs.
     let nodeport_addresses_set = !matches!(cfg.nodeport_addresses, config::NodePortAddresses::Primary);
-    let mut syncer = Syncer::new(cfg, periods, applier, &sources).with_observers(observe);
+    let proxy_name = cfg.service_proxy_name.clone();
+    let mut syncer = Syncer::new(cfg, run.periods, applier, &sources).with_observers(observe);
     if api.is_some() {
-        syncer = syncer.wait_for_node(flags.node_wait);
+        syncer = syncer.wait_for_node(run.node.node_wait);
     }
     // And, as kube-proxy, a Starting Event on this node's Node.
-    let takeover = takeover(flags, nodeport_addresses_set, &inbox, &stop);
+    let takeover = takeover(run, proxy_name.as_deref(), nodeport_addresses_set, &inbox, &stop);
     syncer = syncer.after_first_sync(kube::events::and_starting(api.clone(), takeover));
     std::thread::Builder::new().name("sync".into()).spawn(move || {
         syncer.run(&inbox);
@@ -81,13 +82,13 @@ pub fn daemon(flags: &Flags) -> anyhow::Result<()> {
 
 /// What the process needs before anything else: descriptors, bounded children, and a node
 /// this proxy can run on.
-fn prepare(flags: &Flags, stop: &Arc<AtomicBool>) -> anyhow::Result<()> {
+fn prepare(run: &Run, stop: &Arc<AtomicBool>) -> Result<(), RunError> {
     // As Go's runtime for kube-proxy: a listener and a connection per Local Service and
     // checker would not fit systemd's or a runtime's soft limit of 1,024.
     http::raise_open_files_limit();
     // Every child run (the look at the node's nft, iptables-legacy-save) is bounded by
     // --nft-timeout and ended at shutdown.
-    let limits = exec::Limits { timeout: flags.nft_timeout, stop: stop.clone() };
+    let limits = exec::Limits { timeout: run.node.nft_timeout, stop: stop.clone() };
     limits.clone().configure();
     requirements::check()?;
     // In the background: a hung nft must not hold up the start, and nothing needs its answer.
@@ -103,15 +104,21 @@ type Sources = (Vec<&'static str>, Option<Arc<kube::Shared>>, Observers);
 
 /// Starts the sources and the HTTP endpoints; the metrics are set before the reflectors
 /// start, so their first requests count.
-fn sources(flags: &Flags, cfg: &Config, inbox: &Arc<Inbox>, stop: &Arc<AtomicBool>) -> anyhow::Result<Sources> {
+fn sources(
+    run: &Run,
+    cfg: &Config,
+    flags: &Flags,
+    inbox: &Arc<Inbox>,
+    stop: &Arc<AtomicBool>,
+) -> Result<Sources, RunError> {
     let mut sources = Vec::new();
-    if let Some(path) = flags.manifests.clone() {
+    if let Some(path) = run.sources.manifests.clone() {
         let name = cfg.service_proxy_name.clone();
-        manifests::watch_for(path, cfg.node_name.clone(), name, MANIFEST_POLL, stop.clone(), inbox.clone())?;
+        manifests::watch_for(path, cfg.node_name.clone(), name, MANIFEST_POLL, stop.clone(), inbox.clone()).input()?;
         sources.push(manifests::SOURCE);
     }
-    let api = api_source(flags, &cfg.node_name, inbox, stop)?;
-    let observe = observers(flags, api.as_deref(), inbox)?;
+    let api = api_source(run, cfg, inbox, stop)?;
+    let observe = observers(run, cfg, flags, api.as_deref(), inbox).input()?;
     if let Some(api) = &api {
         log::info!("following the API server at {}", api.client.server());
         kube::start(api)?;
@@ -124,13 +131,14 @@ fn sources(flags: &Flags, cfg: &Config, inbox: &Arc<Inbox>, stop: &Arc<AtomicBoo
 /// service IPs off the host's addresses, which a refresh reads again), unless this proxy
 /// runs beside it (`--service-proxy-name`).
 fn takeover(
-    flags: &Flags,
+    run: &Run,
+    proxy_name: Option<&str>,
     nodeport_addresses_set: bool,
     inbox: &Arc<Inbox>,
     stop: &Arc<AtomicBool>,
 ) -> Box<dyn FnOnce() + Send> {
-    let at_start = flags.cleanup_kube_proxy_at_start;
-    if let Some(name) = &flags.service_proxy_name {
+    let at_start = run.node.cleanup_kube_proxy_at_start;
+    if let Some(name) = proxy_name {
         return takeover::beside_kube_proxy(name, at_start);
     }
     let requests = inbox.clone();
@@ -142,7 +150,7 @@ fn takeover(
 }
 
 /// The daemon's end: an error when it stopped because its configuration file changed.
-fn config_outcome(changed: &std::sync::Mutex<Option<ConfigError>>) -> anyhow::Result<()> {
+fn config_outcome(changed: &std::sync::Mutex<Option<ConfigError>>) -> Result<(), RunError> {
     match changed.lock().map(|mut c| c.take()) {
         Ok(Some(changed)) => Err(changed.into()),
         _ => Ok(()),
@@ -153,13 +161,13 @@ fn config_outcome(changed: &std::sync::Mutex<Option<ConfigError>>) -> anyhow::Re
 /// error saying so (its supervisor restarts it with the new file). Returns where the change is
 /// left for the end.
 fn watch_config(
-    flags: &Flags,
+    run: &Run,
     inbox: &Arc<Inbox>,
     stop: &Arc<AtomicBool>,
     events: &Sender<Event>,
 ) -> anyhow::Result<Arc<std::sync::Mutex<Option<ConfigError>>>> {
     let found = Arc::new(std::sync::Mutex::new(None));
-    if let (Some(path), Some(read)) = (flags.config.clone(), flags.config_digest) {
+    if let Some((path, read)) = run.sources.config_file.clone() {
         let (inbox, stop_now, events, slot) = (inbox.clone(), stop.clone(), events.clone(), found.clone());
         config::watch::spawn(path, read, config::watch::POLL, stop.clone(), move |changed| {
             log::error!("{changed}");
@@ -186,8 +194,14 @@ fn set_oom_score_adj(score: i32) {
 }
 
 /// The HTTP endpoints (health, metrics, health-check node ports) and what feeds them.
-fn observers(flags: &Flags, api: Option<&kube::Shared>, inbox: &Arc<Inbox>) -> anyhow::Result<Observers> {
-    let metrics = match flags.metrics_bind_address.0 {
+fn observers(
+    run: &Run,
+    cfg: &Config,
+    flags: &Flags,
+    api: Option<&kube::Shared>,
+    inbox: &Arc<Inbox>,
+) -> anyhow::Result<Observers> {
+    let metrics = match run.serve.metrics {
         Some(_) => Some(Arc::new(Metrics::new()?)),
         None => None,
     };
@@ -195,13 +209,13 @@ fn observers(flags: &Flags, api: Option<&kube::Shared>, inbox: &Arc<Inbox>) -> a
         api.set_metrics(m.clone());
     }
     // As kube-proxy: a change may wait up to twice the sync period before it is unhealthy.
-    let health = Arc::new(Health::new(flags.sync_period.saturating_mul(2)).watching(inbox.clone()));
-    let fixed = [(flags.healthz_bind_address.0, Route::Health), (flags.metrics_bind_address.0, Route::Metrics)];
+    let health = Arc::new(Health::new(run.periods.sync.saturating_mul(2)).watching(inbox.clone()));
+    let fixed = [(run.serve.healthz, Route::Health), (run.serve.metrics, Route::Metrics)];
     let fixed: Vec<_> = fixed.into_iter().filter_map(|(addr, route)| addr.map(|a| (a, route))).collect();
-    if flags.service_proxy_name.is_some() {
+    if cfg.service_proxy_name.is_some() {
         http::check_free(&fixed).context("--service-proxy-name")?;
     }
-    let endpoints = serve::Endpoints::new(health.clone(), metrics.clone(), inbox.clone(), Some(z_pages(flags)));
+    let endpoints = serve::Endpoints::new(health.clone(), metrics.clone(), inbox.clone(), Some(z_pages(run, flags)));
     let server = http::Server::start(fixed, endpoints)?;
     let observe = Observers::default().with_health(health).with_service_health(server);
     Ok(match metrics {
@@ -212,15 +226,14 @@ fn observers(flags: &Flags, api: Option<&kube::Shared>, inbox: &Arc<Inbox>) -> a
 
 /// `/configz` (kube-proxy's internal configuration type), `/statusz` and `/flagz` (each while
 /// its gate is on): the command line read again for its flags' values.
-fn z_pages(config: &Flags) -> Arc<zpages::ZPages> {
+fn z_pages(run: &Run, config: &Flags) -> Arc<zpages::ZPages> {
     use clap::CommandFactory;
     let flags = Flags::command()
         .try_get_matches_from(std::env::args_os())
         .map(|m| zpages::flagz::from_matches(&Flags::command(), &m))
         .unwrap_or_default();
-    let on = |gate| config.feature_gates.enabled(gate);
     let pages = zpages::ZPages::new(std::time::SystemTime::now(), Some(config::internal(config)), flags);
-    Arc::new(pages.gated(on(config::features::COMPONENT_STATUSZ), on(config::features::COMPONENT_FLAGZ)))
+    Arc::new(pages.gated(run.serve.statusz, run.serve.flagz))
 }
 
 /// What the main thread waits for.

@@ -2,12 +2,14 @@
 //! what the renderer and the sync loop use.
 
 pub mod compat;
+pub mod content_type;
 mod effective;
 pub mod features;
 mod file;
 mod flags;
 mod internal;
 mod load;
+mod run;
 mod schema;
 #[cfg(test)]
 mod tests;
@@ -16,12 +18,14 @@ mod tests_upstream;
 mod values;
 pub mod watch;
 
+pub use content_type::ContentType;
 pub use effective::{effective, write_config};
 pub use features::FeatureGates;
 pub use file::{API_VERSION, FileSettings, KIND};
 pub use flags::Flags;
 pub use internal::internal;
 pub use load::{CONFIG_BOUND, Notes, load_from};
+pub use run::{ApiSettings, Command, ConntrackSettings, NodeSettings, Periods, Run, Serve, Sources};
 pub use values::*;
 
 use ipnet::IpNet;
@@ -107,6 +111,9 @@ pub enum ConfigError {
     /// daemon ends with it, as kube-proxy, for its supervisor to start it on the new file.
     #[error("content of the proxy server's configuration file was updated ({0:?}); exiting, as kube-proxy")]
     Changed(PathBuf),
+    /// `explain` without the connection to explain.
+    #[error("explain needs --from SRC (a pod IP, `node`, or an outside address) and --to IP:PORT")]
+    ExplainNeeds,
 }
 
 /// Where NodePort traffic is accepted.

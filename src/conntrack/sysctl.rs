@@ -5,9 +5,7 @@
 //! warning for the daemon, never fatal, and an error for `--init-only`, which exists to set
 //! them from a privileged init container.
 
-use crate::config::Flags;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// Where the conntrack sysctls are (the timeouts are per network namespace).
 pub const PROC_DIR: &str = "/proc/sys/net/netfilter";
@@ -17,39 +15,9 @@ pub const HASHSIZE: &str = "/sys/module/nf_conntrack/parameters/hashsize";
 /// Which CPUs exist, as upstream counts them for the per-core maximum.
 const CPUS_ONLINE: &str = "/sys/devices/system/cpu/online";
 
-/// What to set, from kube-proxy's `--conntrack-*` flags.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Settings {
-    /// `--conntrack-max-per-core`.
-    pub max_per_core: u32,
-    /// `--conntrack-min`.
-    pub min: u32,
-    /// `--conntrack-tcp-timeout-established`.
-    pub tcp_established: Duration,
-    /// `--conntrack-tcp-timeout-close-wait`.
-    pub tcp_close_wait: Duration,
-    /// `--conntrack-tcp-be-liberal`.
-    pub tcp_be_liberal: bool,
-    /// `--conntrack-udp-timeout`.
-    pub udp: Duration,
-    /// `--conntrack-udp-timeout-stream`.
-    pub udp_stream: Duration,
-}
+pub use crate::config::ConntrackSettings as Settings;
 
 impl Settings {
-    /// The settings the flags ask for.
-    pub fn from_flags(flags: &Flags) -> Settings {
-        Settings {
-            max_per_core: flags.conntrack_max_per_core,
-            min: flags.conntrack_min,
-            tcp_established: flags.conntrack_tcp_timeout_established,
-            tcp_close_wait: flags.conntrack_tcp_timeout_close_wait,
-            tcp_be_liberal: flags.conntrack_tcp_be_liberal,
-            udp: flags.conntrack_udp_timeout,
-            udp_stream: flags.conntrack_udp_timeout_stream,
-        }
-    }
-
     /// The table size to ensure on a node with `cpus` CPUs: max(per-core × CPUs, minimum);
     /// none when the per-core figure is zero (as upstream: the minimum alone sets nothing).
     pub fn table_size(&self, cpus: u32) -> Option<u64> {
@@ -211,6 +179,7 @@ pub fn apply_to_node(settings: &Settings) -> Applied {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn defaults() -> Settings {
         Settings {

@@ -1,14 +1,14 @@
 //! What the running daemon shows of its own state, on the metrics address only:
 //! `/debug/ruleset`, the tables as the last successful sync left them (an `nft` script, what
 //! `--dry-run` prints), and `/debug/services`, every service port with its endpoints and
-//! why each is used or not (JSON, `services.rs`); SIGUSR1 logs a summary of the same
+//! why each is used or not (JSON, `services_page.rs`); SIGUSR1 logs a summary of the same
 //! (`summary.rs`). The sync thread alone owns the model and the rendered state, so the
 //! `http` thread does not read them: an [`Ask`] goes through the sync thread's inbox
 //! (`crate::serve` sends it), the loop serves its other clients meanwhile, and gets the
 //! answer back once, made when the sync thread next takes its inbox. A large answer is made in [`Pieces`] and moved, never
 //! copied, so a 30k-service ruleset is held once, and only while it is written.
 
-pub mod services;
+pub mod services_page;
 pub mod summary;
 
 use crate::http::{Reply, Responder};

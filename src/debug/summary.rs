@@ -2,7 +2,7 @@
 //! the services view, what the tables hold, and a line for each service port whose traffic
 //! finds no endpoint, up to [`MAX_PROBLEMS`] of them, so a big cluster's log stays readable.
 
-use super::services::{Policy, PortView, Verdict};
+use super::services_page::{Policy, PortView, Verdict};
 use crate::render::{FIXED_CHAINS, Ruleset, words};
 use crate::topology::Unused;
 use std::collections::BTreeMap;

@@ -3,7 +3,7 @@
 //! `no_local_endpoints` metric). Kept per Service and updated only for the Services a sync
 //! touched; the totals walk only the Services with a Local policy, never the whole cluster.
 
-use super::services::ServiceHealth;
+use super::node_ports::ServiceHealth;
 use crate::model::{Family, Model, ObjectKey};
 use crate::topology::categorize_endpoints;
 use std::collections::{BTreeMap, BTreeSet};

@@ -11,7 +11,7 @@
 //! health-check node ports of `externalTrafficPolicy: Local` services answer.
 
 pub mod local;
-pub mod services;
+pub mod node_ports;
 
 use crate::http::{self, Reply};
 use crate::inbox::Inbox;

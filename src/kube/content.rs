@@ -6,53 +6,7 @@
 use super::client::Status;
 use super::protobuf;
 
-/// The JSON media type.
-pub const JSON: &str = "application/json";
-
-/// The encoding asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ContentType {
-    /// `application/json`.
-    Json,
-    /// `application/vnd.kubernetes.protobuf`, kube-proxy's default.
-    #[default]
-    Protobuf,
-}
-
-impl ContentType {
-    /// Reads a media type as kube-proxy's `contentType` setting gives it (parameters after
-    /// `;` ignored); an empty one is the default.
-    pub fn parse(text: &str) -> Result<ContentType, String> {
-        let media = text.split(';').next().unwrap_or_default().trim();
-        if media.is_empty() {
-            return Ok(ContentType::default());
-        }
-        if media.eq_ignore_ascii_case(JSON) {
-            return Ok(ContentType::Json);
-        }
-        if media.eq_ignore_ascii_case(protobuf::MEDIA_TYPE) {
-            return Ok(ContentType::Protobuf);
-        }
-        Err(format!("content type {text:?} is not supported: use {JSON} or {}", protobuf::MEDIA_TYPE))
-    }
-
-    /// The media type.
-    pub fn media_type(self) -> &'static str {
-        match self {
-            ContentType::Json => JSON,
-            ContentType::Protobuf => protobuf::MEDIA_TYPE,
-        }
-    }
-
-    /// The `Accept` header, as client-go sends it when only the content type is set: the
-    /// type, then anything (a kind the server cannot encode so comes back as JSON).
-    pub fn accept(self) -> &'static str {
-        match self {
-            ContentType::Json => JSON,
-            ContentType::Protobuf => "application/vnd.kubernetes.protobuf, */*",
-        }
-    }
-}
+pub use crate::config::content_type::{ContentType, JSON};
 
 /// The body of a write of `object` and its media type: protobuf for the kinds that have a
 /// message here when protobuf is asked for (as client-go encodes writes in its content type),

@@ -28,6 +28,21 @@ pub use retry::{Backoff, LogOnce};
 
 use crate::model::{HEADLESS_LABEL, ObjectKind, SERVICE_PROXY_NAME_LABEL};
 
+/// Trouble on the API server's side, or with reaching it: its kubeconfig, the client, or a
+/// request. The caller tells it from bad input (the binary exits 1 on it, 2 on bad input).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The kubeconfig or in-cluster configuration could not be read.
+    #[error(transparent)]
+    Config(#[from] KubeConfigError),
+    /// The client could not be built (its TLS settings, its address).
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// A request failed.
+    #[error(transparent)]
+    Api(#[from] ApiError),
+}
+
 /// Source names (for the inbox's first-listing rule) of the resources the proxy must have
 /// listed before it applies anything.
 pub const REQUIRED: [&str; 2] = ["services", "endpointslices"];

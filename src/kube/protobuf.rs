@@ -18,7 +18,7 @@ use crate::model::{ApiObject, ObjectKind};
 use prost::Message;
 
 /// The media type.
-pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
+pub use crate::config::content_type::PROTOBUF as MEDIA_TYPE;
 
 /// What every protobuf body starts with (the last byte names the envelope: 0 = Unknown).
 pub const MAGIC: [u8; 4] = *b"k8s\0";

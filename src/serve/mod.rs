@@ -6,7 +6,7 @@
 //! says which node ports are served and for which Service.
 
 use crate::debug::{Ask, View};
-use crate::health::services::{self, ServiceHealth, Wanted};
+use crate::health::node_ports::{self, ServiceHealth, Wanted};
 use crate::health::{self, Health};
 use crate::http::{self, Answer, Handler, Pages, Reply, Request, Route};
 use crate::inbox::Inbox;
@@ -61,7 +61,7 @@ impl Endpoints {
         let (now, path) = (SystemTime::now(), req.path);
         match (route, &self.metrics) {
             (Route::HealthCheck { .. }, _) => {
-                services::answer(self.table.get(&port), family, self.health.report(now).healthy)
+                node_ports::answer(self.table.get(&port), family, self.health.report(now).healthy)
             }
             (Route::Health, m) => {
                 let reply = health::reply(&self.health, path, now);

@@ -3,7 +3,7 @@
 //! opened, answered, counted and closed as the sync loop's news says.
 
 use super::*;
-use crate::health::services::Listen;
+use crate::health::node_ports::Listen;
 use crate::http::Server;
 use crate::http::test_client::{read, send};
 

@@ -3,7 +3,7 @@
 //! the rendered state, which this thread alone holds, and are made only when asked.
 
 use super::{Kernel, Syncer};
-use crate::debug::services::{self, LastSync, SyncState};
+use crate::debug::services_page::{self, LastSync, SyncState};
 use crate::debug::{Ask, DebugError, Pieces, View, summary};
 use crate::http::{JSON, Reply, TEXT};
 use crate::model::ObjectKey;
@@ -56,8 +56,8 @@ impl<K: Kernel> Syncer<K> {
     }
 
     /// The node the services view is from.
-    fn node_view(&self) -> services::Node<'_> {
-        services::Node { name: &self.cfg.node_name, scheduler: self.cfg.scheduler }
+    fn node_view(&self) -> services_page::Node<'_> {
+        services_page::Node { name: &self.cfg.node_name, scheduler: self.cfg.scheduler }
     }
 
     /// What the services view says about the loop.
@@ -74,7 +74,7 @@ impl<K: Kernel> Syncer<K> {
     /// `/debug/services`, of Service `only` if given.
     fn services_view(&self, only: Option<&ObjectKey>) -> Result<Reply, DebugError> {
         let mut out = Pieces::default();
-        services::write(&mut out, &self.model, self.node_view(), &self.sync_state(), only)?;
+        services_page::write(&mut out, &self.model, self.node_view(), &self.sync_state(), only)?;
         Ok(Reply::pieces(200, JSON, String::new(), out.into_vec()))
     }
 
@@ -109,7 +109,7 @@ impl<K: Kernel> Syncer<K> {
             None if self.last.is_some() => lines.push("the last sync failed in rendering: see the log".into()),
             None => {}
         }
-        lines.extend(summary::ports(services::port_views(&self.model, self.node_view(), None)));
+        lines.extend(summary::ports(services_page::port_views(&self.model, self.node_view(), None)));
         lines
     }
 }

@@ -37,17 +37,7 @@ pub use kernel::Kernel;
 /// sync that fails at once must not spin.
 pub const MIN_RETRY: Duration = Duration::from_secs(1);
 
-/// Timing of the loop.
-#[derive(Debug, Clone, Copy)]
-pub struct Periods {
-    /// The pace's period: syncing is bounded to what one full sync per period costs, and no
-    /// change waits longer than this for the pace ([`pace`]).
-    pub min_sync: Duration,
-    /// Longest wait before a failed sync is retried.
-    pub sync: Duration,
-    /// Interval of full syncs that repair drift.
-    pub full_sync: Duration,
-}
+pub use crate::config::Periods;
 
 /// The sync thread's state: the model, what was rendered from it, and when to sync next.
 pub struct Syncer<K: Kernel> {

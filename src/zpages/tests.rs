@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::health::Health;
-use crate::health::services::Wanted;
+use crate::health::node_ports::Wanted;
 use crate::http::test_client::{read, send_with};
 use crate::http::{Route, Server};
 use crate::inbox::Inbox;

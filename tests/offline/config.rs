@@ -473,3 +473,23 @@ fn logging_format_json_writes_one_object_a_line_fatal_errors_too() {
         "{last}"
     );
 }
+
+#[test]
+fn an_unknown_api_content_type_is_refused_at_start_with_no_api_server_to_ask() {
+    let cluster = crate::common::root().join("examples/cluster");
+    let base = ["--dry-run", "--hostname-override=node-a", "--manifests", cluster.to_str().unwrap()];
+    let file = with("content-type", "clientConnection: {contentType: application/yaml}");
+    let config = format!("--config={}", file.display());
+    for extra in [&["--kube-api-content-type=application/yaml"][..], &[&config]] {
+        let out = binary(&[&base[..], extra].concat());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(
+            stderr.contains("--kube-api-content-type: content type \"application/yaml\" is not supported"),
+            "{stderr}"
+        );
+        assert!(out.stdout.is_empty(), "{extra:?}: a script was printed before the refusal");
+    }
+    let json = binary(&[&base[..], &["--kube-api-content-type=application/json; charset=utf-8"]].concat());
+    assert!(json.status.success(), "{}", String::from_utf8_lossy(&json.stderr));
+}

@@ -4,7 +4,7 @@
 
 use clap::Parser;
 use kube_nftproxy::config::{Config, Flags};
-use kube_nftproxy::debug::services::{self, SyncState, Verdict};
+use kube_nftproxy::debug::services_page::{self, SyncState, Verdict};
 use kube_nftproxy::debug::summary;
 use kube_nftproxy::model::{ApiObject, Model, ObjectKey, Scheduler};
 use kube_nftproxy::render::{self, Key, MapName, Value as Element};
@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 const NODE: &str = "node-a";
 /// The view from node-a, whose default scheduler is random.
-const FROM: services::Node = services::Node { name: NODE, scheduler: Scheduler::Random };
+const FROM: services_page::Node = services_page::Node { name: NODE, scheduler: Scheduler::Random };
 
 /// This node, in zone `z1`.
 fn node() -> Value {
@@ -55,7 +55,7 @@ fn model(objects: Vec<Value>) -> Model {
 /// The document for `model` (of Service `only`), parsed.
 fn document(model: &Model, only: Option<&ObjectKey>) -> Value {
     let mut out = Vec::new();
-    services::write(&mut out, model, FROM, &SyncState::default(), only).expect("write");
+    services_page::write(&mut out, model, FROM, &SyncState::default(), only).expect("write");
     assert_eq!(out.iter().filter(|b| **b == b'\n').count(), 1, "one line");
     serde_json::from_slice(&out).expect("JSON")
 }
@@ -169,8 +169,8 @@ fn each_port_says_its_scheduler_where_it_comes_from_and_what_serves() {
         annotated("sticky", "sh", "", json!({"clusterIP": "172.30.0.23", "sessionAffinity": "ClientIP"})),
     ]);
     let mut out = Vec::new();
-    let from = services::Node { name: NODE, scheduler: Scheduler::RoundRobin };
-    services::write(&mut out, &m, from, &SyncState::default(), None).expect("write");
+    let from = services_page::Node { name: NODE, scheduler: Scheduler::RoundRobin };
+    services_page::write(&mut out, &m, from, &SyncState::default(), None).expect("write");
     let doc: Value = serde_json::from_slice(&out).expect("JSON");
     let scheduler = |name: &str| port(&doc, name, "IPv4")["scheduler"].clone();
     assert_eq!(scheduler("shop/plain"), json!({"name": "rr", "flags": [], "from": "node", "servedAs": "rr"}));
@@ -246,7 +246,7 @@ fn what_the_view_says_traffic_meets_is_what_the_rules_do() {
         let m = random_cluster(&mut rng, 200);
         let ruleset = render::render(&m, &cfg).expect("render");
         let table = &ruleset.tables[0];
-        for p in services::port_views(&m, FROM, None) {
+        for p in services_page::port_views(&m, FROM, None) {
             let proto = kube_nftproxy::model::Protocol::Tcp;
             let key = Key::IpProtoPort(p.cluster_ip, proto, p.port);
             assert_eq!(rendered(table, MapName::NoEndpointServices, &key), p.traffic.cluster_ip, "{}", p.name);
@@ -277,7 +277,7 @@ fn what_the_view_says_traffic_meets_is_what_the_rules_do() {
 #[test]
 fn the_summary_counts_reasons_and_names_ports_without_endpoints_up_to_a_cap() {
     let m = cluster();
-    let lines = summary::ports(services::port_views(&m, FROM, None));
+    let lines = summary::ports(services_page::port_views(&m, FROM, None));
     assert_eq!(
         lines[0],
         "6 service ports (counted per IP family) with 7 endpoints: 3 used, 4 unused (1 not-ready, 1 other-node, 1 terminating, 1 topology)"
@@ -295,7 +295,7 @@ fn the_summary_counts_reasons_and_names_ports_without_endpoints_up_to_a_cap() {
     let many: Vec<Value> = std::iter::once(node())
         .chain((0..40).map(|i| service(&format!("s{i:02}"), json!({"clusterIP": format!("172.30.1.{}", i + 1)}))))
         .collect();
-    let lines = summary::ports(services::port_views(&model(many), FROM, None));
+    let lines = summary::ports(services_page::port_views(&model(many), FROM, None));
     assert_eq!(lines.len(), 2 + summary::MAX_PROBLEMS + 1);
     assert_eq!(lines[2], "shop/s00 (IPv4): cluster IP traffic rejected; no endpoints");
     assert_eq!(lines.last().map(String::as_str), Some("... and 10 more (see /debug/services on the metrics address)"));
