@@ -11,7 +11,8 @@ use super::abi::{
     NFTA_OBJ_TABLE, NFTA_OBJ_TYPE, NFTA_RULE_CHAIN, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_SET_FLAGS, NFTA_SET_HANDLE,
     NFTA_SET_NAME, NFTA_SET_TABLE, NFTA_TABLE_NAME, NLM_F_DUMP,
 };
-use super::{NfFamily, Socket, attr, be32};
+use super::attr::{self, be32, be64, utf8};
+use super::{NfFamily, Socket};
 use std::{fmt, io};
 
 /// What a table holds besides rules and elements. The order is the order of deletion in one
@@ -124,7 +125,7 @@ impl Socket {
             }
         }
         for m in self.dump(&OBJECTS, family, table)? {
-            let kind = attr(&m, NFTA_OBJ_TYPE).and_then(exact_be32).ok_or_else(|| malformed("object type"))?;
+            let kind = attr::top(&m, NFTA_OBJ_TYPE).and_then(be32).ok_or_else(|| malformed("object type"))?;
             all.push(listed(&m, &OBJECTS, ObjectKind::Stateful(kind))?);
         }
         for m in self.dump(&FLOWTABLES, family, table)? {
@@ -140,7 +141,7 @@ impl Socket {
         let mut out = Vec::new();
         for m in self.request(NFT_MSG_GETTABLE, NFPROTO_UNSPEC, NLM_F_DUMP, &[])? {
             let number = *m.first().ok_or_else(|| malformed("family"))?;
-            let name = attr(&m, NFTA_TABLE_NAME).ok_or_else(|| malformed("table name"))?;
+            let name = attr::top(&m, NFTA_TABLE_NAME).ok_or_else(|| malformed("table name"))?;
             if let (Some(family), Some(name)) = (NfFamily::from_number(number), utf8(name)) {
                 out.push((family, name));
             }
@@ -156,7 +157,7 @@ impl Socket {
             if flags(&m, NFTA_CHAIN_FLAGS)? & NFT_CHAIN_BINDING != 0 {
                 continue;
             }
-            let name = attr(&m, NFTA_CHAIN_NAME).ok_or_else(|| malformed("chain name"))?;
+            let name = attr::top(&m, NFTA_CHAIN_NAME).ok_or_else(|| malformed("chain name"))?;
             out.extend(utf8(name));
         }
         Ok(out)
@@ -170,8 +171,9 @@ impl Socket {
     /// The replies of one dump that belong to `table`: not every kernel filters every dump
     /// by table, but each reply names its table.
     pub(super) fn dump(&mut self, dump: &Dump, family: NfFamily, table: &str) -> io::Result<Vec<Vec<u8>>> {
-        let ours =
-            |m: &Vec<u8>| attr(m, dump.table).is_some_and(|t| t.strip_suffix(&[0]).unwrap_or(t) == table.as_bytes());
+        let ours = |m: &Vec<u8>| {
+            attr::top(m, dump.table).is_some_and(|t| t.strip_suffix(&[0]).unwrap_or(t) == table.as_bytes())
+        };
         match self.request(dump.msg, family as u8, NLM_F_DUMP, &[(dump.table, table)]) {
             Ok(replies) => Ok(replies.into_iter().filter(ours).collect()),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(Vec::new()),
@@ -183,31 +185,18 @@ impl Socket {
 /// The listing of one reply; an error if it lacks a well-formed handle, since what cannot be
 /// named by handle cannot be deleted.
 fn listed(m: &[u8], dump: &Dump, kind: ObjectKind) -> io::Result<Listed> {
-    let handle = attr(m, dump.handle).and_then(be64).ok_or_else(|| malformed("handle"))?;
-    let name = attr(m, dump.name).map(|n| String::from_utf8_lossy(n.strip_suffix(&[0]).unwrap_or(n)).into_owned());
+    let handle = attr::top(m, dump.handle).and_then(be64).ok_or_else(|| malformed("handle"))?;
+    let name = attr::top(m, dump.name).map(attr::lossy);
     Ok(Listed { kind, handle, name: name.unwrap_or_default() })
 }
 
 /// A flags attribute, zero when absent (the kernel leaves out flags that are all clear).
 fn flags(m: &[u8], t: u16) -> io::Result<u32> {
-    attr(m, t).map_or(Ok(0), |f| exact_be32(f).ok_or_else(|| malformed("flags")))
-}
-
-/// A NUL-terminated name attribute as text; `None` if it is not UTF-8.
-pub(super) fn utf8(name: &[u8]) -> Option<String> {
-    String::from_utf8(name.strip_suffix(&[0]).unwrap_or(name).to_vec()).ok()
+    attr::top(m, t).map_or(Ok(0), |f| be32(f).ok_or_else(|| malformed("flags")))
 }
 
 pub(crate) fn malformed(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("nf_tables listed an object with no valid {what}"))
-}
-
-pub(crate) fn exact_be32(b: &[u8]) -> Option<u32> {
-    (b.len() == 4).then(|| be32(b))
-}
-
-pub(crate) fn be64(b: &[u8]) -> Option<u64> {
-    Some(u64::from_be_bytes(b.try_into().ok()?))
 }
 
 #[cfg(test)]

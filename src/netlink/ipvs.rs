@@ -6,7 +6,7 @@ use super::abi::{
     CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME, CTRL_CMD_GETFAMILY, CTRL_VERSION, GENL_ID_CTRL, IPVS_CMD_FLUSH,
     IPVS_GENL_NAME, IPVS_GENL_VERSION, NLM_F_ACK,
 };
-use super::{RECV_TIMEOUT, attr, exchange, finish_message, nla, sock, start_message};
+use super::{RECV_TIMEOUT, attr, exchange, finish_message, sock, start_message};
 use std::io;
 use std::os::fd::OwnedFd;
 
@@ -81,8 +81,8 @@ fn flush_message(family: u16, seq: u32) -> Vec<u8> {
 
 /// The family id in the controller's `CTRL_CMD_NEWFAMILY` reply (after its genlmsghdr).
 fn family_id(reply: &[u8]) -> io::Result<u16> {
-    let attrs = nla::nested(reply.get(4..).unwrap_or_default())?;
-    match nla::get(&attrs, CTRL_ATTR_FAMILY_ID) {
+    let attrs = attr::all(reply.get(4..).unwrap_or_default())?;
+    match attr::get(&attrs, CTRL_ATTR_FAMILY_ID) {
         Some(&[a, b]) => Ok(u16::from_ne_bytes([a, b])),
         _ => Err(io::Error::other("the controller's reply lacks the family id")),
     }

@@ -2,7 +2,7 @@
 //! The takeover uses it to remove the `kube-ipvs0` dummy interface that upstream
 //! kube-proxy's IPVS mode leaves holding every service IP, without running `ip`.
 
-use super::attr::put;
+use super::attr::{self, put};
 use super::{NLM_F_ACK, RECV_TIMEOUT, exchange, finish_message, sock, start_message};
 use std::io;
 const RTM_DELLINK: u16 = 17;
@@ -55,21 +55,10 @@ fn request(kind: u16, index: i32, flags: u16, attrs: &[u8]) -> io::Result<Option
     exchange(&fd, &msg, SEQ)
 }
 
-/// Netlink attributes in `data`: (type without the nested/byte-order flags, payload).
-fn attributes(mut data: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    std::iter::from_fn(move || {
-        if data.len() < 4 {
-            return None;
-        }
-        let len = u16::from_ne_bytes([data[0], data[1]]) as usize;
-        let kind = u16::from_ne_bytes([data[2], data[3]]) & 0x3fff;
-        if len < 4 || len > data.len() {
-            return None;
-        }
-        let payload = &data[4..len];
-        data = &data[len.next_multiple_of(4).min(data.len())..];
-        Some((kind, payload))
-    })
+/// The attributes of `data` up to the first malformed one: a link's name or kind is looked up,
+/// and what the kernel sent after a bad attribute is not trusted.
+fn attributes(data: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    attr::iter(data).map_while(Result::ok)
 }
 
 /// A `RTM_NEWLINK` message's index and kind.
@@ -82,13 +71,14 @@ fn parse_link(body: &[u8]) -> io::Result<Link> {
     let kind = attributes(attrs)
         .find(|(t, _)| *t == IFLA_LINKINFO)
         .and_then(|(_, info)| attributes(info).find(|(t, _)| *t == IFLA_INFO_KIND))
-        .map(|(_, k)| String::from_utf8_lossy(k.strip_suffix(&[0]).unwrap_or(k)).into_owned());
+        .map(|(_, k)| attr::lossy(k));
     Ok(Link { index, kind })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netlink::abi::NLA_F_NESTED;
 
     #[test]
     fn parses_a_links_index_and_kind() {
@@ -97,7 +87,7 @@ mod tests {
         put(&mut body, IFLA_IFNAME, b"kube-ipvs0\0");
         let mut info = Vec::new();
         put(&mut info, IFLA_INFO_KIND, b"dummy\0");
-        put(&mut body, IFLA_LINKINFO | 0x8000, &info);
+        put(&mut body, IFLA_LINKINFO | NLA_F_NESTED, &info);
         assert_eq!(parse_link(&body).unwrap(), Link { index: 7, kind: Some("dummy".into()) });
         body.truncate(IFINFOMSG_LEN);
         assert_eq!(parse_link(&body).unwrap(), Link { index: 7, kind: None });

@@ -149,7 +149,7 @@ impl Socket {
         let replies = self.request(NFT_MSG_GETGEN, 0, 0, &[])?;
         replies
             .iter()
-            .find_map(|m| attr(m, NFTA_GEN_ID).map(be32))
+            .find_map(|m| attr::top(m, NFTA_GEN_ID).and_then(attr::be32))
             .ok_or_else(|| io::Error::other("no generation in reply"))
     }
 
@@ -314,41 +314,19 @@ fn exchange(fd: &OwnedFd, msg: &[u8], seq: u32) -> io::Result<Option<Vec<u8>>> {
     }
 }
 
-/// The payload of top-level attribute `t` in a message body (after the nfgenmsg).
-fn attr(body: &[u8], t: u16) -> Option<&[u8]> {
-    let mut rest = body.get(4..)?;
-    while rest.len() >= 4 {
-        let len = u16::from_ne_bytes([rest[0], rest[1]]) as usize;
-        let kind = u16::from_ne_bytes([rest[2], rest[3]]) & 0x3fff;
-        if len < 4 || len > rest.len() {
-            return None;
-        }
-        if kind == t {
-            return Some(&rest[4..len]);
-        }
-        rest = &rest[len.next_multiple_of(4).min(rest.len())..];
-    }
-    None
-}
-
-fn be32(b: &[u8]) -> u32 {
-    b.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0)
-}
-
 fn event(kind: u16, port: u32, body: &[u8]) -> Option<Event> {
     if kind >> 8 != NFNL_SUBSYS_NFTABLES {
         return None;
     }
     match kind & 0xff {
         NFT_MSG_NEWGEN => Some(Event::Generation {
-            id: attr(body, NFTA_GEN_ID).map(be32)?,
-            pid: attr(body, NFTA_GEN_PROC_PID).map(be32).unwrap_or(0),
+            id: attr::top(body, NFTA_GEN_ID).and_then(attr::be32)?,
+            pid: attr::top(body, NFTA_GEN_PROC_PID).and_then(attr::be32).unwrap_or(0),
             port,
         }),
         NFT_MSG_TRACE => None,
         msg => {
-            let name = attr(body, NFTA_TABLE_ATTR)?;
-            let table = String::from_utf8_lossy(name.strip_suffix(&[0]).unwrap_or(name)).into_owned();
+            let table = attr::lossy(attr::top(body, NFTA_TABLE_ATTR)?);
             Some(Event::Object { family: *body.first()?, table, deleted_table: msg == NFT_MSG_DELTABLE })
         }
     }

@@ -218,20 +218,8 @@ fn element(b: &mut Vec<u8>, e: &Laid) {
 mod tests {
     use super::*;
     use crate::model::Protocol;
+    use crate::netlink::attr;
     use std::sync::Arc;
-
-    /// The attributes of `body` (after the nfgenmsg): (type, length field, payload).
-    fn attrs(body: &[u8]) -> Vec<(u16, usize, &[u8])> {
-        let mut out = Vec::new();
-        let mut rest = &body[4..];
-        while rest.len() >= 4 {
-            let len = usize::from(u16::from_ne_bytes([rest[0], rest[1]]));
-            let kind = u16::from_ne_bytes([rest[2], rest[3]]) & 0x3fff;
-            out.push((kind, len, &rest[4..len.max(4).min(rest.len())]));
-            rest = &rest[len.next_multiple_of(4).clamp(4, rest.len())..];
-        }
-        out
-    }
 
     #[test]
     fn long_elements_are_split_so_no_element_list_outgrows_its_16_bit_length() {
@@ -254,9 +242,11 @@ mod tests {
             if kind == (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWSETELEM {
                 messages += 1;
                 let body = &rest[16..len];
-                let list = attrs(body).into_iter().find(|a| a.0 == 3).expect("an element list");
-                assert!(4 + list.2.len() == list.1, "the list's length field must hold its whole size");
-                elements += attrs(&[&[0u8; 4][..], list.2].concat()).len();
+                // A length field that wrapped would end the list early and read its elements as
+                // attributes of the message: the strict reader refuses that or counts too few.
+                let attrs = attr::all(&body[4..]).expect("every length field holds its attribute's whole size");
+                let list = attr::get(&attrs, NFTA_SET_ELEM_LIST_ELEMENTS).expect("an element list");
+                elements += attr::all(list).expect("elements").len();
             }
             rest = &rest[len..];
         }

@@ -1,7 +1,7 @@
 //! ctnetlink's wire format, the part the cleanup reads and writes: an entry's tuples decoded
 //! with every length checked, and messages and tuples encoded.
 
-use super::super::attr::put;
+use super::super::attr::{iter, put};
 use super::super::{NLM_F_REQUEST, NfFamily};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -26,8 +26,7 @@ const CTA_PROTO_SRC_PORT: u16 = 2;
 const CTA_PROTO_DST_PORT: u16 = 3;
 /// Set on attributes that hold attributes.
 pub(super) use crate::netlink::abi::NLA_F_NESTED;
-/// The type bits of an attribute's type field.
-const NLA_TYPE_MASK: u16 = 0x3fff;
+pub use crate::netlink::attr::Malformed;
 
 /// One conntrack entry as a dump shows it: what the cleanup reads, and its original tuple as
 /// the kernel sent it, which is what deleting it takes.
@@ -46,42 +45,13 @@ pub struct Entry<'a> {
     pub(super) orig: &'a [u8],
 }
 
-/// Why an entry could not be decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Malformed(pub &'static str);
-
-/// Attributes of a payload, checked against its length; a bad one ends the walk with an error.
-struct Attrs<'a>(&'a [u8]);
-
-impl<'a> Iterator for Attrs<'a> {
-    type Item = Result<(u16, &'a [u8]), Malformed>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let rest = self.0;
-        if rest.is_empty() {
-            return None;
-        }
-        let len = match rest {
-            [a, b, _, _, ..] => u16::from_ne_bytes([*a, *b]) as usize,
-            _ => 0,
-        };
-        if len < 4 || len > rest.len() {
-            self.0 = &[];
-            return Some(Err(Malformed("an attribute overruns its message")));
-        }
-        let kind = u16::from_ne_bytes([rest[2], rest[3]]) & NLA_TYPE_MASK;
-        self.0 = &rest[len.next_multiple_of(4).min(rest.len())..];
-        Some(Ok((kind, &rest[4..len])))
-    }
-}
-
 /// A tuple's protocol and its source and destination.
 fn tuple(payload: &[u8], v6: bool) -> Result<(u8, SocketAddr, SocketAddr), Malformed> {
     let (mut src, mut dst, mut proto, mut sport, mut dport) = (None, None, None, 0, 0);
-    for a in Attrs(payload) {
+    for a in iter(payload) {
         match a? {
             (CTA_TUPLE_IP, ips) => {
-                for ip in Attrs(ips) {
+                for ip in iter(ips) {
                     match (ip?, v6) {
                         ((CTA_IP_V4_SRC, b), false) => src = Some(ipv4(b)?),
                         ((CTA_IP_V4_DST, b), false) => dst = Some(ipv4(b)?),
@@ -92,7 +62,7 @@ fn tuple(payload: &[u8], v6: bool) -> Result<(u8, SocketAddr, SocketAddr), Malfo
                 }
             }
             (CTA_TUPLE_PROTO, p) => {
-                for a in Attrs(p) {
+                for a in iter(p) {
                     match a? {
                         (CTA_PROTO_NUM, [n]) => proto = Some(*n),
                         (CTA_PROTO_NUM, _) => return Err(Malformed("a protocol number is not one byte")),
@@ -134,7 +104,7 @@ pub fn decode(body: &[u8]) -> Result<Entry<'_>, Malformed> {
         _ => return Err(Malformed("not an IPv4 or IPv6 entry")),
     };
     let (mut orig, mut reply, mut zone) = (None, None, 0);
-    for a in Attrs(body.get(4..).unwrap_or_default()) {
+    for a in iter(body.get(4..).unwrap_or_default()) {
         match a? {
             (CTA_TUPLE_ORIG, t) => orig = Some(t),
             (CTA_TUPLE_REPLY, t) => reply = Some(t),
@@ -273,6 +243,6 @@ mod tests {
         assert_eq!(buf.len(), 16 + 4 + 8);
         let crate::netlink::Msg { kind, flags, body, seq, .. } = messages(&buf).next().expect("one message");
         assert_eq!((kind, flags, seq), ((1 << 8) | 2, NLM_F_REQUEST | NLM_F_ACK, 9));
-        assert_eq!(attr(body, CTA_ZONE), Some(&[0u8, 3][..]));
+        assert_eq!(attr::top(body, CTA_ZONE), Some(&[0u8, 3][..]));
     }
 }

@@ -9,7 +9,7 @@ mod attrs;
 pub use attrs::{Entry, Malformed, decode};
 
 use super::attr::put;
-use super::{NLM_F_ACK, NLM_F_DUMP, NLMSG_DONE, NLMSG_ERROR, NfFamily, Socket, attr, be32, messages};
+use super::{NLM_F_ACK, NLM_F_DUMP, NLMSG_DONE, NLMSG_ERROR, NfFamily, Socket, attr, messages};
 use attrs::{
     CTA_STATUS, CTA_TIMEOUT, CTA_TUPLE_ORIG, CTA_TUPLE_REPLY, CTA_ZONE, NLA_F_NESTED, begin, encode_tuple, finish,
 };
@@ -262,7 +262,7 @@ impl Socket {
         finish(&mut req, start);
         self.send(&req)?;
         let replies = self.collect_replies(self.seq)?;
-        let count = replies.iter().find_map(|m| attr(m, CTA_STATS_GLOBAL_ENTRIES).filter(|b| b.len() == 4));
-        count.map(be32).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no entry count in the reply"))
+        let count = replies.iter().find_map(|m| attr::top(m, CTA_STATS_GLOBAL_ENTRIES).and_then(attr::be32));
+        count.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no entry count in the reply"))
     }
 }
