@@ -3,7 +3,7 @@
 //! kube-proxy's IPVS mode leaves holding every service IP, without running `ip`.
 
 use super::attr::{self, put};
-use super::{NLM_F_ACK, RECV_TIMEOUT, exchange, finish_message, sock, start_message};
+use super::{NLM_F_ACK, RECV_TIMEOUT, exchange, msg, sock};
 use std::io;
 const RTM_DELLINK: u16 = 17;
 const RTM_GETLINK: u16 = 18;
@@ -46,12 +46,12 @@ fn request(kind: u16, index: i32, flags: u16, attrs: &[u8]) -> io::Result<Option
     let fd = sock::open(sock::NETLINK_ROUTE, RECV_TIMEOUT)?;
     const SEQ: u32 = 1;
     let mut msg = Vec::with_capacity(64);
-    start_message(&mut msg, kind, flags, SEQ);
+    let start = msg::start(&mut msg, kind, flags, SEQ);
     let mut ifinfo = [0u8; IFINFOMSG_LEN];
     ifinfo[4..8].copy_from_slice(&index.to_ne_bytes());
     msg.extend_from_slice(&ifinfo);
     msg.extend_from_slice(attrs);
-    finish_message(&mut msg);
+    msg::finish(&mut msg, start);
     exchange(&fd, &msg, SEQ)
 }
 

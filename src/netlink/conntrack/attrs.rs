@@ -2,7 +2,7 @@
 //! with every length checked, and messages and tuples encoded.
 
 use super::super::attr::{iter, put};
-use super::super::{NLM_F_REQUEST, NfFamily};
+use super::super::{NfFamily, msg};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 pub(super) use crate::netlink::abi::NFNL_SUBSYS_CTNETLINK;
@@ -120,21 +120,12 @@ pub fn decode(body: &[u8]) -> Result<Entry<'_>, Malformed> {
     Ok(Entry { proto, orig_dst, reply_src, zone, orig })
 }
 
-/// Appends a netlink header and nfgenmsg for a ctnetlink message; `finish` fills in the length.
-pub(super) fn begin(buf: &mut Vec<u8>, msg: u16, flags: u16, seq: u32, family: NfFamily) -> usize {
-    let start = buf.len();
-    buf.extend_from_slice(&0u32.to_ne_bytes());
-    buf.extend_from_slice(&((NFNL_SUBSYS_CTNETLINK << 8) | msg).to_ne_bytes());
-    buf.extend_from_slice(&(NLM_F_REQUEST | flags).to_ne_bytes());
-    buf.extend_from_slice(&seq.to_ne_bytes());
-    buf.extend_from_slice(&0u32.to_ne_bytes());
-    buf.extend_from_slice(&[family as u8, 0, 0, 0]);
+/// Appends a netlink header and nfgenmsg for a ctnetlink message; `msg::finish` fills in the
+/// length.
+pub(super) fn begin(buf: &mut Vec<u8>, kind: u16, flags: u16, seq: u32, family: NfFamily) -> usize {
+    let start = msg::start(buf, (NFNL_SUBSYS_CTNETLINK << 8) | kind, flags, seq);
+    msg::nfgen(buf, family as u8, 0);
     start
-}
-
-pub(super) fn finish(buf: &mut [u8], start: usize) {
-    let len = (buf.len() - start) as u32;
-    buf[start..start + 4].copy_from_slice(&len.to_ne_bytes());
 }
 
 /// A tuple's attributes (without the enclosing one).
@@ -168,7 +159,8 @@ fn ipv6_octets(ip: IpAddr) -> [u8; 16] {
 }
 #[cfg(test)]
 mod tests {
-    use super::super::super::{NLM_F_ACK, attr, messages};
+    use super::super::super::abi::NLM_F_REQUEST;
+    use super::super::super::{NLM_F_ACK, attr, msg::messages};
     use super::super::{IPCTNL_MSG_CT_DELETE, IPPROTO_UDP, IPS_ASSURED, NewFlow};
     use super::*;
 
@@ -239,9 +231,9 @@ mod tests {
         let mut buf = Vec::new();
         let start = begin(&mut buf, IPCTNL_MSG_CT_DELETE, NLM_F_ACK, 9, NfFamily::Ip6);
         put(&mut buf, CTA_ZONE, &3u16.to_be_bytes());
-        finish(&mut buf, start);
+        msg::finish(&mut buf, start);
         assert_eq!(buf.len(), 16 + 4 + 8);
-        let crate::netlink::Msg { kind, flags, body, seq, .. } = messages(&buf).next().expect("one message");
+        let msg::Msg { kind, flags, body, seq, .. } = messages(&buf).next().expect("one message");
         assert_eq!((kind, flags, seq), ((1 << 8) | 2, NLM_F_REQUEST | NLM_F_ACK, 9));
         assert_eq!(attr::top(body, CTA_ZONE), Some(&[0u8, 3][..]));
     }
