@@ -1,13 +1,11 @@
 //! The packet `explain` follows: the first packet of a new connection, its headers as the
 //! rules load them, and what the rules did to it (DNAT, mark, masquerade, affinity).
 
+use crate::netlink::abi::IPS_DST_NAT;
 use crate::nft::compile::expr::Base;
 use crate::nft::compile::{Desc, SetSpec};
 use std::net::IpAddr;
 use std::sync::Arc;
-
-/// `ct status dnat`'s bit (`IPS_DST_NAT`).
-const CT_STATUS_DNAT: u32 = 0x20;
 
 /// The first packet of a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,7 +82,7 @@ impl Packet {
             self.dport = p;
         }
         self.dnat = true;
-        self.ct_status |= CT_STATUS_DNAT;
+        self.ct_status |= IPS_DST_NAT;
         Ok(())
     }
 }

@@ -2,16 +2,10 @@
 //! The takeover uses it to remove the `kube-ipvs0` dummy interface that upstream
 //! kube-proxy's IPVS mode leaves holding every service IP, without running `ip`.
 
+use super::abi::{IFINFOMSG_LEN, IFLA_IFNAME, IFLA_INFO_KIND, IFLA_LINKINFO, RTM_DELLINK, RTM_GETLINK};
 use super::attr::{self, put};
 use super::{NLM_F_ACK, RECV_TIMEOUT, exchange, msg, sock};
 use std::io;
-const RTM_DELLINK: u16 = 17;
-const RTM_GETLINK: u16 = 18;
-const IFLA_IFNAME: u16 = 3;
-const IFLA_LINKINFO: u16 = 18;
-const IFLA_INFO_KIND: u16 = 1;
-/// `struct ifinfomsg`: family, padding, type, index, flags, change.
-const IFINFOMSG_LEN: usize = 16;
 
 /// An interface as the kernel reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]

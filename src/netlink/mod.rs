@@ -34,11 +34,9 @@ pub use state::{ChainListing, Hook, ListedExpr, RuleListing, SetListing};
 
 use abi::{
     NFNL_SUBSYS_NFTABLES, NFNLGRP_NFTABLES, NFT_MSG_DELTABLE, NFT_MSG_GETGEN, NFT_MSG_GETRULE, NFT_MSG_GETTABLE,
-    NFT_MSG_NEWGEN, NFT_MSG_TRACE, NFTA_GEN_ID, NFTA_GEN_PROC_PID, NFTA_RULE_CHAIN, NLM_F_ACK, NLM_F_DUMP, NLM_F_MULTI,
-    NLMSG_DONE, NLMSG_ERROR,
+    NFT_MSG_NEWGEN, NFT_MSG_TRACE, NFTA_GEN_ID, NFTA_GEN_PROC_PID, NFTA_RULE_CHAIN, NFTA_TABLE_NAME, NLM_F_ACK,
+    NLM_F_DUMP, NLM_F_MULTI, NLMSG_DONE, NLMSG_ERROR,
 };
-/// Every object message carries its table's name as attribute 1.
-const NFTA_TABLE_ATTR: u16 = abi::NFTA_TABLE_NAME;
 
 /// Address family of a table, as nfnetlink numbers it (`NFPROTO_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -156,7 +154,7 @@ impl Socket {
 
     /// Whether table `name` of `family` exists.
     pub fn table_exists(&mut self, family: NfFamily, name: &str) -> io::Result<bool> {
-        match self.request(NFT_MSG_GETTABLE, family as u8, 0, &[(NFTA_TABLE_ATTR, name)]) {
+        match self.request(NFT_MSG_GETTABLE, family as u8, 0, &[(NFTA_TABLE_NAME, name)]) {
             Ok(_) => Ok(true),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
             Err(e) => Err(e),
@@ -165,7 +163,7 @@ impl Socket {
 
     /// How many rules chain `chain` of `table` holds; `None` if the table or chain is missing.
     pub fn rule_count(&mut self, family: NfFamily, table: &str, chain: &str) -> io::Result<Option<usize>> {
-        let attrs = [(NFTA_TABLE_ATTR, table), (NFTA_RULE_CHAIN, chain)];
+        let attrs = [(NFTA_TABLE_NAME, table), (NFTA_RULE_CHAIN, chain)];
         match self.request(NFT_MSG_GETRULE, family as u8, NLM_F_DUMP, &attrs) {
             Ok(rules) => Ok(Some(rules.len())),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
@@ -271,7 +269,8 @@ fn event(kind: u16, port: u32, body: &[u8]) -> Option<Event> {
         }),
         NFT_MSG_TRACE => None,
         msg => {
-            let table = attr::lossy(attr::top(body, NFTA_TABLE_ATTR)?);
+            // Every object message carries its table's name as attribute 1, as a table's does.
+            let table = attr::lossy(attr::top(body, NFTA_TABLE_NAME)?);
             Some(Event::Object { family: *body.first()?, table, deleted_table: msg == NFT_MSG_DELTABLE })
         }
     }

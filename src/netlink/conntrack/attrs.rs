@@ -5,27 +5,10 @@ use super::super::attr::{iter, put};
 use super::super::{NfFamily, msg};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-pub(super) use crate::netlink::abi::NFNL_SUBSYS_CTNETLINK;
-/// Top-level attributes of an entry.
-pub(super) const CTA_TUPLE_ORIG: u16 = 1;
-pub(super) const CTA_TUPLE_REPLY: u16 = 2;
-pub(super) const CTA_STATUS: u16 = 3;
-pub(super) const CTA_TIMEOUT: u16 = 7;
-pub(super) const CTA_ZONE: u16 = 18;
-/// Inside a tuple.
-const CTA_TUPLE_IP: u16 = 1;
-const CTA_TUPLE_PROTO: u16 = 2;
-/// Inside a tuple's addresses.
-const CTA_IP_V4_SRC: u16 = 1;
-const CTA_IP_V4_DST: u16 = 2;
-const CTA_IP_V6_SRC: u16 = 3;
-const CTA_IP_V6_DST: u16 = 4;
-/// Inside a tuple's transport part.
-const CTA_PROTO_NUM: u16 = 1;
-const CTA_PROTO_SRC_PORT: u16 = 2;
-const CTA_PROTO_DST_PORT: u16 = 3;
-/// Set on attributes that hold attributes.
-pub(super) use crate::netlink::abi::NLA_F_NESTED;
+use crate::netlink::abi::{
+    CTA_IP_V4_DST, CTA_IP_V4_SRC, CTA_IP_V6_DST, CTA_IP_V6_SRC, CTA_PROTO_DST_PORT, CTA_PROTO_NUM, CTA_PROTO_SRC_PORT,
+    CTA_TUPLE_IP, CTA_TUPLE_ORIG, CTA_TUPLE_PROTO, CTA_TUPLE_REPLY, CTA_ZONE, NFNL_SUBSYS_CTNETLINK, NLA_F_NESTED,
+};
 pub use crate::netlink::attr::Malformed;
 
 /// One conntrack entry as a dump shows it: what the cleanup reads, and its original tuple as
@@ -161,8 +144,9 @@ fn ipv6_octets(ip: IpAddr) -> [u8; 16] {
 mod tests {
     use super::super::super::abi::NLM_F_REQUEST;
     use super::super::super::{NLM_F_ACK, attr, msg::messages};
-    use super::super::{IPCTNL_MSG_CT_DELETE, IPPROTO_UDP, IPS_ASSURED, NewFlow};
+    use super::super::NewFlow;
     use super::*;
+    use crate::netlink::abi::{CTA_STATUS, IPCTNL_MSG_CT_DELETE, IPPROTO_UDP, IPS_ASSURED};
 
     /// A dump reply's body for `flow` (as the kernel writes one), with `zone`.
     fn reply_body(f: &NewFlow, zone: u16) -> Vec<u8> {

@@ -8,32 +8,19 @@ mod attrs;
 
 pub use attrs::{Entry, Malformed, decode};
 
+use super::abi::{
+    CTA_STATS_GLOBAL_ENTRIES, CTA_STATUS, CTA_TIMEOUT, CTA_TUPLE_ORIG, CTA_TUPLE_REPLY, CTA_ZONE, IPCTNL_MSG_CT_DELETE,
+    IPCTNL_MSG_CT_GET, IPCTNL_MSG_CT_GET_STATS, IPCTNL_MSG_CT_NEW, IPS_ASSURED, IPS_CONFIRMED, IPS_SEEN_REPLY,
+    NLA_F_NESTED, NLM_F_CREATE, NLM_F_DUMP_INTR, NLM_F_EXCL,
+};
 use super::attr::put;
 use super::{NLM_F_ACK, NLM_F_DUMP, NLMSG_DONE, NLMSG_ERROR, NfFamily, Socket, attr, msg};
-use attrs::{CTA_STATUS, CTA_TIMEOUT, CTA_TUPLE_ORIG, CTA_TUPLE_REPLY, CTA_ZONE, NLA_F_NESTED, begin, encode_tuple};
+use attrs::{begin, encode_tuple};
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-const IPCTNL_MSG_CT_NEW: u16 = 0;
-const IPCTNL_MSG_CT_GET: u16 = 1;
-const IPCTNL_MSG_CT_DELETE: u16 = 2;
-const IPCTNL_MSG_CT_GET_STATS: u16 = 5;
-/// The reply to `IPCTNL_MSG_CT_GET_STATS`.
-const CTA_STATS_GLOBAL_ENTRIES: u16 = 1;
-/// The table changed while it was dumped: some entries may be missing or repeated.
-use crate::netlink::abi::{NLM_F_CREATE, NLM_F_DUMP_INTR, NLM_F_EXCL};
-/// Entry status bits a created entry gets: it has seen replies and is assured; and it is
-/// confirmed, which the kernel sets on entries it creates for ctnetlink (a status that
-/// differs in that bit is refused with EBUSY).
-const IPS_SEEN_REPLY: u32 = 1 << 1;
-const IPS_ASSURED: u32 = 1 << 2;
-const IPS_CONFIRMED: u32 = 1 << 3;
-
-/// The IP protocol number of UDP.
-pub const IPPROTO_UDP: u8 = 17;
-/// The IP protocol number of TCP.
-pub const IPPROTO_TCP: u8 = 6;
+pub use super::abi::{IPPROTO_TCP, IPPROTO_UDP};
 
 /// How long one receive may wait for the kernel: the sync thread runs the cleanup, and a
 /// kernel that does not answer must not freeze it.
@@ -200,6 +187,8 @@ pub fn create(flows: impl IntoIterator<Item = NewFlow>) -> io::Result<u64> {
             let start = begin(buf, IPCTNL_MSG_CT_NEW, NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL, seq, family);
             put(buf, CTA_TUPLE_ORIG | NLA_F_NESTED, &encode_tuple(f.proto, f.orig_src, f.orig_dst));
             put(buf, CTA_TUPLE_REPLY | NLA_F_NESTED, &encode_tuple(f.proto, f.reply_src, f.reply_dst));
+            // Seen replies and assured; and confirmed, which the kernel sets on entries it creates
+            // for ctnetlink (a status that differs in that bit is refused with EBUSY).
             put(buf, CTA_STATUS, &(IPS_SEEN_REPLY | IPS_ASSURED | IPS_CONFIRMED).to_be_bytes());
             put(buf, CTA_TIMEOUT, &f.timeout.to_be_bytes());
             msg::finish(buf, start);

@@ -103,10 +103,10 @@ fn anon_element(b: &mut Vec<u8>, key: &[u8], flags: u32, data: Option<&Data>) {
     if flags != 0 {
         put_be32(b, NFTA_SET_ELEM_FLAGS, flags);
     }
-    put_with(b, NFTA_SET_ELEM_KEY | NESTED, |b| put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(key)));
+    put_with(b, NFTA_SET_ELEM_KEY | NLA_F_NESTED, |b| put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(key)));
     if let Some(Data::Verdict(code, chain)) = data {
-        put_with(b, NFTA_SET_ELEM_DATA | NESTED, |b| {
-            put_with(b, NFTA_DATA_VERDICT | NESTED, |b| {
+        put_with(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| {
+            put_with(b, NFTA_DATA_VERDICT | NLA_F_NESTED, |b| {
                 put_with(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
                 if let Some(c) = chain {
                     put_str(b, NFTA_VERDICT_CHAIN, c);
@@ -116,17 +116,9 @@ fn anon_element(b: &mut Vec<u8>, key: &[u8], flags: u32, data: Option<&Data>) {
     }
 }
 
-const NESTED: u16 = NLA_F_NESTED;
-
 /// A hook's number (`NF_INET_*`) by its name.
 fn hook_number(hook: &str) -> u32 {
-    match hook {
-        "prerouting" => 0,
-        "input" => 1,
-        "forward" => 2,
-        "output" => 3,
-        _ => 4,
-    }
+    NF_INET_HOOK_NAMES.iter().position(|n| *n == hook).map_or(NF_INET_POST_ROUTING, |i| i as u32)
 }
 
 /// Compiles `script` into `batch`, learning its sets into `schema`; returns the messages
@@ -278,7 +270,7 @@ impl<'a> Out<'a> {
             let Some(h) = hook else { return };
             put_str(b, NFTA_CHAIN_TYPE, &h.kind);
             put_be32(b, NFTA_CHAIN_POLICY, NF_ACCEPT as u32);
-            put_with(b, NFTA_CHAIN_HOOK | NESTED, |b| {
+            put_with(b, NFTA_CHAIN_HOOK | NLA_F_NESTED, |b| {
                 put_be32(b, NFTA_HOOK_HOOKNUM, hook_number(&h.hook));
                 put_be32(b, NFTA_HOOK_PRIORITY, h.priority as u32);
             });
@@ -313,11 +305,13 @@ impl<'a> Out<'a> {
             }
             match &s.desc {
                 set::Desc::None => {}
-                set::Desc::Size(n) => put_with(b, NFTA_SET_DESC | NESTED, |b| put_be32(b, NFTA_SET_DESC_SIZE, *n)),
-                set::Desc::Concat(lens) => put_with(b, NFTA_SET_DESC | NESTED, |b| {
-                    put_with(b, NFTA_SET_DESC_CONCAT | NESTED, |b| {
+                set::Desc::Size(n) => {
+                    put_with(b, NFTA_SET_DESC | NLA_F_NESTED, |b| put_be32(b, NFTA_SET_DESC_SIZE, *n))
+                }
+                set::Desc::Concat(lens) => put_with(b, NFTA_SET_DESC | NLA_F_NESTED, |b| {
+                    put_with(b, NFTA_SET_DESC_CONCAT | NLA_F_NESTED, |b| {
                         for len in lens {
-                            put_with(b, NFTA_LIST_ELEM | NESTED, |b| put_be32(b, NFTA_SET_FIELD_LEN, *len));
+                            put_with(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| put_be32(b, NFTA_SET_FIELD_LEN, *len));
                         }
                     })
                 }),
@@ -351,7 +345,7 @@ impl<'a> Out<'a> {
         }
         self.on(NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, obj, |b| {
             put_str(b, NFTA_RULE_CHAIN, chain);
-            put_with(b, NFTA_RULE_EXPRESSIONS | NESTED, |b| compiled.exprs.iter().for_each(|e| e.encode(b)));
+            put_with(b, NFTA_RULE_EXPRESSIONS | NLA_F_NESTED, |b| compiled.exprs.iter().for_each(|e| e.encode(b)));
         });
         Ok(())
     }
@@ -363,11 +357,11 @@ impl<'a> Out<'a> {
             self.on(NFT_MSG_NEWSETELEM, NLM_F_CREATE, obj, |b| {
                 put_str(b, NFTA_SET_ELEM_LIST_SET, &anon.spec.name);
                 put_be32(b, NFTA_SET_ELEM_LIST_SET_ID, anon.id);
-                put_with(b, NFTA_SET_ELEM_LIST_ELEMENTS | NESTED, |b| {
+                put_with(b, NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED, |b| {
                     let start = b.len();
                     while b.len() - start < ELEMENT_LIST_BUDGET {
                         let Some((key, flags, data)) = elements.next() else { break };
-                        put_with(b, NFTA_LIST_ELEM | NESTED, |b| anon_element(b, key, *flags, data.as_ref()));
+                        put_with(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| anon_element(b, key, *flags, data.as_ref()));
                     }
                 });
             });

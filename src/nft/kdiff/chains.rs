@@ -8,7 +8,9 @@
 use super::elements::Owned;
 use super::report::{Change, Kind, Object};
 use crate::model::Family;
-use crate::netlink::abi::{NF_ACCEPT, NFT_DATA_VERDICT, NFT_DYNSET_DEFAULT_SIZE, NFT_SET_EVAL, NFT_VERDICT_DATA_LEN};
+use crate::netlink::abi::{
+    NF_ACCEPT, NF_INET_HOOK_NAMES, NFT_DATA_VERDICT, NFT_DYNSET_DEFAULT_SIZE, NFT_SET_EVAL, NFT_VERDICT_DATA_LEN,
+};
 use crate::netlink::{Hook, NfFamily, SetListing};
 use crate::nft::compile::{Data, DeclaredChain, Desc, Expr, ReadExpr, SetSpec};
 use std::collections::{BTreeMap, HashMap};
@@ -195,7 +197,7 @@ fn common(a: &[Vec<ReadExpr>], b: &[Vec<ReadExpr>]) -> Vec<(usize, usize)> {
 
 fn hook_text(hook: &Option<Hook>) -> Option<String> {
     let h = hook.as_ref()?;
-    let name = ["prerouting", "input", "forward", "output", "postrouting"].get(h.hooknum as usize).unwrap_or(&"?");
+    let name = NF_INET_HOOK_NAMES.get(h.hooknum as usize).unwrap_or(&"?");
     let policy = if h.policy == NF_ACCEPT as u32 { "accept" } else { "drop" };
     Some(format!("type {} hook {name} priority {}; policy {policy};", h.kind, h.priority))
 }
