@@ -17,9 +17,10 @@ use std::{fmt, io};
 
 /// What a table holds besides rules and elements. The order is the order of deletion in one
 /// transaction: a set first, since its elements may refer to chains (verdict maps) and to
-/// stateful objects (object maps), which the kernel refuses to delete while referred to.
+/// stateful objects (object maps), which the kernel refuses to delete while referred to. Named
+/// apart from `model::ObjectKind`, the kinds of API objects the proxy watches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ObjectKind {
+pub enum TableObject {
     /// A named set or map.
     Set,
     /// A chain.
@@ -30,41 +31,41 @@ pub enum ObjectKind {
     Stateful(u32),
 }
 
-impl ObjectKind {
+impl TableObject {
     /// The words `nft` 1.0.6 takes in `delete <words> <family> <table> handle <N>`; `None`
     /// for kinds it cannot delete by handle (ct helpers, timeouts and expectations have no
     /// `handle` form; connlimit and tunnel objects no syntax at all), which go over netlink.
     pub fn nft_words(self) -> Option<&'static str> {
         match self {
-            ObjectKind::Set => Some("set"),
-            ObjectKind::Chain => Some("chain"),
-            ObjectKind::Flowtable => Some("flowtable"),
-            ObjectKind::Stateful(NFT_OBJECT_COUNTER) => Some("counter"),
-            ObjectKind::Stateful(NFT_OBJECT_QUOTA) => Some("quota"),
-            ObjectKind::Stateful(NFT_OBJECT_LIMIT) => Some("limit"),
-            ObjectKind::Stateful(NFT_OBJECT_SECMARK) => Some("secmark"),
-            ObjectKind::Stateful(NFT_OBJECT_SYNPROXY) => Some("synproxy"),
-            ObjectKind::Stateful(_) => None,
+            TableObject::Set => Some("set"),
+            TableObject::Chain => Some("chain"),
+            TableObject::Flowtable => Some("flowtable"),
+            TableObject::Stateful(NFT_OBJECT_COUNTER) => Some("counter"),
+            TableObject::Stateful(NFT_OBJECT_QUOTA) => Some("quota"),
+            TableObject::Stateful(NFT_OBJECT_LIMIT) => Some("limit"),
+            TableObject::Stateful(NFT_OBJECT_SECMARK) => Some("secmark"),
+            TableObject::Stateful(NFT_OBJECT_SYNPROXY) => Some("synproxy"),
+            TableObject::Stateful(_) => None,
         }
     }
 
     /// The `NFT_OBJECT_*` type of a stateful object.
     pub fn object_type(self) -> Option<u32> {
         match self {
-            ObjectKind::Stateful(t) => Some(t),
-            ObjectKind::Set | ObjectKind::Chain | ObjectKind::Flowtable => None,
+            TableObject::Stateful(t) => Some(t),
+            TableObject::Set | TableObject::Chain | TableObject::Flowtable => None,
         }
     }
 }
 
-impl fmt::Display for ObjectKind {
+impl fmt::Display for TableObject {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let word = match self {
-            ObjectKind::Stateful(NFT_OBJECT_CT_HELPER) => "ct helper",
-            ObjectKind::Stateful(NFT_OBJECT_CONNLIMIT) => "connlimit",
-            ObjectKind::Stateful(NFT_OBJECT_TUNNEL) => "tunnel",
-            ObjectKind::Stateful(NFT_OBJECT_CT_TIMEOUT) => "ct timeout",
-            ObjectKind::Stateful(NFT_OBJECT_CT_EXPECT) => "ct expectation",
+            TableObject::Stateful(NFT_OBJECT_CT_HELPER) => "ct helper",
+            TableObject::Stateful(NFT_OBJECT_CONNLIMIT) => "connlimit",
+            TableObject::Stateful(NFT_OBJECT_TUNNEL) => "tunnel",
+            TableObject::Stateful(NFT_OBJECT_CT_TIMEOUT) => "ct timeout",
+            TableObject::Stateful(NFT_OBJECT_CT_EXPECT) => "ct expectation",
             other => match other.nft_words() {
                 Some(words) => words,
                 None => return write!(f, "object of type {}", other.object_type().unwrap_or(0)),
@@ -78,7 +79,7 @@ impl fmt::Display for ObjectKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listed {
     /// What it is.
-    pub kind: ObjectKind,
+    pub kind: TableObject,
     /// Its handle, unique per kind in the table.
     pub handle: u64,
     /// Its name as the kernel reported it (any bytes, shown lossily): for telling our own
@@ -116,20 +117,20 @@ impl Socket {
         let mut all = Vec::new();
         for m in self.dump(&CHAINS, family, table)? {
             if flags(&m, NFTA_CHAIN_FLAGS)? & NFT_CHAIN_BINDING == 0 {
-                all.push(listed(&m, &CHAINS, ObjectKind::Chain)?);
+                all.push(listed(&m, &CHAINS, TableObject::Chain)?);
             }
         }
         for m in self.dump(&SETS, family, table)? {
             if flags(&m, NFTA_SET_FLAGS)? & NFT_SET_ANONYMOUS == 0 {
-                all.push(listed(&m, &SETS, ObjectKind::Set)?);
+                all.push(listed(&m, &SETS, TableObject::Set)?);
             }
         }
         for m in self.dump(&OBJECTS, family, table)? {
             let kind = attr::top(&m, NFTA_OBJ_TYPE).and_then(be32).ok_or_else(|| malformed("object type"))?;
-            all.push(listed(&m, &OBJECTS, ObjectKind::Stateful(kind))?);
+            all.push(listed(&m, &OBJECTS, TableObject::Stateful(kind))?);
         }
         for m in self.dump(&FLOWTABLES, family, table)? {
-            all.push(listed(&m, &FLOWTABLES, ObjectKind::Flowtable)?);
+            all.push(listed(&m, &FLOWTABLES, TableObject::Flowtable)?);
         }
         Ok(all)
     }
@@ -184,7 +185,7 @@ impl Socket {
 
 /// The listing of one reply; an error if it lacks a well-formed handle, since what cannot be
 /// named by handle cannot be deleted.
-fn listed(m: &[u8], dump: &Dump, kind: ObjectKind) -> io::Result<Listed> {
+fn listed(m: &[u8], dump: &Dump, kind: TableObject) -> io::Result<Listed> {
     let handle = attr::top(m, dump.handle).and_then(be64).ok_or_else(|| malformed("handle"))?;
     let name = attr::top(m, dump.name).map(attr::lossy);
     Ok(Listed { kind, handle, name: name.unwrap_or_default() })
@@ -210,13 +211,13 @@ mod tests {
         put(&mut body, NFTA_CHAIN_TABLE, b"kube-nftproxy\0");
         put(&mut body, NFTA_CHAIN_HANDLE, &7u64.to_be_bytes());
         put(&mut body, NFTA_CHAIN_NAME, b"x; y\n\0");
-        let found = listed(&body, &CHAINS, ObjectKind::Chain).expect("a well-formed reply");
+        let found = listed(&body, &CHAINS, TableObject::Chain).expect("a well-formed reply");
         assert_eq!((found.handle, found.name.as_str()), (7, "x; y\n"));
 
         let mut short = vec![2u8, 0, 0, 0];
         put(&mut short, NFTA_CHAIN_HANDLE, &7u32.to_be_bytes());
-        assert!(listed(&short, &CHAINS, ObjectKind::Chain).is_err(), "a 4-byte handle is malformed");
-        assert!(listed(&[2, 0], &CHAINS, ObjectKind::Chain).is_err(), "a truncated body has no handle");
+        assert!(listed(&short, &CHAINS, TableObject::Chain).is_err(), "a 4-byte handle is malformed");
+        assert!(listed(&[2, 0], &CHAINS, TableObject::Chain).is_err(), "a truncated body has no handle");
         assert!(flags(&short, NFTA_CHAIN_FLAGS).is_ok_and(|f| f == 0), "absent flags are clear");
     }
 }

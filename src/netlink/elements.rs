@@ -8,8 +8,8 @@ use super::abi::{
     NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA, NFTNL_UDATA_SET_ELEM_COMMENT, NLM_F_DUMP,
 };
 use super::attr::{self, all, be32, be64, get};
+use super::data::{Data, read_data};
 use super::dump::malformed;
-use super::nla::{Data, data};
 use super::{NfFamily, Socket};
 use std::io;
 
@@ -62,7 +62,7 @@ fn element(elem: &[u8]) -> io::Result<Element> {
         Some(f) => be32(f).ok_or_else(|| malformed("element flags"))?,
         None => 0,
     };
-    let data = get(&attrs, NFTA_SET_ELEM_DATA).map(data).transpose()?;
+    let data = get(&attrs, NFTA_SET_ELEM_DATA).map(read_data).transpose()?;
     let comment = get(&attrs, NFTA_SET_ELEM_USERDATA).and_then(comment);
     let expires_ms = get(&attrs, NFTA_SET_ELEM_EXPIRATION).and_then(be64);
     Ok(Element { key, key_end, flags, data, comment, expires_ms })

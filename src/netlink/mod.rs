@@ -1,6 +1,7 @@
 //! The netlink floor, below everything that talks to the kernel, importing nothing of the
-//! crate: sockets (`sock`, the crate's only `unsafe`), the kernel's numbers (`abi`), attributes
-//! (`attr` writes them, `nla` reads them), and the families. nf_tables: the cheap questions
+//! crate: sockets (`sock`, the crate's only `unsafe`), the kernel's numbers (`abi`), message
+//! headers (`msg`) and attributes (`attr`) written and read, nf_tables' data values and
+//! verdicts (`data`), and the families. nf_tables: the cheap questions
 //! the proxy asks without `nft` (the ruleset generation, whether a table or chain holds what
 //! it should, what a table holds and which tables and chains exist (`dump`), where rules jump
 //! (`rules`), the stream of change events with the process that committed each generation)
@@ -15,20 +16,20 @@ use std::time::Duration;
 pub(crate) mod abi;
 pub(crate) mod attr;
 pub mod conntrack;
+pub(crate) mod data;
 mod dump;
 pub mod elements;
 pub mod ipset;
 pub mod ipvs;
 pub mod link;
 pub(crate) mod msg;
-pub(crate) mod nla;
 mod rules;
 pub mod send;
 #[allow(unsafe_code)]
 pub mod sock;
 mod state;
 
-pub use dump::{Listed, ObjectKind};
+pub use dump::{Listed, TableObject};
 pub use rules::RuleJumps;
 pub use state::{ChainListing, Hook, ListedExpr, RuleListing, SetListing};
 

@@ -4,7 +4,7 @@
 
 use crate::netlink::abi::*;
 use crate::netlink::attr::{put_be32, put_str, put_with};
-pub use crate::netlink::nla::Data;
+pub use crate::netlink::data::Data;
 use std::fmt;
 
 /// Where a payload load reads from.

@@ -7,18 +7,18 @@
 //! compilation to `nft`'s own, message by message, and the kernel's tables to `nft -f`'s.
 
 mod declared;
-mod decode;
 pub(crate) mod expr;
 mod field;
 mod lex;
 mod parse;
+mod read_back;
 mod rule;
 mod set;
 
 pub(crate) use declared::{Declared, DeclaredChain, DeclaredRule, DeclaredTable, declared};
-pub(crate) use decode::{ReadExpr, read_back};
 pub use expr::Data;
 pub(crate) use expr::Expr;
+pub(crate) use read_back::{ReadExpr, read_back};
 pub use set::{AnonSet, Desc, SetSpec};
 
 use crate::model::Family;

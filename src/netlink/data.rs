@@ -18,7 +18,7 @@ pub enum Data {
 }
 
 /// Nested data (`NFTA_DATA_*`): a value's bytes, or a verdict's code and chain.
-pub(crate) fn data(wrapped: &[u8]) -> io::Result<Data> {
+pub(crate) fn read_data(wrapped: &[u8]) -> io::Result<Data> {
     let attrs = all(wrapped)?;
     if let Some(v) = get(&attrs, NFTA_DATA_VALUE) {
         return Ok(Data::Value(v.to_vec()));

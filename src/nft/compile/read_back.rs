@@ -8,7 +8,7 @@ use super::expr::{Base, Data, Expr};
 use crate::netlink::ListedExpr;
 use crate::netlink::abi::*;
 use crate::netlink::attr::{all, be32, be64, get, utf8};
-use crate::netlink::nla::data;
+use crate::netlink::data::read_data;
 use std::fmt;
 
 /// One listed expression: one this compiler writes, or another one (or a malformed one),
@@ -45,7 +45,7 @@ fn u32_at(a: &Attrs<'_>, t: u16) -> Option<u32> {
 }
 
 fn value_at(a: &Attrs<'_>, t: u16) -> Option<Vec<u8>> {
-    match data(get(a, t)?).ok()? {
+    match read_data(get(a, t)?).ok()? {
         Data::Value(v) => Some(v),
         Data::Verdict(..) => None,
     }
@@ -100,9 +100,10 @@ fn known(e: &ListedExpr) -> Option<Expr> {
             dreg: u32_at(a, NFTA_LOOKUP_DREG),
             invert: u32_at(a, NFTA_LOOKUP_FLAGS).unwrap_or(0) & NFT_LOOKUP_F_INV != 0,
         },
-        "immediate" => {
-            Expr::Immediate { dreg: u32_at(a, NFTA_IMMEDIATE_DREG)?, data: data(get(a, NFTA_IMMEDIATE_DATA)?).ok()? }
-        }
+        "immediate" => Expr::Immediate {
+            dreg: u32_at(a, NFTA_IMMEDIATE_DREG)?,
+            data: read_data(get(a, NFTA_IMMEDIATE_DATA)?).ok()?,
+        },
         "numgen" => Expr::Numgen {
             dreg: u32_at(a, NFTA_NG_DREG)?,
             inc: match u32_at(a, NFTA_NG_TYPE)? {
