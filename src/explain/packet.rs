@@ -2,8 +2,8 @@
 //! rules load them, and what the rules did to it (DNAT, mark, masquerade, affinity).
 
 use crate::netlink::abi::IPS_DST_NAT;
+use crate::nft::compile::SetSpec;
 use crate::nft::compile::expr::Base;
-use crate::nft::compile::{Desc, SetSpec};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -97,8 +97,8 @@ fn v6(ip: IpAddr) -> [u8; 16] {
 /// The register bytes each field of a set's key takes (one field unless it is a
 /// concatenation whose lengths the declaration gives).
 pub fn field_widths(spec: &SetSpec) -> Vec<usize> {
-    match &spec.desc {
-        Desc::Concat(lens) => lens.iter().map(|l| (*l as usize).next_multiple_of(4)).collect(),
-        _ => vec![spec.key.1 as usize],
+    match spec.concat.as_slice() {
+        [] => vec![spec.key.1 as usize],
+        lens => lens.iter().map(|l| (*l as usize).next_multiple_of(4)).collect(),
     }
 }

@@ -31,7 +31,7 @@ mod state;
 
 pub use dump::{Listed, TableObject};
 pub use rules::RuleJumps;
-pub use state::{ChainListing, Hook, ListedExpr, RuleListing, SetListing};
+pub use state::{ChainListing, Hook, ListedExpr, RuleListing, SetSpec};
 
 use abi::{
     NFNL_SUBSYS_NFTABLES, NFNLGRP_NFTABLES, NFT_MSG_DELTABLE, NFT_MSG_GETGEN, NFT_MSG_GETRULE, NFT_MSG_GETTABLE,

@@ -3,11 +3,11 @@
 //! lists them (name and attributes, read into the compiler's terms by `compile::decode`).
 
 use super::abi::{
-    NFT_CHAIN_BINDING, NFTA_CHAIN_FLAGS, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_POLICY, NFTA_CHAIN_TYPE,
-    NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_LIST_ELEM, NFTA_RULE_CHAIN,
-    NFTA_RULE_EXPRESSIONS, NFTA_RULE_USERDATA, NFTA_SET_DATA_LEN, NFTA_SET_DATA_TYPE, NFTA_SET_DESC,
-    NFTA_SET_DESC_CONCAT, NFTA_SET_DESC_SIZE, NFTA_SET_FIELD_LEN, NFTA_SET_FLAGS, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE,
-    NFTA_SET_NAME, NFTA_SET_TIMEOUT, NFTA_SET_USERDATA,
+    NFT_CHAIN_BINDING, NFT_DATA_VERDICT, NFT_DYNSET_DEFAULT_SIZE, NFT_SET_EVAL, NFT_VERDICT_DATA_LEN, NFTA_CHAIN_FLAGS,
+    NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_POLICY, NFTA_CHAIN_TYPE, NFTA_EXPR_DATA, NFTA_EXPR_NAME,
+    NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_LIST_ELEM, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_USERDATA,
+    NFTA_SET_DATA_LEN, NFTA_SET_DATA_TYPE, NFTA_SET_DESC, NFTA_SET_DESC_CONCAT, NFTA_SET_DESC_SIZE, NFTA_SET_FIELD_LEN,
+    NFTA_SET_FLAGS, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME, NFTA_SET_TIMEOUT, NFTA_SET_USERDATA,
 };
 use super::attr::{all, be32, be64, get, lossy};
 use super::dump::{CHAINS, SETS, malformed};
@@ -36,9 +36,11 @@ pub struct ChainListing {
     pub hook: Option<Hook>,
 }
 
-/// One set's declaration as the kernel holds it, anonymous ones included.
+/// One set's declaration: what the compiler tells the kernel, and what the kernel lists
+/// (anonymous sets included), one type so the two compare field by field; a listing carries
+/// values the kernel fills in itself, which [`SetSpec::as_sent`] takes away.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SetListing {
+pub struct SetSpec {
     /// Its name (`__set0`… for a rule's anonymous set).
     pub name: String,
     /// `NFT_SET_*` flags.
@@ -49,12 +51,25 @@ pub struct SetListing {
     pub data: Option<(u32, u32)>,
     /// Default element timeout, in milliseconds.
     pub timeout_ms: Option<u64>,
-    /// Declared size.
+    /// Declared size (`NFTA_SET_DESC_SIZE`; the compiler gives it to anonymous sets).
     pub size: Option<u32>,
-    /// A concatenation's field lengths, when declared.
+    /// A concatenation's field lengths in bytes, when declared (`NFTA_SET_DESC_CONCAT`; the
+    /// compiler gives them to concatenated interval sets, never together with a size).
     pub concat: Vec<u32>,
     /// User data (`nft`'s record of the declaration: byte orders, `typeof`, comment).
     pub udata: Vec<u8>,
+}
+
+impl SetSpec {
+    /// A listed declaration as it was sent: a verdict map's data length, and the size the
+    /// kernel gives a set that rules fill, are the kernel's own.
+    pub fn as_sent(&self) -> SetSpec {
+        let data = self
+            .data
+            .map(|(ty, len)| (ty, if ty == NFT_DATA_VERDICT && len == NFT_VERDICT_DATA_LEN { 0 } else { len }));
+        let dynamic = self.flags & NFT_SET_EVAL != 0 && self.size == Some(NFT_DYNSET_DEFAULT_SIZE);
+        SetSpec { data, size: if dynamic { None } else { self.size }, ..self.clone() }
+    }
 }
 
 /// One expression of a listed rule.
@@ -95,7 +110,7 @@ impl Socket {
     }
 
     /// Every set and map of `table`, anonymous ones included, as declared.
-    pub fn set_listings(&mut self, family: NfFamily, table: &str) -> io::Result<Vec<SetListing>> {
+    pub fn set_listings(&mut self, family: NfFamily, table: &str) -> io::Result<Vec<SetSpec>> {
         self.dump(&SETS, family, table)?.iter().map(|m| set(m)).collect()
     }
 
@@ -121,7 +136,7 @@ fn hook(nest: &[u8], chain: &[(u16, &[u8])]) -> io::Result<Hook> {
     })
 }
 
-fn set(m: &[u8]) -> io::Result<SetListing> {
+fn set(m: &[u8]) -> io::Result<SetSpec> {
     let attrs = all(m.get(4..).ok_or_else(|| malformed("set header"))?)?;
     let name = lossy(get(&attrs, NFTA_SET_NAME).ok_or_else(|| malformed("set name"))?);
     let flags = get(&attrs, NFTA_SET_FLAGS).map_or(Some(0), be32).ok_or_else(|| malformed("set flags"))?;
@@ -142,7 +157,7 @@ fn set(m: &[u8]) -> io::Result<SetListing> {
         }
     }
     let udata = get(&attrs, NFTA_SET_USERDATA).unwrap_or_default().to_vec();
-    Ok(SetListing { name, flags, key, data, timeout_ms, size, concat, udata })
+    Ok(SetSpec { name, flags, key, data, timeout_ms, size, concat, udata })
 }
 
 fn rule(m: &[u8]) -> io::Result<RuleListing> {

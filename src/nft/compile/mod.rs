@@ -15,11 +15,12 @@ mod read_back;
 mod rule;
 mod set;
 
+pub use crate::netlink::SetSpec;
 pub(crate) use declared::{Declared, DeclaredChain, DeclaredRule, DeclaredTable, declared};
 pub use expr::Data;
 pub(crate) use expr::Expr;
 pub(crate) use read_back::{ReadExpr, read_back};
-pub use set::{AnonSet, Desc, SetSpec};
+pub use set::AnonSet;
 
 use crate::model::Family;
 use crate::netlink::abi::*;
@@ -289,7 +290,7 @@ impl<'a> Out<'a> {
         Ok(())
     }
 
-    fn new_set(&mut self, obj: &Obj, s: &set::SetSpec, id: u32) {
+    fn new_set(&mut self, obj: &Obj, s: &SetSpec, id: u32) {
         self.on(NFT_MSG_NEWSET, NLM_F_CREATE, obj, |b| {
             put_str(b, NFTA_SET_NAME, &s.name);
             put_be32(b, NFTA_SET_FLAGS, s.flags);
@@ -303,18 +304,19 @@ impl<'a> Out<'a> {
             if let Some(ms) = s.timeout_ms {
                 put_be64(b, NFTA_SET_TIMEOUT, ms);
             }
-            match &s.desc {
-                set::Desc::None => {}
-                set::Desc::Size(n) => {
-                    put_with(b, NFTA_SET_DESC | NLA_F_NESTED, |b| put_be32(b, NFTA_SET_DESC_SIZE, *n))
-                }
-                set::Desc::Concat(lens) => put_with(b, NFTA_SET_DESC | NLA_F_NESTED, |b| {
-                    put_with(b, NFTA_SET_DESC_CONCAT | NLA_F_NESTED, |b| {
-                        for len in lens {
-                            put_with(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| put_be32(b, NFTA_SET_FIELD_LEN, *len));
-                        }
-                    })
-                }),
+            if s.size.is_some() || !s.concat.is_empty() {
+                put_with(b, NFTA_SET_DESC | NLA_F_NESTED, |b| {
+                    if let Some(n) = s.size {
+                        put_be32(b, NFTA_SET_DESC_SIZE, n);
+                    }
+                    if !s.concat.is_empty() {
+                        put_with(b, NFTA_SET_DESC_CONCAT | NLA_F_NESTED, |b| {
+                            for len in &s.concat {
+                                put_with(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| put_be32(b, NFTA_SET_FIELD_LEN, *len));
+                            }
+                        })
+                    }
+                })
             }
             put_with(b, NFTA_SET_USERDATA, |b| b.extend_from_slice(&s.udata));
         });
