@@ -42,7 +42,7 @@ pub(crate) fn put_be64(buf: &mut Vec<u8>, kind: u16, v: u64) {
     put(buf, kind, &v.to_be_bytes());
 }
 
-/// Why attributes could not be read.
+/// Why attributes, or what they encode (a conntrack entry's tuples), could not be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Malformed(pub &'static str);
 
