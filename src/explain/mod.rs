@@ -18,6 +18,7 @@ mod why;
 
 use crate::config::Config;
 use crate::model::{Family, Model, Protocol};
+use crate::netlink::abi::{NF_INET_LOCAL_IN, NF_INET_LOCAL_OUT, NF_INET_POST_ROUTING, NF_INET_PRE_ROUTING};
 use crate::nft::compile::CompileError;
 use crate::nft::element;
 use crate::render::{self, Detector, RenderError};
@@ -287,7 +288,7 @@ fn pod_kind(
 /// the node sends to itself goes out and back in through loopback: postrouting, prerouting
 /// (where its connection, already NATed, meets no NAT chain), input.
 fn follow(table: &Table, packet: Packet, from_node: bool) -> Result<Vec<(Verdict, Run)>, String> {
-    let first = if from_node { OUTPUT } else { PREROUTING };
+    let first = if from_node { NF_INET_LOCAL_OUT } else { NF_INET_PRE_ROUTING };
     let mut done = Vec::new();
     for (v, r) in hook(table, first, true, vec![Run::new(packet, 1.0, Vec::new())])? {
         if v != Verdict::Accept {
@@ -296,9 +297,9 @@ fn follow(table: &Table, packet: Packet, from_node: bool) -> Result<Vec<(Verdict
         }
         let local = r.packet.is_local(r.packet.daddr);
         let next: &[(u32, bool)] = match (from_node, local) {
-            (true, true) => &[(POSTROUTING, true), (PREROUTING, false), (INPUT, true)],
-            (true, false) | (false, false) => &[(POSTROUTING, true)],
-            (false, true) => &[(INPUT, true)],
+            (true, true) => &[(NF_INET_POST_ROUTING, true), (NF_INET_PRE_ROUTING, false), (NF_INET_LOCAL_IN, true)],
+            (true, false) | (false, false) => &[(NF_INET_POST_ROUTING, true)],
+            (false, true) => &[(NF_INET_LOCAL_IN, true)],
         };
         let mut runs = vec![(v, r)];
         for (h, nat) in next {
@@ -310,12 +311,6 @@ fn follow(table: &Table, packet: Packet, from_node: bool) -> Result<Vec<(Verdict
     }
     Ok(done)
 }
-
-/// Netfilter's hooks (`NF_INET_*`).
-const PREROUTING: u32 = 0;
-const INPUT: u32 = 1;
-const OUTPUT: u32 = 3;
-const POSTROUTING: u32 = 4;
 
 /// Runs `runs` through the base chains of hook `hooknum` (its NAT chains too when `nat`),
 /// by priority; a drop ends a path there.

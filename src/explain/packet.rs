@@ -1,13 +1,11 @@
 //! The packet `explain` follows: the first packet of a new connection, its headers as the
 //! rules load them, and what the rules did to it (DNAT, mark, masquerade, affinity).
 
+use crate::netlink::abi::IPS_DST_NAT;
+use crate::nft::compile::SetSpec;
 use crate::nft::compile::expr::Base;
-use crate::nft::compile::{Desc, SetSpec};
 use std::net::IpAddr;
 use std::sync::Arc;
-
-/// `ct status dnat`'s bit (`IPS_DST_NAT`).
-const CT_STATUS_DNAT: u32 = 0x20;
 
 /// The first packet of a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,7 +82,7 @@ impl Packet {
             self.dport = p;
         }
         self.dnat = true;
-        self.ct_status |= CT_STATUS_DNAT;
+        self.ct_status |= IPS_DST_NAT;
         Ok(())
     }
 }
@@ -99,8 +97,8 @@ fn v6(ip: IpAddr) -> [u8; 16] {
 /// The register bytes each field of a set's key takes (one field unless it is a
 /// concatenation whose lengths the declaration gives).
 pub fn field_widths(spec: &SetSpec) -> Vec<usize> {
-    match &spec.desc {
-        Desc::Concat(lens) => lens.iter().map(|l| (*l as usize).next_multiple_of(4)).collect(),
-        _ => vec![spec.key.1 as usize],
+    match spec.concat.as_slice() {
+        [] => vec![spec.key.1 as usize],
+        lens => lens.iter().map(|l| (*l as usize).next_multiple_of(4)).collect(),
     }
 }

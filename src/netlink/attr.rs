@@ -1,5 +1,9 @@
-//! Writing netlink attributes: the one writer every family's messages use (a closure for
-//! nested and composed payloads, thin wrappers for bytes, strings and big-endian numbers).
+//! Netlink attributes: the one writer every family's messages use (a closure for nested and
+//! composed payloads, thin wrappers for bytes, strings and big-endian numbers) and the one
+//! reader (a strict iterator, with lookups and typed getters on top).
+
+use super::abi::NLA_TYPE_MASK;
+use std::io;
 
 /// Writes an attribute of type `kind` whose payload `f` appends, padded to 4 bytes; nested
 /// attributes set `NLA_F_NESTED` in `kind`.
@@ -38,6 +42,90 @@ pub(crate) fn put_be64(buf: &mut Vec<u8>, kind: u16, v: u64) {
     put(buf, kind, &v.to_be_bytes());
 }
 
+/// Why attributes, or what they encode (a conntrack entry's tuples), could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Malformed(pub &'static str);
+
+impl From<Malformed> for io::Error {
+    fn from(m: Malformed) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidData, format!("netlink: {}", m.0))
+    }
+}
+
+/// The attributes of a payload, each `(type, payload)` with the type's flags cleared, every
+/// length checked; a cut header or an overrun ends the walk with an error. Allocation-free, so
+/// a streamed dump reads entries without collecting them.
+pub(crate) struct Iter<'a>(&'a [u8]);
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = Result<(u16, &'a [u8]), Malformed>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let rest = self.0;
+        if rest.is_empty() {
+            return None;
+        }
+        let len = match rest {
+            [a, b, _, _, ..] => usize::from(u16::from_ne_bytes([*a, *b])),
+            _ => 0,
+        };
+        if len < 4 || len > rest.len() {
+            self.0 = &[];
+            return Some(Err(Malformed("an attribute overruns its message")));
+        }
+        let kind = u16::from_ne_bytes([rest[2], rest[3]]) & NLA_TYPE_MASK;
+        self.0 = &rest[len.next_multiple_of(4).min(rest.len())..];
+        Some(Ok((kind, &rest[4..len])))
+    }
+}
+
+/// The attributes of `data`, read one at a time.
+pub(crate) fn iter(data: &[u8]) -> Iter<'_> {
+    Iter(data)
+}
+
+/// Every attribute of `data`; an error if one is malformed.
+pub(crate) fn all(data: &[u8]) -> io::Result<Vec<(u16, &[u8])>> {
+    Ok(iter(data).collect::<Result<_, _>>()?)
+}
+
+/// The payload of the first attribute of type `t` in `data`, looking no further than the
+/// first malformed one.
+pub(crate) fn find(data: &[u8], t: u16) -> Option<&[u8]> {
+    iter(data).map_while(Result::ok).find(|(kind, _)| *kind == t).map(|(_, payload)| payload)
+}
+
+/// The payload of top-level attribute `t` of an nfnetlink message body (after its 4-byte
+/// nfgenmsg), as [`find`] finds it.
+pub(crate) fn top(body: &[u8], t: u16) -> Option<&[u8]> {
+    find(body.get(4..)?, t)
+}
+
+/// The payload of the first attribute of type `t` among `attrs`.
+pub(crate) fn get<'a>(attrs: &[(u16, &'a [u8])], t: u16) -> Option<&'a [u8]> {
+    attrs.iter().find(|(kind, _)| *kind == t).map(|(_, payload)| *payload)
+}
+
+/// A big-endian 32-bit payload; `None` unless it is exactly 4 bytes.
+pub(crate) fn be32(b: &[u8]) -> Option<u32> {
+    Some(u32::from_be_bytes(b.try_into().ok()?))
+}
+
+/// A big-endian 64-bit payload; `None` unless it is exactly 8 bytes.
+pub(crate) fn be64(b: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(b.try_into().ok()?))
+}
+
+/// A NUL-terminated string payload as text; `None` if it is not UTF-8.
+pub(crate) fn utf8(s: &[u8]) -> Option<String> {
+    String::from_utf8(s.strip_suffix(&[0]).unwrap_or(s).to_vec()).ok()
+}
+
+/// A NUL-terminated string payload as text, bytes that are not UTF-8 replaced.
+pub(crate) fn lossy(s: &[u8]) -> String {
+    String::from_utf8_lossy(s.strip_suffix(&[0]).unwrap_or(s)).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,5 +143,22 @@ mod tests {
             12, 0, 5, 0, 5, 0, 1, 0, 9, 0, 0, 0,
         ];
         assert_eq!(buf, want);
+    }
+
+    #[test]
+    fn reading_checks_every_length_and_clears_the_flags() {
+        let mut buf = Vec::new();
+        put_str(&mut buf, 3, "ab");
+        put_be32(&mut buf, 0x8001, 7);
+        assert_eq!(all(&buf).unwrap(), [(3, &b"ab\0"[..]), (1, &[0, 0, 0, 7][..])]);
+        assert_eq!(find(&buf, 1).and_then(be32), Some(7));
+        assert_eq!(find(&buf, 3).and_then(utf8).as_deref(), Some("ab"));
+        for cut in [2, 6, buf.len() - 1] {
+            assert!(all(&buf[..cut]).is_err(), "attributes cut at {cut} bytes read");
+        }
+        // A lookup stops at the first malformed attribute, a strict walk fails there.
+        assert_eq!(find(&buf[..buf.len() - 1], 1), None);
+        assert_eq!(find(&buf[..buf.len() - 1], 3), Some(&b"ab\0"[..]));
+        assert_eq!((be32(&[0, 0, 7]), be64(&[0; 7]), lossy(b"a\xff\0")), (None, None, "a\u{fffd}".to_string()));
     }
 }

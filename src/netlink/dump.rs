@@ -11,14 +11,16 @@ use super::abi::{
     NFTA_OBJ_TABLE, NFTA_OBJ_TYPE, NFTA_RULE_CHAIN, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_SET_FLAGS, NFTA_SET_HANDLE,
     NFTA_SET_NAME, NFTA_SET_TABLE, NFTA_TABLE_NAME, NLM_F_DUMP,
 };
-use super::{NfFamily, Socket, attr, be32};
+use super::attr::{self, be32, be64, utf8};
+use super::{NfFamily, Socket};
 use std::{fmt, io};
 
 /// What a table holds besides rules and elements. The order is the order of deletion in one
 /// transaction: a set first, since its elements may refer to chains (verdict maps) and to
-/// stateful objects (object maps), which the kernel refuses to delete while referred to.
+/// stateful objects (object maps), which the kernel refuses to delete while referred to. Named
+/// apart from `model::ObjectKind`, the kinds of API objects the proxy watches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ObjectKind {
+pub enum TableObject {
     /// A named set or map.
     Set,
     /// A chain.
@@ -29,41 +31,41 @@ pub enum ObjectKind {
     Stateful(u32),
 }
 
-impl ObjectKind {
+impl TableObject {
     /// The words `nft` 1.0.6 takes in `delete <words> <family> <table> handle <N>`; `None`
     /// for kinds it cannot delete by handle (ct helpers, timeouts and expectations have no
     /// `handle` form; connlimit and tunnel objects no syntax at all), which go over netlink.
     pub fn nft_words(self) -> Option<&'static str> {
         match self {
-            ObjectKind::Set => Some("set"),
-            ObjectKind::Chain => Some("chain"),
-            ObjectKind::Flowtable => Some("flowtable"),
-            ObjectKind::Stateful(NFT_OBJECT_COUNTER) => Some("counter"),
-            ObjectKind::Stateful(NFT_OBJECT_QUOTA) => Some("quota"),
-            ObjectKind::Stateful(NFT_OBJECT_LIMIT) => Some("limit"),
-            ObjectKind::Stateful(NFT_OBJECT_SECMARK) => Some("secmark"),
-            ObjectKind::Stateful(NFT_OBJECT_SYNPROXY) => Some("synproxy"),
-            ObjectKind::Stateful(_) => None,
+            TableObject::Set => Some("set"),
+            TableObject::Chain => Some("chain"),
+            TableObject::Flowtable => Some("flowtable"),
+            TableObject::Stateful(NFT_OBJECT_COUNTER) => Some("counter"),
+            TableObject::Stateful(NFT_OBJECT_QUOTA) => Some("quota"),
+            TableObject::Stateful(NFT_OBJECT_LIMIT) => Some("limit"),
+            TableObject::Stateful(NFT_OBJECT_SECMARK) => Some("secmark"),
+            TableObject::Stateful(NFT_OBJECT_SYNPROXY) => Some("synproxy"),
+            TableObject::Stateful(_) => None,
         }
     }
 
     /// The `NFT_OBJECT_*` type of a stateful object.
     pub fn object_type(self) -> Option<u32> {
         match self {
-            ObjectKind::Stateful(t) => Some(t),
-            ObjectKind::Set | ObjectKind::Chain | ObjectKind::Flowtable => None,
+            TableObject::Stateful(t) => Some(t),
+            TableObject::Set | TableObject::Chain | TableObject::Flowtable => None,
         }
     }
 }
 
-impl fmt::Display for ObjectKind {
+impl fmt::Display for TableObject {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let word = match self {
-            ObjectKind::Stateful(NFT_OBJECT_CT_HELPER) => "ct helper",
-            ObjectKind::Stateful(NFT_OBJECT_CONNLIMIT) => "connlimit",
-            ObjectKind::Stateful(NFT_OBJECT_TUNNEL) => "tunnel",
-            ObjectKind::Stateful(NFT_OBJECT_CT_TIMEOUT) => "ct timeout",
-            ObjectKind::Stateful(NFT_OBJECT_CT_EXPECT) => "ct expectation",
+            TableObject::Stateful(NFT_OBJECT_CT_HELPER) => "ct helper",
+            TableObject::Stateful(NFT_OBJECT_CONNLIMIT) => "connlimit",
+            TableObject::Stateful(NFT_OBJECT_TUNNEL) => "tunnel",
+            TableObject::Stateful(NFT_OBJECT_CT_TIMEOUT) => "ct timeout",
+            TableObject::Stateful(NFT_OBJECT_CT_EXPECT) => "ct expectation",
             other => match other.nft_words() {
                 Some(words) => words,
                 None => return write!(f, "object of type {}", other.object_type().unwrap_or(0)),
@@ -77,7 +79,7 @@ impl fmt::Display for ObjectKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listed {
     /// What it is.
-    pub kind: ObjectKind,
+    pub kind: TableObject,
     /// Its handle, unique per kind in the table.
     pub handle: u64,
     /// Its name as the kernel reported it (any bytes, shown lossily): for telling our own
@@ -115,20 +117,20 @@ impl Socket {
         let mut all = Vec::new();
         for m in self.dump(&CHAINS, family, table)? {
             if flags(&m, NFTA_CHAIN_FLAGS)? & NFT_CHAIN_BINDING == 0 {
-                all.push(listed(&m, &CHAINS, ObjectKind::Chain)?);
+                all.push(listed(&m, &CHAINS, TableObject::Chain)?);
             }
         }
         for m in self.dump(&SETS, family, table)? {
             if flags(&m, NFTA_SET_FLAGS)? & NFT_SET_ANONYMOUS == 0 {
-                all.push(listed(&m, &SETS, ObjectKind::Set)?);
+                all.push(listed(&m, &SETS, TableObject::Set)?);
             }
         }
         for m in self.dump(&OBJECTS, family, table)? {
-            let kind = attr(&m, NFTA_OBJ_TYPE).and_then(exact_be32).ok_or_else(|| malformed("object type"))?;
-            all.push(listed(&m, &OBJECTS, ObjectKind::Stateful(kind))?);
+            let kind = attr::top(&m, NFTA_OBJ_TYPE).and_then(be32).ok_or_else(|| malformed("object type"))?;
+            all.push(listed(&m, &OBJECTS, TableObject::Stateful(kind))?);
         }
         for m in self.dump(&FLOWTABLES, family, table)? {
-            all.push(listed(&m, &FLOWTABLES, ObjectKind::Flowtable)?);
+            all.push(listed(&m, &FLOWTABLES, TableObject::Flowtable)?);
         }
         Ok(all)
     }
@@ -140,7 +142,7 @@ impl Socket {
         let mut out = Vec::new();
         for m in self.request(NFT_MSG_GETTABLE, NFPROTO_UNSPEC, NLM_F_DUMP, &[])? {
             let number = *m.first().ok_or_else(|| malformed("family"))?;
-            let name = attr(&m, NFTA_TABLE_NAME).ok_or_else(|| malformed("table name"))?;
+            let name = attr::top(&m, NFTA_TABLE_NAME).ok_or_else(|| malformed("table name"))?;
             if let (Some(family), Some(name)) = (NfFamily::from_number(number), utf8(name)) {
                 out.push((family, name));
             }
@@ -156,7 +158,7 @@ impl Socket {
             if flags(&m, NFTA_CHAIN_FLAGS)? & NFT_CHAIN_BINDING != 0 {
                 continue;
             }
-            let name = attr(&m, NFTA_CHAIN_NAME).ok_or_else(|| malformed("chain name"))?;
+            let name = attr::top(&m, NFTA_CHAIN_NAME).ok_or_else(|| malformed("chain name"))?;
             out.extend(utf8(name));
         }
         Ok(out)
@@ -170,8 +172,9 @@ impl Socket {
     /// The replies of one dump that belong to `table`: not every kernel filters every dump
     /// by table, but each reply names its table.
     pub(super) fn dump(&mut self, dump: &Dump, family: NfFamily, table: &str) -> io::Result<Vec<Vec<u8>>> {
-        let ours =
-            |m: &Vec<u8>| attr(m, dump.table).is_some_and(|t| t.strip_suffix(&[0]).unwrap_or(t) == table.as_bytes());
+        let ours = |m: &Vec<u8>| {
+            attr::top(m, dump.table).is_some_and(|t| t.strip_suffix(&[0]).unwrap_or(t) == table.as_bytes())
+        };
         match self.request(dump.msg, family as u8, NLM_F_DUMP, &[(dump.table, table)]) {
             Ok(replies) => Ok(replies.into_iter().filter(ours).collect()),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(Vec::new()),
@@ -182,32 +185,19 @@ impl Socket {
 
 /// The listing of one reply; an error if it lacks a well-formed handle, since what cannot be
 /// named by handle cannot be deleted.
-fn listed(m: &[u8], dump: &Dump, kind: ObjectKind) -> io::Result<Listed> {
-    let handle = attr(m, dump.handle).and_then(be64).ok_or_else(|| malformed("handle"))?;
-    let name = attr(m, dump.name).map(|n| String::from_utf8_lossy(n.strip_suffix(&[0]).unwrap_or(n)).into_owned());
+fn listed(m: &[u8], dump: &Dump, kind: TableObject) -> io::Result<Listed> {
+    let handle = attr::top(m, dump.handle).and_then(be64).ok_or_else(|| malformed("handle"))?;
+    let name = attr::top(m, dump.name).map(attr::lossy);
     Ok(Listed { kind, handle, name: name.unwrap_or_default() })
 }
 
 /// A flags attribute, zero when absent (the kernel leaves out flags that are all clear).
 fn flags(m: &[u8], t: u16) -> io::Result<u32> {
-    attr(m, t).map_or(Ok(0), |f| exact_be32(f).ok_or_else(|| malformed("flags")))
-}
-
-/// A NUL-terminated name attribute as text; `None` if it is not UTF-8.
-pub(super) fn utf8(name: &[u8]) -> Option<String> {
-    String::from_utf8(name.strip_suffix(&[0]).unwrap_or(name).to_vec()).ok()
+    attr::top(m, t).map_or(Ok(0), |f| be32(f).ok_or_else(|| malformed("flags")))
 }
 
 pub(crate) fn malformed(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("nf_tables listed an object with no valid {what}"))
-}
-
-pub(crate) fn exact_be32(b: &[u8]) -> Option<u32> {
-    (b.len() == 4).then(|| be32(b))
-}
-
-pub(crate) fn be64(b: &[u8]) -> Option<u64> {
-    Some(u64::from_be_bytes(b.try_into().ok()?))
 }
 
 #[cfg(test)]
@@ -221,13 +211,13 @@ mod tests {
         put(&mut body, NFTA_CHAIN_TABLE, b"kube-nftproxy\0");
         put(&mut body, NFTA_CHAIN_HANDLE, &7u64.to_be_bytes());
         put(&mut body, NFTA_CHAIN_NAME, b"x; y\n\0");
-        let found = listed(&body, &CHAINS, ObjectKind::Chain).expect("a well-formed reply");
+        let found = listed(&body, &CHAINS, TableObject::Chain).expect("a well-formed reply");
         assert_eq!((found.handle, found.name.as_str()), (7, "x; y\n"));
 
         let mut short = vec![2u8, 0, 0, 0];
         put(&mut short, NFTA_CHAIN_HANDLE, &7u32.to_be_bytes());
-        assert!(listed(&short, &CHAINS, ObjectKind::Chain).is_err(), "a 4-byte handle is malformed");
-        assert!(listed(&[2, 0], &CHAINS, ObjectKind::Chain).is_err(), "a truncated body has no handle");
+        assert!(listed(&short, &CHAINS, TableObject::Chain).is_err(), "a 4-byte handle is malformed");
+        assert!(listed(&[2, 0], &CHAINS, TableObject::Chain).is_err(), "a truncated body has no handle");
         assert!(flags(&short, NFTA_CHAIN_FLAGS).is_ok_and(|f| f == 0), "absent flags are clear");
     }
 }

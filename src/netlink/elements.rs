@@ -7,9 +7,10 @@ use super::abi::{
     NFTA_SET_ELEM_FLAGS, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_KEY_END, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET,
     NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA, NFTNL_UDATA_SET_ELEM_COMMENT, NLM_F_DUMP,
 };
-use super::dump::exact_be32;
-use super::nla::{Data, data, get, nested};
-use super::{NfFamily, Socket, attr};
+use super::attr::{self, all, be32, be64, get};
+use super::data::{Data, read_data};
+use super::dump::malformed;
+use super::{NfFamily, Socket};
 use std::io;
 
 /// One element of a set or map.
@@ -40,8 +41,8 @@ impl Socket {
         };
         let mut out = Vec::new();
         for reply in &replies {
-            let Some(list) = attr(reply, NFTA_SET_ELEM_LIST_ELEMENTS) else { continue };
-            for (kind, elem) in nested(list)? {
+            let Some(list) = attr::top(reply, NFTA_SET_ELEM_LIST_ELEMENTS) else { continue };
+            for (kind, elem) in all(list)? {
                 if kind == NFTA_LIST_ELEM {
                     out.push(element(elem)?);
                 }
@@ -53,23 +54,23 @@ impl Socket {
 
 /// One `NFTA_LIST_ELEM`: its key (required), range end, flags, data, comment and timeout.
 fn element(elem: &[u8]) -> io::Result<Element> {
-    let attrs = nested(elem)?;
-    let wrapped = get(&attrs, NFTA_SET_ELEM_KEY).ok_or_else(|| malformed("an element without a key"))?;
-    let key = value(wrapped)?.ok_or_else(|| malformed("a key without a value"))?;
+    let attrs = all(elem)?;
+    let wrapped = get(&attrs, NFTA_SET_ELEM_KEY).ok_or_else(|| malformed("element key"))?;
+    let key = value(wrapped)?.ok_or_else(|| malformed("key value"))?;
     let key_end = get(&attrs, NFTA_SET_ELEM_KEY_END).map(value).transpose()?.flatten();
     let flags = match get(&attrs, NFTA_SET_ELEM_FLAGS) {
-        Some(f) => exact_be32(f).ok_or_else(|| malformed("element flags"))?,
+        Some(f) => be32(f).ok_or_else(|| malformed("element flags"))?,
         None => 0,
     };
-    let data = get(&attrs, NFTA_SET_ELEM_DATA).map(data).transpose()?;
+    let data = get(&attrs, NFTA_SET_ELEM_DATA).map(read_data).transpose()?;
     let comment = get(&attrs, NFTA_SET_ELEM_USERDATA).and_then(comment);
-    let expires = get(&attrs, NFTA_SET_ELEM_EXPIRATION).and_then(|v| <[u8; 8]>::try_from(v).ok());
-    Ok(Element { key, key_end, flags, data, comment, expires_ms: expires.map(u64::from_be_bytes) })
+    let expires_ms = get(&attrs, NFTA_SET_ELEM_EXPIRATION).and_then(be64);
+    Ok(Element { key, key_end, flags, data, comment, expires_ms })
 }
 
-/// The bytes of a nested `NFTA_DATA_VALUE`.
+/// The bytes of a all `NFTA_DATA_VALUE`.
 fn value(wrapped: &[u8]) -> io::Result<Option<Vec<u8>>> {
-    Ok(get(&nested(wrapped)?, NFTA_DATA_VALUE).map(<[u8]>::to_vec))
+    Ok(get(&all(wrapped)?, NFTA_DATA_VALUE).map(<[u8]>::to_vec))
 }
 
 /// The comment among an element's user data TLVs (type, length, NUL-terminated text).
@@ -77,15 +78,11 @@ fn comment(mut udata: &[u8]) -> Option<String> {
     while let [kind, len, rest @ ..] = udata {
         let text = rest.get(..usize::from(*len))?;
         if *kind == NFTNL_UDATA_SET_ELEM_COMMENT {
-            return Some(String::from_utf8_lossy(text.strip_suffix(&[0]).unwrap_or(text)).into_owned());
+            return Some(attr::lossy(text));
         }
         udata = &rest[usize::from(*len)..];
     }
     None
-}
-
-fn malformed(what: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, format!("nf_tables listed {what}"))
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use super::abi::{
     IPSET_ATTR_PROTOCOL, IPSET_ATTR_SETNAME, IPSET_CMD_DESTROY, IPSET_CMD_HEADER, IPSET_ERR_BUSY, IPSET_MAXNAMELEN,
     IPSET_PROTOCOL_MIN, NFNL_SUBSYS_IPSET, NFPROTO_IPV4, NLM_F_ACK, NLM_F_EXCL,
 };
-use super::{Socket, attr, finish_message, start_message};
+use super::{Socket, attr, msg};
 use std::io;
 
 /// What became of one set a destruction named.
@@ -75,12 +75,12 @@ fn check_name(name: &str) -> io::Result<()> {
 /// without one destroys every set.
 fn message(cmd: u16, name: &str, seq: u32) -> Vec<u8> {
     let mut buf = Vec::with_capacity(64);
-    start_message(&mut buf, (NFNL_SUBSYS_IPSET << 8) | cmd, NLM_F_ACK | NLM_F_EXCL, seq);
-    // nfgenmsg: the family ipset(8) sends; version 0; resource id 0.
-    buf.extend_from_slice(&[NFPROTO_IPV4, 0, 0, 0]);
+    let start = msg::start(&mut buf, (NFNL_SUBSYS_IPSET << 8) | cmd, NLM_F_ACK | NLM_F_EXCL, seq);
+    // nfgenmsg: the family ipset(8) sends; resource id 0.
+    msg::nfgen(&mut buf, NFPROTO_IPV4, 0);
     attr::put_with(&mut buf, IPSET_ATTR_PROTOCOL, |b| b.push(IPSET_PROTOCOL_MIN));
     attr::put_str(&mut buf, IPSET_ATTR_SETNAME, name);
-    finish_message(&mut buf);
+    msg::finish(&mut buf, start);
     buf
 }
 

@@ -6,7 +6,7 @@ use super::abi::{
     CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME, CTRL_CMD_GETFAMILY, CTRL_VERSION, GENL_ID_CTRL, IPVS_CMD_FLUSH,
     IPVS_GENL_NAME, IPVS_GENL_VERSION, NLM_F_ACK,
 };
-use super::{RECV_TIMEOUT, attr, exchange, finish_message, nla, sock, start_message};
+use super::{RECV_TIMEOUT, attr, exchange, msg, sock};
 use std::io;
 use std::os::fd::OwnedFd;
 
@@ -63,26 +63,26 @@ pub fn flush() -> io::Result<Flush> {
 /// `CTRL_CMD_GETFAMILY` for `IPVS`, as libnl's `genl_ctrl_resolve` sends it.
 fn getfamily_message(seq: u32) -> Vec<u8> {
     let mut buf = Vec::with_capacity(32);
-    start_message(&mut buf, GENL_ID_CTRL, NLM_F_ACK, seq);
+    let start = msg::start(&mut buf, GENL_ID_CTRL, NLM_F_ACK, seq);
     buf.extend_from_slice(&[CTRL_CMD_GETFAMILY, CTRL_VERSION, 0, 0]);
     attr::put_str(&mut buf, CTRL_ATTR_FAMILY_NAME, IPVS_GENL_NAME);
-    finish_message(&mut buf);
+    msg::finish(&mut buf, start);
     buf
 }
 
 /// `IPVS_CMD_FLUSH` to family `family`: a generic netlink header and nothing else.
 fn flush_message(family: u16, seq: u32) -> Vec<u8> {
     let mut buf = Vec::with_capacity(20);
-    start_message(&mut buf, family, NLM_F_ACK, seq);
+    let start = msg::start(&mut buf, family, NLM_F_ACK, seq);
     buf.extend_from_slice(&[IPVS_CMD_FLUSH, IPVS_GENL_VERSION, 0, 0]);
-    finish_message(&mut buf);
+    msg::finish(&mut buf, start);
     buf
 }
 
 /// The family id in the controller's `CTRL_CMD_NEWFAMILY` reply (after its genlmsghdr).
 fn family_id(reply: &[u8]) -> io::Result<u16> {
-    let attrs = nla::nested(reply.get(4..).unwrap_or_default())?;
-    match nla::get(&attrs, CTRL_ATTR_FAMILY_ID) {
+    let attrs = attr::all(reply.get(4..).unwrap_or_default())?;
+    match attr::get(&attrs, CTRL_ATTR_FAMILY_ID) {
         Some(&[a, b]) => Ok(u16::from_ne_bytes([a, b])),
         _ => Err(io::Error::other("the controller's reply lacks the family id")),
     }
@@ -138,10 +138,10 @@ mod tests {
         let reply = genl
             .ask(|seq| {
                 let mut buf = Vec::new();
-                start_message(&mut buf, GENL_ID_CTRL, NLM_F_ACK, seq);
+                let start = msg::start(&mut buf, GENL_ID_CTRL, NLM_F_ACK, seq);
                 buf.extend_from_slice(&[CTRL_CMD_GETFAMILY, CTRL_VERSION, 0, 0]);
                 attr::put_str(&mut buf, CTRL_ATTR_FAMILY_NAME, "nlctrl");
-                finish_message(&mut buf);
+                msg::finish(&mut buf, start);
                 buf
             })
             .expect("CTRL_CMD_GETFAMILY nlctrl")

@@ -2,16 +2,10 @@
 //! The takeover uses it to remove the `kube-ipvs0` dummy interface that upstream
 //! kube-proxy's IPVS mode leaves holding every service IP, without running `ip`.
 
-use super::attr::put;
-use super::{NLM_F_ACK, RECV_TIMEOUT, exchange, finish_message, sock, start_message};
+use super::abi::{IFINFOMSG_LEN, IFLA_IFNAME, IFLA_INFO_KIND, IFLA_LINKINFO, RTM_DELLINK, RTM_GETLINK};
+use super::attr::{self, put};
+use super::{NLM_F_ACK, RECV_TIMEOUT, exchange, msg, sock};
 use std::io;
-const RTM_DELLINK: u16 = 17;
-const RTM_GETLINK: u16 = 18;
-const IFLA_IFNAME: u16 = 3;
-const IFLA_LINKINFO: u16 = 18;
-const IFLA_INFO_KIND: u16 = 1;
-/// `struct ifinfomsg`: family, padding, type, index, flags, change.
-const IFINFOMSG_LEN: usize = 16;
 
 /// An interface as the kernel reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,30 +40,19 @@ fn request(kind: u16, index: i32, flags: u16, attrs: &[u8]) -> io::Result<Option
     let fd = sock::open(sock::NETLINK_ROUTE, RECV_TIMEOUT)?;
     const SEQ: u32 = 1;
     let mut msg = Vec::with_capacity(64);
-    start_message(&mut msg, kind, flags, SEQ);
+    let start = msg::start(&mut msg, kind, flags, SEQ);
     let mut ifinfo = [0u8; IFINFOMSG_LEN];
     ifinfo[4..8].copy_from_slice(&index.to_ne_bytes());
     msg.extend_from_slice(&ifinfo);
     msg.extend_from_slice(attrs);
-    finish_message(&mut msg);
+    msg::finish(&mut msg, start);
     exchange(&fd, &msg, SEQ)
 }
 
-/// Netlink attributes in `data`: (type without the nested/byte-order flags, payload).
-fn attributes(mut data: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    std::iter::from_fn(move || {
-        if data.len() < 4 {
-            return None;
-        }
-        let len = u16::from_ne_bytes([data[0], data[1]]) as usize;
-        let kind = u16::from_ne_bytes([data[2], data[3]]) & 0x3fff;
-        if len < 4 || len > data.len() {
-            return None;
-        }
-        let payload = &data[4..len];
-        data = &data[len.next_multiple_of(4).min(data.len())..];
-        Some((kind, payload))
-    })
+/// The attributes of `data` up to the first malformed one: a link's name or kind is looked up,
+/// and what the kernel sent after a bad attribute is not trusted.
+fn attributes(data: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    attr::iter(data).map_while(Result::ok)
 }
 
 /// A `RTM_NEWLINK` message's index and kind.
@@ -82,13 +65,14 @@ fn parse_link(body: &[u8]) -> io::Result<Link> {
     let kind = attributes(attrs)
         .find(|(t, _)| *t == IFLA_LINKINFO)
         .and_then(|(_, info)| attributes(info).find(|(t, _)| *t == IFLA_INFO_KIND))
-        .map(|(_, k)| String::from_utf8_lossy(k.strip_suffix(&[0]).unwrap_or(k)).into_owned());
+        .map(|(_, k)| attr::lossy(k));
     Ok(Link { index, kind })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netlink::abi::NLA_F_NESTED;
 
     #[test]
     fn parses_a_links_index_and_kind() {
@@ -97,7 +81,7 @@ mod tests {
         put(&mut body, IFLA_IFNAME, b"kube-ipvs0\0");
         let mut info = Vec::new();
         put(&mut info, IFLA_INFO_KIND, b"dummy\0");
-        put(&mut body, IFLA_LINKINFO | 0x8000, &info);
+        put(&mut body, IFLA_LINKINFO | NLA_F_NESTED, &info);
         assert_eq!(parse_link(&body).unwrap(), Link { index: 7, kind: Some("dummy".into()) });
         body.truncate(IFINFOMSG_LEN);
         assert_eq!(parse_link(&body).unwrap(), Link { index: 7, kind: None });

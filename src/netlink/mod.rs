@@ -1,6 +1,7 @@
 //! The netlink floor, below everything that talks to the kernel, importing nothing of the
-//! crate: sockets (`sock`, the crate's only `unsafe`), the kernel's numbers (`abi`), attributes
-//! (`attr` writes them, `nla` reads them), and the families. nf_tables: the cheap questions
+//! crate: sockets (`sock`, the crate's only `unsafe`), the kernel's numbers (`abi`), message
+//! headers (`msg`) and attributes (`attr`) written and read, nf_tables' data values and
+//! verdicts (`data`), and the families. nf_tables: the cheap questions
 //! the proxy asks without `nft` (the ruleset generation, whether a table or chain holds what
 //! it should, what a table holds and which tables and chains exist (`dump`), where rules jump
 //! (`rules`), the stream of change events with the process that committed each generation)
@@ -15,29 +16,28 @@ use std::time::Duration;
 pub(crate) mod abi;
 pub(crate) mod attr;
 pub mod conntrack;
+pub(crate) mod data;
 mod dump;
 pub mod elements;
 pub mod ipset;
 pub mod ipvs;
 pub mod link;
-pub(crate) mod nla;
+pub(crate) mod msg;
 mod rules;
 pub mod send;
 #[allow(unsafe_code)]
 pub mod sock;
 mod state;
 
-pub use dump::{Listed, ObjectKind};
+pub use dump::{Listed, TableObject};
 pub use rules::RuleJumps;
-pub use state::{ChainListing, Hook, ListedExpr, RuleListing, SetListing};
+pub use state::{ChainListing, Hook, ListedExpr, RuleListing, SetSpec};
 
 use abi::{
     NFNL_SUBSYS_NFTABLES, NFNLGRP_NFTABLES, NFT_MSG_DELTABLE, NFT_MSG_GETGEN, NFT_MSG_GETRULE, NFT_MSG_GETTABLE,
-    NFT_MSG_NEWGEN, NFT_MSG_TRACE, NFTA_GEN_ID, NFTA_GEN_PROC_PID, NFTA_RULE_CHAIN, NLM_F_ACK, NLM_F_DUMP, NLM_F_MULTI,
-    NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR,
+    NFT_MSG_NEWGEN, NFT_MSG_TRACE, NFTA_GEN_ID, NFTA_GEN_PROC_PID, NFTA_RULE_CHAIN, NFTA_TABLE_NAME, NLM_F_ACK,
+    NLM_F_DUMP, NLM_F_MULTI, NLMSG_DONE, NLMSG_ERROR,
 };
-/// Every object message carries its table's name as attribute 1.
-const NFTA_TABLE_ATTR: u16 = abi::NFTA_TABLE_NAME;
 
 /// Address family of a table, as nfnetlink numbers it (`NFPROTO_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -149,13 +149,13 @@ impl Socket {
         let replies = self.request(NFT_MSG_GETGEN, 0, 0, &[])?;
         replies
             .iter()
-            .find_map(|m| attr(m, NFTA_GEN_ID).map(be32))
+            .find_map(|m| attr::top(m, NFTA_GEN_ID).and_then(attr::be32))
             .ok_or_else(|| io::Error::other("no generation in reply"))
     }
 
     /// Whether table `name` of `family` exists.
     pub fn table_exists(&mut self, family: NfFamily, name: &str) -> io::Result<bool> {
-        match self.request(NFT_MSG_GETTABLE, family as u8, 0, &[(NFTA_TABLE_ATTR, name)]) {
+        match self.request(NFT_MSG_GETTABLE, family as u8, 0, &[(NFTA_TABLE_NAME, name)]) {
             Ok(_) => Ok(true),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
             Err(e) => Err(e),
@@ -164,7 +164,7 @@ impl Socket {
 
     /// How many rules chain `chain` of `table` holds; `None` if the table or chain is missing.
     pub fn rule_count(&mut self, family: NfFamily, table: &str, chain: &str) -> io::Result<Option<usize>> {
-        let attrs = [(NFTA_TABLE_ATTR, table), (NFTA_RULE_CHAIN, chain)];
+        let attrs = [(NFTA_TABLE_NAME, table), (NFTA_RULE_CHAIN, chain)];
         match self.request(NFT_MSG_GETRULE, family as u8, NLM_F_DUMP, &attrs) {
             Ok(rules) => Ok(Some(rules.len())),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
@@ -173,21 +173,15 @@ impl Socket {
     }
 
     /// Sends one request and collects the payloads of its replies (until ACK or DONE).
-    fn request(&mut self, msg: u16, family: u8, flags: u16, attrs: &[(u16, &str)]) -> io::Result<Vec<Vec<u8>>> {
+    fn request(&mut self, kind: u16, family: u8, flags: u16, attrs: &[(u16, &str)]) -> io::Result<Vec<Vec<u8>>> {
         self.seq = self.seq.wrapping_add(1);
         let mut buf = Vec::with_capacity(64);
-        let kind = (NFNL_SUBSYS_NFTABLES << 8) | msg;
-        buf.extend_from_slice(&0u32.to_ne_bytes());
-        buf.extend_from_slice(&kind.to_ne_bytes());
-        buf.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK | flags).to_ne_bytes());
-        buf.extend_from_slice(&self.seq.to_ne_bytes());
-        buf.extend_from_slice(&0u32.to_ne_bytes());
-        buf.extend_from_slice(&[family, 0, 0, 0]);
+        let start = msg::start(&mut buf, (NFNL_SUBSYS_NFTABLES << 8) | kind, NLM_F_ACK | flags, self.seq);
+        msg::nfgen(&mut buf, family, 0);
         for (t, value) in attrs {
             attr::put_str(&mut buf, *t, value);
         }
-        let len = buf.len() as u32;
-        buf[..4].copy_from_slice(&len.to_ne_bytes());
+        msg::finish(&mut buf, start);
         self.send(&buf)?;
         self.collect_replies(self.seq)
     }
@@ -202,11 +196,11 @@ impl Socket {
         loop {
             let n = self.recv(&mut buf)?;
             // Replies to an earlier request (a late ACK after a dump) carry another sequence number.
-            for Msg { kind, flags, body, .. } in messages(&buf[..n]).filter(|m| m.seq == seq) {
+            for msg::Msg { kind, flags, body, .. } in msg::messages(&buf[..n]).filter(|m| m.seq == seq) {
                 match kind {
                     NLMSG_DONE => return Ok(out),
                     NLMSG_ERROR => {
-                        let code = body.get(..4).map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0);
+                        let code = msg::error_code(body);
                         if code != 0 {
                             return Err(io::Error::from_raw_os_error(-code));
                         }
@@ -231,7 +225,7 @@ impl Socket {
         }
         let mut buf = vec![0u8; 1 << 16];
         match self.recv(&mut buf) {
-            Ok(n) => Ok(messages(&buf[..n]).filter_map(|m| event(m.kind, m.port, m.body)).collect()),
+            Ok(n) => Ok(msg::messages(&buf[..n]).filter_map(|m| event(m.kind, m.port, m.body)).collect()),
             Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => Ok(vec![Event::Overrun]),
             Err(e) => Err(e),
         }
@@ -246,56 +240,6 @@ pub fn set_notifications(fd: std::os::fd::RawFd, on: bool) -> io::Result<()> {
     sock::set_option(fd, libc::SOL_NETLINK, opt, NFNLGRP_NFTABLES as libc::c_int)
 }
 
-/// One message of a netlink datagram.
-#[derive(Debug, Clone, Copy)]
-struct Msg<'a> {
-    kind: u16,
-    flags: u16,
-    /// The payload after the `nlmsghdr`.
-    body: &'a [u8],
-    seq: u32,
-    /// The sender's port id (`nlmsg_pid`): for a generation notification, the socket that
-    /// committed.
-    port: u32,
-}
-
-/// Splits a netlink datagram into its messages.
-fn messages(mut data: &[u8]) -> impl Iterator<Item = Msg<'_>> {
-    std::iter::from_fn(move || {
-        if data.len() < 16 {
-            return None;
-        }
-        let word = |at: usize| u32::from_ne_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]]);
-        let len = word(0) as usize;
-        let kind = u16::from_ne_bytes([data[4], data[5]]);
-        let flags = u16::from_ne_bytes([data[6], data[7]]);
-        let (seq, port) = (word(8), word(12));
-        if len < 16 || len > data.len() {
-            return None;
-        }
-        let body = &data[16..len];
-        data = &data[len.next_multiple_of(4).min(data.len())..];
-        Some(Msg { kind, flags, body, seq, port })
-    })
-}
-
-/// Starts a request in `buf`: a netlink header of `kind`, with `flags` besides
-/// `NLM_F_REQUEST`, and `seq`; the port id is left 0 for the kernel to fill in.
-/// [`finish_message`] sets its length.
-fn start_message(buf: &mut Vec<u8>, kind: u16, flags: u16, seq: u32) {
-    buf.extend_from_slice(&0u32.to_ne_bytes());
-    buf.extend_from_slice(&kind.to_ne_bytes());
-    buf.extend_from_slice(&(NLM_F_REQUEST | flags).to_ne_bytes());
-    buf.extend_from_slice(&seq.to_ne_bytes());
-    buf.extend_from_slice(&0u32.to_ne_bytes());
-}
-
-/// Writes the length of the one message in `buf` into its header.
-fn finish_message(buf: &mut [u8]) {
-    let len = u32::try_from(buf.len()).unwrap_or(u32::MAX);
-    buf[..4].copy_from_slice(&len.to_ne_bytes());
-}
-
 /// Sends the one request `msg` (sequence number `seq`) on `fd` and waits for its answer: the
 /// first reply's payload (after the netlink header), `None` for a plain acknowledgement, or
 /// the kernel's refusal as an error. Every receive is bounded by the socket's timeout.
@@ -305,34 +249,13 @@ fn exchange(fd: &OwnedFd, msg: &[u8], seq: u32) -> io::Result<Option<Vec<u8>>> {
     loop {
         let n = sock::recv(fd, &mut buf)?;
         // Answers to an earlier request carry another sequence number.
-        let Some(Msg { kind, body, .. }) = messages(&buf[..n]).find(|m| m.seq == seq) else { continue };
+        let Some(msg::Msg { kind, body, .. }) = msg::messages(&buf[..n]).find(|m| m.seq == seq) else { continue };
         if kind != NLMSG_ERROR {
             return Ok(Some(body.to_vec()));
         }
-        let code = body.get(..4).map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0);
+        let code = msg::error_code(body);
         return if code == 0 { Ok(None) } else { Err(io::Error::from_raw_os_error(-code)) };
     }
-}
-
-/// The payload of top-level attribute `t` in a message body (after the nfgenmsg).
-fn attr(body: &[u8], t: u16) -> Option<&[u8]> {
-    let mut rest = body.get(4..)?;
-    while rest.len() >= 4 {
-        let len = u16::from_ne_bytes([rest[0], rest[1]]) as usize;
-        let kind = u16::from_ne_bytes([rest[2], rest[3]]) & 0x3fff;
-        if len < 4 || len > rest.len() {
-            return None;
-        }
-        if kind == t {
-            return Some(&rest[4..len]);
-        }
-        rest = &rest[len.next_multiple_of(4).min(rest.len())..];
-    }
-    None
-}
-
-fn be32(b: &[u8]) -> u32 {
-    b.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0)
 }
 
 fn event(kind: u16, port: u32, body: &[u8]) -> Option<Event> {
@@ -341,14 +264,14 @@ fn event(kind: u16, port: u32, body: &[u8]) -> Option<Event> {
     }
     match kind & 0xff {
         NFT_MSG_NEWGEN => Some(Event::Generation {
-            id: attr(body, NFTA_GEN_ID).map(be32)?,
-            pid: attr(body, NFTA_GEN_PROC_PID).map(be32).unwrap_or(0),
+            id: attr::top(body, NFTA_GEN_ID).and_then(attr::be32)?,
+            pid: attr::top(body, NFTA_GEN_PROC_PID).and_then(attr::be32).unwrap_or(0),
             port,
         }),
         NFT_MSG_TRACE => None,
         msg => {
-            let name = attr(body, NFTA_TABLE_ATTR)?;
-            let table = String::from_utf8_lossy(name.strip_suffix(&[0]).unwrap_or(name)).into_owned();
+            // Every object message carries its table's name as attribute 1, as a table's does.
+            let table = attr::lossy(attr::top(body, NFTA_TABLE_NAME)?);
             Some(Event::Object { family: *body.first()?, table, deleted_table: msg == NFT_MSG_DELTABLE })
         }
     }

@@ -7,8 +7,8 @@ use super::abi::{
     NFT_GOTO, NFT_JUMP, NFTA_DATA_VERDICT, NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_IMMEDIATE_DATA, NFTA_LIST_ELEM,
     NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE,
 };
-use super::dump::{be64, exact_be32, malformed, utf8};
-use super::nla::{get, nested};
+use super::attr::{all, be32, be64, get, utf8};
+use super::dump::malformed;
 use super::{NfFamily, Socket};
 use std::io;
 
@@ -32,13 +32,13 @@ impl Socket {
 
 /// Reads one rule message (nfgenmsg, then attributes).
 fn rule(body: &[u8]) -> io::Result<RuleJumps> {
-    let attrs = nested(body.get(4..).ok_or_else(|| malformed("rule header"))?)?;
+    let attrs = all(body.get(4..).ok_or_else(|| malformed("rule header"))?)?;
     let chain = get(&attrs, NFTA_RULE_CHAIN).ok_or_else(|| malformed("chain"))?;
     let chain = String::from_utf8_lossy(chain.strip_suffix(&[0]).unwrap_or(chain)).into_owned();
     let handle = get(&attrs, NFTA_RULE_HANDLE).and_then(be64).ok_or_else(|| malformed("rule handle"))?;
     let mut targets = Vec::new();
     if let Some(list) = get(&attrs, NFTA_RULE_EXPRESSIONS) {
-        for (kind, expr) in nested(list)? {
+        for (kind, expr) in all(list)? {
             if kind == NFTA_LIST_ELEM
                 && let Some(target) = jump_target(expr)?
             {
@@ -51,17 +51,17 @@ fn rule(body: &[u8]) -> io::Result<RuleJumps> {
 
 /// The chain an expression jumps or goes to, if it is an `immediate` verdict that does.
 fn jump_target(expr: &[u8]) -> io::Result<Option<String>> {
-    let attrs = nested(expr)?;
+    let attrs = all(expr)?;
     let name = get(&attrs, NFTA_EXPR_NAME).ok_or_else(|| malformed("expression name"))?;
     if name.strip_suffix(&[0]).unwrap_or(name) != b"immediate" {
         return Ok(None);
     }
     let data = get(&attrs, NFTA_EXPR_DATA).ok_or_else(|| malformed("immediate's data"))?;
-    let value = get(&nested(data)?, NFTA_IMMEDIATE_DATA).ok_or_else(|| malformed("immediate's value"))?;
+    let value = get(&all(data)?, NFTA_IMMEDIATE_DATA).ok_or_else(|| malformed("immediate's value"))?;
     // A value loaded into a register rather than a verdict.
-    let Some(verdict) = get(&nested(value)?, NFTA_DATA_VERDICT) else { return Ok(None) };
-    let verdict = nested(verdict)?;
-    let code = get(&verdict, NFTA_VERDICT_CODE).and_then(exact_be32).ok_or_else(|| malformed("verdict code"))?;
+    let Some(verdict) = get(&all(value)?, NFTA_DATA_VERDICT) else { return Ok(None) };
+    let verdict = all(verdict)?;
+    let code = get(&verdict, NFTA_VERDICT_CODE).and_then(be32).ok_or_else(|| malformed("verdict code"))?;
     if !matches!(code as i32, NFT_JUMP | NFT_GOTO) {
         return Ok(None);
     }

@@ -113,7 +113,7 @@ fn acks(fd: &OwnedFd, mut expected: usize) -> Result<(), SendError> {
         while rest.len() >= 20 {
             let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
             if u16::from_ne_bytes([rest[4], rest[5]]) == NLMSG_ERROR {
-                let code = i32::from_ne_bytes([rest[16], rest[17], rest[18], rest[19]]);
+                let code = super::msg::error_code(&rest[16..]);
                 // The refused message's own header follows the code: its sequence number.
                 let seq = rest.get(28..32).map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
                 if code != 0 && first_error.is_none() {

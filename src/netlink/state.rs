@@ -3,14 +3,14 @@
 //! lists them (name and attributes, read into the compiler's terms by `compile::decode`).
 
 use super::abi::{
-    NFT_CHAIN_BINDING, NFTA_CHAIN_FLAGS, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_POLICY, NFTA_CHAIN_TYPE,
-    NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_LIST_ELEM, NFTA_RULE_CHAIN,
-    NFTA_RULE_EXPRESSIONS, NFTA_RULE_USERDATA, NFTA_SET_DATA_LEN, NFTA_SET_DATA_TYPE, NFTA_SET_DESC,
-    NFTA_SET_DESC_CONCAT, NFTA_SET_DESC_SIZE, NFTA_SET_FIELD_LEN, NFTA_SET_FLAGS, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE,
-    NFTA_SET_NAME, NFTA_SET_TIMEOUT, NFTA_SET_USERDATA,
+    NFT_CHAIN_BINDING, NFT_DATA_VERDICT, NFT_DYNSET_DEFAULT_SIZE, NFT_SET_EVAL, NFT_VERDICT_DATA_LEN, NFTA_CHAIN_FLAGS,
+    NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_POLICY, NFTA_CHAIN_TYPE, NFTA_EXPR_DATA, NFTA_EXPR_NAME,
+    NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_LIST_ELEM, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_USERDATA,
+    NFTA_SET_DATA_LEN, NFTA_SET_DATA_TYPE, NFTA_SET_DESC, NFTA_SET_DESC_CONCAT, NFTA_SET_DESC_SIZE, NFTA_SET_FIELD_LEN,
+    NFTA_SET_FLAGS, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME, NFTA_SET_TIMEOUT, NFTA_SET_USERDATA,
 };
-use super::dump::{CHAINS, SETS, be64, exact_be32, malformed, utf8};
-use super::nla::{get, nested};
+use super::attr::{all, be32, be64, get, lossy};
+use super::dump::{CHAINS, SETS, malformed};
 use super::{NfFamily, Socket};
 use std::io;
 
@@ -36,9 +36,11 @@ pub struct ChainListing {
     pub hook: Option<Hook>,
 }
 
-/// One set's declaration as the kernel holds it, anonymous ones included.
+/// One set's declaration: what the compiler tells the kernel, and what the kernel lists
+/// (anonymous sets included), one type so the two compare field by field; a listing carries
+/// values the kernel fills in itself, which [`SetSpec::as_sent`] takes away.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SetListing {
+pub struct SetSpec {
     /// Its name (`__set0`… for a rule's anonymous set).
     pub name: String,
     /// `NFT_SET_*` flags.
@@ -49,12 +51,25 @@ pub struct SetListing {
     pub data: Option<(u32, u32)>,
     /// Default element timeout, in milliseconds.
     pub timeout_ms: Option<u64>,
-    /// Declared size.
+    /// Declared size (`NFTA_SET_DESC_SIZE`; the compiler gives it to anonymous sets).
     pub size: Option<u32>,
-    /// A concatenation's field lengths, when declared.
+    /// A concatenation's field lengths in bytes, when declared (`NFTA_SET_DESC_CONCAT`; the
+    /// compiler gives them to concatenated interval sets, never together with a size).
     pub concat: Vec<u32>,
     /// User data (`nft`'s record of the declaration: byte orders, `typeof`, comment).
     pub udata: Vec<u8>,
+}
+
+impl SetSpec {
+    /// A listed declaration as it was sent: a verdict map's data length, and the size the
+    /// kernel gives a set that rules fill, are the kernel's own.
+    pub fn as_sent(&self) -> SetSpec {
+        let data = self
+            .data
+            .map(|(ty, len)| (ty, if ty == NFT_DATA_VERDICT && len == NFT_VERDICT_DATA_LEN { 0 } else { len }));
+        let dynamic = self.flags & NFT_SET_EVAL != 0 && self.size == Some(NFT_DYNSET_DEFAULT_SIZE);
+        SetSpec { data, size: if dynamic { None } else { self.size }, ..self.clone() }
+    }
 }
 
 /// One expression of a listed rule.
@@ -82,8 +97,8 @@ impl Socket {
     pub fn chain_listings(&mut self, family: NfFamily, table: &str) -> io::Result<Vec<ChainListing>> {
         let mut out = Vec::new();
         for m in self.dump(&CHAINS, family, table)? {
-            let attrs = nested(m.get(4..).ok_or_else(|| malformed("chain header"))?)?;
-            let flags = get(&attrs, NFTA_CHAIN_FLAGS).map_or(Some(0), exact_be32).ok_or_else(|| malformed("flags"))?;
+            let attrs = all(m.get(4..).ok_or_else(|| malformed("chain header"))?)?;
+            let flags = get(&attrs, NFTA_CHAIN_FLAGS).map_or(Some(0), be32).ok_or_else(|| malformed("flags"))?;
             if flags & NFT_CHAIN_BINDING != 0 {
                 continue;
             }
@@ -95,7 +110,7 @@ impl Socket {
     }
 
     /// Every set and map of `table`, anonymous ones included, as declared.
-    pub fn set_listings(&mut self, family: NfFamily, table: &str) -> io::Result<Vec<SetListing>> {
+    pub fn set_listings(&mut self, family: NfFamily, table: &str) -> io::Result<Vec<SetSpec>> {
         self.dump(&SETS, family, table)?.iter().map(|m| set(m)).collect()
     }
 
@@ -105,18 +120,14 @@ impl Socket {
     }
 }
 
-fn lossy(name: &[u8]) -> String {
-    utf8(name).unwrap_or_else(|| String::from_utf8_lossy(name.strip_suffix(&[0]).unwrap_or(name)).into_owned())
-}
-
 fn u32_of(attrs: &[(u16, &[u8])], t: u16, what: &str) -> io::Result<u32> {
-    get(attrs, t).and_then(exact_be32).ok_or_else(|| malformed(what))
+    get(attrs, t).and_then(be32).ok_or_else(|| malformed(what))
 }
 
 fn hook(nest: &[u8], chain: &[(u16, &[u8])]) -> io::Result<Hook> {
-    let attrs = nested(nest)?;
+    let attrs = all(nest)?;
     let kind = get(chain, NFTA_CHAIN_TYPE).map(lossy).unwrap_or_default();
-    let policy = get(chain, NFTA_CHAIN_POLICY).map_or(Some(1), exact_be32).ok_or_else(|| malformed("policy"))?;
+    let policy = get(chain, NFTA_CHAIN_POLICY).map_or(Some(1), be32).ok_or_else(|| malformed("policy"))?;
     Ok(Hook {
         kind,
         hooknum: u32_of(&attrs, NFTA_HOOK_HOOKNUM, "hook number")?,
@@ -125,10 +136,10 @@ fn hook(nest: &[u8], chain: &[(u16, &[u8])]) -> io::Result<Hook> {
     })
 }
 
-fn set(m: &[u8]) -> io::Result<SetListing> {
-    let attrs = nested(m.get(4..).ok_or_else(|| malformed("set header"))?)?;
+fn set(m: &[u8]) -> io::Result<SetSpec> {
+    let attrs = all(m.get(4..).ok_or_else(|| malformed("set header"))?)?;
     let name = lossy(get(&attrs, NFTA_SET_NAME).ok_or_else(|| malformed("set name"))?);
-    let flags = get(&attrs, NFTA_SET_FLAGS).map_or(Some(0), exact_be32).ok_or_else(|| malformed("set flags"))?;
+    let flags = get(&attrs, NFTA_SET_FLAGS).map_or(Some(0), be32).ok_or_else(|| malformed("set flags"))?;
     let key = (u32_of(&attrs, NFTA_SET_KEY_TYPE, "key type")?, u32_of(&attrs, NFTA_SET_KEY_LEN, "key length")?);
     let data = match get(&attrs, NFTA_SET_DATA_TYPE) {
         Some(_) => {
@@ -139,25 +150,25 @@ fn set(m: &[u8]) -> io::Result<SetListing> {
     let timeout_ms = get(&attrs, NFTA_SET_TIMEOUT).map(|t| be64(t).ok_or_else(|| malformed("timeout"))).transpose()?;
     let (mut size, mut concat) = (None, Vec::new());
     if let Some(desc) = get(&attrs, NFTA_SET_DESC) {
-        let desc = nested(desc)?;
-        size = get(&desc, NFTA_SET_DESC_SIZE).map(|s| exact_be32(s).ok_or_else(|| malformed("size"))).transpose()?;
-        for (_, field) in get(&desc, NFTA_SET_DESC_CONCAT).map(nested).transpose()?.unwrap_or_default() {
-            concat.push(u32_of(&nested(field)?, NFTA_SET_FIELD_LEN, "field length")?);
+        let desc = all(desc)?;
+        size = get(&desc, NFTA_SET_DESC_SIZE).map(|s| be32(s).ok_or_else(|| malformed("size"))).transpose()?;
+        for (_, field) in get(&desc, NFTA_SET_DESC_CONCAT).map(all).transpose()?.unwrap_or_default() {
+            concat.push(u32_of(&all(field)?, NFTA_SET_FIELD_LEN, "field length")?);
         }
     }
     let udata = get(&attrs, NFTA_SET_USERDATA).unwrap_or_default().to_vec();
-    Ok(SetListing { name, flags, key, data, timeout_ms, size, concat, udata })
+    Ok(SetSpec { name, flags, key, data, timeout_ms, size, concat, udata })
 }
 
 fn rule(m: &[u8]) -> io::Result<RuleListing> {
-    let attrs = nested(m.get(4..).ok_or_else(|| malformed("rule header"))?)?;
+    let attrs = all(m.get(4..).ok_or_else(|| malformed("rule header"))?)?;
     let chain = lossy(get(&attrs, NFTA_RULE_CHAIN).ok_or_else(|| malformed("chain"))?);
     let mut exprs = Vec::new();
-    for (kind, expr) in get(&attrs, NFTA_RULE_EXPRESSIONS).map(nested).transpose()?.unwrap_or_default() {
+    for (kind, expr) in get(&attrs, NFTA_RULE_EXPRESSIONS).map(all).transpose()?.unwrap_or_default() {
         if kind != NFTA_LIST_ELEM {
             continue;
         }
-        let e = nested(expr)?;
+        let e = all(expr)?;
         let name = lossy(get(&e, NFTA_EXPR_NAME).ok_or_else(|| malformed("expression name"))?);
         exprs.push(ListedExpr { name, data: get(&e, NFTA_EXPR_DATA).unwrap_or_default().to_vec() });
     }

@@ -12,7 +12,7 @@
 
 use super::compile::Data;
 use crate::model::Protocol;
-use crate::netlink::abi::{NF_DROP, NFT_GOTO, NFT_SET_ELEM_INTERVAL_END};
+use crate::netlink::abi::{IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP, NF_DROP, NFT_GOTO, NFT_SET_ELEM_INTERVAL_END};
 pub use crate::netlink::elements::Element;
 use crate::render::{Key, Value};
 use std::net::IpAddr;
@@ -145,9 +145,9 @@ fn ip_bytes(b: &mut Vec<u8>, ip: &IpAddr) {
 /// The protocol's number in `inet_proto` fields.
 pub fn proto_byte(p: Protocol) -> u8 {
     match p {
-        Protocol::Tcp => 6,
-        Protocol::Udp => 17,
-        Protocol::Sctp => 132,
+        Protocol::Tcp => IPPROTO_TCP,
+        Protocol::Udp => IPPROTO_UDP,
+        Protocol::Sctp => IPPROTO_SCTP,
     }
 }
 

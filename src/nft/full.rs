@@ -8,7 +8,7 @@ use super::wire::Batch;
 use super::{Applier, NftError, SyncKind, SyncReport};
 use crate::model::Family;
 use crate::netlink;
-use crate::render::{self, Foreign, Found, MapName, ObjectKind, Ruleset, TABLE_NAME};
+use crate::render::{self, Foreign, Found, MapName, Ruleset, TABLE_NAME, TableObject};
 
 impl Applier {
     /// Brings the tables of `scope` to `desired` whatever they hold: refreshes them in place
@@ -122,13 +122,13 @@ impl Applier {
         let ours_static: Vec<String> = MapName::all().iter().map(MapName::to_string).collect();
         for t in desired.tables.iter().filter(|t| scope.contains(&t.family)) {
             let ours = |o: &netlink::Listed| match o.kind {
-                ObjectKind::Chain => t.declares_chain(&o.name) || self.stale.contains_key(&(t.family, o.name.clone())),
-                ObjectKind::Set => t.declares_set(&o.name),
-                ObjectKind::Flowtable | ObjectKind::Stateful(_) => false,
+                TableObject::Chain => t.declares_chain(&o.name) || self.stale.contains_key(&(t.family, o.name.clone())),
+                TableObject::Set => t.declares_set(&o.name),
+                TableObject::Flowtable | TableObject::Stateful(_) => false,
             };
             let mut found = Found::default();
             for o in sock.table_objects(netlink::NfFamily::from(t.family), TABLE_NAME)? {
-                if o.kind == ObjectKind::Set && ours_static.contains(&o.name) {
+                if o.kind == TableObject::Set && ours_static.contains(&o.name) {
                     found.maps.push(o.name);
                 } else if !ours(&o) {
                     let fam = render::words(t.family).fam;

@@ -11,9 +11,10 @@ use crate::netlink::abi::{
     NFT_MSG_NEWSETELEM, NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_LIST_ELEM, NFTA_OBJ_HANDLE, NFTA_OBJ_TABLE,
     NFTA_OBJ_TYPE, NFTA_SET_ELEM_DATA, NFTA_SET_ELEM_FLAGS, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_KEY_END,
     NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA,
-    NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE, NLA_F_NESTED, NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST,
+    NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE, NLA_F_NESTED, NLM_F_ACK, NLM_F_CREATE,
 };
 use crate::netlink::attr::{put_str, put_with};
+use crate::netlink::msg;
 pub use crate::netlink::send::Sender;
 use crate::render::{Key, MapName, Value};
 use std::io;
@@ -28,10 +29,6 @@ pub struct Batch {
     seq: u32,
     /// Messages written from a script's line, by sequence number: (sequence, line).
     lines: Vec<(u32, u32)>,
-}
-
-fn put_u16(buf: &mut Vec<u8>, v: u16) {
-    buf.extend_from_slice(&v.to_ne_bytes());
 }
 
 impl Default for Batch {
@@ -52,21 +49,14 @@ impl Batch {
     /// `family`, whose attributes `f` writes.
     pub(crate) fn message(&mut self, kind: u16, flags: u16, family: u8, f: impl FnOnce(&mut Vec<u8>)) {
         self.seq += 1;
-        let start = self.buf.len();
-        self.buf.extend_from_slice(&[0; 4]);
         // Batch markers are nfnetlink's own messages; the rest belong to nf_tables.
         let batch_marker = kind == NFNL_MSG_BATCH_BEGIN || kind == NFNL_MSG_BATCH_END;
         let full = if batch_marker { kind } else { (NFNL_SUBSYS_NFTABLES << 8) | kind };
-        put_u16(&mut self.buf, full);
-        put_u16(&mut self.buf, NLM_F_REQUEST | flags);
-        self.buf.extend_from_slice(&self.seq.to_ne_bytes());
-        self.buf.extend_from_slice(&0u32.to_ne_bytes());
-        // nfgenmsg: family, version, res_id (the subsystem, for batch markers).
-        self.buf.extend_from_slice(&[family, 0]);
-        self.buf.extend_from_slice(&NFNL_SUBSYS_NFTABLES.to_be_bytes());
+        let start = msg::start(&mut self.buf, full, flags, self.seq);
+        // The resource id names the subsystem (which batch markers need).
+        msg::nfgen(&mut self.buf, family, NFNL_SUBSYS_NFTABLES);
         f(&mut self.buf);
-        let len = (self.buf.len() - start) as u32;
-        self.buf[start..start + 4].copy_from_slice(&len.to_ne_bytes());
+        msg::finish(&mut self.buf, start);
     }
 
     /// Adds (`add`) or deletes elements of `map` in `family`'s table `table`.
@@ -218,20 +208,8 @@ fn element(b: &mut Vec<u8>, e: &Laid) {
 mod tests {
     use super::*;
     use crate::model::Protocol;
+    use crate::netlink::attr;
     use std::sync::Arc;
-
-    /// The attributes of `body` (after the nfgenmsg): (type, length field, payload).
-    fn attrs(body: &[u8]) -> Vec<(u16, usize, &[u8])> {
-        let mut out = Vec::new();
-        let mut rest = &body[4..];
-        while rest.len() >= 4 {
-            let len = usize::from(u16::from_ne_bytes([rest[0], rest[1]]));
-            let kind = u16::from_ne_bytes([rest[2], rest[3]]) & 0x3fff;
-            out.push((kind, len, &rest[4..len.max(4).min(rest.len())]));
-            rest = &rest[len.next_multiple_of(4).clamp(4, rest.len())..];
-        }
-        out
-    }
 
     #[test]
     fn long_elements_are_split_so_no_element_list_outgrows_its_16_bit_length() {
@@ -254,9 +232,11 @@ mod tests {
             if kind == (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWSETELEM {
                 messages += 1;
                 let body = &rest[16..len];
-                let list = attrs(body).into_iter().find(|a| a.0 == 3).expect("an element list");
-                assert!(4 + list.2.len() == list.1, "the list's length field must hold its whole size");
-                elements += attrs(&[&[0u8; 4][..], list.2].concat()).len();
+                // A length field that wrapped would end the list early and read its elements as
+                // attributes of the message: the strict reader refuses that or counts too few.
+                let attrs = attr::all(&body[4..]).expect("every length field holds its attribute's whole size");
+                let list = attr::get(&attrs, NFTA_SET_ELEM_LIST_ELEMENTS).expect("an element list");
+                elements += attr::all(list).expect("elements").len();
             }
             rest = &rest[len..];
         }

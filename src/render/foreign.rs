@@ -1,13 +1,13 @@
 //! Objects someone else added to our tables, which a refresh deletes by kind and handle: a name
 //! read from the kernel never reaches a script, whatever characters it holds.
 
-pub use crate::netlink::ObjectKind;
+pub use crate::netlink::TableObject;
 
 /// One object someone else added to one of our tables, to be deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Foreign {
     /// Its kind.
-    pub kind: ObjectKind,
+    pub kind: TableObject,
     /// Its handle in the table, unique per kind.
     pub handle: u64,
 }
@@ -20,14 +20,14 @@ mod tests {
     #[test]
     fn sets_sort_before_what_their_elements_may_refer_to() {
         let mut found = [
-            Foreign { kind: ObjectKind::Stateful(NFT_OBJECT_COUNTER), handle: 1 },
-            Foreign { kind: ObjectKind::Chain, handle: 2 },
-            Foreign { kind: ObjectKind::Set, handle: 3 },
+            Foreign { kind: TableObject::Stateful(NFT_OBJECT_COUNTER), handle: 1 },
+            Foreign { kind: TableObject::Chain, handle: 2 },
+            Foreign { kind: TableObject::Set, handle: 3 },
         ];
         found.sort();
-        assert_eq!(found[0].kind, ObjectKind::Set);
-        assert_eq!(ObjectKind::Stateful(NFT_OBJECT_CT_HELPER).nft_words(), None);
-        assert_eq!(ObjectKind::Stateful(NFT_OBJECT_CT_HELPER).to_string(), "ct helper");
-        assert_eq!(ObjectKind::Stateful(42).to_string(), "object of type 42");
+        assert_eq!(found[0].kind, TableObject::Set);
+        assert_eq!(TableObject::Stateful(NFT_OBJECT_CT_HELPER).nft_words(), None);
+        assert_eq!(TableObject::Stateful(NFT_OBJECT_CT_HELPER).to_string(), "ct helper");
+        assert_eq!(TableObject::Stateful(42).to_string(), "object of type 42");
     }
 }

@@ -25,7 +25,7 @@ mod templates;
 
 pub use builder::{Journal, PortId};
 pub use detect::{Detector, node_ip};
-pub use foreign::{Foreign, ObjectKind};
+pub use foreign::{Foreign, TableObject};
 pub use rendered::{Rendered, Update};
 
 pub use templates::{ElementText, FamilyWords};
@@ -352,11 +352,11 @@ mod tests {
         let ruleset = render(&Model::default(), &cfg).expect("render");
         let found = |kind, handle| Foreign { kind, handle };
         let ip = vec![
-            found(ObjectKind::Flowtable, 9),
-            found(ObjectKind::Stateful(3), 8),
-            found(ObjectKind::Chain, 7),
-            found(ObjectKind::Stateful(1), 6),
-            found(ObjectKind::Set, 5),
+            found(TableObject::Flowtable, 9),
+            found(TableObject::Stateful(3), 8),
+            found(TableObject::Chain, 7),
+            found(TableObject::Stateful(1), 6),
+            found(TableObject::Set, 5),
         ];
         let found = [Found { foreign: ip, maps: vec![] }, Found::default()];
         let script = refresh_script(&ruleset, "n", &Family::ALL, &found).expect("script");

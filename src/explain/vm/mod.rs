@@ -8,7 +8,11 @@ use super::packet::Packet;
 mod regs;
 
 use super::table::Table;
-use crate::netlink::abi::{NF_ACCEPT, NF_DROP, NFT_GOTO, NFT_JUMP, NFT_RETURN};
+use crate::netlink::abi::{
+    NF_ACCEPT, NF_CT_STATE_NEW, NF_DROP, NFT_CT_STATE, NFT_CT_STATUS, NFT_FIB_RESULT_ADDRTYPE, NFT_GOTO, NFT_JUMP,
+    NFT_META_IIFNAME, NFT_META_L4PROTO, NFT_META_MARK, NFT_RETURN, NFTA_FIB_F_DADDR, NFTA_FIB_F_SADDR, RTN_LOCAL,
+    RTN_UNICAST,
+};
 use crate::nft::compile::{Data, Expr};
 use crate::render::hash;
 use regs::{Random, narrow, offset, read, settle, span, write};
@@ -17,24 +21,8 @@ use std::sync::Arc;
 /// Bytes of the data registers (four 16-byte registers, seen also as sixteen 4-byte ones).
 const REG_BYTES: usize = 64;
 
-/// Meta keys the templates read and write (`NFT_META_*`).
-const META_MARK: u32 = 3;
-const META_IIFNAME: u32 = 6;
-const META_L4PROTO: u32 = 16;
-/// Conntrack keys (`NFT_CT_*`).
-const CT_STATE: u32 = 0;
-const CT_STATUS: u32 = 2;
-/// `ct state new`'s bit.
-const CT_STATE_NEW: u32 = 8;
-/// `fib … type` of the source address (else the destination).
-const FIB_SADDR: u32 = 1;
-/// Both address flags (`NFTA_FIB_F_SADDR`, `NFTA_FIB_F_DADDR`).
-const FIB_ADDRS: u32 = 3;
-/// `NFT_FIB_RESULT_ADDRTYPE`.
-const FIB_RESULT_ADDRTYPE: u32 = 3;
-/// Route types (`RTN_*`).
-const RTN_UNICAST: u32 = 1;
-const RTN_LOCAL: u32 = 2;
+/// Both address flags (`fib … type` of the source or the destination address).
+const FIB_ADDRS: u32 = NFTA_FIB_F_SADDR | NFTA_FIB_F_DADDR;
 /// Paths one packet may fork into before the machine gives up (a guard against bugs: every
 /// fork narrows a random value, so paths are finite).
 const MAX_PATHS: u32 = 1_000_000;
@@ -225,15 +213,15 @@ fn packet_field(r: &mut Run, e: &Expr) -> Result<Flow, String> {
             let (at, len) = (*at as usize, *len as usize);
             (header.get(at..at + len).ok_or("a load past the packet's headers")?.to_vec(), *dreg)
         }
-        Expr::Meta { key: META_IIFNAME, dreg } => {
+        Expr::Meta { key: NFT_META_IIFNAME, dreg } => {
             // A packet the node sends has no input interface; its name reads as empty.
             let mut b = r.packet.iif.clone().unwrap_or_default().into_bytes();
             b.resize(16, 0);
             (b, *dreg)
         }
-        Expr::Meta { key: META_MARK, dreg } => (r.packet.mark.to_ne_bytes().to_vec(), *dreg),
-        Expr::Meta { key: META_L4PROTO, dreg } => (vec![r.packet.proto], *dreg),
-        Expr::MetaSet { key: META_MARK, sreg } => {
+        Expr::Meta { key: NFT_META_MARK, dreg } => (r.packet.mark.to_ne_bytes().to_vec(), *dreg),
+        Expr::Meta { key: NFT_META_L4PROTO, dreg } => (vec![r.packet.proto], *dreg),
+        Expr::MetaSet { key: NFT_META_MARK, sreg } => {
             let b = read(r, *sreg, 4)?;
             r.packet.mark = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
             r.steps.push(Step::Marked { chain: r.chain.clone() });
@@ -241,18 +229,18 @@ fn packet_field(r: &mut Run, e: &Expr) -> Result<Flow, String> {
         }
         Expr::Ct { key, dreg } => {
             let v = match *key {
-                CT_STATE => CT_STATE_NEW,
-                CT_STATUS => r.packet.ct_status,
+                NFT_CT_STATE => NF_CT_STATE_NEW,
+                NFT_CT_STATUS => r.packet.ct_status,
                 other => return Err(format!("conntrack key {other}")),
             };
             (v.to_ne_bytes().to_vec(), *dreg)
         }
         // Only the address type of the source or destination: any other lookup is an error.
-        Expr::Fib { flags, result, .. } if *result != FIB_RESULT_ADDRTYPE || *flags & !FIB_ADDRS != 0 => {
+        Expr::Fib { flags, result, .. } if *result != NFT_FIB_RESULT_ADDRTYPE || *flags & !FIB_ADDRS != 0 => {
             return Err(format!("fib lookup {flags:#x} result {result}"));
         }
         Expr::Fib { flags, dreg, .. } => {
-            let addr = if *flags & FIB_SADDR != 0 { r.packet.saddr } else { r.packet.daddr };
+            let addr = if *flags & NFTA_FIB_F_SADDR != 0 { r.packet.saddr } else { r.packet.daddr };
             let t = if r.packet.is_local(addr) { RTN_LOCAL } else { RTN_UNICAST };
             (t.to_ne_bytes().to_vec(), *dreg)
         }

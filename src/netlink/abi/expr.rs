@@ -152,3 +152,22 @@ pub(crate) const NFT_VERDICT_DATA_LEN: u32 = 16;
 pub(crate) const NFT_DATA_VERDICT: u32 = 0xffff_ff00;
 /// Element user data: the comment's type in its TLVs (libnftnl's `NFTNL_UDATA_SET_ELEM_COMMENT`).
 pub(crate) const NFTNL_UDATA_SET_ELEM_COMMENT: u8 = 0;
+
+// Keys and flags some expressions take.
+
+/// meta key: the packet mark.
+pub(crate) const NFT_META_MARK: u32 = 3;
+/// meta key: the input interface's name.
+pub(crate) const NFT_META_IIFNAME: u32 = 6;
+/// meta key: the transport protocol.
+pub(crate) const NFT_META_L4PROTO: u32 = 16;
+/// ct key: the state (`new`, `established`…).
+pub(crate) const NFT_CT_STATE: u32 = 0;
+/// ct key: the status bits (`IPS_*`).
+pub(crate) const NFT_CT_STATUS: u32 = 2;
+/// fib flag: look up the source address.
+pub(crate) const NFTA_FIB_F_SADDR: u32 = 1;
+/// fib flag: look up the destination address.
+pub(crate) const NFTA_FIB_F_DADDR: u32 = 2;
+/// fib result: the address's route type (`RTN_*`).
+pub(crate) const NFT_FIB_RESULT_ADDRTYPE: u32 = 3;

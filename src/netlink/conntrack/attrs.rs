@@ -1,33 +1,15 @@
 //! ctnetlink's wire format, the part the cleanup reads and writes: an entry's tuples decoded
 //! with every length checked, and messages and tuples encoded.
 
-use super::super::attr::put;
-use super::super::{NLM_F_REQUEST, NfFamily};
+use super::super::attr::{iter, put};
+use super::super::{NfFamily, msg};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-pub(super) use crate::netlink::abi::NFNL_SUBSYS_CTNETLINK;
-/// Top-level attributes of an entry.
-pub(super) const CTA_TUPLE_ORIG: u16 = 1;
-pub(super) const CTA_TUPLE_REPLY: u16 = 2;
-pub(super) const CTA_STATUS: u16 = 3;
-pub(super) const CTA_TIMEOUT: u16 = 7;
-pub(super) const CTA_ZONE: u16 = 18;
-/// Inside a tuple.
-const CTA_TUPLE_IP: u16 = 1;
-const CTA_TUPLE_PROTO: u16 = 2;
-/// Inside a tuple's addresses.
-const CTA_IP_V4_SRC: u16 = 1;
-const CTA_IP_V4_DST: u16 = 2;
-const CTA_IP_V6_SRC: u16 = 3;
-const CTA_IP_V6_DST: u16 = 4;
-/// Inside a tuple's transport part.
-const CTA_PROTO_NUM: u16 = 1;
-const CTA_PROTO_SRC_PORT: u16 = 2;
-const CTA_PROTO_DST_PORT: u16 = 3;
-/// Set on attributes that hold attributes.
-pub(super) use crate::netlink::abi::NLA_F_NESTED;
-/// The type bits of an attribute's type field.
-const NLA_TYPE_MASK: u16 = 0x3fff;
+use crate::netlink::abi::{
+    CTA_IP_V4_DST, CTA_IP_V4_SRC, CTA_IP_V6_DST, CTA_IP_V6_SRC, CTA_PROTO_DST_PORT, CTA_PROTO_NUM, CTA_PROTO_SRC_PORT,
+    CTA_TUPLE_IP, CTA_TUPLE_ORIG, CTA_TUPLE_PROTO, CTA_TUPLE_REPLY, CTA_ZONE, NFNL_SUBSYS_CTNETLINK, NLA_F_NESTED,
+};
+pub use crate::netlink::attr::Malformed;
 
 /// One conntrack entry as a dump shows it: what the cleanup reads, and its original tuple as
 /// the kernel sent it, which is what deleting it takes.
@@ -46,42 +28,13 @@ pub struct Entry<'a> {
     pub(super) orig: &'a [u8],
 }
 
-/// Why an entry could not be decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Malformed(pub &'static str);
-
-/// Attributes of a payload, checked against its length; a bad one ends the walk with an error.
-struct Attrs<'a>(&'a [u8]);
-
-impl<'a> Iterator for Attrs<'a> {
-    type Item = Result<(u16, &'a [u8]), Malformed>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let rest = self.0;
-        if rest.is_empty() {
-            return None;
-        }
-        let len = match rest {
-            [a, b, _, _, ..] => u16::from_ne_bytes([*a, *b]) as usize,
-            _ => 0,
-        };
-        if len < 4 || len > rest.len() {
-            self.0 = &[];
-            return Some(Err(Malformed("an attribute overruns its message")));
-        }
-        let kind = u16::from_ne_bytes([rest[2], rest[3]]) & NLA_TYPE_MASK;
-        self.0 = &rest[len.next_multiple_of(4).min(rest.len())..];
-        Some(Ok((kind, &rest[4..len])))
-    }
-}
-
 /// A tuple's protocol and its source and destination.
 fn tuple(payload: &[u8], v6: bool) -> Result<(u8, SocketAddr, SocketAddr), Malformed> {
     let (mut src, mut dst, mut proto, mut sport, mut dport) = (None, None, None, 0, 0);
-    for a in Attrs(payload) {
+    for a in iter(payload) {
         match a? {
             (CTA_TUPLE_IP, ips) => {
-                for ip in Attrs(ips) {
+                for ip in iter(ips) {
                     match (ip?, v6) {
                         ((CTA_IP_V4_SRC, b), false) => src = Some(ipv4(b)?),
                         ((CTA_IP_V4_DST, b), false) => dst = Some(ipv4(b)?),
@@ -92,7 +45,7 @@ fn tuple(payload: &[u8], v6: bool) -> Result<(u8, SocketAddr, SocketAddr), Malfo
                 }
             }
             (CTA_TUPLE_PROTO, p) => {
-                for a in Attrs(p) {
+                for a in iter(p) {
                     match a? {
                         (CTA_PROTO_NUM, [n]) => proto = Some(*n),
                         (CTA_PROTO_NUM, _) => return Err(Malformed("a protocol number is not one byte")),
@@ -134,7 +87,7 @@ pub fn decode(body: &[u8]) -> Result<Entry<'_>, Malformed> {
         _ => return Err(Malformed("not an IPv4 or IPv6 entry")),
     };
     let (mut orig, mut reply, mut zone) = (None, None, 0);
-    for a in Attrs(body.get(4..).unwrap_or_default()) {
+    for a in iter(body.get(4..).unwrap_or_default()) {
         match a? {
             (CTA_TUPLE_ORIG, t) => orig = Some(t),
             (CTA_TUPLE_REPLY, t) => reply = Some(t),
@@ -150,21 +103,12 @@ pub fn decode(body: &[u8]) -> Result<Entry<'_>, Malformed> {
     Ok(Entry { proto, orig_dst, reply_src, zone, orig })
 }
 
-/// Appends a netlink header and nfgenmsg for a ctnetlink message; `finish` fills in the length.
-pub(super) fn begin(buf: &mut Vec<u8>, msg: u16, flags: u16, seq: u32, family: NfFamily) -> usize {
-    let start = buf.len();
-    buf.extend_from_slice(&0u32.to_ne_bytes());
-    buf.extend_from_slice(&((NFNL_SUBSYS_CTNETLINK << 8) | msg).to_ne_bytes());
-    buf.extend_from_slice(&(NLM_F_REQUEST | flags).to_ne_bytes());
-    buf.extend_from_slice(&seq.to_ne_bytes());
-    buf.extend_from_slice(&0u32.to_ne_bytes());
-    buf.extend_from_slice(&[family as u8, 0, 0, 0]);
+/// Appends a netlink header and nfgenmsg for a ctnetlink message; `msg::finish` fills in the
+/// length.
+pub(super) fn begin(buf: &mut Vec<u8>, kind: u16, flags: u16, seq: u32, family: NfFamily) -> usize {
+    let start = msg::start(buf, (NFNL_SUBSYS_CTNETLINK << 8) | kind, flags, seq);
+    msg::nfgen(buf, family as u8, 0);
     start
-}
-
-pub(super) fn finish(buf: &mut [u8], start: usize) {
-    let len = (buf.len() - start) as u32;
-    buf[start..start + 4].copy_from_slice(&len.to_ne_bytes());
 }
 
 /// A tuple's attributes (without the enclosing one).
@@ -198,9 +142,11 @@ fn ipv6_octets(ip: IpAddr) -> [u8; 16] {
 }
 #[cfg(test)]
 mod tests {
-    use super::super::super::{NLM_F_ACK, attr, messages};
-    use super::super::{IPCTNL_MSG_CT_DELETE, IPPROTO_UDP, IPS_ASSURED, NewFlow};
+    use super::super::super::abi::NLM_F_REQUEST;
+    use super::super::super::{NLM_F_ACK, attr, msg::messages};
+    use super::super::NewFlow;
     use super::*;
+    use crate::netlink::abi::{CTA_STATUS, IPCTNL_MSG_CT_DELETE, IPPROTO_UDP, IPS_ASSURED};
 
     /// A dump reply's body for `flow` (as the kernel writes one), with `zone`.
     fn reply_body(f: &NewFlow, zone: u16) -> Vec<u8> {
@@ -269,10 +215,10 @@ mod tests {
         let mut buf = Vec::new();
         let start = begin(&mut buf, IPCTNL_MSG_CT_DELETE, NLM_F_ACK, 9, NfFamily::Ip6);
         put(&mut buf, CTA_ZONE, &3u16.to_be_bytes());
-        finish(&mut buf, start);
+        msg::finish(&mut buf, start);
         assert_eq!(buf.len(), 16 + 4 + 8);
-        let crate::netlink::Msg { kind, flags, body, seq, .. } = messages(&buf).next().expect("one message");
+        let msg::Msg { kind, flags, body, seq, .. } = messages(&buf).next().expect("one message");
         assert_eq!((kind, flags, seq), ((1 << 8) | 2, NLM_F_REQUEST | NLM_F_ACK, 9));
-        assert_eq!(attr(body, CTA_ZONE), Some(&[0u8, 3][..]));
+        assert_eq!(attr::top(body, CTA_ZONE), Some(&[0u8, 3][..]));
     }
 }

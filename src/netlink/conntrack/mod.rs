@@ -8,34 +8,19 @@ mod attrs;
 
 pub use attrs::{Entry, Malformed, decode};
 
-use super::attr::put;
-use super::{NLM_F_ACK, NLM_F_DUMP, NLMSG_DONE, NLMSG_ERROR, NfFamily, Socket, attr, be32, messages};
-use attrs::{
-    CTA_STATUS, CTA_TIMEOUT, CTA_TUPLE_ORIG, CTA_TUPLE_REPLY, CTA_ZONE, NLA_F_NESTED, begin, encode_tuple, finish,
+use super::abi::{
+    CTA_STATS_GLOBAL_ENTRIES, CTA_STATUS, CTA_TIMEOUT, CTA_TUPLE_ORIG, CTA_TUPLE_REPLY, CTA_ZONE, IPCTNL_MSG_CT_DELETE,
+    IPCTNL_MSG_CT_GET, IPCTNL_MSG_CT_GET_STATS, IPCTNL_MSG_CT_NEW, IPS_ASSURED, IPS_CONFIRMED, IPS_SEEN_REPLY,
+    NLA_F_NESTED, NLM_F_CREATE, NLM_F_DUMP_INTR, NLM_F_EXCL,
 };
+use super::attr::put;
+use super::{NLM_F_ACK, NLM_F_DUMP, NLMSG_DONE, NLMSG_ERROR, NfFamily, Socket, attr, msg};
+use attrs::{begin, encode_tuple};
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-const IPCTNL_MSG_CT_NEW: u16 = 0;
-const IPCTNL_MSG_CT_GET: u16 = 1;
-const IPCTNL_MSG_CT_DELETE: u16 = 2;
-const IPCTNL_MSG_CT_GET_STATS: u16 = 5;
-/// The reply to `IPCTNL_MSG_CT_GET_STATS`.
-const CTA_STATS_GLOBAL_ENTRIES: u16 = 1;
-/// The table changed while it was dumped: some entries may be missing or repeated.
-use crate::netlink::abi::{NLM_F_CREATE, NLM_F_DUMP_INTR, NLM_F_EXCL};
-/// Entry status bits a created entry gets: it has seen replies and is assured; and it is
-/// confirmed, which the kernel sets on entries it creates for ctnetlink (a status that
-/// differs in that bit is refused with EBUSY).
-const IPS_SEEN_REPLY: u32 = 1 << 1;
-const IPS_ASSURED: u32 = 1 << 2;
-const IPS_CONFIRMED: u32 = 1 << 3;
-
-/// The IP protocol number of UDP.
-pub const IPPROTO_UDP: u8 = 17;
-/// The IP protocol number of TCP.
-pub const IPPROTO_TCP: u8 = 6;
+pub use super::abi::{IPPROTO_TCP, IPPROTO_UDP};
 
 /// How long one receive may wait for the kernel: the sync thread runs the cleanup, and a
 /// kernel that does not answer must not freeze it.
@@ -133,12 +118,12 @@ impl Batch {
         let mut failure = None;
         while answered < queued {
             let n = receive(&self.sock, &mut self.rx)?;
-            for crate::netlink::Msg { kind, body, seq, .. } in messages(&self.rx[..n]) {
+            for msg::Msg { kind, body, seq, .. } in msg::messages(&self.rx[..n]) {
                 if kind != NLMSG_ERROR || seq.wrapping_sub(first) >= queued {
                     continue;
                 }
                 answered += 1;
-                match body.get(..4).map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0) {
+                match msg::error_code(body) {
                     0 => self.done += 1,
                     code if code == -libc::ENOENT => self.absent += 1,
                     code => failure = failure.or(Some(io::Error::from_raw_os_error(-code))),
@@ -183,7 +168,7 @@ pub fn sweep(family: NfFamily, mut stale: impl FnMut(&Entry<'_>) -> bool) -> io:
             if e.zone != 0 {
                 put(buf, CTA_ZONE, &e.zone.to_be_bytes());
             }
-            finish(buf, start);
+            msg::finish(buf, start);
         })
     })?;
     deletes.flush()?;
@@ -202,9 +187,11 @@ pub fn create(flows: impl IntoIterator<Item = NewFlow>) -> io::Result<u64> {
             let start = begin(buf, IPCTNL_MSG_CT_NEW, NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL, seq, family);
             put(buf, CTA_TUPLE_ORIG | NLA_F_NESTED, &encode_tuple(f.proto, f.orig_src, f.orig_dst));
             put(buf, CTA_TUPLE_REPLY | NLA_F_NESTED, &encode_tuple(f.proto, f.reply_src, f.reply_dst));
+            // Seen replies and assured; and confirmed, which the kernel sets on entries it creates
+            // for ctnetlink (a status that differs in that bit is refused with EBUSY).
             put(buf, CTA_STATUS, &(IPS_SEEN_REPLY | IPS_ASSURED | IPS_CONFIRMED).to_be_bytes());
             put(buf, CTA_TIMEOUT, &f.timeout.to_be_bytes());
-            finish(buf, start);
+            msg::finish(buf, start);
         })?;
     }
     batch.flush()?;
@@ -224,22 +211,22 @@ impl Socket {
         let seq = self.seq;
         let mut req = Vec::with_capacity(20);
         let start = begin(&mut req, IPCTNL_MSG_CT_GET, NLM_F_DUMP, seq, family);
-        finish(&mut req, start);
+        msg::finish(&mut req, start);
         self.send(&req)?;
         let mut buf = vec![0u8; RECV_BUFFER];
         let (mut scanned, mut malformed, mut partial) = (0, 0, false);
         loop {
             let n = receive(self, &mut buf)?;
-            for crate::netlink::Msg { kind, flags, body, seq: s, .. } in messages(&buf[..n]) {
+            for msg::Msg { kind, flags, body, seq: s, .. } in msg::messages(&buf[..n]) {
                 if s != seq {
                     continue;
                 }
                 partial |= flags & NLM_F_DUMP_INTR != 0;
                 match kind {
                     NLMSG_DONE => return Ok((scanned, malformed, partial)),
-                    NLMSG_ERROR => match body.get(..4).map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]])) {
-                        Some(code) if code == -libc::EINTR => return Ok((scanned, malformed, true)),
-                        Some(code) if code != 0 => return Err(io::Error::from_raw_os_error(-code)),
+                    NLMSG_ERROR => match msg::error_code(body) {
+                        code if code == -libc::EINTR => return Ok((scanned, malformed, true)),
+                        code if code != 0 => return Err(io::Error::from_raw_os_error(-code)),
                         _ => return Ok((scanned, malformed, partial)),
                     },
                     _ => {
@@ -259,10 +246,10 @@ impl Socket {
         self.seq = self.seq.wrapping_add(1);
         let mut req = Vec::with_capacity(20);
         let start = begin(&mut req, IPCTNL_MSG_CT_GET_STATS, NLM_F_ACK, self.seq, NfFamily::Ip);
-        finish(&mut req, start);
+        msg::finish(&mut req, start);
         self.send(&req)?;
         let replies = self.collect_replies(self.seq)?;
-        let count = replies.iter().find_map(|m| attr(m, CTA_STATS_GLOBAL_ENTRIES).filter(|b| b.len() == 4));
-        count.map(be32).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no entry count in the reply"))
+        let count = replies.iter().find_map(|m| attr::top(m, CTA_STATS_GLOBAL_ENTRIES).and_then(attr::be32));
+        count.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no entry count in the reply"))
     }
 }

@@ -3,10 +3,11 @@
 //! `--dry-run --diff` compares this with what the kernel lists.
 
 use super::expr::Expr;
-use super::set::{AnonSet, SetSpec};
+use super::set::AnonSet;
 use super::{Batch, CompileError, Out, Schema};
 use crate::model::Family;
 use crate::netlink::Hook;
+use crate::netlink::SetSpec;
 use std::collections::BTreeMap;
 
 /// Every table a script leaves declared, by family.

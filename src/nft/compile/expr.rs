@@ -4,7 +4,7 @@
 
 use crate::netlink::abi::*;
 use crate::netlink::attr::{put_be32, put_str, put_with};
-pub use crate::netlink::nla::Data;
+pub use crate::netlink::data::Data;
 use std::fmt;
 
 /// Where a payload load reads from.
@@ -55,10 +55,8 @@ pub enum Expr {
 }
 
 fn value_attr(b: &mut Vec<u8>, kind: u16, bytes: &[u8]) {
-    put_with(b, kind | NESTED, |b| put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(bytes)));
+    put_with(b, kind | NLA_F_NESTED, |b| put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(bytes)));
 }
-
-const NESTED: u16 = NLA_F_NESTED;
 
 impl Expr {
     /// The expression's name in the kernel.
@@ -102,9 +100,9 @@ impl Expr {
 
     /// Appends the expression as one `NFTA_LIST_ELEM` of a rule's expression list.
     pub fn encode(&self, b: &mut Vec<u8>) {
-        put_with(b, NFTA_LIST_ELEM | NESTED, |b| {
+        put_with(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| {
             put_str(b, NFTA_EXPR_NAME, self.name());
-            put_with(b, NFTA_EXPR_DATA | NESTED, |b| self.encode_data(b));
+            put_with(b, NFTA_EXPR_DATA | NLA_F_NESTED, |b| self.encode_data(b));
         });
     }
 
@@ -172,9 +170,9 @@ impl Expr {
             }
             Expr::Immediate { dreg, data } => {
                 put_be32(b, NFTA_IMMEDIATE_DREG, *dreg);
-                put_with(b, NFTA_IMMEDIATE_DATA | NESTED, |b| match data {
+                put_with(b, NFTA_IMMEDIATE_DATA | NLA_F_NESTED, |b| match data {
                     Data::Value(v) => put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(v)),
-                    Data::Verdict(code, chain) => put_with(b, NFTA_DATA_VERDICT | NESTED, |b| {
+                    Data::Verdict(code, chain) => put_with(b, NFTA_DATA_VERDICT | NLA_F_NESTED, |b| {
                         put_with(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
                         if let Some(c) = chain {
                             put_str(b, NFTA_VERDICT_CHAIN, c);
@@ -247,7 +245,8 @@ fn words(bytes: &[u8]) -> String {
         .join(" ")
 }
 
-const META_KEYS: [(u32, &str); 3] = [(3, "mark"), (6, "iifname"), (16, "l4proto")];
+const META_KEYS: [(u32, &str); 3] =
+    [(NFT_META_MARK, "mark"), (NFT_META_IIFNAME, "iifname"), (NFT_META_L4PROTO, "l4proto")];
 
 fn meta_name(key: u32) -> &'static str {
     META_KEYS.iter().find(|(k, _)| *k == key).map_or("?", |(_, n)| n)

@@ -6,6 +6,10 @@ use super::CompileError;
 use super::expr::{Base, Expr};
 use super::lex::Token;
 use crate::model::Family;
+use crate::netlink::abi::{
+    IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP, NFT_CT_STATE, NFT_CT_STATUS, NFT_FIB_RESULT_ADDRTYPE, NFT_META_IIFNAME,
+    NFT_META_L4PROTO, NFT_META_MARK, NFTA_FIB_F_DADDR, NFTA_FIB_F_SADDR,
+};
 use std::net::IpAddr;
 
 /// nftables' data types (`TYPE_*`), the numbers set keys are declared with.
@@ -143,19 +147,12 @@ const DESC_SCTP: u32 = 10;
 const DESC_IP: u32 = 12;
 const DESC_IP6: u32 = 13;
 
-/// Meta keys.
-pub const META_MARK: u32 = 3;
-/// `iifname`.
-pub const META_IIFNAME: u32 = 6;
-/// `l4proto`.
-pub const META_L4PROTO: u32 = 16;
-
 /// The protocol number of a `tcp`, `udp` or `sctp` word.
 pub fn proto_number(word: &str) -> Option<u8> {
     match word {
-        "tcp" => Some(6),
-        "udp" => Some(17),
-        "sctp" => Some(132),
+        "tcp" => Some(IPPROTO_TCP),
+        "udp" => Some(IPPROTO_UDP),
+        "sctp" => Some(IPPROTO_SCTP),
         n => n.parse().ok(),
     }
 }
@@ -181,9 +178,9 @@ impl Field {
             ("ip", "daddr") if family == Family::V4 => ip(16, Kind::Ipv4, DESC_IP, 12),
             ("ip6", "saddr") if family == Family::V6 => ip(8, Kind::Ipv6, DESC_IP6, 8),
             ("ip6", "daddr") if family == Family::V6 => ip(24, Kind::Ipv6, DESC_IP6, 9),
-            ("meta", "l4proto") => Field::new(Load::Meta(META_L4PROTO), Kind::Proto),
-            ("meta", "mark") => Field::new(Load::Meta(META_MARK), Kind::Mark),
-            ("iifname", _) => return Ok((Field::new(Load::Meta(META_IIFNAME), Kind::Ifname), 1)),
+            ("meta", "l4proto") => Field::new(Load::Meta(NFT_META_L4PROTO), Kind::Proto),
+            ("meta", "mark") => Field::new(Load::Meta(NFT_META_MARK), Kind::Mark),
+            ("iifname", _) => return Ok((Field::new(Load::Meta(NFT_META_IIFNAME), Kind::Ifname), 1)),
             ("th", "dport") => Field::new(Load::Payload(Base::Transport, 2), Kind::Port),
             (p @ ("tcp" | "udp" | "sctp"), dir @ ("sport" | "dport")) => {
                 let desc = match p {
@@ -199,10 +196,10 @@ impl Field {
                     ..Field::new(Load::Payload(Base::Transport, offset), Kind::Port)
                 }
             }
-            ("ct", "state") => Field::new(Load::Ct(0), Kind::CtState),
-            ("ct", "status") => Field::new(Load::Ct(2), Kind::CtStatus),
+            ("ct", "state") => Field::new(Load::Ct(NFT_CT_STATE), Kind::CtState),
+            ("ct", "status") => Field::new(Load::Ct(NFT_CT_STATUS), Kind::CtStatus),
             ("fib", dir @ ("saddr" | "daddr")) if w(2) == "type" => {
-                let flags = if dir == "saddr" { 1 } else { 2 };
+                let flags = if dir == "saddr" { NFTA_FIB_F_SADDR } else { NFTA_FIB_F_DADDR };
                 return Ok((Field::new(Load::Fib(flags), Kind::FibType), 3));
             }
             ("numgen", kind @ ("random" | "inc")) if w(2) == "mod" => {
@@ -229,7 +226,7 @@ impl Field {
             Load::Payload(base, offset) => Expr::Payload { base, offset, len: len.unwrap_or(self.kind.len()), dreg },
             Load::Meta(key) => Expr::Meta { key, dreg },
             Load::Ct(key) => Expr::Ct { key, dreg },
-            Load::Fib(flags) => Expr::Fib { flags, result: 3, dreg },
+            Load::Fib(flags) => Expr::Fib { flags, result: NFT_FIB_RESULT_ADDRTYPE, dreg },
             Load::Numgen { inc, modulus, offset } => Expr::Numgen { dreg, inc, modulus, offset },
             Load::Hash(h) => return h.loads(dreg, scratch),
         }]

@@ -7,19 +7,20 @@
 //! compilation to `nft`'s own, message by message, and the kernel's tables to `nft -f`'s.
 
 mod declared;
-mod decode;
 pub(crate) mod expr;
 mod field;
 mod lex;
 mod parse;
+mod read_back;
 mod rule;
 mod set;
 
+pub use crate::netlink::SetSpec;
 pub(crate) use declared::{Declared, DeclaredChain, DeclaredRule, DeclaredTable, declared};
-pub(crate) use decode::{ReadExpr, read_back};
 pub use expr::Data;
 pub(crate) use expr::Expr;
-pub use set::{AnonSet, Desc, SetSpec};
+pub(crate) use read_back::{ReadExpr, read_back};
+pub use set::AnonSet;
 
 use crate::model::Family;
 use crate::netlink::abi::*;
@@ -103,10 +104,10 @@ fn anon_element(b: &mut Vec<u8>, key: &[u8], flags: u32, data: Option<&Data>) {
     if flags != 0 {
         put_be32(b, NFTA_SET_ELEM_FLAGS, flags);
     }
-    put_with(b, NFTA_SET_ELEM_KEY | NESTED, |b| put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(key)));
+    put_with(b, NFTA_SET_ELEM_KEY | NLA_F_NESTED, |b| put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(key)));
     if let Some(Data::Verdict(code, chain)) = data {
-        put_with(b, NFTA_SET_ELEM_DATA | NESTED, |b| {
-            put_with(b, NFTA_DATA_VERDICT | NESTED, |b| {
+        put_with(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| {
+            put_with(b, NFTA_DATA_VERDICT | NLA_F_NESTED, |b| {
                 put_with(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
                 if let Some(c) = chain {
                     put_str(b, NFTA_VERDICT_CHAIN, c);
@@ -116,17 +117,9 @@ fn anon_element(b: &mut Vec<u8>, key: &[u8], flags: u32, data: Option<&Data>) {
     }
 }
 
-const NESTED: u16 = NLA_F_NESTED;
-
 /// A hook's number (`NF_INET_*`) by its name.
 fn hook_number(hook: &str) -> u32 {
-    match hook {
-        "prerouting" => 0,
-        "input" => 1,
-        "forward" => 2,
-        "output" => 3,
-        _ => 4,
-    }
+    NF_INET_HOOK_NAMES.iter().position(|n| *n == hook).map_or(NF_INET_POST_ROUTING, |i| i as u32)
 }
 
 /// Compiles `script` into `batch`, learning its sets into `schema`; returns the messages
@@ -278,7 +271,7 @@ impl<'a> Out<'a> {
             let Some(h) = hook else { return };
             put_str(b, NFTA_CHAIN_TYPE, &h.kind);
             put_be32(b, NFTA_CHAIN_POLICY, NF_ACCEPT as u32);
-            put_with(b, NFTA_CHAIN_HOOK | NESTED, |b| {
+            put_with(b, NFTA_CHAIN_HOOK | NLA_F_NESTED, |b| {
                 put_be32(b, NFTA_HOOK_HOOKNUM, hook_number(&h.hook));
                 put_be32(b, NFTA_HOOK_PRIORITY, h.priority as u32);
             });
@@ -297,7 +290,7 @@ impl<'a> Out<'a> {
         Ok(())
     }
 
-    fn new_set(&mut self, obj: &Obj, s: &set::SetSpec, id: u32) {
+    fn new_set(&mut self, obj: &Obj, s: &SetSpec, id: u32) {
         self.on(NFT_MSG_NEWSET, NLM_F_CREATE, obj, |b| {
             put_str(b, NFTA_SET_NAME, &s.name);
             put_be32(b, NFTA_SET_FLAGS, s.flags);
@@ -311,16 +304,19 @@ impl<'a> Out<'a> {
             if let Some(ms) = s.timeout_ms {
                 put_be64(b, NFTA_SET_TIMEOUT, ms);
             }
-            match &s.desc {
-                set::Desc::None => {}
-                set::Desc::Size(n) => put_with(b, NFTA_SET_DESC | NESTED, |b| put_be32(b, NFTA_SET_DESC_SIZE, *n)),
-                set::Desc::Concat(lens) => put_with(b, NFTA_SET_DESC | NESTED, |b| {
-                    put_with(b, NFTA_SET_DESC_CONCAT | NESTED, |b| {
-                        for len in lens {
-                            put_with(b, NFTA_LIST_ELEM | NESTED, |b| put_be32(b, NFTA_SET_FIELD_LEN, *len));
-                        }
-                    })
-                }),
+            if s.size.is_some() || !s.concat.is_empty() {
+                put_with(b, NFTA_SET_DESC | NLA_F_NESTED, |b| {
+                    if let Some(n) = s.size {
+                        put_be32(b, NFTA_SET_DESC_SIZE, n);
+                    }
+                    if !s.concat.is_empty() {
+                        put_with(b, NFTA_SET_DESC_CONCAT | NLA_F_NESTED, |b| {
+                            for len in &s.concat {
+                                put_with(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| put_be32(b, NFTA_SET_FIELD_LEN, *len));
+                            }
+                        })
+                    }
+                })
             }
             put_with(b, NFTA_SET_USERDATA, |b| b.extend_from_slice(&s.udata));
         });
@@ -351,7 +347,7 @@ impl<'a> Out<'a> {
         }
         self.on(NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, obj, |b| {
             put_str(b, NFTA_RULE_CHAIN, chain);
-            put_with(b, NFTA_RULE_EXPRESSIONS | NESTED, |b| compiled.exprs.iter().for_each(|e| e.encode(b)));
+            put_with(b, NFTA_RULE_EXPRESSIONS | NLA_F_NESTED, |b| compiled.exprs.iter().for_each(|e| e.encode(b)));
         });
         Ok(())
     }
@@ -363,11 +359,11 @@ impl<'a> Out<'a> {
             self.on(NFT_MSG_NEWSETELEM, NLM_F_CREATE, obj, |b| {
                 put_str(b, NFTA_SET_ELEM_LIST_SET, &anon.spec.name);
                 put_be32(b, NFTA_SET_ELEM_LIST_SET_ID, anon.id);
-                put_with(b, NFTA_SET_ELEM_LIST_ELEMENTS | NESTED, |b| {
+                put_with(b, NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED, |b| {
                     let start = b.len();
                     while b.len() - start < ELEMENT_LIST_BUDGET {
                         let Some((key, flags, data)) = elements.next() else { break };
-                        put_with(b, NFTA_LIST_ELEM | NESTED, |b| anon_element(b, key, *flags, data.as_ref()));
+                        put_with(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| anon_element(b, key, *flags, data.as_ref()));
                     }
                 });
             });

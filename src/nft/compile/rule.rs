@@ -6,11 +6,11 @@
 //! already matched the protocol; an interval set's host-order key fields are converted.
 
 use super::expr::{Data, Expr};
-use super::field::{Field, Kind, META_L4PROTO, META_MARK, constant_target, prefix_byte, reg, scratch, slots};
+use super::field::{Field, Kind, constant_target, prefix_byte, reg, scratch, slots};
 use super::lex::Token;
 use super::{AnonSet, CompileError, Schema};
 use crate::model::Family;
-use crate::netlink::abi::{NF_ACCEPT, NF_DROP, NFT_GOTO, NFT_JUMP};
+use crate::netlink::abi::{NF_ACCEPT, NF_DROP, NFT_GOTO, NFT_JUMP, NFT_META_IIFNAME, NFT_META_L4PROTO, NFT_META_MARK};
 
 /// A compiled rule: the anonymous sets it needs first, and its expressions.
 #[derive(Debug, Default)]
@@ -128,7 +128,7 @@ impl Rule<'_> {
     fn dependencies(&mut self, fields: &[Field]) {
         for p in fields.iter().filter_map(|f| f.needs_proto) {
             if self.proto != Some(p) {
-                self.push(Expr::Meta { key: META_L4PROTO, dreg: 1 });
+                self.push(Expr::Meta { key: NFT_META_L4PROTO, dreg: 1 });
                 self.push(Expr::Cmp { sreg: 1, op: 0, data: vec![p] });
                 self.proto = Some(p);
             }
@@ -251,7 +251,7 @@ impl Rule<'_> {
                 b
             }
         };
-        self.push(Expr::Meta { key: super::field::META_IIFNAME, dreg: 1 });
+        self.push(Expr::Meta { key: NFT_META_IIFNAME, dreg: 1 });
         self.push(Expr::Cmp { sreg: 1, op: u32::from(invert), data });
         Ok(())
     }
@@ -271,14 +271,14 @@ impl Rule<'_> {
             _ => return Err(self.err("`or` or `xor`")),
         };
         self.i += 7;
-        self.push(Expr::Meta { key: META_MARK, dreg: 1 });
+        self.push(Expr::Meta { key: NFT_META_MARK, dreg: 1 });
         self.push(Expr::Bitwise {
             sreg: 1,
             dreg: 1,
             mask: mask.to_ne_bytes().to_vec(),
             xor: xor.to_ne_bytes().to_vec(),
         });
-        self.push(Expr::MetaSet { key: META_MARK, sreg: 1 });
+        self.push(Expr::MetaSet { key: NFT_META_MARK, sreg: 1 });
         Ok(())
     }
 

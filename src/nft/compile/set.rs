@@ -9,6 +9,7 @@ use super::field::{Field, Kind, Load, slots};
 use super::lex::Token;
 use super::parse::SetDecl;
 use crate::model::Family;
+use crate::netlink::SetSpec;
 use crate::netlink::abi::{
     NFT_DATA_VERDICT, NFT_NG_INCREMENTAL, NFT_NG_RANDOM, NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT,
     NFT_SET_ELEM_INTERVAL_END, NFT_SET_EVAL, NFT_SET_INTERVAL, NFT_SET_MAP, NFT_SET_TIMEOUT,
@@ -21,36 +22,6 @@ const EXPR_PAYLOAD: u32 = 7;
 const EXPR_CONCAT: u32 = 13;
 const EXPR_NUMGEN: u32 = 23;
 const EXPR_VERDICT: u32 = 1;
-
-/// What the kernel is told of a set, ready to encode.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SetSpec {
-    /// Its name (`__set%d` and `__map%d` for anonymous ones: the kernel numbers them).
-    pub name: String,
-    /// `NFT_SET_*` flags.
-    pub flags: u32,
-    /// Folded key type and its length in registers.
-    pub key: (u32, u32),
-    /// Folded data type and length, for a map.
-    pub data: Option<(u32, u32)>,
-    /// Default timeout in milliseconds.
-    pub timeout_ms: Option<u64>,
-    /// `NFTA_SET_DESC`: a concatenation's field lengths, or an anonymous set's size.
-    pub desc: Desc,
-    /// User data.
-    pub udata: Vec<u8>,
-}
-
-/// What `NFTA_SET_DESC` carries.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Desc {
-    /// Nothing.
-    None,
-    /// The number of elements.
-    Size(u32),
-    /// Each concatenated field's length in bytes.
-    Concat(Vec<u32>),
-}
 
 /// One key or data field of a declaration.
 #[derive(Debug, Clone)]
@@ -208,10 +179,10 @@ pub fn spec(d: &SetDecl, family: Family) -> Result<SetSpec, CompileError> {
     if let Some(c) = &d.comment {
         tlv(&mut udata, 7, &[c.as_bytes(), &[0]].concat());
     }
-    let desc = match (flags & NFT_SET_CONCAT, d.size) {
-        (0, None) => Desc::None,
-        (0, Some(n)) => Desc::Size(n),
-        _ => Desc::Concat(key.iter().filter_map(Part::kind).map(Kind::len).collect()),
+    // A concatenation's field lengths, or a size (the two never go together).
+    let (size, concat) = match flags & NFT_SET_CONCAT {
+        0 => (d.size, Vec::new()),
+        _ => (None, key.iter().filter_map(Part::kind).map(Kind::len).collect()),
     };
     Ok(SetSpec {
         name: d.name.clone(),
@@ -219,7 +190,8 @@ pub fn spec(d: &SetDecl, family: Family) -> Result<SetSpec, CompileError> {
         key: folded(&key),
         data: d.map.then(|| folded(&data)),
         timeout_ms: d.timeout.map(|s| s * 1000),
-        desc,
+        size,
+        concat,
         udata,
     })
 }
@@ -287,7 +259,8 @@ pub fn anon_interval(f: Field, prefixes: &[(Vec<u8>, u32)], id: u32) -> AnonSet 
         key: (f.kind as u32, f.kind.len()),
         data: None,
         timeout_ms: None,
-        desc: Desc::Size(elements.len() as u32),
+        size: Some(elements.len() as u32),
+        concat: Vec::new(),
         udata,
     };
     AnonSet { spec, id, elements }
@@ -309,7 +282,8 @@ pub fn anon_vmap(entries: Vec<(u32, Data)>, id: u32) -> AnonSet {
         key: (Kind::Integer as u32, 4),
         data: Some((NFT_DATA_VERDICT, 0)),
         timeout_ms: None,
-        desc: Desc::Size(entries.len() as u32),
+        size: Some(entries.len() as u32),
+        concat: Vec::new(),
         udata,
     };
     let elements = entries.into_iter().map(|(k, v)| (k.to_ne_bytes().to_vec(), 0, Some(v))).collect();

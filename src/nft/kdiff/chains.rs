@@ -8,9 +8,9 @@
 use super::elements::Owned;
 use super::report::{Change, Kind, Object};
 use crate::model::Family;
-use crate::netlink::abi::{NF_ACCEPT, NFT_DATA_VERDICT, NFT_DYNSET_DEFAULT_SIZE, NFT_SET_EVAL, NFT_VERDICT_DATA_LEN};
-use crate::netlink::{Hook, NfFamily, SetListing};
-use crate::nft::compile::{Data, DeclaredChain, Desc, Expr, ReadExpr, SetSpec};
+use crate::netlink::abi::{NF_ACCEPT, NF_INET_HOOK_NAMES};
+use crate::netlink::{Hook, NfFamily};
+use crate::nft::compile::{Data, DeclaredChain, Expr, ReadExpr, SetSpec};
 use std::collections::{BTreeMap, HashMap};
 
 /// A chain as the kernel holds it.
@@ -195,77 +195,31 @@ fn common(a: &[Vec<ReadExpr>], b: &[Vec<ReadExpr>]) -> Vec<(usize, usize)> {
 
 fn hook_text(hook: &Option<Hook>) -> Option<String> {
     let h = hook.as_ref()?;
-    let name = ["prerouting", "input", "forward", "output", "postrouting"].get(h.hooknum as usize).unwrap_or(&"?");
+    let name = NF_INET_HOOK_NAMES.get(h.hooknum as usize).unwrap_or(&"?");
     let policy = if h.policy == NF_ACCEPT as u32 { "accept" } else { "drop" };
     Some(format!("type {} hook {name} priority {}; policy {policy};", h.kind, h.priority))
 }
 
-/// A set's declaration, as compared: what the kernel is told of it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Decl {
-    flags: u32,
-    key: (u32, u32),
-    data: Option<(u32, u32)>,
-    timeout_ms: Option<u64>,
-    size: Option<u32>,
-    concat: Vec<u32>,
-    udata: Vec<u8>,
-}
+/// A set's declaration as the report shows it (its name aside).
+struct Decl<'a>(&'a SetSpec);
 
-impl From<&SetSpec> for Decl {
-    fn from(s: &SetSpec) -> Decl {
-        let (size, concat) = match &s.desc {
-            Desc::None => (None, Vec::new()),
-            Desc::Size(n) => (Some(*n), Vec::new()),
-            Desc::Concat(lens) => (None, lens.clone()),
-        };
-        Decl {
-            flags: s.flags,
-            key: s.key,
-            data: s.data,
-            timeout_ms: s.timeout_ms,
-            size,
-            concat,
-            udata: s.udata.clone(),
-        }
-    }
-}
-
-/// A listed declaration as it was sent: a verdict map's data length, and the size the kernel
-/// gives a set that rules fill, are the kernel's own.
-impl From<&SetListing> for Decl {
-    fn from(s: &SetListing) -> Decl {
-        let data =
-            s.data.map(|(ty, len)| (ty, if ty == NFT_DATA_VERDICT && len == NFT_VERDICT_DATA_LEN { 0 } else { len }));
-        let dynamic = s.flags & NFT_SET_EVAL != 0 && s.size == Some(NFT_DYNSET_DEFAULT_SIZE);
-        Decl {
-            flags: s.flags,
-            key: s.key,
-            data,
-            timeout_ms: s.timeout_ms,
-            size: if dynamic { None } else { s.size },
-            concat: s.concat.clone(),
-            udata: s.udata.clone(),
-        }
-    }
-}
-
-impl std::fmt::Display for Decl {
+impl std::fmt::Display for Decl<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "flags 0x{:x} key type 0x{:x} length {}", self.flags, self.key.0, self.key.1)?;
-        if let Some((ty, len)) = self.data {
+        let s = self.0;
+        write!(f, "flags 0x{:x} key type 0x{:x} length {}", s.flags, s.key.0, s.key.1)?;
+        if let Some((ty, len)) = s.data {
             write!(f, " data type 0x{ty:x} length {len}")?;
         }
-        if let Some(ms) = self.timeout_ms {
+        if let Some(ms) = s.timeout_ms {
             write!(f, " timeout {ms}ms")?;
         }
-        if let Some(n) = self.size {
+        if let Some(n) = s.size {
             write!(f, " size {n}")?;
         }
-        if !self.concat.is_empty() {
-            write!(f, " fields {:?}", self.concat)?;
+        if !s.concat.is_empty() {
+            write!(f, " fields {:?}", s.concat)?;
         }
-        let udata: String = self.udata.iter().map(|b| format!("{b:02x}")).collect();
+        let udata: String = s.udata.iter().map(|b| format!("{b:02x}")).collect();
         write!(f, " userdata 0x{udata}")
     }
 }
@@ -274,12 +228,12 @@ impl std::fmt::Display for Decl {
 pub(super) fn compare_sets(
     family: Family,
     desired: &BTreeMap<String, SetSpec>,
-    kernel: &BTreeMap<String, SetListing>,
+    kernel: &BTreeMap<String, SetSpec>,
     out: &mut Vec<Owned>,
 ) {
     let family = NfFamily::from(family).word();
-    let change = |name: &str, change, removed: Option<Decl>, added: Option<Decl>| {
-        let (removed, added) = (removed.map(|d| d.to_string()), added.map(|d| d.to_string()));
+    let change = |name: &str, change, removed: Option<&SetSpec>, added: Option<&SetSpec>| {
+        let (removed, added) = (removed.map(|d| Decl(d).to_string()), added.map(|d| Decl(d).to_string()));
         let c = Change {
             family,
             object: Object::Set,
@@ -290,16 +244,15 @@ pub(super) fn compare_sets(
         };
         (None, c)
     };
-    for (name, spec) in desired {
-        let want = Decl::from(spec);
-        match kernel.get(name).map(Decl::from) {
-            Some(held) if held == want => {}
-            Some(held) => out.push(change(name, Kind::Changed, Some(held), Some(want))),
+    for (name, want) in desired {
+        match kernel.get(name).map(SetSpec::as_sent) {
+            Some(held) if held == *want => {}
+            Some(held) => out.push(change(name, Kind::Changed, Some(&held), Some(want))),
             None => out.push(change(name, Kind::Added, None, Some(want))),
         }
     }
     for (name, held) in kernel.iter().filter(|(n, _)| !desired.contains_key(*n)) {
-        out.push(change(name, Kind::Removed, Some(Decl::from(held)), None));
+        out.push(change(name, Kind::Removed, Some(&held.as_sent()), None));
     }
 }
 

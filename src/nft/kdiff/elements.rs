@@ -3,7 +3,7 @@
 //! frontend equals when it has the same endpoints in the same slots up to their order: the
 //! slot order is the sync's own choice (a partial sync keeps slots), not a difference.
 
-use super::decode::ReadMap;
+use super::read_map::ReadMap;
 use super::report::{Change, Kind, Object};
 use crate::model::{Family, Protocol};
 use crate::netlink::elements::Element;

@@ -7,7 +7,7 @@ use super::chains::{KernelChain, anon_name};
 use crate::model::Family;
 use crate::netlink::abi::NFT_SET_ANONYMOUS;
 use crate::netlink::elements::Element;
-use crate::netlink::{ListedExpr, NfFamily, SetListing, Socket};
+use crate::netlink::{ListedExpr, NfFamily, SetSpec, Socket};
 use crate::nft::compile::{Expr, ReadExpr, read_back};
 use crate::render::{MapName, TABLE_NAME};
 use std::collections::{BTreeMap, HashMap};
@@ -19,7 +19,7 @@ pub(crate) struct KernelTable {
     /// Chains by name.
     pub chains: BTreeMap<String, KernelChain>,
     /// Named sets and maps by name.
-    pub sets: BTreeMap<String, SetListing>,
+    pub sets: BTreeMap<String, SetSpec>,
     /// The elements of the proxy's maps that the kernel holds.
     pub maps: BTreeMap<MapName, Vec<Element>>,
 }

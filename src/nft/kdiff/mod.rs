@@ -5,9 +5,9 @@
 //! service port it belongs to.
 
 mod chains;
-mod decode;
 mod elements;
 mod kernel;
+mod read_map;
 mod report;
 #[cfg(test)]
 mod tests;
@@ -103,7 +103,7 @@ fn compare_elements(
 ) {
     let empty = BTreeMap::new();
     let desired = desired.map_or(&empty, |t| &t.elements);
-    let read: BTreeMap<_, _> = held.into_iter().map(|(m, e)| (m, decode::read_map(family, m, e))).collect();
+    let read: BTreeMap<_, _> = held.into_iter().map(|(m, e)| (m, read_map::read_map(family, m, e))).collect();
     let owners = Owners::new(desired, &read);
     let mut read = read;
     for map in render::MapName::all() {

@@ -4,9 +4,7 @@
 use super::chains::{KernelChain, desired_rules, owner_of_chain};
 use super::kernel::KernelTable;
 use super::*;
-use crate::netlink::SetListing;
 use crate::netlink::elements::Element;
-use crate::nft::compile::Desc;
 use crate::render::{Key, MapName, Scope, Value};
 use clap::Parser;
 
@@ -43,16 +41,7 @@ fn applied(ruleset: &Ruleset, declared: &Declared) -> BTreeMap<Family, Option<Ke
             k.chains.insert(name.clone(), KernelChain { hook: c.hook.clone(), rules: desired_rules(c) });
         }
         for (name, s) in &d.sets {
-            let (size, concat) = match &s.desc {
-                Desc::Size(n) => (Some(*n), vec![]),
-                Desc::Concat(l) => (None, l.clone()),
-                Desc::None => (None, vec![]),
-            };
-            let (flags, key, data, timeout_ms, udata) = (s.flags, s.key, s.data, s.timeout_ms, s.udata.clone());
-            k.sets.insert(
-                name.clone(),
-                SetListing { name: name.clone(), flags, key, data, timeout_ms, size, concat, udata },
-            );
+            k.sets.insert(name.clone(), s.clone());
         }
         for (map, entries) in &t.elements {
             k.maps.insert(*map, entries.iter().map(|(key, e)| element(key, &e.value)).collect());

@@ -7,7 +7,8 @@
 use super::expr::{Base, Data, Expr};
 use crate::netlink::ListedExpr;
 use crate::netlink::abi::*;
-use crate::netlink::nla::{be64, data, exact_be32, get, nested};
+use crate::netlink::attr::{all, be32, be64, get, utf8};
+use crate::netlink::data::read_data;
 use std::fmt;
 
 /// One listed expression: one this compiler writes, or another one (or a malformed one),
@@ -40,24 +41,23 @@ pub fn read_back(e: &ListedExpr) -> ReadExpr {
 type Attrs<'a> = [(u16, &'a [u8])];
 
 fn u32_at(a: &Attrs<'_>, t: u16) -> Option<u32> {
-    get(a, t).and_then(exact_be32)
+    get(a, t).and_then(be32)
 }
 
 fn value_at(a: &Attrs<'_>, t: u16) -> Option<Vec<u8>> {
-    match data(get(a, t)?).ok()? {
+    match read_data(get(a, t)?).ok()? {
         Data::Value(v) => Some(v),
         Data::Verdict(..) => None,
     }
 }
 
 fn string_at(a: &Attrs<'_>, t: u16) -> Option<String> {
-    let s = get(a, t)?;
-    String::from_utf8(s.strip_suffix(&[0]).unwrap_or(s).to_vec()).ok()
+    get(a, t).and_then(utf8)
 }
 
 /// The expression, if it is of a kind and form the compiler writes.
 fn known(e: &ListedExpr) -> Option<Expr> {
-    let a = nested(&e.data).ok()?;
+    let a = all(&e.data).ok()?;
     let a = a.as_slice();
     Some(match e.name.as_str() {
         "payload" => {
@@ -100,9 +100,10 @@ fn known(e: &ListedExpr) -> Option<Expr> {
             dreg: u32_at(a, NFTA_LOOKUP_DREG),
             invert: u32_at(a, NFTA_LOOKUP_FLAGS).unwrap_or(0) & NFT_LOOKUP_F_INV != 0,
         },
-        "immediate" => {
-            Expr::Immediate { dreg: u32_at(a, NFTA_IMMEDIATE_DREG)?, data: data(get(a, NFTA_IMMEDIATE_DATA)?).ok()? }
-        }
+        "immediate" => Expr::Immediate {
+            dreg: u32_at(a, NFTA_IMMEDIATE_DREG)?,
+            data: read_data(get(a, NFTA_IMMEDIATE_DATA)?).ok()?,
+        },
         "numgen" => Expr::Numgen {
             dreg: u32_at(a, NFTA_NG_DREG)?,
             inc: match u32_at(a, NFTA_NG_TYPE)? {
@@ -183,7 +184,7 @@ fn dynset(a: &Attrs<'_>) -> Option<Expr> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netlink::nla;
+    use crate::netlink::attr;
 
     /// Every kind the compiler writes, read back from its own encoding.
     #[test]
@@ -212,14 +213,14 @@ mod tests {
         for e in exprs {
             let mut b = Vec::new();
             e.encode(&mut b);
-            let outer = nla::nested(&b).expect("an attribute");
-            let inner = nla::nested(outer[0].1).expect("an expression");
+            let outer = attr::all(&b).expect("an attribute");
+            let inner = attr::all(outer[0].1).expect("an expression");
             let listed = ListedExpr {
-                name: String::from_utf8(nla::get(&inner, NFTA_EXPR_NAME).expect("name").to_vec())
+                name: String::from_utf8(attr::get(&inner, NFTA_EXPR_NAME).expect("name").to_vec())
                     .expect("utf-8")
                     .trim_end_matches('\0')
                     .to_string(),
-                data: nla::get(&inner, NFTA_EXPR_DATA).expect("data").to_vec(),
+                data: attr::get(&inner, NFTA_EXPR_DATA).expect("data").to_vec(),
             };
             assert_eq!(read_back(&listed), ReadExpr::Known(e.clone().normal()), "{e}");
         }
