@@ -131,6 +131,9 @@ fn each_change_is_counted_under_what_held_it() {
         // Went at once.
         inbox.send(slice(0, 1));
         synced(&fake, 2);
+        // The fake records a sync before the loop has finished it; a change sent at once could
+        // still count as having waited for that sync. Let the loop go idle first.
+        std::thread::sleep(MS * 30);
         // Arrived during a sync that hung for 100 ms.
         fake.with(|s| s.blocked = true);
         inbox.send(slice(0, 2));
