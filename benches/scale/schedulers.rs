@@ -6,11 +6,12 @@
 //! its own (`--scheduler-case NAME`, `--scheduler-latency`) so its peak RSS is its own.
 //! `-- --schedulers-only` runs this part alone; a full run runs it once per run.
 
-use super::common::Netns;
+use super::case::{partial, timed_apply};
 use super::common::net::in_netns;
 use super::common::proxy::Proxy;
+use super::common::{Netns, Scratch};
 use super::synth::{self, Case};
-use super::{config, in_child, measure, ms, partial, timed_apply, verify};
+use super::{config, in_child, measure, ms, verify};
 use kube_nftproxy::model::{ApiObject, Model, SCHEDULER_ANNOTATION};
 use kube_nftproxy::nft::{Resync, SyncKind};
 use kube_nftproxy::render::Ruleset;
@@ -110,7 +111,9 @@ pub fn case(which: &str, smoke: bool) -> Value {
     in_netns(&ns.name, || proxy.read_host_addresses());
     let update = proxy.render();
     check(which, proxy.ruleset());
-    let peaks = std::env::temp_dir().join(format!("knp-bench-sched-nft-{}", std::process::id()));
+    // Kept to the end: the partial syncs' `nft` still appends to it.
+    let scratch = Scratch::new("bench-sched-nft");
+    let peaks = scratch.0.join("peaks");
     measure::record_nft_peaks(&peaks);
     let (report, took) = timed_apply(&ns, &mut proxy, &update, Resync::Changes);
     assert_eq!(report.kind, SyncKind::Full, "{which}: the first sync");
