@@ -11,9 +11,9 @@
 //! EndpointSlice changes, isolated. The kernel side is taken from the kernel itself: an
 //! `nft monitor` in the node's namespace, its lines timestamped as they arrive.
 
-use super::common::Netns;
 use super::common::daemon::Daemon;
 use super::common::emulator::Emulator;
+use super::common::{Netns, Scratch};
 use super::latency_pairs::{self, Backend, Pairs, Prober};
 use super::observe::*;
 use super::synth::{self, Case};
@@ -106,14 +106,13 @@ struct Rig {
     ns: Netns,
     emu: Emulator,
     _backend: Backend,
-    dir: std::path::PathBuf,
+    _dir: Scratch,
 }
 
 impl Rig {
     fn new(case: &Case) -> Rig {
-        let dir = std::env::temp_dir().join(format!("knp-apibench-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let manifest = dir.join("cluster.json");
+        let dir = Scratch::new("apibench");
+        let manifest = dir.0.join("cluster.json");
         super::churn::write_manifest(case, 0, &manifest);
         let ns = Netns::node_like("apibench");
         let backend = Backend::new(&ns);
@@ -121,7 +120,7 @@ impl Rig {
         let emu =
             Emulator::start(Some(&ns.gateway().name), API_LISTEN, Some(&manifest), &["--bookmark-interval", BOOKMARKS]);
         eprintln!("api: emulator ready with {} services in {:?}", case.services, t.elapsed());
-        Rig { ns, emu, _backend: backend, dir }
+        Rig { ns, emu, _backend: backend, _dir: dir }
     }
 
     /// Starts a daemon with `extra` flags and waits for its first sync: the daemon, its log,
@@ -134,12 +133,6 @@ impl Rig {
             panic!("the daemon never synced:\n{}", d.logged());
         };
         (d, log, spawned, at, line)
-    }
-}
-
-impl Drop for Rig {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

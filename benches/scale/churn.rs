@@ -3,9 +3,9 @@
 //! time), once syncing and once with every sync failing (another process owns both tables), so
 //! changes keep coming while none is applied. Its resident memory must stay flat in both.
 
-use super::common::Netns;
 use super::common::daemon::{Daemon, wait_for};
 use super::common::owner::TableOwner;
+use super::common::{Netns, Scratch};
 use super::observe::{is_sync, rss_mb};
 use super::synth::{self, Case};
 use serde_json::{Value, json};
@@ -29,9 +29,8 @@ pub fn write_manifest(case: &Case, generation: u32, path: &Path) {
 /// One scenario: `rewrites` new generations, one every `every`; every sync failing when
 /// `stuck`. Returns the daemon's resident memory before, at most and after.
 fn scenario(case: &Case, rewrites: u32, every: Duration, stuck: bool) -> Value {
-    let dir = std::env::temp_dir().join(format!("knp-churn-{}-{stuck}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let manifest = dir.join("cluster.json");
+    let dir = Scratch::new("churn");
+    let manifest = dir.0.join("cluster.json");
     write_manifest(case, 0, &manifest);
     let ns = Netns::node_like("churn");
     // Both tables: with one owned, the other family's syncs would go through.
@@ -53,7 +52,7 @@ fn scenario(case: &Case, rewrites: u32, every: Duration, stuck: bool) -> Value {
     let syncs = d.logged().lines().filter(|l| is_sync(l)).count();
     d.stop();
     drop(owners);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     json!({"scenario": if stuck { "syncs failing" } else { "syncing" }, "rewrites": rewrites,
            "rss_before_mb": before, "rss_most_mb": most.max(after), "rss_after_mb": after, "syncs": syncs})
 }

@@ -3,11 +3,12 @@
 //! read back over netlink and compared with the same desired state. `-- --diff-only` runs it
 //! alone at 30k x 5 (1k x 5 with `--smoke`); a full run runs it once per run.
 
+use super::case::timed_apply;
 use super::common::Netns;
 use super::common::net::in_netns;
 use super::common::proxy::Proxy;
 use super::synth::{self, Case};
-use super::{config, measure, ms, timed_apply};
+use super::{config, measure, ms};
 use kube_nftproxy::nft::{Resync, SyncKind, kdiff};
 use serde_json::{Value, json};
 use std::time::Instant;

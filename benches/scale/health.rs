@@ -4,13 +4,14 @@
 //! long until every port answers, what a check costs as a load balancer's checker sends it
 //! from the gateway, and how soon a change of local endpoints shows in the answers.
 
-use crate::common::daemon::{Daemon, wait_for};
+use crate::common::daemon::{Daemon, wait_for, write_list};
 use crate::common::net::in_netns;
 use crate::common::{Netns, Scratch};
 use crate::observe::{LogTail, is_sync, ms_between, percentile, round2, rss_mb};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The node's primary address (the node-like namespace's), where the ports listen.
@@ -60,14 +61,13 @@ fn objects(i: u32, local: bool, drained: bool) -> [Value; 2] {
     ]
 }
 
-fn write(path: &std::path::Path, services: u32, local: bool, drained: u32) {
+/// Writes the manifests of `services` Services into `dir` (see [`objects`]); their path.
+fn write(dir: &Path, services: u32, local: bool, drained: u32) -> PathBuf {
     let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"},
         "status": {"addresses": [{"type": "InternalIP", "address": NODE_IP}, {"type": "InternalIP", "address": "fd00:1::1"}]}});
     let mut items = vec![node];
     items.extend((0..services).flat_map(|i| objects(i, local, i < drained)));
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, json!({"kind": "List", "items": items}).to_string()).expect("manifests");
-    std::fs::rename(&tmp, path).expect("manifests");
+    write_list(dir, &json!({"kind": "List", "items": items}))
 }
 
 /// One check as a load balancer sends it: the status code and how long it took (ms).
@@ -90,10 +90,10 @@ fn threads(pid: i32) -> f64 {
 
 /// Starts the daemon over `services` Services and waits for its first sync (and, with
 /// ports, for the last port to answer); returns it with the seconds that took.
-fn start(ns: &Netns, path: &std::path::Path, services: u32, local: bool) -> (Daemon, f64) {
-    write(path, services, local, 0);
+fn start(ns: &Netns, dir: &Path, services: u32, local: bool) -> (Daemon, f64) {
+    let path = write(dir, services, local, 0);
     let spawned = Instant::now();
-    let d = Daemon::start(ns, path, &["--healthz-bind-address=", "--metrics-bind-address="], &[]);
+    let d = Daemon::start(ns, &path, &["--healthz-bind-address=", "--metrics-bind-address="], &[]);
     let last = FIRST_PORT + u16::try_from(services - 1).expect("ports");
     let gw = ns.gateway().name.clone();
     let ready = if local {
@@ -111,11 +111,10 @@ fn start(ns: &Netns, path: &std::path::Path, services: u32, local: bool) -> (Dae
 pub fn run(services: u32) -> Value {
     let ns = Netns::node_like("hcbench");
     let dir = Scratch::new("hcbench");
-    let path = dir.0.join("cluster.json");
-    let (base, _) = start(&ns, &path, services, false);
+    let (base, _) = start(&ns, &dir.0, services, false);
     let baseline = json!({"rss_mb": rss_mb(base.pid()), "threads": threads(base.pid())});
     base.stop();
-    let (d, ready_s) = start(&ns, &path, services, true);
+    let (d, ready_s) = start(&ns, &dir.0, services, true);
     let with_ports = json!({"rss_mb": rss_mb(d.pid()), "threads": threads(d.pid()), "ready_s": ready_s});
     let gw = ns.gateway().name.clone();
     let mut took: Vec<f64> = in_netns(&gw, || {
@@ -136,7 +135,7 @@ pub fn run(services: u32) -> Value {
     std::thread::sleep(Duration::from_millis(100));
     let from = tail.lines().len();
     let updated = UPDATED.min(services);
-    write(&path, services, true, updated);
+    write(&dir.0, services, true, updated);
     let last_drained = FIRST_PORT + u16::try_from(updated - 1).expect("ports");
     let drained =
         wait_for(Duration::from_secs(30), || in_netns(&gw, || check(last_drained)).is_some_and(|r| r.0 == 503));

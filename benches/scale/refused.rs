@@ -5,11 +5,12 @@
 //! `-- --refused-only` runs it alone at 30k x 5 (1k x 5 with `--smoke`); a full run runs it
 //! once per run.
 
+use super::case::timed_apply;
 use super::common::Netns;
 use super::common::owner::TableOwner;
 use super::common::proxy::Proxy;
 use super::synth::{self, Case};
-use super::{config, ms, timed_apply};
+use super::{config, ms};
 use kube_nftproxy::model::Family;
 use kube_nftproxy::nft::{Resync, SyncKind};
 use kube_nftproxy::render::Update;

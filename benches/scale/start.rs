@@ -11,9 +11,9 @@
 //! (see `warm_up`). `-- --api-start N` runs it once
 //! at N services; `-- --api-start-only` three times each at 30k and 100k.
 
-use super::common::Netns;
 use super::common::daemon::Daemon;
 use super::common::emulator::{Emulator, tls_agent};
+use super::common::{Netns, Scratch};
 use super::observe::*;
 use super::synth::Case;
 use serde_json::{Value, json};
@@ -60,9 +60,8 @@ fn at(lines: &[(Instant, String)], spawned: Instant, what: &str) -> Option<f64> 
 /// One start at `services` services × 5 endpoints; one JSON object.
 pub fn run(services: u32) -> Value {
     let case = Case { name: format!("{}k x 5", services / 1000), services, endpoints: 5, mix: false };
-    let dir = std::env::temp_dir().join(format!("knp-startbench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let manifest = dir.join("cluster.json");
+    let dir = Scratch::new("startbench");
+    let manifest = dir.0.join("cluster.json");
     super::churn::write_manifest(&case, 0, &manifest);
     let ns = Netns::node_like("startbench");
     let t = Instant::now();
@@ -91,7 +90,7 @@ pub fn run(services: u32) -> Value {
     let log_text = d.stop();
     let warnings: Vec<&str> = log_text.lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
     drop(emu);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     json!({"services": services, "endpoints": case.endpoints, "start_ms": start_ms,
            "following_ms": at(&lines, spawned, "following the API server"),
            "listed": listings(&lines, spawned), "all_listed_ms": all_listed,

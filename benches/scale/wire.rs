@@ -6,6 +6,7 @@
 //! (the event or page, the object, the model's validation: the daemon's path). Both formats
 //! must decode to the same changes. `-- --wire-only` runs it alone, three runs by default.
 
+use super::common::Scratch;
 use super::common::emulator::{Emulator, tls_agent};
 use super::synth::{self, Case};
 use kube_nftproxy::kube::protobuf;
@@ -108,9 +109,8 @@ fn read_events(body: ureq::Body, proto: bool, count: u32) -> (Vec<Vec<u8>>, usiz
 
 /// Runs both formats against one emulator holding `case`.
 pub fn run(case: &Case) -> Value {
-    let dir = std::env::temp_dir().join(format!("knp-wire-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let manifest = dir.join("cluster.json");
+    let dir = Scratch::new("wire");
+    let manifest = dir.0.join("cluster.json");
     super::churn::write_manifest(case, 0, &manifest);
     let emu = Emulator::start(None, "127.0.0.1:0", Some(&manifest), &[]);
     let agent = tls_agent(&emu.tls_dir, true);
@@ -159,7 +159,7 @@ pub fn run(case: &Case) -> Value {
         decoded.push(changes);
     }
     assert_eq!(decoded[0], decoded[1], "watch: the formats decode to different changes");
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     eprintln!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
     out
 }
