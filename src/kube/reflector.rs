@@ -7,10 +7,10 @@
 //! the [`Inbox`] one by one; a bad one is logged and skipped, keeping its last good state.
 
 use super::client::{ApiError, Client};
-use super::content::ContentType;
 use super::decode::{self, Decoded};
 use super::list::ListFrom;
 use super::retry::{Backoff, LogOnce};
+use crate::config::ContentType;
 use crate::inbox::Inbox;
 use crate::metrics::Metrics;
 use crate::model::{ObjectChange, ObjectKey, ObjectKind};
