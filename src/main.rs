@@ -90,13 +90,7 @@ fn api_source(
         return Ok(None);
     };
     let client = kube::Client::new(&client_cfg)?;
-    let settings = kube::Settings {
-        page_size: api.page_size,
-        watch_timeout: api.watch_timeout,
-        qps: api.qps,
-        burst: api.burst,
-        content_type: api.content_type,
-    };
+    let settings = kube::Settings::from(api);
     let shared = kube::Shared::new(client, settings, &cfg.node_name, inbox.clone(), stop.clone());
     Ok(Some(Arc::new(shared.with_proxy_name(cfg.service_proxy_name.clone()))))
 }

@@ -63,6 +63,11 @@ pub enum Command {
 }
 
 /// How the API server is reached (the `--kube-api-*` flags, `--kubeconfig`, `--master`).
+///
+/// Its last five fields are also `kube::Settings`: `config` sits below `kube` (which takes
+/// `ContentType` from here) so cannot name kube's type, and kube's carries client-go's
+/// defaults for callers that have no flags (tests, the emulator's followers). They are copied
+/// in one place, `kube::Settings::from`.
 #[derive(Debug, Clone)]
 pub struct ApiSettings {
     /// `--kubeconfig`.
