@@ -213,7 +213,7 @@ fn observers(
     let fixed = [(run.serve.healthz, Route::Health), (run.serve.metrics, Route::Metrics)];
     let fixed: Vec<_> = fixed.into_iter().filter_map(|(addr, route)| addr.map(|a| (a, route))).collect();
     if cfg.service_proxy_name.is_some() {
-        http::check_free(&fixed).context("--service-proxy-name")?;
+        check_free(run)?;
     }
     let endpoints = serve::Endpoints::new(health.clone(), metrics.clone(), inbox.clone(), Some(z_pages(run, flags)));
     let server = http::Server::start(fixed, endpoints)?;
@@ -222,6 +222,24 @@ fn observers(
         Some(m) => observe.with_metrics(m),
         None => observe,
     })
+}
+
+/// Binds the health and metrics addresses once and lets them go, beside kube-proxy
+/// (`--service-proxy-name`): there an address in use is most likely kube-proxy's own (it
+/// listens on the same default ports), and retrying it for ever, as a restart's overlap calls
+/// for, would leave this proxy's health unanswered. The error names the flag to change.
+fn check_free(run: &Run) -> anyhow::Result<()> {
+    let fixed = [
+        (run.serve.healthz, Route::Health, "--healthz-bind-address"),
+        (run.serve.metrics, Route::Metrics, "--metrics-bind-address"),
+    ];
+    for (addr, route, flag) in fixed.into_iter().filter_map(|(a, r, f)| Some((a?, r, f))) {
+        if let Err(e) = http::check_free(addr, route) {
+            let why = format!("{e}; beside kube-proxy, which listens on the same ports, give {flag} another");
+            return Err(std::io::Error::new(e.kind(), why)).context("--service-proxy-name");
+        }
+    }
+    Ok(())
 }
 
 /// `/configz` (kube-proxy's internal configuration type), `/statusz` and `/flagz` (each while
