@@ -160,42 +160,40 @@ impl Run {
         let content_type = ContentType::parse(&flags.kube_api_content_type)
             .map_err(|message| ConfigError::Invalid { what: "--kube-api-content-type".into(), message })?;
         let command = command(flags)?;
-        Ok((
-            command,
-            Run {
-                api: ApiSettings {
-                    kubeconfig: flags.kubeconfig.clone(),
-                    master: flags.master.clone(),
-                    page_size: flags.list_page_size.max(1),
-                    watch_timeout: flags.watch_timeout,
-                    qps: flags.kube_api_qps,
-                    burst: u32::try_from(flags.kube_api_burst).unwrap_or_default(),
-                    content_type,
-                },
-                periods: Periods {
-                    min_sync: flags.min_sync_period,
-                    sync: flags.sync_period,
-                    full_sync: flags.full_sync_period,
-                },
-                serve: Serve {
-                    healthz: flags.healthz_bind_address.0,
-                    metrics: flags.metrics_bind_address.0,
-                    statusz: flags.feature_gates.enabled(features::COMPONENT_STATUSZ),
-                    flagz: flags.feature_gates.enabled(features::COMPONENT_FLAGZ),
-                },
-                node: NodeSettings {
-                    node_wait: flags.node_wait,
-                    oom_score_adj: flags.oom_score_adj,
-                    nft_timeout: flags.nft_timeout,
-                    cleanup_kube_proxy_at_start: flags.cleanup_kube_proxy_at_start,
-                    conntrack: conntrack(flags),
-                },
-                sources: Sources {
-                    manifests: flags.manifests.clone(),
-                    config_file: flags.config.clone().zip(flags.config_digest),
-                },
+        let run = Run {
+            api: ApiSettings {
+                kubeconfig: flags.kubeconfig.clone(),
+                master: flags.master.clone(),
+                page_size: flags.list_page_size.max(1),
+                watch_timeout: flags.watch_timeout,
+                qps: flags.kube_api_qps,
+                burst: u32::try_from(flags.kube_api_burst).unwrap_or_default(),
+                content_type,
             },
-        ))
+            periods: Periods {
+                min_sync: flags.min_sync_period,
+                sync: flags.sync_period,
+                full_sync: flags.full_sync_period,
+            },
+            serve: Serve {
+                healthz: flags.healthz_bind_address.0,
+                metrics: flags.metrics_bind_address.0,
+                statusz: flags.feature_gates.enabled(features::COMPONENT_STATUSZ),
+                flagz: flags.feature_gates.enabled(features::COMPONENT_FLAGZ),
+            },
+            node: NodeSettings {
+                node_wait: flags.node_wait,
+                oom_score_adj: flags.oom_score_adj,
+                nft_timeout: flags.nft_timeout,
+                cleanup_kube_proxy_at_start: flags.cleanup_kube_proxy_at_start,
+                conntrack: conntrack(flags),
+            },
+            sources: Sources {
+                manifests: flags.manifests.clone(),
+                config_file: flags.config.clone().zip(flags.config_digest),
+            },
+        };
+        Ok((command, run))
     }
 }
 
