@@ -1,7 +1,6 @@
 //! The `kube-nftproxy` command: parses flags, then prints the ruleset (`--dry-run`),
 //! removes rules (`--cleanup`), or runs the proxy daemon.
 
-use anyhow::Context;
 use error::{OrInput, RunError};
 use kube_nftproxy::config::{self, Command, Config, ConfigError, Flags, Run};
 use kube_nftproxy::inbox::Inbox;
@@ -45,21 +44,21 @@ fn main() -> ExitCode {
             return RunError::Config(e).exit_code();
         }
     };
-    let run = match config::Run::from_flags(&flags) {
-        Ok(run) => run,
+    let (command, run) = match config::Run::from_flags(&flags) {
+        Ok(parts) => parts,
         Err(e) => {
             log::error!("{e}");
             return RunError::Config(e).exit_code();
         }
     };
-    let result = match &run.command {
-        Command::WriteConfig(path) => write_config(&flags, path),
-        Command::Explain { config, from, to, protocol, json } => explain(&run, config, (from, to, protocol), *json),
-        Command::Cleanup { kube_proxy } => run_cleanup(*kube_proxy),
-        Command::DryRun { config, diff: true, json } => return dry_run_diff(&run, config, *json),
-        Command::DryRun { config, diff: false, .. } => dry_run(&run, config),
-        Command::InitOnly(config) => init_only(&run, config),
-        Command::Daemon(config) => daemon::daemon(&run, config, &flags),
+    let result = match command {
+        Command::WriteConfig(path) => write_config(&flags, &path),
+        Command::Explain { config, from, to, protocol, json } => explain(&run, &config, (&from, &to, &protocol), json),
+        Command::Cleanup { kube_proxy } => run_cleanup(kube_proxy),
+        Command::DryRun { config, diff: true, json } => return dry_run_diff(&run, &config, json),
+        Command::DryRun { config, diff: false, .. } => dry_run(&run, &config),
+        Command::InitOnly(config) => init_only(&run, &config),
+        Command::Daemon(config) => daemon::daemon(&run, *config, &flags),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -90,13 +89,7 @@ fn api_source(
         return Ok(None);
     };
     let client = kube::Client::new(&client_cfg)?;
-    let settings = kube::Settings {
-        page_size: api.page_size,
-        watch_timeout: api.watch_timeout,
-        qps: api.qps,
-        burst: api.burst,
-        content_type: api.content_type,
-    };
+    let settings = kube::Settings::from(api);
     let shared = kube::Shared::new(client, settings, &cfg.node_name, inbox.clone(), stop.clone());
     Ok(Some(Arc::new(shared.with_proxy_name(cfg.service_proxy_name.clone()))))
 }
@@ -108,7 +101,7 @@ fn dry_run(run: &Run, cfg: &Config) -> Result<(), RunError> {
         log::warn!("{w}");
     }
     let script = render::full_sync_script(&ruleset, &cfg.node_name).input()?;
-    std::io::stdout().lock().write_all(script.as_bytes()).context("writing the ruleset")?;
+    std::io::stdout().lock().write_all(script.as_bytes()).doing("writing the ruleset")?;
     Ok(())
 }
 
@@ -122,7 +115,7 @@ fn explain(run: &Run, cfg: &Config, (from, to, protocol): (&str, &str, &str), js
     } else {
         kube_nftproxy::explain::text(&answer)
     };
-    std::io::stdout().lock().write_all(out.as_bytes()).context("writing the answer")?;
+    std::io::stdout().lock().write_all(out.as_bytes()).doing("writing the answer")?;
     Ok(())
 }
 
@@ -136,7 +129,7 @@ fn dry_run_diff(run: &Run, cfg: &Config, json: bool) -> ExitCode {
         }
         let report = kdiff::against_kernel(&ruleset, &cfg.node_name).input()?;
         let out = if json { report.to_json() } else { report.to_text() };
-        std::io::stdout().lock().write_all(out.as_bytes()).context("writing the differences")?;
+        std::io::stdout().lock().write_all(out.as_bytes()).doing("writing the differences")?;
         Ok(report.differences)
     };
     match diff() {
@@ -168,32 +161,29 @@ fn load_model(run: &Run, cfg: &Config) -> Result<Model, RunError> {
         }
     }
     model.set_external_ips(cfg.external_ips);
-    model.set_host_addresses(kube_nftproxy::host::interface_addresses().context("reading interface addresses")?);
+    model.set_host_addresses(kube_nftproxy::host::interface_addresses().doing("reading interface addresses")?);
     Ok(model)
 }
 
 fn run_cleanup(kube_proxy: bool) -> Result<(), RunError> {
     requirements::check()?;
     // A running daemon would put back at once what this removes.
-    let _owner = lock::try_own()
-        .context("taking the node lock")?
-        .context("a kube-nftproxy daemon owns this node's tables; stop it before --cleanup")?;
-    cleanup::remove_own_tables().context("removing kube-nftproxy's tables")?;
+    let owns = "a kube-nftproxy daemon owns this node's tables; stop it before --cleanup";
+    let _owner = lock::try_own().doing("taking the node lock")?.ok_or_else(|| RunError::Input(owns.into()))?;
+    cleanup::remove_own_tables().doing("removing kube-nftproxy's tables")?;
     log::info!("removed kube-nftproxy's tables (ip and ip6 {})", render::TABLE_NAME);
     if kube_proxy {
         let outcome = takeover::take_over();
         takeover::log_outcome(&outcome);
         let all_went = outcome.ok();
-        outcome.rules.context("removing kube-proxy's rules")?;
-        outcome.interface.with_context(|| format!("removing interface {}", takeover::IPVS_INTERFACE))?;
+        outcome.rules.doing("removing kube-proxy's rules")?;
+        outcome.interface.doing(format_args!("removing interface {}", takeover::IPVS_INTERFACE))?;
         if !all_went {
-            return Err(RunError::Input(anyhow::anyhow!(
-                "removing what kube-proxy left failed in part (logged above)"
-            )));
+            return Err(RunError::Input("removing what kube-proxy left failed in part (logged above)".into()));
         }
     } else {
         let found =
-            takeover::report("--cleanup --cleanup-kube-proxy removes it").context("looking for kube-proxy's rules")?;
+            takeover::report("--cleanup --cleanup-kube-proxy removes it").doing("looking for kube-proxy's rules")?;
         for what in cleanup::describe_kept(&found.kept) {
             log::info!("left {what}");
         }

@@ -3,7 +3,6 @@
 
 use super::api_source;
 use super::error::{OrInput, RunError};
-use anyhow::Context;
 use kube_nftproxy::config::{self, Config, ConfigError, Flags, Run};
 use kube_nftproxy::health::Health;
 use kube_nftproxy::http::{self, Route};
@@ -29,15 +28,14 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Runs the daemon until a stop signal (or a change to its configuration file); `flags` only
 /// for the pages that show them (`/configz`, `/flagz`).
-pub fn daemon(run: &Run, cfg: &Config, flags: &Flags) -> Result<(), RunError> {
-    let cfg = cfg.clone();
+pub fn daemon(run: &Run, cfg: Config, flags: &Flags) -> Result<(), RunError> {
     let stop = Arc::new(AtomicBool::new(false));
     prepare(run, &stop)?;
     let inbox = Arc::new(Inbox::default());
     let (events, main_events) = channel::<Event>();
     spawn_signal_thread(inbox.clone(), stop.clone(), events.clone())?;
     let config_changed = watch_config(run, &inbox, &stop, &events)?;
-    let Some(_owner) = lock::own(LOCK_POLL, || stop.load(Ordering::SeqCst)).context("taking the node lock")? else {
+    let Some(_owner) = lock::own(LOCK_POLL, || stop.load(Ordering::SeqCst)).doing("taking the node lock")? else {
         log::info!("stopped while waiting for the other instance");
         return config_outcome(&config_changed);
     };
@@ -52,7 +50,7 @@ pub fn daemon(run: &Run, cfg: &Config, flags: &Flags) -> Result<(), RunError> {
         guard::Alarm::Tampered(why) => alarms.request(|r| r.tampered = Some(why)),
         guard::Alarm::Unsure => alarms.request(|r| r.unsure = true),
     })
-    .context("watching nftables notifications")?;
+    .doing("watching nftables notifications")?;
     let (sources, api, observe) = sources(run, &cfg, flags, &inbox, &stop)?;
     let applier = Applier::new(&cfg.node_name, own).with_quiet(Arc::new(quiet));
     // A node of kube-proxy's IPVS mode is told if NodePorts move to the primary IPs.
@@ -65,10 +63,13 @@ pub fn daemon(run: &Run, cfg: &Config, flags: &Flags) -> Result<(), RunError> {
     // And, as kube-proxy, a Starting Event on this node's Node.
     let takeover = takeover(run, proxy_name.as_deref(), nodeport_addresses_set, &inbox, &stop);
     syncer = syncer.after_first_sync(kube::events::and_starting(api.clone(), takeover));
-    std::thread::Builder::new().name("sync".into()).spawn(move || {
-        syncer.run(&inbox);
-        let _ = events.send(Event::SyncEnded);
-    })?;
+    std::thread::Builder::new()
+        .name("sync".into())
+        .spawn(move || {
+            syncer.run(&inbox);
+            let _ = events.send(Event::SyncEnded);
+        })
+        .input()?;
     // The sync thread ends on a stop signal; if it is stuck (a kernel that does not answer),
     // the process ends anyway after a grace period: the rules stay in place either way.
     if let Ok(Event::Stopping) = main_events.recv()
@@ -94,7 +95,8 @@ fn prepare(run: &Run, stop: &Arc<AtomicBool>) -> Result<(), RunError> {
     // In the background: a hung nft must not hold up the start, and nothing needs its answer.
     std::thread::Builder::new()
         .name("nft-version".into())
-        .spawn(move || requirements::log_node_nft(&requirements::node_nft(&limits)))?;
+        .spawn(move || requirements::log_node_nft(&requirements::node_nft(&limits)))
+        .input()?;
     Ok(())
 }
 
@@ -118,10 +120,10 @@ fn sources(
         sources.push(manifests::SOURCE);
     }
     let api = api_source(run, cfg, inbox, stop)?;
-    let observe = observers(run, cfg, flags, api.as_deref(), inbox).input()?;
+    let observe = observers(run, cfg, flags, api.as_deref(), inbox)?;
     if let Some(api) = &api {
         log::info!("following the API server at {}", api.client.server());
-        kube::start(api)?;
+        kube::start(api).input()?;
         sources.extend(kube::REQUIRED);
     }
     Ok((sources, api, observe))
@@ -165,7 +167,7 @@ fn watch_config(
     inbox: &Arc<Inbox>,
     stop: &Arc<AtomicBool>,
     events: &Sender<Event>,
-) -> anyhow::Result<Arc<std::sync::Mutex<Option<ConfigError>>>> {
+) -> Result<Arc<std::sync::Mutex<Option<ConfigError>>>, RunError> {
     let found = Arc::new(std::sync::Mutex::new(None));
     if let Some((path, read)) = run.sources.config_file.clone() {
         let (inbox, stop_now, events, slot) = (inbox.clone(), stop.clone(), events.clone(), found.clone());
@@ -178,7 +180,7 @@ fn watch_config(
             inbox.request(|r| r.shutdown = true);
             let _ = events.send(Event::Stopping);
         })
-        .context("watching the configuration file")?;
+        .doing("watching the configuration file")?;
     }
     Ok(found)
 }
@@ -200,9 +202,9 @@ fn observers(
     flags: &Flags,
     api: Option<&kube::Shared>,
     inbox: &Arc<Inbox>,
-) -> anyhow::Result<Observers> {
+) -> Result<Observers, RunError> {
     let metrics = match run.serve.metrics {
-        Some(_) => Some(Arc::new(Metrics::new()?)),
+        Some(_) => Some(Arc::new(Metrics::new().input()?)),
         None => None,
     };
     if let (Some(api), Some(m)) = (api, &metrics) {
@@ -213,15 +215,34 @@ fn observers(
     let fixed = [(run.serve.healthz, Route::Health), (run.serve.metrics, Route::Metrics)];
     let fixed: Vec<_> = fixed.into_iter().filter_map(|(addr, route)| addr.map(|a| (a, route))).collect();
     if cfg.service_proxy_name.is_some() {
-        http::check_free(&fixed).context("--service-proxy-name")?;
+        check_free(run)?;
     }
     let endpoints = serve::Endpoints::new(health.clone(), metrics.clone(), inbox.clone(), Some(z_pages(run, flags)));
-    let server = http::Server::start(fixed, endpoints)?;
+    let server = http::Server::start(fixed, endpoints).input()?;
     let observe = Observers::default().with_health(health).with_service_health(server);
     Ok(match metrics {
         Some(m) => observe.with_metrics(m),
         None => observe,
     })
+}
+
+/// Binds the health and metrics addresses once and lets them go, beside kube-proxy
+/// (`--service-proxy-name`): there an address in use is most likely kube-proxy's own (it
+/// listens on the same default ports), and retrying it for ever, as a restart's overlap calls
+/// for, would leave this proxy's health unanswered. The error names the flag to change.
+fn check_free(run: &Run) -> Result<(), RunError> {
+    let fixed = [
+        (run.serve.healthz, Route::Health, "--healthz-bind-address"),
+        (run.serve.metrics, Route::Metrics, "--metrics-bind-address"),
+    ];
+    for (addr, route, flag) in fixed.into_iter().filter_map(|(a, r, f)| Some((a?, r, f))) {
+        if let Err(e) = http::check_free(addr, route) {
+            return Err(RunError::Input(format!(
+                "--service-proxy-name: {e}; beside kube-proxy, which listens on the same ports, give {flag} another"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// `/configz` (kube-proxy's internal configuration type), `/statusz` and `/flagz` (each while
@@ -250,27 +271,30 @@ enum Event {
 /// - SIGHUP: rewrite the tables in place now (a full sync);
 /// - SIGUSR1: log a summary of the state;
 /// - SIGUSR2, SIGALRM: logged and ignored (their default would end the daemon silently).
-fn spawn_signal_thread(inbox: Arc<Inbox>, stop: Arc<AtomicBool>, events: Sender<Event>) -> anyhow::Result<()> {
+fn spawn_signal_thread(inbox: Arc<Inbox>, stop: Arc<AtomicBool>, events: Sender<Event>) -> Result<(), RunError> {
     use signal_hook::consts::{SIGALRM, SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGALRM])
-        .context("installing signal handlers")?;
-    std::thread::Builder::new().name("signals".into()).spawn(move || {
-        for sig in signals.forever() {
-            match sig {
-                SIGTERM | SIGINT => {
-                    log::info!("received signal {sig}; stopping, the rules stay in place");
-                    stop.store(true, Ordering::SeqCst);
-                    inbox.request(|r| r.shutdown = true);
-                    let _ = events.send(Event::Stopping);
+        .doing("installing signal handlers")?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                match sig {
+                    SIGTERM | SIGINT => {
+                        log::info!("received signal {sig}; stopping, the rules stay in place");
+                        stop.store(true, Ordering::SeqCst);
+                        inbox.request(|r| r.shutdown = true);
+                        let _ = events.send(Event::Stopping);
+                    }
+                    SIGHUP => {
+                        log::info!("received SIGHUP; rewriting the tables in place");
+                        inbox.request(|r| r.refresh = true);
+                    }
+                    SIGUSR1 => inbox.request(|r| r.summary = true),
+                    other => log::info!("received signal {other}; ignored"),
                 }
-                SIGHUP => {
-                    log::info!("received SIGHUP; rewriting the tables in place");
-                    inbox.request(|r| r.refresh = true);
-                }
-                SIGUSR1 => inbox.request(|r| r.summary = true),
-                other => log::info!("received signal {other}; ignored"),
             }
-        }
-    })?;
+        })
+        .input()?;
     Ok(())
 }

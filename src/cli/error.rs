@@ -23,8 +23,9 @@ pub enum RunError {
     },
     /// The node: what the proxy needs of it, or settings it would not take.
     Node(NodeError),
-    /// Anything else: the input, or what was done with it.
-    Input(anyhow::Error),
+    /// Anything else: the input, or what was done with it, said with its causes ([`OrInput`]
+    /// turns an error into one; a failure of the binary's own is its text).
+    Input(String),
 }
 
 /// What the node lacks or refused.
@@ -59,28 +60,32 @@ impl RunError {
 impl fmt::Display for RunError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RunError::Config(e) => chain(f, e),
+            RunError::Config(e) => Causes(e).fmt(f),
             RunError::Api { doing, source } => {
                 if let Some(doing) = doing {
                     write!(f, "{doing}: ")?;
                 }
-                chain(f, source)
+                Causes(source).fmt(f)
             }
-            RunError::Node(e) => chain(f, e),
-            RunError::Input(e) => write!(f, "{e:#}"),
+            RunError::Node(e) => Causes(e).fmt(f),
+            RunError::Input(said) => f.write_str(said),
         }
     }
 }
 
-/// `e` and its sources.
-fn chain(f: &mut fmt::Formatter<'_>, e: &dyn std::error::Error) -> fmt::Result {
-    write!(f, "{e}")?;
-    let mut next = e.source();
-    while let Some(cause) = next {
-        write!(f, ": {cause}")?;
-        next = cause.source();
+/// An error and its sources, `: ` between them.
+struct Causes<'a>(&'a dyn std::error::Error);
+
+impl fmt::Display for Causes<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut next = self.0.source();
+        while let Some(cause) = next {
+            write!(f, ": {cause}")?;
+            next = cause.source();
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 impl From<ConfigError> for RunError {
@@ -119,26 +124,22 @@ impl From<conntrack::sysctl::NotSet> for RunError {
     }
 }
 
-impl From<anyhow::Error> for RunError {
-    fn from(e: anyhow::Error) -> Self {
-        RunError::Input(e)
-    }
-}
-
-impl From<std::io::Error> for RunError {
-    fn from(e: std::io::Error) -> Self {
-        RunError::Input(e.into())
-    }
-}
-
-/// Any other failure as bad input, where it happens (`.input()?`).
+/// Any other failure as bad input, where it happens (`.input()?`, `.doing("reading x")?`):
+/// the one way an error becomes a [`RunError::Input`].
 pub trait OrInput<T> {
-    /// The error as [`RunError::Input`].
+    /// The error, with its causes, as [`RunError::Input`].
     fn input(self) -> Result<T, RunError>;
+
+    /// The same after what was being done (`doing: error: cause`).
+    fn doing(self, what: impl fmt::Display) -> Result<T, RunError>;
 }
 
-impl<T, E: Into<anyhow::Error>> OrInput<T> for Result<T, E> {
+impl<T, E: std::error::Error> OrInput<T> for Result<T, E> {
     fn input(self) -> Result<T, RunError> {
-        self.map_err(|e| RunError::Input(e.into()))
+        self.map_err(|e| RunError::Input(Causes(&e).to_string()))
+    }
+
+    fn doing(self, what: impl fmt::Display) -> Result<T, RunError> {
+        self.map_err(|e| RunError::Input(format!("{what}: {}", Causes(&e))))
     }
 }

@@ -4,8 +4,15 @@
 /// The JSON media type.
 pub const JSON: &str = "application/json";
 
+/// The Kubernetes protobuf media type, as a literal for `concat!` (`accept` builds on it).
+macro_rules! protobuf_media_type {
+    () => {
+        "application/vnd.kubernetes.protobuf"
+    };
+}
+
 /// The Kubernetes protobuf media type.
-pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+pub const PROTOBUF: &str = protobuf_media_type!();
 
 /// The encoding asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -34,20 +41,12 @@ impl ContentType {
         Err(format!("content type {text:?} is not supported: use {JSON} or {}", PROTOBUF))
     }
 
-    /// The media type.
-    pub fn media_type(self) -> &'static str {
-        match self {
-            ContentType::Json => JSON,
-            ContentType::Protobuf => PROTOBUF,
-        }
-    }
-
     /// The `Accept` header, as client-go sends it when only the content type is set: the
     /// type, then anything (a kind the server cannot encode so comes back as JSON).
     pub fn accept(self) -> &'static str {
         match self {
             ContentType::Json => JSON,
-            ContentType::Protobuf => "application/vnd.kubernetes.protobuf, */*",
+            ContentType::Protobuf => concat!(protobuf_media_type!(), ", */*"),
         }
     }
 }

@@ -7,11 +7,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// What the command line asks for, and every setting it needs, validated.
+/// Every setting the command line's [`Command`] needs, validated (`from_flags` gives both:
+/// the command apart, so the binary can take its [`Config`] by value while it reads these).
 #[derive(Debug, Clone)]
 pub struct Run {
-    /// What to do.
-    pub command: Command,
     /// How to reach the API server.
     pub api: ApiSettings,
     /// The sync loop's timing.
@@ -63,6 +62,11 @@ pub enum Command {
 }
 
 /// How the API server is reached (the `--kube-api-*` flags, `--kubeconfig`, `--master`).
+///
+/// Its last five fields are also `kube::Settings`: `config` sits below `kube` (which takes
+/// `ContentType` from here) so cannot name kube's type, and kube's carries client-go's
+/// defaults for callers that have no flags (tests, the emulator's followers). They are copied
+/// in one place, `kube::Settings::from`.
 #[derive(Debug, Clone)]
 pub struct ApiSettings {
     /// `--kubeconfig`.
@@ -150,13 +154,13 @@ pub struct Sources {
 }
 
 impl Run {
-    /// Validates the loaded flags into what to run. Commands that render (all but
-    /// `--write-config-to` and `--cleanup`) validate the [`Config`] too.
-    pub fn from_flags(flags: &Flags) -> Result<Run, ConfigError> {
+    /// Validates the loaded flags into what to run and with what. Commands that render (all
+    /// but `--write-config-to` and `--cleanup`) validate the [`Config`] too.
+    pub fn from_flags(flags: &Flags) -> Result<(Command, Run), ConfigError> {
         let content_type = ContentType::parse(&flags.kube_api_content_type)
             .map_err(|message| ConfigError::Invalid { what: "--kube-api-content-type".into(), message })?;
-        Ok(Run {
-            command: command(flags)?,
+        let command = command(flags)?;
+        let run = Run {
             api: ApiSettings {
                 kubeconfig: flags.kubeconfig.clone(),
                 master: flags.master.clone(),
@@ -188,7 +192,8 @@ impl Run {
                 manifests: flags.manifests.clone(),
                 config_file: flags.config.clone().zip(flags.config_digest),
             },
-        })
+        };
+        Ok((command, run))
     }
 }
 

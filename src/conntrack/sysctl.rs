@@ -15,9 +15,9 @@ pub const HASHSIZE: &str = "/sys/module/nf_conntrack/parameters/hashsize";
 /// Which CPUs exist, as upstream counts them for the per-core maximum.
 const CPUS_ONLINE: &str = "/sys/devices/system/cpu/online";
 
-pub use crate::config::ConntrackSettings as Settings;
+use crate::config::ConntrackSettings;
 
-impl Settings {
+impl ConntrackSettings {
     /// The table size to ensure on a node with `cpus` CPUs: max(per-core × CPUs, minimum);
     /// none when the per-core figure is zero (as upstream: the minimum alone sets nothing).
     pub fn table_size(&self, cpus: u32) -> Option<u64> {
@@ -67,7 +67,7 @@ impl Default for Paths {
 }
 
 /// Applies `settings` on a node with `cpus` CPUs; returns what happened to each setting.
-pub fn apply(settings: &Settings, cpus: u32, paths: &Paths) -> Vec<Outcome> {
+pub fn apply(settings: &ConntrackSettings, cpus: u32, paths: &Paths) -> Vec<Outcome> {
     let mut out = Vec::new();
     if let Some(size) = settings.table_size(cpus) {
         let max = raise(&paths.proc_dir.join("nf_conntrack_max"), size);
@@ -152,7 +152,7 @@ impl Applied {
 
 /// Applies `settings` to this node, logging each change (old → new) and each failure as a
 /// warning. If the conntrack module is not loaded yet, asking ctnetlink loads it first.
-pub fn apply_to_node(settings: &Settings) -> Applied {
+pub fn apply_to_node(settings: &ConntrackSettings) -> Applied {
     let paths = Paths::default();
     if !paths.proc_dir.join("nf_conntrack_max").exists() {
         // The kernel loads nf_conntrack (with ctnetlink) for the first request to it.
@@ -181,8 +181,8 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn defaults() -> Settings {
-        Settings {
+    fn defaults() -> ConntrackSettings {
+        ConntrackSettings {
             max_per_core: 32768,
             min: 131072,
             tcp_established: Duration::from_secs(24 * 3600),
@@ -198,9 +198,12 @@ mod tests {
         let s = defaults();
         assert_eq!(s.table_size(2), Some(131072), "2 × 32768 is below the minimum");
         assert_eq!(s.table_size(8), Some(262144));
-        assert_eq!(Settings { max_per_core: 0, ..s }.table_size(64), None, "zero per core sets nothing");
-        assert_eq!(Settings { min: 0, ..s }.table_size(1), Some(32768));
-        assert_eq!(Settings { max_per_core: u32::MAX, ..s }.table_size(u32::MAX), Some(u64::from(u32::MAX).pow(2)));
+        assert_eq!(ConntrackSettings { max_per_core: 0, ..s }.table_size(64), None, "zero per core sets nothing");
+        assert_eq!(ConntrackSettings { min: 0, ..s }.table_size(1), Some(32768));
+        assert_eq!(
+            ConntrackSettings { max_per_core: u32::MAX, ..s }.table_size(u32::MAX),
+            Some(u64::from(u32::MAX).pow(2))
+        );
     }
 
     #[test]
@@ -209,7 +212,7 @@ mod tests {
             defaults().timeouts(),
             [("nf_conntrack_tcp_timeout_established", 86400), ("nf_conntrack_tcp_timeout_close_wait", 3600)]
         );
-        let s = Settings {
+        let s = ConntrackSettings {
             tcp_established: Duration::ZERO,
             tcp_be_liberal: true,
             udp: Duration::from_secs(45),
@@ -247,7 +250,7 @@ mod tests {
         write("nf_conntrack_tcp_timeout_established", "432000\n");
         write("nf_conntrack_tcp_timeout_close_wait", "3600\n");
         write("nf_conntrack_udp_timeout", "junk\n");
-        let s = Settings { udp: Duration::from_secs(45), ..defaults() };
+        let s = ConntrackSettings { udp: Duration::from_secs(45), ..defaults() };
         let out = apply(&s, 2, &paths);
         let p = |name: &str| dir.join(name);
         assert_eq!(out[0], Outcome::Changed(p("nf_conntrack_max"), 65536, 131072));
@@ -263,7 +266,7 @@ mod tests {
         write("nf_conntrack_max", "1000000\n");
         assert_eq!(apply(&s, 2, &paths)[0], Outcome::Kept(p("nf_conntrack_max"), 1000000));
         std::fs::remove_file(p("nf_conntrack_max")).unwrap();
-        let out = apply(&Settings { min: 4_000_000, ..s }, 2, &paths);
+        let out = apply(&ConntrackSettings { min: 4_000_000, ..s }, 2, &paths);
         assert!(matches!(&out[0], Outcome::Failed(..)));
         assert_eq!(out[1], Outcome::Kept(p("nf_conntrack_tcp_timeout_established"), 86400), "no hash size step");
         std::fs::remove_dir_all(dir).unwrap();

@@ -3,7 +3,7 @@
 //! finds no endpoint, up to [`MAX_PROBLEMS`] of them, so a big cluster's log stays readable.
 
 use super::services_page::{Policy, PortView, Verdict};
-use crate::render::{FIXED_CHAINS, Ruleset, words};
+use crate::render::{Ruleset, chain, words};
 use crate::topology::Unused;
 use std::collections::BTreeMap;
 
@@ -111,7 +111,7 @@ pub fn tables(ruleset: &Ruleset) -> Vec<String> {
             format!(
                 "{} table: {} fixed and {} rendered chains ({rules} rules in the rendered), {elements} set and map elements, {} affinity sets",
                 words(t.family).fam,
-                FIXED_CHAINS.len(),
+                chain::ALL.len(),
                 t.chains.len(),
                 t.affinity_maps.len()
             )

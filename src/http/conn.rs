@@ -29,7 +29,7 @@ pub(super) struct Conn {
     pub(super) family: Family,
     /// When it was accepted: the oldest silent one makes room first.
     pub(super) since: Instant,
-    /// When it is dropped (or, waiting for a debug view, told to try again).
+    /// When it is dropped (or, waiting for a later answer, told to try again).
     pub(super) deadline: Instant,
     /// The request head read so far.
     pub(super) read: Vec<u8>,
@@ -45,7 +45,7 @@ pub(super) struct Conn {
 /// Reads what the socket holds and looks for the request head in it. A client that closes
 /// its side right after its request is answered; one that closes before is done with.
 pub(super) fn read_request(c: &mut Conn) -> std::io::Result<Head> {
-    // Asked again past the limit (a client sending on while its debug view is made): done.
+    // Asked again past the limit (a client sending on while its later answer is made): done.
     if c.read.len() > MAX_REQUEST {
         return Err(ErrorKind::InvalidData.into());
     }

@@ -1,21 +1,25 @@
-//! The `http` thread's side of the answers made elsewhere (the proxy's debug views, made by
-//! the sync thread): it hands the maker a [`Responder`] and takes the answer back when the
+//! The `http` thread's side of the answers made elsewhere, on another thread: it hands the maker a [`Responder`] and takes the answer back when the
 //! maker rings the loop's waker. One such answer at a time is made or written: each can be a
 //! whole ruleset, and many at once from clients that read slowly would hold one copy each.
 
+use super::Reply;
 use super::handler::Responder;
-use super::{Reply, TEXT};
 use mio::{Token, Waker};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::Duration;
 
-/// How long a client waits for its answer before it is told to try again: the sync thread
-/// answers between syncs, and a full sync of a large cluster takes seconds.
+/// How long a client waits for its answer before it is told to try again: long enough for a
+/// maker that answers between other work taking seconds (the proxy's sync thread, between
+/// syncs).
 pub const ANSWER_WAIT: Duration = Duration::from_secs(10);
 
 /// How long writing such an answer out may take (a whole ruleset, to a client far away).
 pub const WRITE_WAIT: Duration = Duration::from_secs(60);
+
+/// Another later answer is being made or written: this one is not asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Busy;
 
 /// Answers being made elsewhere, and the connection waiting for one.
 pub struct Desk {
@@ -49,14 +53,11 @@ impl Desk {
         self.wait
     }
 
-    /// Has `make` make the answer for connection `token` (`head`: a HEAD request); the reply
-    /// to send at once instead, `make` dropped uncalled, when another is under way.
-    pub fn ask(&mut self, token: Token, make: Box<dyn FnOnce(Responder)>, head: bool) -> Result<(), Reply> {
+    /// Has `make` make the answer for connection `token` (`head`: a HEAD request); `Busy`,
+    /// `make` dropped uncalled, when another is under way (the handler words the reply).
+    pub fn ask(&mut self, token: Token, make: Box<dyn FnOnce(Responder)>, head: bool) -> Result<(), Busy> {
         if self.busy.is_some() {
-            // The proxy's one kind of later answer is a debug view, by the sync thread: the
-            // texts here and in `give_up` name them so for the client.
-            let busy = "another debug view is being made or sent; try again in a moment\n";
-            return Err(Reply::new(503, TEXT, busy));
+            return Err(Busy);
         }
         self.last_id += 1;
         self.busy = Some(token);
@@ -84,16 +85,12 @@ impl Desk {
         self.busy == Some(token) && self.waiting.is_some()
     }
 
-    /// Gives up waiting for `token`'s answer: the reply to send instead, and whether the
-    /// request was HEAD.
-    pub fn give_up(&mut self, token: Token) -> Option<(Reply, bool)> {
+    /// Gives up waiting for `token`'s answer: whether the request was HEAD, if it waited
+    /// (the handler words the reply sent instead).
+    pub fn give_up(&mut self, token: Token) -> Option<bool> {
         let (_, head) = self.waiting.filter(|_| self.busy == Some(token))?;
         self.waiting = None;
-        let late = format!(
-            "the sync thread did not answer within {:?} (a long sync may be under way); try again\n",
-            self.wait
-        );
-        Some((Reply::new(503, TEXT, late), head))
+        Some(head)
     }
 
     /// Connection `token` is closed: whatever was made for it is no longer wanted.
@@ -109,7 +106,7 @@ impl Desk {
 mod tests {
     use super::super::event_loop::{Loop, WAKER};
     use super::super::handler::{Answer, Handler};
-    use super::super::{Request, Route};
+    use super::super::{Request, Route, TEXT};
     use super::*;
     use crate::http::test_client::{read, send};
     use crate::model::Family;
@@ -133,12 +130,12 @@ mod tests {
         let (made, asked) = channel();
         let (a, b) = (Token(7), Token(8));
         assert!(d.ask(a, later(&made), false).is_ok());
-        assert_eq!(d.ask(b, later(&made), false).map_err(|r| r.code), Err(503), "one at a time");
+        assert_eq!(d.ask(b, later(&made), false), Err(Busy), "one at a time");
         assert!(d.waits(a) && !d.waits(b));
         let first: Vec<Responder> = asked.try_iter().collect();
         assert_eq!(first.len(), 1, "the refused one is never asked");
         // Given up on: the answer that comes after is not the connection's any more.
-        assert_eq!(d.give_up(a).map(|(r, head)| (r.code, head)), Some((503, false)));
+        assert_eq!(d.give_up(a), Some(false));
         first.into_iter().for_each(|r| r.answer(Reply::new(200, TEXT, "late")));
         assert!(d.answered().is_none());
         assert!(d.ask(b, later(&made), true).is_err(), "still busy writing the 503 to the first");
@@ -169,6 +166,14 @@ mod tests {
                 Answer::Now(Reply::new(200, TEXT, "now\n"))
             }
         }
+
+        fn busy(&self) -> String {
+            "busy making another\n".into()
+        }
+
+        fn late(&self, waited: Duration) -> String {
+            format!("not made within {waited:?}\n")
+        }
     }
 
     /// An `http` loop serving [`Fake`] on a free port of 127.0.0.1, waiting `wait` for its
@@ -194,7 +199,7 @@ mod tests {
         // More from the waiting client must not be taken for another request.
         write!(first, "GET /later/b HTTP/1.1\r\nHost: x\r\n\r\n").expect("more");
         let busy = read(send(addr, "/later/b"));
-        assert!(busy.starts_with("HTTP/1.1 503 ") && busy.contains("another debug view"), "{busy}");
+        assert!(busy.starts_with("HTTP/1.1 503 ") && busy.ends_with("busy making another\n"), "{busy}");
         let now = read(send(addr, "/now"));
         assert!(now.starts_with("HTTP/1.1 200 ") && now.ends_with("now\n"), "others are served meanwhile: {now}");
         std::thread::sleep(Duration::from_millis(50));
@@ -210,7 +215,7 @@ mod tests {
         let (addr, asked, _stop, _waker) = serve(Duration::from_millis(200));
         let start = Instant::now();
         let late = read(send(addr, "/later/a"));
-        assert!(late.starts_with("HTTP/1.1 503 ") && late.contains("did not answer within 200ms"), "{late}");
+        assert!(late.starts_with("HTTP/1.1 503 ") && late.ends_with("not made within 200ms\n"), "{late}");
         assert!(start.elapsed() < Duration::from_secs(3), "waited {:?}", start.elapsed());
         // The answer that comes after goes nowhere; the next client is asked for anew.
         asked.try_iter().for_each(|r| r.answer(Reply::new(200, TEXT, "too late")));

@@ -264,7 +264,9 @@ impl<H: Handler> Loop<H> {
     /// Has `make` make connection `token`'s answer: `Ok` when asked (the connection waits),
     /// else the reply to send at once (another later answer under way).
     fn later(&mut self, token: Token, make: Box<dyn FnOnce(Responder)>, head: bool) -> Result<(), Reply> {
-        self.desk.ask(token, make, head)?;
+        if self.desk.ask(token, make, head).is_err() {
+            return Err(Reply::new(503, TEXT, self.handler.busy()));
+        }
         if let Some(Slot::Conn(c)) = self.slots.get_mut(&token) {
             c.deadline = Instant::now() + self.desk.answer_wait();
         }
@@ -324,7 +326,10 @@ impl<H: Handler> Loop<H> {
             .collect();
         for token in late {
             match self.desk.give_up(token) {
-                Some((reply, head)) => self.deliver(token, reply, head, REQUEST_TIMEOUT),
+                Some(head) => {
+                    let reply = Reply::new(503, TEXT, self.handler.late(self.desk.answer_wait()));
+                    self.deliver(token, reply, head, REQUEST_TIMEOUT);
+                }
                 None => self.close(token),
             }
         }

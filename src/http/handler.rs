@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::mpsc::Sender;
+use std::time::Duration;
 
 /// Everything the loop serves; moved to and owned by the `http` thread.
 pub trait Handler: Send + 'static {
@@ -27,6 +28,13 @@ pub trait Handler: Send + 'static {
     /// Told after each change of listeners how many distinct health-check ports are listened
     /// on (the proxy counts them in a gauge).
     fn listening(&self, _health_check_ports: usize) {}
+
+    /// The body of the 503 a client gets while another later answer is made or written: the
+    /// handler knows what its later answers are and who makes them.
+    fn busy(&self) -> String;
+
+    /// The body of the 503 a client gets when its later answer has not come within `waited`.
+    fn late(&self, waited: Duration) -> String;
 }
 
 /// A [`Handler`]'s answer to one request.

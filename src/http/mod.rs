@@ -69,7 +69,7 @@ impl Reply {
     }
 }
 
-/// A request as the [`Handler`] (and the handed-in [`Pages`]) see it.
+/// A request as the [`Handler`] sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request<'a> {
     /// The path, without the query.
@@ -78,13 +78,6 @@ pub struct Request<'a> {
     pub query: Option<&'a str>,
     /// The `Accept` header (several joined by `,`), if sent: the z-pages negotiate by it.
     pub accept: Option<&'a str>,
-}
-
-/// Pages the metrics address serves besides the metrics and the debug views (the z-pages),
-/// handed to the proxy's [`Handler`] by whoever starts the server.
-pub trait Pages: Send + Sync {
-    /// The answer to `req`; `None` when its path is not one of these pages.
-    fn answer(&self, req: &Request<'_>) -> Option<Reply>;
 }
 
 /// What a listener serves.
@@ -244,26 +237,14 @@ fn encode(r: Reply, with_body: bool) -> VecDeque<Vec<u8>> {
     out
 }
 
-/// Binds each fixed address once and lets it go, for a proxy beside kube-proxy
-/// (`--service-proxy-name`): there an address in use is most likely kube-proxy's own (it
-/// listens on the same default ports), and retrying it for ever, as a restart's overlap
-/// calls for, would leave this proxy's health unanswered. The error names the flag to change.
-pub fn check_free(fixed: &[(SocketAddr, Route)]) -> std::io::Result<()> {
-    for &(addr, route) in fixed {
-        let flag = match route {
-            Route::Health => "--healthz-bind-address",
-            Route::Metrics => "--metrics-bind-address",
-            Route::HealthCheck { .. } => continue,
-        };
-        if let Err(e) = bind_for(addr, route) {
-            let why = format!(
-                "{} at {addr}: {e}; beside kube-proxy, which listens on the same ports, give {flag} another",
-                route.what()
-            );
-            return Err(std::io::Error::new(e.kind(), why));
-        }
+/// Binds `addr` for `route` once and lets it go: whether [`Server::start`] would get it now
+/// rather than retry it every [`REBIND`], for an owner to whom an address in use is an error.
+/// The error names what the address was to serve.
+pub fn check_free(addr: SocketAddr, route: Route) -> std::io::Result<()> {
+    match bind_for(addr, route) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(std::io::Error::new(e.kind(), format!("{} at {addr}: {e}", route.what()))),
     }
-    Ok(())
 }
 
 /// Connections waiting to be accepted, per listener.

@@ -3,9 +3,9 @@
 //! tokens re-read as they rotate, and every answer that is not a success turned into an
 //! [`ApiError`] carrying the server's `Status`.
 
-use super::content::ContentType;
 use super::gate::Gate;
 use super::kubeconfig::{ClientConfig, Pem, Token, hide_userinfo, without_userinfo};
+use crate::config::ContentType;
 use crate::input::{self, ReadError};
 use serde::Deserialize;
 use std::io::Read;

@@ -6,7 +6,7 @@
 use super::client::Status;
 use super::protobuf;
 
-pub use crate::config::content_type::{ContentType, JSON};
+use crate::config::content_type::{ContentType, JSON, PROTOBUF};
 
 /// The body of a write of `object` and its media type: protobuf for the kinds that have a
 /// message here when protobuf is asked for (as client-go encodes writes in its content type),
@@ -16,7 +16,7 @@ pub(super) fn body(content: ContentType, object: &serde_json::Value) -> (Vec<u8>
         && let (Some(api_version), Some(kind)) = (object["apiVersion"].as_str(), object["kind"].as_str())
         && let Ok(raw) = protobuf::encode_json(kind, object)
     {
-        return (protobuf::seal(api_version, kind, raw), protobuf::MEDIA_TYPE);
+        return (protobuf::seal(api_version, kind, raw), PROTOBUF);
     }
     (object.to_string().into_bytes(), JSON)
 }
@@ -48,12 +48,12 @@ mod tests {
     #[test]
     fn an_error_answer_is_read_in_its_own_encoding() {
         let proto = protobuf::status_body(410, "Expired", "too old");
-        let s = status(Some(protobuf::MEDIA_TYPE), &proto);
+        let s = status(Some(PROTOBUF), &proto);
         assert_eq!((s.code, s.reason.as_str(), s.message.as_str()), (410, "Expired", "too old"));
         let json = br#"{"kind":"Status","code":403,"reason":"Forbidden","message":"no"}"#;
         let s = status(Some(JSON), json);
         assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden"));
-        assert_eq!(status(Some(protobuf::MEDIA_TYPE), b"not protobuf").code, 0, "unreadable is empty");
+        assert_eq!(status(Some(PROTOBUF), b"not protobuf").code, 0, "unreadable is empty");
     }
 
     #[test]
@@ -62,7 +62,7 @@ mod tests {
             "metadata": {"name": "n.1", "namespace": "default"}, "eventTime": "2023-11-14T22:13:20.123456Z",
             "reason": "Starting", "regarding": {"kind": "Node", "name": "n"}});
         let (bytes, media) = body(ContentType::Protobuf, &event);
-        assert_eq!(media, protobuf::MEDIA_TYPE);
+        assert_eq!(media, PROTOBUF);
         let env = protobuf::open(&bytes).unwrap();
         assert_eq!((env.api_version.as_str(), env.kind.as_str()), ("events.k8s.io/v1", "Event"));
         assert_eq!(protobuf::decode_json("Event", &env.raw).unwrap(), event, "the typed Event names its kind");

@@ -17,8 +17,9 @@ pub(crate) use frames::{Frame, read_frame};
 use crate::model::{ApiObject, ObjectKind};
 use prost::Message;
 
-/// The media type.
+/// The media type, under the name `tests/kernel/emulator.rs` knows it by.
 pub use crate::config::content_type::PROTOBUF as MEDIA_TYPE;
+use crate::config::content_type::PROTOBUF;
 
 /// What every protobuf body starts with (the last byte names the envelope: 0 = Unknown).
 pub const MAGIC: [u8; 4] = *b"k8s\0";
@@ -45,7 +46,7 @@ impl From<prost::DecodeError> for ProtoError {
 
 /// Whether a response's media type (without parameters) is protobuf.
 pub fn is_protobuf(mime: Option<&str>) -> bool {
-    mime.is_some_and(|m| m.trim().eq_ignore_ascii_case(MEDIA_TYPE))
+    mime.is_some_and(|m| m.trim().eq_ignore_ascii_case(PROTOBUF))
 }
 
 /// An enveloped body: `apiVersion`, `kind` and the object's own message.

@@ -7,10 +7,10 @@
 //! the [`Inbox`] one by one; a bad one is logged and skipped, keeping its last good state.
 
 use super::client::{ApiError, Client};
-use super::content::ContentType;
 use super::decode::{self, Decoded};
 use super::list::ListFrom;
 use super::retry::{Backoff, LogOnce};
+use crate::config::{ApiSettings, ContentType};
 use crate::inbox::Inbox;
 use crate::metrics::Metrics;
 use crate::model::{ObjectChange, ObjectKey, ObjectKind};
@@ -68,6 +68,19 @@ impl Default for Settings {
             qps: super::ratelimit::DEFAULT_QPS,
             burst: super::ratelimit::DEFAULT_BURST,
             content_type: ContentType::default(),
+        }
+    }
+}
+
+impl From<&ApiSettings> for Settings {
+    /// The list and watch figures of the flags (see `ApiSettings` for why there are two types).
+    fn from(api: &ApiSettings) -> Settings {
+        Settings {
+            page_size: api.page_size,
+            watch_timeout: api.watch_timeout,
+            qps: api.qps,
+            burst: api.burst,
+            content_type: api.content_type,
         }
     }
 }

@@ -4,7 +4,8 @@
 //! difference on those keys alone, never a walk over the whole table).
 
 use super::key::Key;
-use super::ruleset::{AffinityGroup, Inserted, MapName, Scope, Table, Value};
+use super::maps::{MapName, Scope};
+use super::ruleset::{AffinityGroup, Inserted, Table, Value};
 use super::{FamilyContext, RenderError, lb_chain};
 use crate::model::{ObjectKey, Protocol};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};

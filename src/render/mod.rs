@@ -16,8 +16,11 @@ mod foreign;
 pub mod hash;
 mod key;
 pub mod maglev;
+mod maps;
 mod names;
-pub use names::{affinity_map, chain, comment, is_service_chain, picks_endpoints, picks_local_endpoints};
+pub use names::{
+    TABLE_NAME, affinity_map, chain, comment, is_service_chain, owner_of_chain, picks_endpoints, picks_local_endpoints,
+};
 mod rendered;
 mod ruleset;
 mod service;
@@ -31,9 +34,8 @@ pub use rendered::{Rendered, Update};
 pub use templates::{ElementText, FamilyWords};
 
 pub use key::Key;
-pub use ruleset::{
-    AffinityGroup, ElementChange, Entry, Fixed, Inserted, MapName, Ruleset, Scope, Table, Value, element_changes,
-};
+pub use maps::{MapName, Scope};
+pub use ruleset::{AffinityGroup, ElementChange, Entry, Fixed, Inserted, Ruleset, Table, Value, element_changes};
 
 use crate::config::{Config, NodePortAddresses};
 use crate::model::{Family, Model, NodeInfo, Protocol};
@@ -59,13 +61,6 @@ pub enum RenderError {
 pub fn render_template(t: &impl Template, template: &'static str) -> Result<String, RenderError> {
     t.render().map_err(|source| RenderError::Template { template, source })
 }
-
-/// The name of the proxy's table in each family.
-pub const TABLE_NAME: &str = "kube-nftproxy";
-
-/// The chains `table.nft` and `base-chains.nft` declare in every table, so a refresh can
-/// tell them from chains someone else added.
-pub const FIXED_CHAINS: [&str; 15] = names::chain::ALL;
 
 /// The family words (`ip`/`ip6`, address type, loopback) templates use.
 pub fn words(family: Family) -> FamilyWords {
@@ -340,7 +335,7 @@ mod tests {
             script.lines().filter_map(|l| l.trim().strip_prefix("chain ")?.strip_suffix(" {")).collect();
         declared.sort_unstable();
         declared.dedup();
-        let mut fixed = FIXED_CHAINS.to_vec();
+        let mut fixed = chain::ALL.to_vec();
         fixed.sort_unstable();
         assert_eq!(declared, fixed);
     }

@@ -5,9 +5,12 @@
 //! name stays greppable by namespace.
 
 use super::builder::{LbKey, Pick};
-use super::ruleset::Scope;
+use super::maps::Scope;
 use crate::model::{Protocol, ServicePortName};
 use std::net::IpAddr;
+
+/// The name of the proxy's table in each family.
+pub const TABLE_NAME: &str = "kube-nftproxy";
 
 /// The chains every table declares, by name: the templates write them from here, and so does
 /// the Rust that needs one (a refresh telling ours from someone else's, the reject verdict,
@@ -86,19 +89,26 @@ pub fn base(spn: &ServicePortName, port: u16) -> String {
     }
 }
 
+/// The prefix of the chain ClusterIP traffic enters ([`service_chain`]).
+const SERVICE_PREFIX: &str = "service-";
+/// The prefix of the chain external and LoadBalancer IP traffic enters ([`external_chain`]).
+const EXTERNAL_PREFIX: &str = "external-";
+/// The prefix of the chain NodePort traffic enters ([`nodeport_chain`]).
+const NODEPORT_PREFIX: &str = "nodeport-";
+
 /// The chain ClusterIP traffic enters.
 pub fn service_chain(base: &str) -> String {
-    format!("service-{base}")
+    format!("{SERVICE_PREFIX}{base}")
 }
 
 /// The chain external IP and LoadBalancer IP traffic enters.
 pub fn external_chain(base: &str) -> String {
-    format!("external-{base}")
+    format!("{EXTERNAL_PREFIX}{base}")
 }
 
 /// The chain NodePort traffic enters.
 pub fn nodeport_chain(base: &str) -> String {
-    format!("nodeport-{base}")
+    format!("{NODEPORT_PREFIX}{base}")
 }
 
 /// A session-affinity service's balancing chain for one scope.
@@ -106,20 +116,44 @@ pub fn balance_chain(scope: Scope, base: &str) -> String {
     format!("{}-{base}", scope.as_str())
 }
 
+/// What follows a balancing chain's prefix for `scope` ([`balance_chain`]), if `chain` has it.
+fn balance_base(scope: Scope, chain: &str) -> Option<&str> {
+    chain.strip_prefix(scope.as_str())?.strip_prefix('-')
+}
+
 /// Whether `chain` picks an endpoint: a shared `lb-` chain (`lb_chain`, `rr_chain`) or a
 /// balancing chain of either scope ([`balance_chain`]).
 pub fn picks_endpoints(chain: &str) -> bool {
-    chain.starts_with("lb-") || chain.starts_with("local-") || chain.starts_with("cluster-")
+    chain.starts_with("lb-") || [Scope::Cluster, Scope::Local].into_iter().any(|s| balance_base(s, chain).is_some())
 }
 
 /// Whether `chain` picks among this node's endpoints only.
 pub fn picks_local_endpoints(chain: &str) -> bool {
-    chain.starts_with("lb-local-") || chain.starts_with("local-")
+    chain.starts_with("lb-local-") || balance_base(Scope::Local, chain).is_some()
 }
 
 /// Whether `chain` is a service port's ClusterIP chain ([`service_chain`]).
 pub fn is_service_chain(chain: &str) -> bool {
-    chain.starts_with("service-")
+    chain.starts_with(SERVICE_PREFIX)
+}
+
+/// The service port a per-service-port chain belongs to, the inverse of [`service_chain`],
+/// [`external_chain`], [`nodeport_chain`] and [`balance_chain`] over [`base`]: an unnamed
+/// port (written as its number, where a port name holds a letter) comes back with an empty
+/// name. `None` for a shared or fixed chain.
+pub fn owner_of_chain(chain: &str) -> Option<ServicePortName> {
+    let base = [SERVICE_PREFIX, EXTERNAL_PREFIX, NODEPORT_PREFIX]
+        .into_iter()
+        .find_map(|p| chain.strip_prefix(p))
+        .or_else(|| [Scope::Cluster, Scope::Local].into_iter().find_map(|s| balance_base(s, chain)))?;
+    let parts: Vec<&str> = base.split('/').collect();
+    let [ns, name, proto, port] = parts.as_slice() else { return None };
+    let protocol = Protocol::ALL.into_iter().find(|p| p.as_str() == *proto)?;
+    if ns.is_empty() || name.is_empty() || port.is_empty() {
+        return None;
+    }
+    let port = if port.bytes().all(|b| b.is_ascii_digit()) { String::new() } else { port.to_string() };
+    Some(ServicePortName { namespace: ns.to_string(), name: name.to_string(), port, protocol })
 }
 
 /// How many sets session-affinity entries are spread over: few, because every named set
@@ -210,6 +244,7 @@ mod tests {
         assert_eq!(external_chain(&base(&spn(""), 53)), "external-ns1/svc1/udp/53");
         assert_eq!(nodeport_chain(&base(&spn("dns"), 53)), "nodeport-ns1/svc1/udp/dns");
         assert_eq!(balance_chain(Scope::Local, "a/b/tcp/p"), "local-a/b/tcp/p");
+        assert!(picks_endpoints("cluster-a/b/tcp/p") && picks_local_endpoints("local-a/b/tcp/p"));
         let lb = |scope, nodeport, proto, n, pick| lb_chain(&LbKey { scope, nodeport, proto, n, pick });
         assert_eq!(lb(Scope::Cluster, true, Protocol::Sctp, 3, Pick::Random), "lb-cluster-nodeport-sctp-3");
         assert_eq!(lb(Scope::Local, false, Protocol::Tcp, 1, Pick::Random), "lb-local-tcp-1");
@@ -229,6 +264,28 @@ mod tests {
             .collect();
         assert_eq!(bases.len(), 12, "a range of turns each");
         assert_eq!((bases.first(), bases.last()), (Some(&0), Some(&(11 << 16))));
+    }
+
+    #[test]
+    fn owner_of_chain_inverts_every_per_port_chain_name() {
+        for spn in [spn("dns"), spn("")] {
+            let base = base(&spn, 53);
+            let chains = [
+                service_chain(&base),
+                external_chain(&base),
+                nodeport_chain(&base),
+                balance_chain(Scope::Cluster, &base),
+                balance_chain(Scope::Local, &base),
+            ];
+            for chain in chains {
+                assert_eq!(owner_of_chain(&chain).as_ref(), Some(&spn), "{chain}");
+            }
+        }
+        let shared =
+            ["lb-cluster-tcp-3", "services", "nodeport-endpoints-check", "service-a/b/icmp/1", "local-a/b/tcp"];
+        for chain in shared.into_iter().chain(chain::ALL) {
+            assert_eq!(owner_of_chain(chain), None, "{chain}");
+        }
     }
 
     #[test]

@@ -4,7 +4,8 @@
 
 use super::builder::{Builder, Index, Journal, PortId};
 use super::key::Key;
-use super::ruleset::{Entry, MapName, Ruleset, Value};
+use super::maps::MapName;
+use super::ruleset::{Entry, Ruleset, Value};
 use super::{NodePorts, RenderError, context};
 use crate::config::Config;
 use crate::model::{Changes, Family, Model};

@@ -2,7 +2,8 @@
 
 use super::builder::{Builder, LbKey, Pick, PortId};
 use super::key::Key;
-use super::ruleset::{AffinityGroup, MapName, Scope, Value};
+use super::maps::{MapName, Scope};
+use super::ruleset::{AffinityGroup, Value};
 use super::templates::{AffinityEndpoint, BalanceChain, ExternalChain, ServiceChain};
 use super::{RenderError, render_template};
 use super::{maglev, names};

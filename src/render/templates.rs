@@ -2,8 +2,9 @@
 
 use super::Detector;
 use super::key::Key;
+use super::maps::MapName;
 use super::names::chain;
-use super::ruleset::{Entry, MapName, Table, Value};
+use super::ruleset::{Entry, Table, Value};
 use askama::Template;
 use std::collections::BTreeMap;
 

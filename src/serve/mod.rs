@@ -8,14 +8,15 @@
 use crate::debug::{Ask, View};
 use crate::health::node_ports::{self, ServiceHealth, Wanted};
 use crate::health::{self, Health};
-use crate::http::{self, Answer, Handler, Pages, Reply, Request, Route};
+use crate::http::{self, Answer, Handler, Reply, Request, Route};
 use crate::inbox::Inbox;
 use crate::metrics::{self, Metrics};
 use crate::model::Family;
+use crate::zpages::ZPages;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 /// The proxy's endpoints, handed to [`http::Server::start`].
 pub struct Endpoints {
@@ -24,7 +25,7 @@ pub struct Endpoints {
     /// Where the debug views are asked of the sync thread.
     inbox: Arc<Inbox>,
     /// The z-pages, on the metrics address.
-    pages: Option<Arc<dyn Pages>>,
+    pages: Option<Arc<ZPages>>,
     /// Health-check node port → the Service it answers for, as last wanted.
     table: BTreeMap<u16, ServiceHealth>,
 }
@@ -36,7 +37,7 @@ impl Endpoints {
         health: Arc<Health>,
         metrics: Option<Arc<Metrics>>,
         inbox: Arc<Inbox>,
-        pages: Option<Arc<dyn Pages>>,
+        pages: Option<Arc<ZPages>>,
     ) -> Endpoints {
         Endpoints { health, metrics, inbox, pages, table: BTreeMap::new() }
     }
@@ -99,6 +100,15 @@ impl Handler for Endpoints {
         if let Some(m) = &self.metrics {
             m.health_check_node_ports.set(i64::try_from(health_check_ports).unwrap_or(i64::MAX));
         }
+    }
+
+    // The one kind of later answer here is a debug view, made by the sync thread.
+    fn busy(&self) -> String {
+        "another debug view is being made or sent; try again in a moment\n".into()
+    }
+
+    fn late(&self, waited: Duration) -> String {
+        format!("the sync thread did not answer within {waited:?} (a long sync may be under way); try again\n")
     }
 }
 

@@ -3,13 +3,13 @@
 //! API group: `config::internal`), `/statusz` (start, uptime, versions, the other paths) and
 //! `/flagz` (the command line), the last two plain text for people, or a
 //! `config.k8s.io/v1beta1` object when asked for by name (`negotiate.rs`), and each served only
-//! while its gate (ComponentStatusz, ComponentFlagz) is on, as upstream installs them. Handed to
-//! the `http` thread as its [`Pages`].
+//! while its gate (ComponentStatusz, ComponentFlagz) is on, as upstream installs them. Answered
+//! through `crate::serve`'s handler.
 
 pub mod flagz;
 pub mod negotiate;
 
-use crate::http::{self, Pages, Reply, Request};
+use crate::http::{self, Reply, Request};
 use crate::{debug, metrics, version};
 use negotiate::Media;
 use std::time::{Duration, SystemTime};
@@ -110,10 +110,9 @@ impl ZPages {
             Media::Text => Reply::new(200, http::TEXT, flagz::text(COMPONENT, &self.flags, self.flag_delim)),
         }
     }
-}
 
-impl Pages for ZPages {
-    fn answer(&self, req: &Request<'_>) -> Option<Reply> {
+    /// The answer to `req`; `None` when its path is not one of these pages.
+    pub fn answer(&self, req: &Request<'_>) -> Option<Reply> {
         let kind = match req.path {
             CONFIGZ_PATH => return Some(Reply::new(200, http::JSON, self.configz.clone())),
             STATUSZ_PATH if self.statusz_on => "Statusz",

@@ -8,6 +8,7 @@ use crate::http::{Request, Response};
 use crate::list::Page;
 use crate::resources::Resource;
 use crate::store::parse;
+use kube_nftproxy::config::content_type::PROTOBUF;
 use kube_nftproxy::kube::protobuf;
 use std::sync::Arc;
 
@@ -40,7 +41,7 @@ pub fn wanted(req: &Request) -> bool {
             best = Some((q, media));
         }
     }
-    best.is_some_and(|(_, media)| media.eq_ignore_ascii_case(protobuf::MEDIA_TYPE))
+    best.is_some_and(|(_, media)| media.eq_ignore_ascii_case(PROTOBUF))
 }
 
 /// Whether objects of `res` have a protobuf form here.
@@ -68,7 +69,7 @@ pub fn enveloped(res: &Resource, obj: &Obj) -> Option<Vec<u8>> {
 
 /// A protobuf response of `body`.
 pub fn response(status: u16, body: Vec<u8>) -> Response {
-    Response { content_type: protobuf::MEDIA_TYPE, ..Response::json(status, body) }
+    Response { content_type: PROTOBUF, ..Response::json(status, body) }
 }
 
 /// A list page as an enveloped `…List`; `None` when an item has no protobuf form.
@@ -92,13 +93,13 @@ pub fn status(resp: Response) -> Response {
     }
     let body =
         protobuf::status_body(resp.status, v["reason"].as_str().unwrap_or(""), v["message"].as_str().unwrap_or(""));
-    Response { body, content_type: protobuf::MEDIA_TYPE, ..resp }
+    Response { body, content_type: PROTOBUF, ..resp }
 }
 
 /// A protobuf request body as the JSON object the store keeps, with `kind` and `apiVersion`.
 pub fn body(req: &Request) -> Option<Result<serde_json::Value, String>> {
     let media = req.header("content-type")?.split(';').next().unwrap_or_default().trim();
-    if !media.eq_ignore_ascii_case(protobuf::MEDIA_TYPE) {
+    if !media.eq_ignore_ascii_case(PROTOBUF) {
         return None;
     }
     let read = || {

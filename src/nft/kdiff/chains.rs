@@ -11,6 +11,7 @@ use crate::model::Family;
 use crate::netlink::abi::{NF_ACCEPT, NF_INET_HOOK_NAMES};
 use crate::netlink::{Hook, NfFamily};
 use crate::nft::compile::{Data, DeclaredChain, Expr, ReadExpr, SetSpec};
+use crate::render;
 use std::collections::{BTreeMap, HashMap};
 
 /// A chain as the kernel holds it.
@@ -22,19 +23,10 @@ pub(super) struct KernelChain {
     pub rules: Vec<Vec<ReadExpr>>,
 }
 
-/// The service port a per-service chain belongs to: `service-`, `external-`, `nodeport-`,
-/// `cluster-` or `local-` and the base `namespace/name/protocol/port`, the port a name or,
-/// for an unnamed port, its number (`render::names::base`).
+/// The service port a per-service chain belongs to, as upstream spells it
+/// (`namespace/name:port`), the key the report groups changes by.
 pub(crate) fn owner_of_chain(chain: &str) -> Option<String> {
-    let base =
-        ["service-", "external-", "nodeport-", "cluster-", "local-"].iter().find_map(|p| chain.strip_prefix(p))?;
-    let parts: Vec<&str> = base.split('/').collect();
-    let [ns, name, proto, port] = parts.as_slice() else { return None };
-    if !["tcp", "udp", "sctp"].contains(proto) || ns.is_empty() || name.is_empty() || port.is_empty() {
-        return None;
-    }
-    // A port name holds a letter; an unnamed port is written as its number.
-    Some(if port.bytes().all(|b| b.is_ascii_digit()) { format!("{ns}/{name}") } else { format!("{ns}/{name}:{port}") })
+    render::owner_of_chain(chain).map(|spn| spn.to_string())
 }
 
 /// The name an anonymous set is compared by: its elements, sorted.
