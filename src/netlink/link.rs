@@ -2,7 +2,7 @@
 //! The takeover uses it to remove the `kube-ipvs0` dummy interface that upstream
 //! kube-proxy's IPVS mode leaves holding every service IP, without running `ip`.
 
-use super::abi::{IFINFOMSG_LEN, IFLA_IFNAME, IFLA_INFO_KIND, IFLA_LINKINFO, RTM_DELLINK, RTM_GETLINK};
+use super::abi::{IFINFOMSG_LEN, IFLA_IFNAME, IFLA_INFO_KIND, IFLA_LINKINFO, NETLINK_ROUTE, RTM_DELLINK, RTM_GETLINK};
 use super::attr::{self, put};
 use super::{NLM_F_ACK, RECV_TIMEOUT, exchange, msg, sock};
 use std::io;
@@ -37,7 +37,7 @@ pub fn delete(index: i32) -> io::Result<()> {
 /// Sends one request about interface `index` and waits for its answer: the reply's payload
 /// (after the netlink header), or `None` for a plain acknowledgement.
 fn request(kind: u16, index: i32, flags: u16, attrs: &[u8]) -> io::Result<Option<Vec<u8>>> {
-    let fd = sock::open(sock::NETLINK_ROUTE, RECV_TIMEOUT)?;
+    let fd = sock::open(NETLINK_ROUTE, RECV_TIMEOUT)?;
     const SEQ: u32 = 1;
     let mut msg = Vec::with_capacity(64);
     let start = msg::start(&mut msg, kind, flags, SEQ);

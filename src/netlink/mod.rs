@@ -119,7 +119,7 @@ pub struct Socket {
 impl Socket {
     /// Opens a socket for requests.
     pub fn open() -> io::Result<Socket> {
-        Ok(Socket { fd: sock::open(sock::NETLINK_NETFILTER, RECV_TIMEOUT)?, seq: 1 })
+        Ok(Socket { fd: sock::open(abi::NETLINK_NETFILTER, RECV_TIMEOUT)?, seq: 1 })
     }
 
     /// Opens a socket subscribed to nftables change notifications, with a large receive
