@@ -11,11 +11,11 @@ use crate::netlink::abi::{
     NFT_MSG_NEWSETELEM, NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_LIST_ELEM, NFTA_OBJ_HANDLE, NFTA_OBJ_TABLE,
     NFTA_OBJ_TYPE, NFTA_SET_ELEM_DATA, NFTA_SET_ELEM_FLAGS, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_KEY_END,
     NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA,
-    NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE, NLA_F_NESTED, NLM_F_ACK, NLM_F_CREATE,
+    NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE, NFTNL_UDATA_SET_ELEM_COMMENT, NLA_F_NESTED, NLM_F_ACK, NLM_F_CREATE,
 };
 use crate::netlink::attr::{put_str, put_with};
-use crate::netlink::msg;
 pub use crate::netlink::send::Sender;
+use crate::netlink::{msg, udata};
 use crate::render::{Key, MapName, Value};
 use std::io;
 
@@ -194,13 +194,7 @@ fn element(b: &mut Vec<u8>, e: &Laid) {
         }),
     }
     if let Some(text) = e.comment {
-        // Userdata TLV: type 0 (comment), length, NUL-terminated text.
-        put_with(b, NFTA_SET_ELEM_USERDATA, |b| {
-            b.push(0);
-            b.push((text.len() + 1) as u8);
-            b.extend_from_slice(text.as_bytes());
-            b.push(0);
-        });
+        put_with(b, NFTA_SET_ELEM_USERDATA, |b| udata::put_comment(b, NFTNL_UDATA_SET_ELEM_COMMENT, text));
     }
 }
 

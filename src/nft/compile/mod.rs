@@ -25,7 +25,7 @@ pub use set::AnonSet;
 use crate::model::Family;
 use crate::netlink::abi::*;
 use crate::netlink::attr::{put_be32, put_be64, put_str, put_with};
-use crate::netlink::{Hook, NfFamily};
+use crate::netlink::{Hook, NfFamily, udata};
 use crate::nft::wire::{Batch, ELEMENT_LIST_BUDGET};
 use parse::{Command, Obj};
 use std::collections::BTreeMap;
@@ -245,13 +245,7 @@ impl<'a> Out<'a> {
         self.on(NFT_MSG_NEWTABLE, NLM_F_CREATE, obj, |b| {
             put_be32(b, NFTA_TABLE_FLAGS, 0);
             if let Some(c) = comment {
-                // User data: a comment, NUL-terminated.
-                put_with(b, NFTA_TABLE_USERDATA, |b| {
-                    b.push(0);
-                    b.push((c.len() + 1) as u8);
-                    b.extend_from_slice(c.as_bytes());
-                    b.push(0);
-                });
+                put_with(b, NFTA_TABLE_USERDATA, |b| udata::put_comment(b, NFTNL_UDATA_TABLE_COMMENT, c));
             }
         });
     }
