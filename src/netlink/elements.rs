@@ -7,9 +7,8 @@ use super::abi::{
     NFTA_SET_ELEM_FLAGS, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_KEY_END, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET,
     NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA, NFTNL_UDATA_SET_ELEM_COMMENT, NLM_F_DUMP,
 };
-use super::attr::{self, all, be32, be64, get};
+use super::attr::{self, Malformed, all, be32, be64, get};
 use super::data::{Data, read_data};
-use super::dump::malformed;
 use super::{NfFamily, Socket, udata};
 use std::io;
 
@@ -55,11 +54,11 @@ impl Socket {
 /// One `NFTA_LIST_ELEM`: its key (required), range end, flags, data, comment and timeout.
 fn element(elem: &[u8]) -> io::Result<Element> {
     let attrs = all(elem)?;
-    let wrapped = get(&attrs, NFTA_SET_ELEM_KEY).ok_or_else(|| malformed("element key"))?;
-    let key = value(wrapped)?.ok_or_else(|| malformed("key value"))?;
+    let wrapped = get(&attrs, NFTA_SET_ELEM_KEY).ok_or(Malformed("no valid element key"))?;
+    let key = value(wrapped)?.ok_or(Malformed("no valid key value"))?;
     let key_end = get(&attrs, NFTA_SET_ELEM_KEY_END).map(value).transpose()?.flatten();
     let flags = match get(&attrs, NFTA_SET_ELEM_FLAGS) {
-        Some(f) => be32(f).ok_or_else(|| malformed("element flags"))?,
+        Some(f) => be32(f).ok_or(Malformed("no valid element flags"))?,
         None => 0,
     };
     let data = get(&attrs, NFTA_SET_ELEM_DATA).map(read_data).transpose()?;

@@ -7,9 +7,8 @@ use super::abi::{
     NFT_GOTO, NFT_JUMP, NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_IMMEDIATE_DATA, NFTA_LIST_ELEM, NFTA_RULE_CHAIN,
     NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE,
 };
-use super::attr::{all, be64, get};
+use super::attr::{Malformed, all, be64, get};
 use super::data::{Data, read_data};
-use super::dump::malformed;
 use super::{NfFamily, Socket};
 use std::io;
 
@@ -33,10 +32,10 @@ impl Socket {
 
 /// Reads one rule message (nfgenmsg, then attributes).
 fn rule(body: &[u8]) -> io::Result<RuleJumps> {
-    let attrs = all(body.get(4..).ok_or_else(|| malformed("rule header"))?)?;
-    let chain = get(&attrs, NFTA_RULE_CHAIN).ok_or_else(|| malformed("chain"))?;
+    let attrs = all(body.get(4..).ok_or(Malformed("no valid rule header"))?)?;
+    let chain = get(&attrs, NFTA_RULE_CHAIN).ok_or(Malformed("no valid chain"))?;
     let chain = String::from_utf8_lossy(chain.strip_suffix(&[0]).unwrap_or(chain)).into_owned();
-    let handle = get(&attrs, NFTA_RULE_HANDLE).and_then(be64).ok_or_else(|| malformed("rule handle"))?;
+    let handle = get(&attrs, NFTA_RULE_HANDLE).and_then(be64).ok_or(Malformed("no valid rule handle"))?;
     let mut targets = Vec::new();
     if let Some(list) = get(&attrs, NFTA_RULE_EXPRESSIONS) {
         for (kind, expr) in all(list)? {
@@ -53,15 +52,15 @@ fn rule(body: &[u8]) -> io::Result<RuleJumps> {
 /// The chain an expression jumps or goes to, if it is an `immediate` verdict that does.
 fn jump_target(expr: &[u8]) -> io::Result<Option<String>> {
     let attrs = all(expr)?;
-    let name = get(&attrs, NFTA_EXPR_NAME).ok_or_else(|| malformed("expression name"))?;
+    let name = get(&attrs, NFTA_EXPR_NAME).ok_or(Malformed("no valid expression name"))?;
     if name.strip_suffix(&[0]).unwrap_or(name) != b"immediate" {
         return Ok(None);
     }
-    let data = get(&attrs, NFTA_EXPR_DATA).ok_or_else(|| malformed("immediate's data"))?;
-    let value = get(&all(data)?, NFTA_IMMEDIATE_DATA).ok_or_else(|| malformed("immediate's value"))?;
+    let data = get(&attrs, NFTA_EXPR_DATA).ok_or(Malformed("an immediate with no valid data"))?;
+    let value = get(&all(data)?, NFTA_IMMEDIATE_DATA).ok_or(Malformed("an immediate with no valid value"))?;
     match read_data(value)? {
         Data::Verdict(NFT_JUMP | NFT_GOTO, Some(chain)) => Ok(Some(chain)),
-        Data::Verdict(NFT_JUMP | NFT_GOTO, None) => Err(malformed("verdict's chain")),
+        Data::Verdict(NFT_JUMP | NFT_GOTO, None) => Err(Malformed("a jump with no valid chain").into()),
         // Another verdict, or a value loaded into a register.
         _ => Ok(None),
     }
