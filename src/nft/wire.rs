@@ -15,8 +15,9 @@ use crate::netlink::abi::{
 };
 use crate::netlink::attr::{put_be32, put_str, put_with};
 use crate::netlink::data::DataRef;
-pub use crate::netlink::send::Sender;
 use crate::netlink::{msg, udata};
+// Kept for tests/kernel/compile.rs and dataplane.rs, which import it from here.
+pub use crate::netlink::send::Sender;
 use crate::render::{Key, MapName, Value};
 use std::io;
 
