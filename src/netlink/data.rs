@@ -28,7 +28,7 @@ pub enum DataRef<'a> {
 
 impl Data {
     /// The data borrowed.
-    pub fn as_data_ref(&self) -> DataRef<'_> {
+    pub(crate) fn as_data_ref(&self) -> DataRef<'_> {
         match self {
             Data::Value(v) => DataRef::Value(v),
             Data::Verdict(code, chain) => DataRef::Verdict(*code, chain.as_deref()),
@@ -43,7 +43,7 @@ impl Data {
 
 impl DataRef<'_> {
     /// The data owned.
-    pub fn to_data(self) -> Data {
+    pub(crate) fn to_data(self) -> Data {
         match self {
             DataRef::Value(v) => Data::Value(v.to_vec()),
             DataRef::Verdict(code, chain) => Data::Verdict(code, chain.map(str::to_string)),
