@@ -11,7 +11,8 @@ pub use reconcile::{Reconciler, Totals};
 
 use crate::model::Family;
 use crate::netlink::NfFamily;
-use crate::netlink::conntrack::{self, Entry, IPPROTO_UDP};
+use crate::netlink::abi::IPPROTO_UDP;
+use crate::netlink::conntrack::{self, Entry};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -42,13 +42,14 @@ pub(crate) fn put_be64(buf: &mut Vec<u8>, kind: u16, v: u64) {
     put(buf, kind, &v.to_be_bytes());
 }
 
-/// Why attributes, or what they encode (a conntrack entry's tuples), could not be read.
+/// Why a reply's attributes, or what they encode (a listed object's handle, a verdict, a
+/// conntrack entry's tuples), could not be read: the one error of a malformed reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Malformed(pub &'static str);
 
 impl From<Malformed> for io::Error {
     fn from(m: Malformed) -> io::Error {
-        io::Error::new(io::ErrorKind::InvalidData, format!("netlink: {}", m.0))
+        io::Error::new(io::ErrorKind::InvalidData, format!("a malformed netlink reply: {}", m.0))
     }
 }
 

@@ -11,7 +11,7 @@ use super::abi::{
     NFTA_OBJ_TABLE, NFTA_OBJ_TYPE, NFTA_RULE_CHAIN, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_SET_FLAGS, NFTA_SET_HANDLE,
     NFTA_SET_NAME, NFTA_SET_TABLE, NFTA_TABLE_NAME, NLM_F_DUMP,
 };
-use super::attr::{self, be32, be64, utf8};
+use super::attr::{self, Malformed, be32, be64, utf8};
 use super::{NfFamily, Socket};
 use std::{fmt, io};
 
@@ -126,7 +126,7 @@ impl Socket {
             }
         }
         for m in self.dump(&OBJECTS, family, table)? {
-            let kind = attr::top(&m, NFTA_OBJ_TYPE).and_then(be32).ok_or_else(|| malformed("object type"))?;
+            let kind = attr::top(&m, NFTA_OBJ_TYPE).and_then(be32).ok_or(Malformed("no valid object type"))?;
             all.push(listed(&m, &OBJECTS, TableObject::Stateful(kind))?);
         }
         for m in self.dump(&FLOWTABLES, family, table)? {
@@ -141,8 +141,8 @@ impl Socket {
     pub fn tables(&mut self) -> io::Result<Vec<(NfFamily, String)>> {
         let mut out = Vec::new();
         for m in self.request(NFT_MSG_GETTABLE, NFPROTO_UNSPEC, NLM_F_DUMP, &[])? {
-            let number = *m.first().ok_or_else(|| malformed("family"))?;
-            let name = attr::top(&m, NFTA_TABLE_NAME).ok_or_else(|| malformed("table name"))?;
+            let number = *m.first().ok_or(Malformed("no valid family"))?;
+            let name = attr::top(&m, NFTA_TABLE_NAME).ok_or(Malformed("no valid table name"))?;
             if let (Some(family), Some(name)) = (NfFamily::from_number(number), utf8(name)) {
                 out.push((family, name));
             }
@@ -158,7 +158,7 @@ impl Socket {
             if flags(&m, NFTA_CHAIN_FLAGS)? & NFT_CHAIN_BINDING != 0 {
                 continue;
             }
-            let name = attr::top(&m, NFTA_CHAIN_NAME).ok_or_else(|| malformed("chain name"))?;
+            let name = attr::top(&m, NFTA_CHAIN_NAME).ok_or(Malformed("no valid chain name"))?;
             out.extend(utf8(name));
         }
         Ok(out)
@@ -186,18 +186,14 @@ impl Socket {
 /// The listing of one reply; an error if it lacks a well-formed handle, since what cannot be
 /// named by handle cannot be deleted.
 fn listed(m: &[u8], dump: &Dump, kind: TableObject) -> io::Result<Listed> {
-    let handle = attr::top(m, dump.handle).and_then(be64).ok_or_else(|| malformed("handle"))?;
+    let handle = attr::top(m, dump.handle).and_then(be64).ok_or(Malformed("no valid handle"))?;
     let name = attr::top(m, dump.name).map(attr::lossy);
     Ok(Listed { kind, handle, name: name.unwrap_or_default() })
 }
 
 /// A flags attribute, zero when absent (the kernel leaves out flags that are all clear).
 fn flags(m: &[u8], t: u16) -> io::Result<u32> {
-    attr::top(m, t).map_or(Ok(0), |f| be32(f).ok_or_else(|| malformed("flags")))
-}
-
-pub(crate) fn malformed(what: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, format!("nf_tables listed an object with no valid {what}"))
+    attr::top(m, t).map_or(Ok(0), |f| be32(f).ok_or_else(|| Malformed("no valid flags").into()))
 }
 
 #[cfg(test)]

@@ -7,10 +7,9 @@ use super::abi::{
     NFTA_SET_ELEM_FLAGS, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_KEY_END, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET,
     NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA, NFTNL_UDATA_SET_ELEM_COMMENT, NLM_F_DUMP,
 };
-use super::attr::{self, all, be32, be64, get};
+use super::attr::{self, Malformed, all, be32, be64, get};
 use super::data::{Data, read_data};
-use super::dump::malformed;
-use super::{NfFamily, Socket};
+use super::{NfFamily, Socket, udata};
 use std::io;
 
 /// One element of a set or map.
@@ -55,15 +54,15 @@ impl Socket {
 /// One `NFTA_LIST_ELEM`: its key (required), range end, flags, data, comment and timeout.
 fn element(elem: &[u8]) -> io::Result<Element> {
     let attrs = all(elem)?;
-    let wrapped = get(&attrs, NFTA_SET_ELEM_KEY).ok_or_else(|| malformed("element key"))?;
-    let key = value(wrapped)?.ok_or_else(|| malformed("key value"))?;
+    let wrapped = get(&attrs, NFTA_SET_ELEM_KEY).ok_or(Malformed("no valid element key"))?;
+    let key = value(wrapped)?.ok_or(Malformed("no valid key value"))?;
     let key_end = get(&attrs, NFTA_SET_ELEM_KEY_END).map(value).transpose()?.flatten();
     let flags = match get(&attrs, NFTA_SET_ELEM_FLAGS) {
-        Some(f) => be32(f).ok_or_else(|| malformed("element flags"))?,
+        Some(f) => be32(f).ok_or(Malformed("no valid element flags"))?,
         None => 0,
     };
     let data = get(&attrs, NFTA_SET_ELEM_DATA).map(read_data).transpose()?;
-    let comment = get(&attrs, NFTA_SET_ELEM_USERDATA).and_then(comment);
+    let comment = get(&attrs, NFTA_SET_ELEM_USERDATA).and_then(|u| udata::comment(u, NFTNL_UDATA_SET_ELEM_COMMENT));
     let expires_ms = get(&attrs, NFTA_SET_ELEM_EXPIRATION).and_then(be64);
     Ok(Element { key, key_end, flags, data, comment, expires_ms })
 }
@@ -71,18 +70,6 @@ fn element(elem: &[u8]) -> io::Result<Element> {
 /// The bytes of a all `NFTA_DATA_VALUE`.
 fn value(wrapped: &[u8]) -> io::Result<Option<Vec<u8>>> {
     Ok(get(&all(wrapped)?, NFTA_DATA_VALUE).map(<[u8]>::to_vec))
-}
-
-/// The comment among an element's user data TLVs (type, length, NUL-terminated text).
-fn comment(mut udata: &[u8]) -> Option<String> {
-    while let [kind, len, rest @ ..] = udata {
-        let text = rest.get(..usize::from(*len))?;
-        if *kind == NFTNL_UDATA_SET_ELEM_COMMENT {
-            return Some(attr::lossy(text));
-        }
-        udata = &rest[usize::from(*len)..];
-    }
-    None
 }
 
 #[cfg(test)]

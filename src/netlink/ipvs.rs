@@ -4,7 +4,7 @@
 
 use super::abi::{
     CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME, CTRL_CMD_GETFAMILY, CTRL_VERSION, GENL_ID_CTRL, IPVS_CMD_FLUSH,
-    IPVS_GENL_NAME, IPVS_GENL_VERSION, NLM_F_ACK,
+    IPVS_GENL_NAME, IPVS_GENL_VERSION, NETLINK_GENERIC, NLM_F_ACK,
 };
 use super::{RECV_TIMEOUT, attr, exchange, msg, sock};
 use std::io;
@@ -27,7 +27,7 @@ struct Genl {
 
 impl Genl {
     fn open() -> io::Result<Genl> {
-        Ok(Genl { fd: sock::open(sock::NETLINK_GENERIC, RECV_TIMEOUT)?, seq: 0 })
+        Ok(Genl { fd: sock::open(NETLINK_GENERIC, RECV_TIMEOUT)?, seq: 0 })
     }
 
     fn ask(&mut self, msg: impl FnOnce(u32) -> Vec<u8>) -> io::Result<Option<Vec<u8>>> {

@@ -2,8 +2,8 @@
 //! The takeover uses it to remove the `kube-ipvs0` dummy interface that upstream
 //! kube-proxy's IPVS mode leaves holding every service IP, without running `ip`.
 
-use super::abi::{IFINFOMSG_LEN, IFLA_IFNAME, IFLA_INFO_KIND, IFLA_LINKINFO, RTM_DELLINK, RTM_GETLINK};
-use super::attr::{self, put};
+use super::abi::{IFINFOMSG_LEN, IFLA_IFNAME, IFLA_INFO_KIND, IFLA_LINKINFO, NETLINK_ROUTE, RTM_DELLINK, RTM_GETLINK};
+use super::attr::{self, put_str};
 use super::{NLM_F_ACK, RECV_TIMEOUT, exchange, msg, sock};
 use std::io;
 
@@ -20,7 +20,7 @@ pub struct Link {
 /// The interface called `name` in this network namespace, if there is one.
 pub fn find(name: &str) -> io::Result<Option<Link>> {
     let mut attrs = Vec::new();
-    put(&mut attrs, IFLA_IFNAME, &[name.as_bytes(), &[0]].concat());
+    put_str(&mut attrs, IFLA_IFNAME, name);
     match request(RTM_GETLINK, 0, 0, &attrs) {
         Ok(Some(reply)) => Ok(Some(parse_link(&reply)?)),
         Ok(None) => Err(io::Error::other("the kernel answered RTM_GETLINK without the link")),
@@ -37,7 +37,7 @@ pub fn delete(index: i32) -> io::Result<()> {
 /// Sends one request about interface `index` and waits for its answer: the reply's payload
 /// (after the netlink header), or `None` for a plain acknowledgement.
 fn request(kind: u16, index: i32, flags: u16, attrs: &[u8]) -> io::Result<Option<Vec<u8>>> {
-    let fd = sock::open(sock::NETLINK_ROUTE, RECV_TIMEOUT)?;
+    let fd = sock::open(NETLINK_ROUTE, RECV_TIMEOUT)?;
     const SEQ: u32 = 1;
     let mut msg = Vec::with_capacity(64);
     let start = msg::start(&mut msg, kind, flags, SEQ);
@@ -49,12 +49,6 @@ fn request(kind: u16, index: i32, flags: u16, attrs: &[u8]) -> io::Result<Option
     exchange(&fd, &msg, SEQ)
 }
 
-/// The attributes of `data` up to the first malformed one: a link's name or kind is looked up,
-/// and what the kernel sent after a bad attribute is not trusted.
-fn attributes(data: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    attr::iter(data).map_while(Result::ok)
-}
-
 /// A `RTM_NEWLINK` message's index and kind.
 fn parse_link(body: &[u8]) -> io::Result<Link> {
     let (head, attrs) = match body.split_at_checked(IFINFOMSG_LEN) {
@@ -62,10 +56,8 @@ fn parse_link(body: &[u8]) -> io::Result<Link> {
         None => return Err(io::Error::other("a link message shorter than its header")),
     };
     let index = i32::from_ne_bytes([head[4], head[5], head[6], head[7]]);
-    let kind = attributes(attrs)
-        .find(|(t, _)| *t == IFLA_LINKINFO)
-        .and_then(|(_, info)| attributes(info).find(|(t, _)| *t == IFLA_INFO_KIND))
-        .map(|(_, k)| attr::lossy(k));
+    // Looked up no further than a malformed attribute: what follows one is not trusted.
+    let kind = attr::find(attrs, IFLA_LINKINFO).and_then(|info| attr::find(info, IFLA_INFO_KIND)).map(attr::lossy);
     Ok(Link { index, kind })
 }
 
@@ -73,6 +65,7 @@ fn parse_link(body: &[u8]) -> io::Result<Link> {
 mod tests {
     use super::*;
     use crate::netlink::abi::NLA_F_NESTED;
+    use crate::netlink::attr::put;
 
     #[test]
     fn parses_a_links_index_and_kind() {

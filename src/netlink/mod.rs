@@ -1,8 +1,8 @@
 //! The netlink floor, below everything that talks to the kernel, importing nothing of the
 //! crate: sockets (`sock`, the crate's only `unsafe`), the kernel's numbers (`abi`), message
 //! headers (`msg`) and attributes (`attr`) written and read, nf_tables' data values and
-//! verdicts (`data`), and the families. nf_tables: the cheap questions
-//! the proxy asks without `nft` (the ruleset generation, whether a table or chain holds what
+//! verdicts (`data`), nftables' user data records (`udata`), and the families. nf_tables:
+//! the cheap questions the proxy asks without `nft` (the ruleset generation, whether a table or chain holds what
 //! it should, what a table holds and which tables and chains exist (`dump`), where rules jump
 //! (`rules`), the stream of change events with the process that committed each generation)
 //! and sending a batch (`send`); rtnetlink, finding and deleting a network interface (`link`);
@@ -28,6 +28,7 @@ pub mod send;
 #[allow(unsafe_code)]
 pub mod sock;
 mod state;
+pub(crate) mod udata;
 
 pub use dump::{Listed, TableObject};
 pub use rules::RuleJumps;
@@ -119,7 +120,7 @@ pub struct Socket {
 impl Socket {
     /// Opens a socket for requests.
     pub fn open() -> io::Result<Socket> {
-        Ok(Socket { fd: sock::open(sock::NETLINK_NETFILTER, RECV_TIMEOUT)?, seq: 1 })
+        Ok(Socket { fd: sock::open(abi::NETLINK_NETFILTER, RECV_TIMEOUT)?, seq: 1 })
     }
 
     /// Opens a socket subscribed to nftables change notifications, with a large receive

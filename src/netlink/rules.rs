@@ -4,11 +4,11 @@
 //! a malformed reply is an error.
 
 use super::abi::{
-    NFT_GOTO, NFT_JUMP, NFTA_DATA_VERDICT, NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_IMMEDIATE_DATA, NFTA_LIST_ELEM,
-    NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE,
+    NFT_GOTO, NFT_JUMP, NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_IMMEDIATE_DATA, NFTA_LIST_ELEM, NFTA_RULE_CHAIN,
+    NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE,
 };
-use super::attr::{all, be32, be64, get, utf8};
-use super::dump::malformed;
+use super::attr::{Malformed, all, be64, get};
+use super::data::{Data, read_data};
 use super::{NfFamily, Socket};
 use std::io;
 
@@ -32,10 +32,10 @@ impl Socket {
 
 /// Reads one rule message (nfgenmsg, then attributes).
 fn rule(body: &[u8]) -> io::Result<RuleJumps> {
-    let attrs = all(body.get(4..).ok_or_else(|| malformed("rule header"))?)?;
-    let chain = get(&attrs, NFTA_RULE_CHAIN).ok_or_else(|| malformed("chain"))?;
+    let attrs = all(body.get(4..).ok_or(Malformed("no valid rule header"))?)?;
+    let chain = get(&attrs, NFTA_RULE_CHAIN).ok_or(Malformed("no valid chain"))?;
     let chain = String::from_utf8_lossy(chain.strip_suffix(&[0]).unwrap_or(chain)).into_owned();
-    let handle = get(&attrs, NFTA_RULE_HANDLE).and_then(be64).ok_or_else(|| malformed("rule handle"))?;
+    let handle = get(&attrs, NFTA_RULE_HANDLE).and_then(be64).ok_or(Malformed("no valid rule handle"))?;
     let mut targets = Vec::new();
     if let Some(list) = get(&attrs, NFTA_RULE_EXPRESSIONS) {
         for (kind, expr) in all(list)? {
@@ -52,31 +52,26 @@ fn rule(body: &[u8]) -> io::Result<RuleJumps> {
 /// The chain an expression jumps or goes to, if it is an `immediate` verdict that does.
 fn jump_target(expr: &[u8]) -> io::Result<Option<String>> {
     let attrs = all(expr)?;
-    let name = get(&attrs, NFTA_EXPR_NAME).ok_or_else(|| malformed("expression name"))?;
+    let name = get(&attrs, NFTA_EXPR_NAME).ok_or(Malformed("no valid expression name"))?;
     if name.strip_suffix(&[0]).unwrap_or(name) != b"immediate" {
         return Ok(None);
     }
-    let data = get(&attrs, NFTA_EXPR_DATA).ok_or_else(|| malformed("immediate's data"))?;
-    let value = get(&all(data)?, NFTA_IMMEDIATE_DATA).ok_or_else(|| malformed("immediate's value"))?;
-    // A value loaded into a register rather than a verdict.
-    let Some(verdict) = get(&all(value)?, NFTA_DATA_VERDICT) else { return Ok(None) };
-    let verdict = all(verdict)?;
-    let code = get(&verdict, NFTA_VERDICT_CODE).and_then(be32).ok_or_else(|| malformed("verdict code"))?;
-    if !matches!(code as i32, NFT_JUMP | NFT_GOTO) {
-        return Ok(None);
+    let data = get(&attrs, NFTA_EXPR_DATA).ok_or(Malformed("an immediate with no valid data"))?;
+    let value = get(&all(data)?, NFTA_IMMEDIATE_DATA).ok_or(Malformed("an immediate with no valid value"))?;
+    match read_data(value)? {
+        Data::Verdict(NFT_JUMP | NFT_GOTO, Some(chain)) => Ok(Some(chain)),
+        Data::Verdict(NFT_JUMP | NFT_GOTO, None) => Err(Malformed("a jump with no valid chain").into()),
+        // Another verdict, or a value loaded into a register.
+        _ => Ok(None),
     }
-    let chain = get(&verdict, NFTA_VERDICT_CHAIN).ok_or_else(|| malformed("verdict's chain"))?;
-    // A chain named in bytes that are not UTF-8 is none of kube-proxy's.
-    Ok(utf8(chain))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netlink::abi::{
-        NF_ACCEPT, NFTA_DATA_VALUE, NFTA_IMMEDIATE_DREG, NFTA_RULE_TABLE, NLA_F_NESTED as NESTED,
-    };
+    use crate::netlink::abi::{NF_ACCEPT, NFTA_IMMEDIATE_DREG, NFTA_RULE_TABLE, NLA_F_NESTED as NESTED};
     use crate::netlink::attr::{put_str, put_with};
+    use crate::netlink::data::DataRef;
 
     fn expr(b: &mut Vec<u8>, name: &str, data: impl FnOnce(&mut Vec<u8>)) {
         put_with(b, NFTA_LIST_ELEM | NESTED, |b| {
@@ -87,14 +82,7 @@ mod tests {
 
     fn verdict(b: &mut Vec<u8>, code: i32, chain: Option<&str>) {
         put_with(b, NFTA_IMMEDIATE_DREG, |b| b.extend_from_slice(&0u32.to_be_bytes()));
-        put_with(b, NFTA_IMMEDIATE_DATA | NESTED, |b| {
-            put_with(b, NFTA_DATA_VERDICT | NESTED, |b| {
-                put_with(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
-                if let Some(chain) = chain {
-                    put_str(b, NFTA_VERDICT_CHAIN, chain);
-                }
-            })
-        });
+        DataRef::Verdict(code, chain).put(b, NFTA_IMMEDIATE_DATA);
     }
 
     /// `-A INPUT -m comment -j KUBE-FIREWALL` as iptables-nft writes it, with an accept and a
@@ -109,9 +97,7 @@ mod tests {
             expr(b, "immediate", |b| verdict(b, NF_ACCEPT, None));
             expr(b, "immediate", |b| {
                 put_with(b, NFTA_IMMEDIATE_DREG, |b| b.extend_from_slice(&1u32.to_be_bytes()));
-                put_with(b, NFTA_IMMEDIATE_DATA | NESTED, |b| {
-                    put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(&[0; 4]))
-                });
+                DataRef::Value(&[0; 4]).put(b, NFTA_IMMEDIATE_DATA);
             });
             expr(b, "immediate", |b| verdict(b, NFT_JUMP, Some("KUBE-FIREWALL")));
             expr(b, "immediate", |b| verdict(b, NFT_GOTO, Some("KUBE-SERVICES")));

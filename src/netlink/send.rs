@@ -3,7 +3,7 @@
 //! acknowledgements, and the kernel's verdict read back: the first refused message's error
 //! and sequence number, which `wire::Lines` turns into the script line it came from.
 
-use super::abi::{NLM_F_ACK, NLMSG_ERROR};
+use super::abi::{NETLINK_NETFILTER, NLM_F_ACK, NLMSG_ERROR};
 use super::sock;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -65,7 +65,7 @@ impl Sender {
 }
 
 fn open() -> io::Result<OwnedFd> {
-    let fd = sock::open(sock::NETLINK_NETFILTER, super::RECV_TIMEOUT)?;
+    let fd = sock::open(NETLINK_NETFILTER, super::RECV_TIMEOUT)?;
     // Bound now, so its port id is known before the first commit.
     sock::bind_groups(&fd, 0)?;
     Ok(fd)

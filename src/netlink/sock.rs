@@ -7,13 +7,6 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-/// rtnetlink: interfaces and addresses.
-pub const NETLINK_ROUTE: i32 = 0;
-/// nfnetlink: nf_tables, ctnetlink and ipset.
-pub const NETLINK_NETFILTER: i32 = 12;
-/// Generic netlink: IPVS.
-pub const NETLINK_GENERIC: i32 = 16;
-
 /// Opens a netlink socket of `protocol`, close-on-exec (an `nft` child must not inherit it),
 /// with every receive bounded by `timeout`.
 pub fn open(protocol: i32, timeout: Duration) -> io::Result<OwnedFd> {

@@ -9,8 +9,8 @@ use super::abi::{
     NFTA_SET_DATA_LEN, NFTA_SET_DATA_TYPE, NFTA_SET_DESC, NFTA_SET_DESC_CONCAT, NFTA_SET_DESC_SIZE, NFTA_SET_FIELD_LEN,
     NFTA_SET_FLAGS, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME, NFTA_SET_TIMEOUT, NFTA_SET_USERDATA,
 };
-use super::attr::{all, be32, be64, get, lossy};
-use super::dump::{CHAINS, SETS, malformed};
+use super::attr::{Malformed, all, be32, be64, get, lossy};
+use super::dump::{CHAINS, SETS};
 use super::{NfFamily, Socket};
 use std::io;
 
@@ -97,12 +97,12 @@ impl Socket {
     pub fn chain_listings(&mut self, family: NfFamily, table: &str) -> io::Result<Vec<ChainListing>> {
         let mut out = Vec::new();
         for m in self.dump(&CHAINS, family, table)? {
-            let attrs = all(m.get(4..).ok_or_else(|| malformed("chain header"))?)?;
-            let flags = get(&attrs, NFTA_CHAIN_FLAGS).map_or(Some(0), be32).ok_or_else(|| malformed("flags"))?;
+            let attrs = all(m.get(4..).ok_or(Malformed("no valid chain header"))?)?;
+            let flags = get(&attrs, NFTA_CHAIN_FLAGS).map_or(Some(0), be32).ok_or(Malformed("no valid flags"))?;
             if flags & NFT_CHAIN_BINDING != 0 {
                 continue;
             }
-            let name = get(&attrs, NFTA_CHAIN_NAME).ok_or_else(|| malformed("chain name"))?;
+            let name = get(&attrs, NFTA_CHAIN_NAME).ok_or(Malformed("no valid chain name"))?;
             let hook = get(&attrs, NFTA_CHAIN_HOOK).map(|h| hook(h, &attrs)).transpose()?;
             out.push(ChainListing { name: lossy(name), hook });
         }
@@ -120,40 +120,44 @@ impl Socket {
     }
 }
 
-fn u32_of(attrs: &[(u16, &[u8])], t: u16, what: &str) -> io::Result<u32> {
-    get(attrs, t).and_then(be32).ok_or_else(|| malformed(what))
+fn u32_of(attrs: &[(u16, &[u8])], t: u16, what: &'static str) -> io::Result<u32> {
+    Ok(get(attrs, t).and_then(be32).ok_or(Malformed(what))?)
 }
 
 fn hook(nest: &[u8], chain: &[(u16, &[u8])]) -> io::Result<Hook> {
     let attrs = all(nest)?;
     let kind = get(chain, NFTA_CHAIN_TYPE).map(lossy).unwrap_or_default();
-    let policy = get(chain, NFTA_CHAIN_POLICY).map_or(Some(1), be32).ok_or_else(|| malformed("policy"))?;
+    let policy = get(chain, NFTA_CHAIN_POLICY).map_or(Some(1), be32).ok_or(Malformed("no valid policy"))?;
     Ok(Hook {
         kind,
-        hooknum: u32_of(&attrs, NFTA_HOOK_HOOKNUM, "hook number")?,
-        priority: u32_of(&attrs, NFTA_HOOK_PRIORITY, "hook priority")? as i32,
+        hooknum: u32_of(&attrs, NFTA_HOOK_HOOKNUM, "no valid hook number")?,
+        priority: u32_of(&attrs, NFTA_HOOK_PRIORITY, "no valid hook priority")? as i32,
         policy,
     })
 }
 
 fn set(m: &[u8]) -> io::Result<SetSpec> {
-    let attrs = all(m.get(4..).ok_or_else(|| malformed("set header"))?)?;
-    let name = lossy(get(&attrs, NFTA_SET_NAME).ok_or_else(|| malformed("set name"))?);
-    let flags = get(&attrs, NFTA_SET_FLAGS).map_or(Some(0), be32).ok_or_else(|| malformed("set flags"))?;
-    let key = (u32_of(&attrs, NFTA_SET_KEY_TYPE, "key type")?, u32_of(&attrs, NFTA_SET_KEY_LEN, "key length")?);
+    let attrs = all(m.get(4..).ok_or(Malformed("no valid set header"))?)?;
+    let name = lossy(get(&attrs, NFTA_SET_NAME).ok_or(Malformed("no valid set name"))?);
+    let flags = get(&attrs, NFTA_SET_FLAGS).map_or(Some(0), be32).ok_or(Malformed("no valid set flags"))?;
+    let key = (
+        u32_of(&attrs, NFTA_SET_KEY_TYPE, "no valid key type")?,
+        u32_of(&attrs, NFTA_SET_KEY_LEN, "no valid key length")?,
+    );
     let data = match get(&attrs, NFTA_SET_DATA_TYPE) {
-        Some(_) => {
-            Some((u32_of(&attrs, NFTA_SET_DATA_TYPE, "data type")?, u32_of(&attrs, NFTA_SET_DATA_LEN, "data length")?))
-        }
+        Some(_) => Some((
+            u32_of(&attrs, NFTA_SET_DATA_TYPE, "no valid data type")?,
+            u32_of(&attrs, NFTA_SET_DATA_LEN, "no valid data length")?,
+        )),
         None => None,
     };
-    let timeout_ms = get(&attrs, NFTA_SET_TIMEOUT).map(|t| be64(t).ok_or_else(|| malformed("timeout"))).transpose()?;
+    let timeout_ms = get(&attrs, NFTA_SET_TIMEOUT).map(|t| be64(t).ok_or(Malformed("no valid timeout"))).transpose()?;
     let (mut size, mut concat) = (None, Vec::new());
     if let Some(desc) = get(&attrs, NFTA_SET_DESC) {
         let desc = all(desc)?;
-        size = get(&desc, NFTA_SET_DESC_SIZE).map(|s| be32(s).ok_or_else(|| malformed("size"))).transpose()?;
+        size = get(&desc, NFTA_SET_DESC_SIZE).map(|s| be32(s).ok_or(Malformed("no valid size"))).transpose()?;
         for (_, field) in get(&desc, NFTA_SET_DESC_CONCAT).map(all).transpose()?.unwrap_or_default() {
-            concat.push(u32_of(&all(field)?, NFTA_SET_FIELD_LEN, "field length")?);
+            concat.push(u32_of(&all(field)?, NFTA_SET_FIELD_LEN, "no valid field length")?);
         }
     }
     let udata = get(&attrs, NFTA_SET_USERDATA).unwrap_or_default().to_vec();
@@ -161,15 +165,15 @@ fn set(m: &[u8]) -> io::Result<SetSpec> {
 }
 
 fn rule(m: &[u8]) -> io::Result<RuleListing> {
-    let attrs = all(m.get(4..).ok_or_else(|| malformed("rule header"))?)?;
-    let chain = lossy(get(&attrs, NFTA_RULE_CHAIN).ok_or_else(|| malformed("chain"))?);
+    let attrs = all(m.get(4..).ok_or(Malformed("no valid rule header"))?)?;
+    let chain = lossy(get(&attrs, NFTA_RULE_CHAIN).ok_or(Malformed("no valid chain"))?);
     let mut exprs = Vec::new();
     for (kind, expr) in get(&attrs, NFTA_RULE_EXPRESSIONS).map(all).transpose()?.unwrap_or_default() {
         if kind != NFTA_LIST_ELEM {
             continue;
         }
         let e = all(expr)?;
-        let name = lossy(get(&e, NFTA_EXPR_NAME).ok_or_else(|| malformed("expression name"))?);
+        let name = lossy(get(&e, NFTA_EXPR_NAME).ok_or(Malformed("no valid expression name"))?);
         exprs.push(ListedExpr { name, data: get(&e, NFTA_EXPR_DATA).unwrap_or_default().to_vec() });
     }
     Ok(RuleListing { chain, exprs, userdata: get(&attrs, NFTA_RULE_USERDATA).is_some() })

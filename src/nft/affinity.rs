@@ -7,9 +7,10 @@
 //! An entry's key ends in a number hashed from its group and endpoint, so a number no
 //! current group's endpoint has marks it stale.
 
-use super::wire::{Batch, Sender};
+use super::wire::Batch;
 use super::{NftError, OwnPorts, SyncKind};
 use crate::model::Family;
+use crate::netlink::send::Sender;
 use crate::netlink::{NfFamily, Socket, elements::Element};
 use crate::render::{Ruleset, TABLE_NAME, affinity_map};
 use std::collections::{BTreeSet, HashMap};

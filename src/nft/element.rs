@@ -10,9 +10,10 @@
 //! interval-end element past it. The real-kernel tests compare what `nft` lists after this
 //! path with what it lists after the same change sent as text.
 
-use super::compile::Data;
 use crate::model::Protocol;
 use crate::netlink::abi::{IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP, NF_DROP, NFT_GOTO, NFT_SET_ELEM_INTERVAL_END};
+use crate::netlink::data::DataRef;
+// Kept for src/explain (table.rs, vm/tests.rs), which imports it from here.
 pub use crate::netlink::elements::Element;
 use crate::render::{Key, Value};
 use std::net::IpAddr;
@@ -31,15 +32,6 @@ pub struct Laid<'a> {
     pub data: Option<DataRef<'a>>,
     /// Its comment.
     pub comment: Option<&'a str>,
-}
-
-/// A map element's data, borrowed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DataRef<'a> {
-    /// Bytes, as the register holds them.
-    Value(&'a [u8]),
-    /// A verdict code and, for jump and goto, the chain.
-    Verdict(i32, Option<&'a str>),
 }
 
 /// Lays out the kernel's elements for `key` with `value` (`None` when deleting, which needs
@@ -97,10 +89,7 @@ pub fn elements(key: &Key, value: Option<&Value>) -> Vec<Element> {
             key: e.key.to_vec(),
             key_end: e.key_end.map(<[u8]>::to_vec),
             flags: e.flags,
-            data: e.data.map(|d| match d {
-                DataRef::Value(v) => Data::Value(v.to_vec()),
-                DataRef::Verdict(code, chain) => Data::Verdict(code, chain.map(str::to_string)),
-            }),
+            data: e.data.map(DataRef::to_data),
             comment: e.comment.map(str::to_string),
             ..Element::default()
         })

@@ -8,7 +8,8 @@ use super::wire::Batch;
 use super::{Applier, NftError, SyncKind, SyncReport};
 use crate::model::Family;
 use crate::netlink;
-use crate::render::{self, Foreign, Found, MapName, Ruleset, TABLE_NAME, TableObject};
+use crate::netlink::TableObject;
+use crate::render::{self, Foreign, Found, MapName, Ruleset, TABLE_NAME};
 
 impl Applier {
     /// Brings the tables of `scope` to `desired` whatever they hold: refreshes them in place

@@ -22,6 +22,7 @@ pub use report::{Resync, SyncKind, SyncReport};
 
 use crate::model::Family;
 use crate::netlink;
+use crate::netlink::send::Sender;
 use crate::render::{self, MapName, Ruleset, Update};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -100,7 +101,7 @@ pub struct Applier {
     stale: BTreeMap<(Family, String), Instant>,
     own: Arc<OwnPorts>,
     quiet: Option<Arc<guard::Quiet>>,
-    sender: wire::Sender,
+    sender: Sender,
     /// The sets the kernel holds, for rules compiled between full syncs.
     schema: compile::Schema,
     sweeper: affinity::Sweeper,
@@ -112,7 +113,7 @@ pub struct Applier {
 impl Applier {
     /// An applier for node `node` that knows nothing applied yet (its first sync is full).
     pub fn new(node: &str, own: Arc<OwnPorts>) -> Applier {
-        let sender = wire::Sender::default();
+        let sender = Sender::default();
         let schema = compile::Schema::default();
         let (stale, sizes, sweeper) = (BTreeMap::new(), BTreeMap::new(), affinity::Sweeper::default());
         let (in_sync, refused) = (BTreeSet::new(), BTreeSet::new());

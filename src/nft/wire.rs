@@ -3,18 +3,20 @@
 //! stateful objects), and which script line each message came from; `netlink::send` sends
 //! them.
 
-use super::element::{self, DataRef, Laid};
+use super::element::{self, Laid};
 use crate::model::Family;
 use crate::netlink::NfFamily;
 use crate::netlink::abi::{
     NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NFT_MSG_DELOBJ, NFT_MSG_DELSETELEM,
-    NFT_MSG_NEWSETELEM, NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_LIST_ELEM, NFTA_OBJ_HANDLE, NFTA_OBJ_TABLE,
-    NFTA_OBJ_TYPE, NFTA_SET_ELEM_DATA, NFTA_SET_ELEM_FLAGS, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_KEY_END,
-    NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA,
-    NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE, NLA_F_NESTED, NLM_F_ACK, NLM_F_CREATE,
+    NFT_MSG_NEWSETELEM, NFTA_LIST_ELEM, NFTA_OBJ_HANDLE, NFTA_OBJ_TABLE, NFTA_OBJ_TYPE, NFTA_SET_ELEM_DATA,
+    NFTA_SET_ELEM_FLAGS, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_KEY_END, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET,
+    NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA, NFTNL_UDATA_SET_ELEM_COMMENT, NLA_F_NESTED, NLM_F_ACK,
+    NLM_F_CREATE,
 };
-use crate::netlink::attr::{put_str, put_with};
-use crate::netlink::msg;
+use crate::netlink::attr::{put_be32, put_str, put_with};
+use crate::netlink::data::DataRef;
+use crate::netlink::{msg, udata};
+// Kept for tests/kernel/compile.rs and dataplane.rs, which import it from here.
 pub use crate::netlink::send::Sender;
 use crate::render::{Key, MapName, Value};
 use std::io;
@@ -109,11 +111,7 @@ impl Batch {
                     let start = b.len();
                     while b.len() - start < ELEMENT_LIST_BUDGET {
                         let Some(key) = keys.next() else { break };
-                        put_with(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| {
-                            put_with(b, NFTA_SET_ELEM_KEY | NLA_F_NESTED, |b| {
-                                put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(key))
-                            })
-                        });
+                        put_with(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| DataRef::Value(key).put(b, NFTA_SET_ELEM_KEY));
                     }
                 });
             });
@@ -168,39 +166,21 @@ impl Lines {
     }
 }
 
-/// One element's attributes: flags, key, a range's last key, data, and the comment.
-fn element(b: &mut Vec<u8>, e: &Laid) {
+/// One element's attributes, a named set's or an anonymous one's: flags, key, a range's last
+/// key, data, and the comment.
+pub(crate) fn element(b: &mut Vec<u8>, e: &Laid) {
     if e.flags != 0 {
-        put_with(b, NFTA_SET_ELEM_FLAGS, |b| b.extend_from_slice(&e.flags.to_be_bytes()));
+        put_be32(b, NFTA_SET_ELEM_FLAGS, e.flags);
     }
-    put_with(b, NFTA_SET_ELEM_KEY | NLA_F_NESTED, |b| put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(e.key)));
+    DataRef::Value(e.key).put(b, NFTA_SET_ELEM_KEY);
     if let Some(end) = e.key_end {
-        put_with(b, NFTA_SET_ELEM_KEY_END | NLA_F_NESTED, |b| {
-            put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(end))
-        });
+        DataRef::Value(end).put(b, NFTA_SET_ELEM_KEY_END);
     }
-    match e.data {
-        None => {}
-        Some(DataRef::Value(v)) => {
-            put_with(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(v)))
-        }
-        Some(DataRef::Verdict(code, chain)) => put_with(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| {
-            put_with(b, NFTA_DATA_VERDICT | NLA_F_NESTED, |b| {
-                put_with(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
-                if let Some(chain) = chain {
-                    put_str(b, NFTA_VERDICT_CHAIN, chain);
-                }
-            })
-        }),
+    if let Some(data) = e.data {
+        data.put(b, NFTA_SET_ELEM_DATA);
     }
     if let Some(text) = e.comment {
-        // Userdata TLV: type 0 (comment), length, NUL-terminated text.
-        put_with(b, NFTA_SET_ELEM_USERDATA, |b| {
-            b.push(0);
-            b.push((text.len() + 1) as u8);
-            b.extend_from_slice(text.as_bytes());
-            b.push(0);
-        });
+        put_with(b, NFTA_SET_ELEM_USERDATA, |b| udata::put_comment(b, NFTNL_UDATA_SET_ELEM_COMMENT, text));
     }
 }
 

@@ -1,7 +1,7 @@
 //! Objects someone else added to our tables, which a refresh deletes by kind and handle: a name
 //! read from the kernel never reaches a script, whatever characters it holds.
 
-pub use crate::netlink::TableObject;
+use crate::netlink::TableObject;
 
 /// One object someone else added to one of our tables, to be deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -26,9 +26,11 @@ mod ruleset;
 mod service;
 mod templates;
 
+#[cfg(test)]
+use crate::netlink::TableObject;
 pub use builder::{Journal, PortId};
 pub use detect::{Detector, node_ip};
-pub use foreign::{Foreign, TableObject};
+pub use foreign::Foreign;
 pub use rendered::{Rendered, Update};
 
 pub use templates::{ElementText, FamilyWords};

@@ -150,8 +150,6 @@ pub(crate) const NFT_DYNSET_DEFAULT_SIZE: u32 = 0xffff;
 pub(crate) const NFT_VERDICT_DATA_LEN: u32 = 16;
 /// The data type of verdicts (`NFT_DATA_VERDICT`).
 pub(crate) const NFT_DATA_VERDICT: u32 = 0xffff_ff00;
-/// Element user data: the comment's type in its TLVs (libnftnl's `NFTNL_UDATA_SET_ELEM_COMMENT`).
-pub(crate) const NFTNL_UDATA_SET_ELEM_COMMENT: u8 = 0;
 
 // Keys and flags some expressions take.
 

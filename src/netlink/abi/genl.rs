@@ -3,8 +3,6 @@
 
 // linux/netfilter/ipset/ip_set.h: ipsets over nfnetlink.
 
-/// The ipset subsystem: the high byte of its message types.
-pub(crate) const NFNL_SUBSYS_IPSET: u16 = 6;
 /// The oldest protocol version kernels accept for `DESTROY` and `HEADER` (version 7 kernels
 /// take 6 too; a version 6 kernel refuses 7).
 pub(crate) const IPSET_PROTOCOL_MIN: u8 = 6;

@@ -1,7 +1,8 @@
 //! The kernel's numbers, each named once as its header names it, by subsystem: netlink's
 //! header, nfnetlink's subsystems and netfilter's families and hooks, nf_tables' messages and
-//! attributes, its expressions', ctnetlink's, rtnetlink's, IP protocols, and the ipset and
-//! IPVS families' (`genl`). Re-exported here, so users write `abi::NAME`.
+//! attributes, its expressions', ctnetlink's, rtnetlink's, IP protocols, the ipset and IPVS
+//! families' (`genl`), and nftables' user data records (`udata`). Re-exported here, so users
+//! write `abi::NAME`.
 
 mod ctnetlink;
 mod expr;
@@ -11,6 +12,7 @@ mod netlink;
 mod nfnetlink;
 mod nftables;
 mod rtnetlink;
+mod udata;
 pub(crate) use ctnetlink::*;
 pub(crate) use expr::*;
 pub(crate) use genl::*;
@@ -19,3 +21,4 @@ pub(crate) use netlink::*;
 pub(crate) use nfnetlink::*;
 pub(crate) use nftables::*;
 pub(crate) use rtnetlink::*;
+pub(crate) use udata::*;

@@ -1,4 +1,12 @@
-//! netlink.h's numbers: the message header's types and flags, the attribute header's flags.
+//! netlink.h's numbers: the protocols (netlink families) sockets open, the message header's
+//! types and flags, the attribute header's flags.
+
+/// rtnetlink: interfaces and addresses.
+pub(crate) const NETLINK_ROUTE: i32 = 0;
+/// nfnetlink: nf_tables, ctnetlink and ipset.
+pub(crate) const NETLINK_NETFILTER: i32 = 12;
+/// Generic netlink: IPVS.
+pub(crate) const NETLINK_GENERIC: i32 = 16;
 
 /// `nlmsg_type` of an error or acknowledgement.
 pub(crate) const NLMSG_ERROR: u16 = 2;

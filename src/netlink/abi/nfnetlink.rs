@@ -5,6 +5,8 @@
 
 /// The ctnetlink subsystem (conntrack).
 pub(crate) const NFNL_SUBSYS_CTNETLINK: u16 = 1;
+/// The ipset subsystem: the high byte of its message types.
+pub(crate) const NFNL_SUBSYS_IPSET: u16 = 6;
 /// The nf_tables subsystem: the high byte of its message types.
 pub(crate) const NFNL_SUBSYS_NFTABLES: u16 = 10;
 /// The multicast group of nftables change notifications.

@@ -9,7 +9,7 @@ use crate::netlink::abi::{
     CTA_IP_V4_DST, CTA_IP_V4_SRC, CTA_IP_V6_DST, CTA_IP_V6_SRC, CTA_PROTO_DST_PORT, CTA_PROTO_NUM, CTA_PROTO_SRC_PORT,
     CTA_TUPLE_IP, CTA_TUPLE_ORIG, CTA_TUPLE_PROTO, CTA_TUPLE_REPLY, CTA_ZONE, NFNL_SUBSYS_CTNETLINK, NLA_F_NESTED,
 };
-pub use crate::netlink::attr::Malformed;
+use crate::netlink::attr::Malformed;
 
 /// One conntrack entry as a dump shows it: what the cleanup reads, and its original tuple as
 /// the kernel sent it, which is what deleting it takes.

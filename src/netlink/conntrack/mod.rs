@@ -6,7 +6,7 @@
 
 mod attrs;
 
-pub use attrs::{Entry, Malformed, decode};
+pub use attrs::{Entry, decode};
 
 use super::abi::{
     CTA_STATS_GLOBAL_ENTRIES, CTA_STATUS, CTA_TIMEOUT, CTA_TUPLE_ORIG, CTA_TUPLE_REPLY, CTA_ZONE, IPCTNL_MSG_CT_DELETE,
@@ -20,6 +20,8 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+// The only public path to these numbers (`abi` is the crate's): tests/kernel and the
+// benchmark create flows with them.
 pub use super::abi::{IPPROTO_TCP, IPPROTO_UDP};
 
 /// How long one receive may wait for the kernel: the sync thread runs the cleanup, and a

@@ -9,8 +9,9 @@ use crate::netlink::abi::{
     NFTA_RULE_CHAIN, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_TABLE_NAME, NLM_F_ACK, NLM_F_CREATE,
 };
 use crate::netlink::attr;
+use crate::netlink::send::Sender;
 use crate::nft::NftError;
-use crate::nft::wire::{self, Batch};
+use crate::nft::wire::Batch;
 
 /// A removal being written: the batch and, per message, what it does.
 pub(super) struct Removal {
@@ -75,6 +76,6 @@ impl Removal {
     pub(super) fn send(self) -> Result<(), NftError> {
         let (bytes, lines) = self.batch.finish_with_lines();
         let steps = self.steps.join("\n");
-        wire::Sender::default().send(&bytes).map_err(|e| lines.explain(e, &steps))
+        Sender::default().send(&bytes).map_err(|e| lines.explain(e, &steps))
     }
 }

@@ -170,15 +170,7 @@ impl Expr {
             }
             Expr::Immediate { dreg, data } => {
                 put_be32(b, NFTA_IMMEDIATE_DREG, *dreg);
-                put_with(b, NFTA_IMMEDIATE_DATA | NLA_F_NESTED, |b| match data {
-                    Data::Value(v) => put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(v)),
-                    Data::Verdict(code, chain) => put_with(b, NFTA_DATA_VERDICT | NLA_F_NESTED, |b| {
-                        put_with(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
-                        if let Some(c) = chain {
-                            put_str(b, NFTA_VERDICT_CHAIN, c);
-                        }
-                    }),
-                });
+                data.put(b, NFTA_IMMEDIATE_DATA);
             }
             Expr::Numgen { dreg, inc, modulus, offset } => [
                 (NFTA_NG_DREG, *dreg),

@@ -8,7 +8,8 @@ use super::lex::Token;
 use crate::model::Family;
 use crate::netlink::abi::{
     IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP, NFT_CT_STATE, NFT_CT_STATUS, NFT_FIB_RESULT_ADDRTYPE, NFT_META_IIFNAME,
-    NFT_META_L4PROTO, NFT_META_MARK, NFTA_FIB_F_DADDR, NFTA_FIB_F_SADDR,
+    NFT_META_L4PROTO, NFT_META_MARK, NFTA_FIB_F_DADDR, NFTA_FIB_F_SADDR, PROTO_DESC_IP, PROTO_DESC_IP6,
+    PROTO_DESC_SCTP, PROTO_DESC_TCP, PROTO_DESC_UDP,
 };
 use std::net::IpAddr;
 
@@ -140,13 +141,6 @@ pub struct Field {
     pub desc: Option<(u32, u32)>,
 }
 
-/// nftables' `PROTO_DESC_*` ids of the headers the templates read.
-const DESC_TCP: u32 = 8;
-const DESC_UDP: u32 = 6;
-const DESC_SCTP: u32 = 10;
-const DESC_IP: u32 = 12;
-const DESC_IP6: u32 = 13;
-
 /// The protocol number of a `tcp`, `udp` or `sctp` word.
 pub fn proto_number(word: &str) -> Option<u8> {
     match word {
@@ -174,19 +168,19 @@ impl Field {
             ..Field::new(Load::Payload(Base::Network, offset), kind)
         };
         let f = match (w(0), w(1)) {
-            ("ip", "saddr") if family == Family::V4 => ip(12, Kind::Ipv4, DESC_IP, 11),
-            ("ip", "daddr") if family == Family::V4 => ip(16, Kind::Ipv4, DESC_IP, 12),
-            ("ip6", "saddr") if family == Family::V6 => ip(8, Kind::Ipv6, DESC_IP6, 8),
-            ("ip6", "daddr") if family == Family::V6 => ip(24, Kind::Ipv6, DESC_IP6, 9),
+            ("ip", "saddr") if family == Family::V4 => ip(12, Kind::Ipv4, PROTO_DESC_IP, 11),
+            ("ip", "daddr") if family == Family::V4 => ip(16, Kind::Ipv4, PROTO_DESC_IP, 12),
+            ("ip6", "saddr") if family == Family::V6 => ip(8, Kind::Ipv6, PROTO_DESC_IP6, 8),
+            ("ip6", "daddr") if family == Family::V6 => ip(24, Kind::Ipv6, PROTO_DESC_IP6, 9),
             ("meta", "l4proto") => Field::new(Load::Meta(NFT_META_L4PROTO), Kind::Proto),
             ("meta", "mark") => Field::new(Load::Meta(NFT_META_MARK), Kind::Mark),
             ("iifname", _) => return Ok((Field::new(Load::Meta(NFT_META_IIFNAME), Kind::Ifname), 1)),
             ("th", "dport") => Field::new(Load::Payload(Base::Transport, 2), Kind::Port),
             (p @ ("tcp" | "udp" | "sctp"), dir @ ("sport" | "dport")) => {
                 let desc = match p {
-                    "tcp" => DESC_TCP,
-                    "udp" => DESC_UDP,
-                    _ => DESC_SCTP,
+                    "tcp" => PROTO_DESC_TCP,
+                    "udp" => PROTO_DESC_UDP,
+                    _ => PROTO_DESC_SCTP,
                 };
                 // Source port first in each of these headers, then the destination port.
                 let (offset, tmpl) = if dir == "sport" { (0, 1) } else { (2, 2) };

@@ -25,8 +25,9 @@ pub use set::AnonSet;
 use crate::model::Family;
 use crate::netlink::abi::*;
 use crate::netlink::attr::{put_be32, put_be64, put_str, put_with};
-use crate::netlink::{Hook, NfFamily};
-use crate::nft::wire::{Batch, ELEMENT_LIST_BUDGET};
+use crate::netlink::{Hook, NfFamily, udata};
+use crate::nft::element::Laid;
+use crate::nft::wire::{self, Batch, ELEMENT_LIST_BUDGET};
 use parse::{Command, Obj};
 use std::collections::BTreeMap;
 
@@ -96,24 +97,6 @@ impl Schema {
             info.id = None;
         }
         self.next_id = 0;
-    }
-}
-
-/// One element of an anonymous set: its flags, key and verdict.
-fn anon_element(b: &mut Vec<u8>, key: &[u8], flags: u32, data: Option<&Data>) {
-    if flags != 0 {
-        put_be32(b, NFTA_SET_ELEM_FLAGS, flags);
-    }
-    put_with(b, NFTA_SET_ELEM_KEY | NLA_F_NESTED, |b| put_with(b, NFTA_DATA_VALUE, |b| b.extend_from_slice(key)));
-    if let Some(Data::Verdict(code, chain)) = data {
-        put_with(b, NFTA_SET_ELEM_DATA | NLA_F_NESTED, |b| {
-            put_with(b, NFTA_DATA_VERDICT | NLA_F_NESTED, |b| {
-                put_with(b, NFTA_VERDICT_CODE, |b| b.extend_from_slice(&code.to_be_bytes()));
-                if let Some(c) = chain {
-                    put_str(b, NFTA_VERDICT_CHAIN, c);
-                }
-            })
-        });
     }
 }
 
@@ -245,13 +228,7 @@ impl<'a> Out<'a> {
         self.on(NFT_MSG_NEWTABLE, NLM_F_CREATE, obj, |b| {
             put_be32(b, NFTA_TABLE_FLAGS, 0);
             if let Some(c) = comment {
-                // User data: a comment, NUL-terminated.
-                put_with(b, NFTA_TABLE_USERDATA, |b| {
-                    b.push(0);
-                    b.push((c.len() + 1) as u8);
-                    b.extend_from_slice(c.as_bytes());
-                    b.push(0);
-                });
+                put_with(b, NFTA_TABLE_USERDATA, |b| udata::put_comment(b, NFTNL_UDATA_TABLE_COMMENT, c));
             }
         });
     }
@@ -363,7 +340,9 @@ impl<'a> Out<'a> {
                     let start = b.len();
                     while b.len() - start < ELEMENT_LIST_BUDGET {
                         let Some((key, flags, data)) = elements.next() else { break };
-                        put_with(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| anon_element(b, key, *flags, data.as_ref()));
+                        let data = data.as_ref().map(Data::as_data_ref);
+                        let e = Laid { key, key_end: None, flags: *flags, data, comment: None };
+                        put_with(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| wire::element(b, &e));
                     }
                 });
             });

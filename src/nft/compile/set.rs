@@ -10,18 +10,11 @@ use super::lex::Token;
 use super::parse::SetDecl;
 use crate::model::Family;
 use crate::netlink::SetSpec;
-use crate::netlink::abi::{
-    NFT_DATA_VERDICT, NFT_NG_INCREMENTAL, NFT_NG_RANDOM, NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT,
-    NFT_SET_ELEM_INTERVAL_END, NFT_SET_EVAL, NFT_SET_INTERVAL, NFT_SET_MAP, NFT_SET_TIMEOUT,
-};
+use crate::netlink::abi::*;
+use crate::netlink::udata::{put as tlv, put_comment, put_u32 as tlv_u32};
 
 /// Bits per type in a concatenation's folded type.
 const TYPE_BITS: u32 = 6;
-/// nftables' expression type ids in `typeof` user data.
-const EXPR_PAYLOAD: u32 = 7;
-const EXPR_CONCAT: u32 = 13;
-const EXPR_NUMGEN: u32 = 23;
-const EXPR_VERDICT: u32 = 1;
 
 /// One key or data field of a declaration.
 #[derive(Debug, Clone)]
@@ -71,38 +64,26 @@ fn folded(parts: &[Part]) -> (u32, u32) {
     (ty, kinds.iter().map(|k| slots(k.len()) * 4).sum())
 }
 
-fn tlv(b: &mut Vec<u8>, kind: u8, value: &[u8]) {
-    // Lengths are one byte: the values are the templates' own (types, short comments).
-    debug_assert!(value.len() <= 255, "user data over 255 bytes");
-    b.push(kind);
-    b.push(value.len() as u8);
-    b.extend_from_slice(value);
-}
-
-fn tlv_u32(b: &mut Vec<u8>, kind: u8, v: u32) {
-    tlv(b, kind, &v.to_ne_bytes());
-}
-
 /// `typeof` user data of one expression: its type and what describes it.
 fn expr_udata(f: &Field) -> Vec<u8> {
     let mut data = Vec::new();
     let ty = match (f.load, f.desc) {
         (Load::Numgen { inc, modulus, offset }, _) => {
-            tlv_u32(&mut data, 0, if inc { NFT_NG_INCREMENTAL } else { NFT_NG_RANDOM });
-            tlv_u32(&mut data, 1, modulus);
-            tlv_u32(&mut data, 2, offset);
+            tlv_u32(&mut data, NFTNL_UDATA_NUMGEN_TYPE, if inc { NFT_NG_INCREMENTAL } else { NFT_NG_RANDOM });
+            tlv_u32(&mut data, NFTNL_UDATA_NUMGEN_MOD, modulus);
+            tlv_u32(&mut data, NFTNL_UDATA_NUMGEN_OFFSET, offset);
             EXPR_NUMGEN
         }
         (_, Some((desc, tmpl))) => {
-            tlv_u32(&mut data, 0, desc);
-            tlv_u32(&mut data, 1, tmpl);
+            tlv_u32(&mut data, NFTNL_UDATA_SET_KEY_PAYLOAD_DESC, desc);
+            tlv_u32(&mut data, NFTNL_UDATA_SET_KEY_PAYLOAD_TYPE, tmpl);
             EXPR_PAYLOAD
         }
         _ => 0,
     };
     let mut out = Vec::new();
-    tlv_u32(&mut out, 0, ty);
-    tlv(&mut out, 1, &data);
+    tlv_u32(&mut out, NFTNL_UDATA_SET_TYPEOF_EXPR, ty);
+    tlv(&mut out, NFTNL_UDATA_SET_TYPEOF_DATA, &data);
     out
 }
 
@@ -118,19 +99,32 @@ fn typeof_udata(parts: &[Part]) -> Option<Vec<u8>> {
     let mut inner = Vec::new();
     for (i, p) in parts.iter().enumerate() {
         if let Part::Expr(f) = p {
-            tlv(&mut inner, i as u8, &expr_udata(f));
+            tlv(&mut inner, NFTNL_UDATA_SET_KEY_CONCAT_NEST + i as u8, &expr_udata(f));
         }
     }
     let mut out = Vec::new();
-    tlv_u32(&mut out, 0, EXPR_CONCAT);
-    tlv(&mut out, 1, &inner);
+    tlv_u32(&mut out, NFTNL_UDATA_SET_TYPEOF_EXPR, EXPR_CONCAT);
+    tlv(&mut out, NFTNL_UDATA_SET_TYPEOF_DATA, &inner);
     Some(out)
+}
+
+/// The byte order of a field of type `k` (`BYTEORDER_*`).
+fn byteorder_of(k: Kind) -> u32 {
+    if k.big_endian() { BYTEORDER_BIG_ENDIAN } else { BYTEORDER_HOST_ENDIAN }
+}
+
+/// The `typeof` of a map's verdict data: the verdict expression's type and nothing describing it.
+fn verdict_typeof() -> Vec<u8> {
+    let mut v = Vec::new();
+    tlv_u32(&mut v, NFTNL_UDATA_SET_TYPEOF_EXPR, EXPR_VERDICT);
+    tlv(&mut v, NFTNL_UDATA_SET_TYPEOF_DATA, &[]);
+    v
 }
 
 /// A key's byte order as `nft` records it: none for a concatenation, else its type's.
 fn byteorder(parts: &[Part]) -> u32 {
     match parts {
-        [p] => p.kind().map_or(0, |k| if k.big_endian() { 2 } else { 1 }),
+        [p] => p.kind().map_or(0, byteorder_of),
         _ => 0,
     }
 }
@@ -156,28 +150,25 @@ pub fn spec(d: &SetDecl, family: Family) -> Result<SetSpec, CompileError> {
         flags |= NFT_SET_CONCAT;
     }
     let mut udata = Vec::new();
-    tlv_u32(&mut udata, 0, byteorder(&key));
+    tlv_u32(&mut udata, NFTNL_UDATA_SET_KEYBYTEORDER, byteorder(&key));
     if d.map {
-        tlv_u32(&mut udata, 1, byteorder(&data));
+        tlv_u32(&mut udata, NFTNL_UDATA_SET_DATABYTEORDER, byteorder(&data));
     }
     if let Some(k) = typeof_udata(&key) {
-        tlv(&mut udata, 3, &k);
+        tlv(&mut udata, NFTNL_UDATA_SET_KEY_TYPEOF, &k);
     }
     if let Some(v) = typeof_udata(&data) {
-        tlv(&mut udata, 4, &v);
+        tlv(&mut udata, NFTNL_UDATA_SET_DATA_TYPEOF, &v);
     } else if d.typeof_ && matches!(data.as_slice(), [Part::Verdict]) {
         // A `typeof` map's verdict: the verdict expression's type and no data, as `nft`
         // records it.
-        let mut v = Vec::new();
-        tlv_u32(&mut v, 0, EXPR_VERDICT);
-        tlv(&mut v, 1, &[]);
-        tlv(&mut udata, 4, &v);
+        tlv(&mut udata, NFTNL_UDATA_SET_DATA_TYPEOF, &verdict_typeof());
     }
     if d.map {
-        tlv_u32(&mut udata, 6, 0);
+        tlv_u32(&mut udata, NFTNL_UDATA_SET_DATA_INTERVAL, 0);
     }
     if let Some(c) = &d.comment {
-        tlv(&mut udata, 7, &[c.as_bytes(), &[0]].concat());
+        put_comment(&mut udata, NFTNL_UDATA_SET_COMMENT, c);
     }
     // A concatenation's field lengths, or a size (the two never go together).
     let (size, concat) = match flags & NFT_SET_CONCAT {
@@ -250,9 +241,9 @@ pub fn anon_interval(f: Field, prefixes: &[(Vec<u8>, u32)], id: u32) -> AnonSet 
         }
     }
     let mut udata = Vec::new();
-    tlv_u32(&mut udata, 0, if f.kind.big_endian() { 2 } else { 1 });
-    tlv_u32(&mut udata, 2, 1);
-    tlv(&mut udata, 3, &expr_udata(&f));
+    tlv_u32(&mut udata, NFTNL_UDATA_SET_KEYBYTEORDER, byteorder_of(f.kind));
+    tlv_u32(&mut udata, NFTNL_UDATA_SET_MERGE_ELEMENTS, 1);
+    tlv(&mut udata, NFTNL_UDATA_SET_KEY_TYPEOF, &expr_udata(&f));
     let spec = SetSpec {
         name: "__set%d".into(),
         flags: NFT_SET_ANONYMOUS | NFT_SET_CONSTANT | NFT_SET_INTERVAL,
@@ -269,13 +260,10 @@ pub fn anon_interval(f: Field, prefixes: &[(Vec<u8>, u32)], id: u32) -> AnonSet 
 /// The anonymous verdict map `numgen … vmap { k : verdict, … }`.
 pub fn anon_vmap(entries: Vec<(u32, Data)>, id: u32) -> AnonSet {
     let mut udata = Vec::new();
-    tlv_u32(&mut udata, 0, 1);
-    tlv_u32(&mut udata, 1, 0);
-    let mut verdict = Vec::new();
-    tlv_u32(&mut verdict, 0, EXPR_VERDICT);
-    tlv(&mut verdict, 1, &[]);
-    tlv(&mut udata, 4, &verdict);
-    tlv_u32(&mut udata, 6, 0);
+    tlv_u32(&mut udata, NFTNL_UDATA_SET_KEYBYTEORDER, BYTEORDER_HOST_ENDIAN);
+    tlv_u32(&mut udata, NFTNL_UDATA_SET_DATABYTEORDER, 0);
+    tlv(&mut udata, NFTNL_UDATA_SET_DATA_TYPEOF, &verdict_typeof());
+    tlv_u32(&mut udata, NFTNL_UDATA_SET_DATA_INTERVAL, 0);
     let spec = SetSpec {
         name: "__map%d".into(),
         flags: NFT_SET_ANONYMOUS | NFT_SET_CONSTANT | NFT_SET_MAP,

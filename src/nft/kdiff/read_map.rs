@@ -4,8 +4,9 @@
 
 use crate::model::{Family, Protocol};
 use crate::netlink::abi::{NF_DROP, NFT_GOTO, NFT_SET_ELEM_INTERVAL_END};
+use crate::netlink::elements::Element;
 use crate::nft::compile::Data;
-use crate::nft::element::{self, Element};
+use crate::nft::element;
 use crate::render::{Key, MapName, Value};
 use ipnet::IpNet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
