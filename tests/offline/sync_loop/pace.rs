@@ -131,9 +131,15 @@ fn each_change_is_counted_under_what_held_it() {
         // Went at once.
         inbox.send(slice(0, 1));
         synced(&fake, 2);
-        // The fake records a sync before the loop has finished it; a change sent at once could
-        // still count as having waited for that sync. Let the loop go idle first.
-        std::thread::sleep(MS * 30);
+        // The fake records a sync before the loop has finished it, and a change sent before
+        // the loop is done counts as having waited for that sync. The wait is counted near
+        // the end of the sync: after that, a moment for the rest (a loaded machine can hold
+        // the loop's thread for tens of milliseconds).
+        let start = std::time::Instant::now();
+        while waits(&m, "none").get_sample_count() < 1 && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(MS);
+        }
+        std::thread::sleep(MS * 100);
         // Arrived during a sync that hung for 100 ms.
         fake.with(|s| s.blocked = true);
         inbox.send(slice(0, 2));
