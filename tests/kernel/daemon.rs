@@ -30,7 +30,7 @@ fn tampering_is_repaired_within_two_seconds() {
     if !kernel_available() {
         return;
     }
-    let (c, manifests, child) = serving_web(&[]);
+    let (c, _, child) = serving_web(&[]);
     c.node.nft(&["flush", "ruleset"]);
     let took = wait_for(Duration::from_secs(2), || who(&c.client, "172.30.0.40:80") == "pod-1");
     assert!(took.is_some(), "`nft flush ruleset` was not repaired within 2 s");
@@ -42,7 +42,6 @@ fn tampering_is_repaired_within_two_seconds() {
     // caught by the generation check instead ("syncing fully again").
     let repairs = log.matches("restoring the tables").count() + log.matches("syncing fully again").count();
     assert!(repairs >= 2, "both repairs must come from detected tampering:\n{log}");
-    std::fs::remove_file(manifests).unwrap();
 }
 
 #[test]
@@ -50,14 +49,13 @@ fn the_periodic_full_sync_refreshes_in_place_unnoticed_by_the_guard() {
     if !kernel_available() {
         return;
     }
-    let (c, manifests, child) = serving_web(&["--full-sync-period=1s"]);
+    let (c, _, child) = serving_web(&["--full-sync-period=1s"]);
     let refreshes = || child.logged().matches("Refresh sync").count();
     assert!(wait_for(Duration::from_secs(5), || refreshes() >= 2).is_some(), "no periodic refreshes within 5 s");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
     let log = child.stop();
     assert!(!log.contains("restoring the tables"), "the guard took our own refresh for tampering:\n{log}");
     assert!(!log.contains("syncing fully again"), "the refresh's commits were not all counted:\n{log}");
-    std::fs::remove_file(manifests).unwrap();
 }
 
 #[test]
@@ -93,7 +91,6 @@ fn in_a_pid_namespace_its_own_commits_are_not_tampering_and_others_are() {
     assert!(repaired.is_some(), "tampering went unnoticed:\n{}", d.logged());
     assert!(wait_for(Duration::from_secs(3), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some());
     drop(d);
-    std::fs::remove_file(manifests).unwrap();
 }
 
 #[test]
@@ -152,7 +149,6 @@ fn manifest_changes_restart_and_cleanup() {
     }
     assert_eq!(c.node.nft(&["list", "ruleset"]).trim(), "", "--cleanup left rules behind");
     assert_eq!(log.matches("already used by").count(), 2, "one conflict warning per daemon run:\n{log}");
-    std::fs::remove_file(manifests).unwrap();
 }
 
 const KUBE_PROXY_LEFTOVERS: &str = "
@@ -243,7 +239,6 @@ fn no_nft_is_needed_and_an_old_one_is_only_warned_about() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         assert!(!c.node.nft(&["list", "tables"]).contains("kube-nftproxy"), "--cleanup left our tables");
     }
-    std::fs::remove_file(manifests).expect("remove manifests");
 }
 
 #[test]
@@ -252,7 +247,7 @@ fn a_squatted_ipv6_table_stops_neither_ipv4_nor_its_health_and_ipv6_heals_once_f
         return;
     }
     use crate::common::net::http_get;
-    let (c, manifests, d) = serving_web(&["--healthz-bind-address=127.0.0.1:10256", "--sync-period=1s"]);
+    let (c, _, d) = serving_web(&["--healthz-bind-address=127.0.0.1:10256", "--sync-period=1s"]);
     let healthz = || {
         let (code, _, body) = http_get(&c.node.name, "127.0.0.1:10256", "/healthz")?;
         Some((code, serde_json::from_str::<serde_json::Value>(&body).ok()?["status"].clone()))
@@ -293,7 +288,6 @@ fn a_squatted_ipv6_table_stops_neither_ipv4_nor_its_health_and_ipv6_heals_once_f
     assert!(healthy.is_some(), "/healthz stayed {:?}:\n{}", healthz(), d.logged());
     assert!(d.logged().contains("the IPv6 rules went through again"), "{}", d.logged());
     d.stop();
-    std::fs::remove_file(manifests).unwrap();
 }
 
 #[test]
@@ -324,7 +318,6 @@ fn beside_kube_proxy_a_health_port_in_use_is_a_start_error_naming_its_flag() {
     assert!(served.is_some() && d.running(), "{}", d.logged());
     drop(held);
     d.stop();
-    std::fs::remove_file(manifests).expect("remove manifests");
 }
 
 #[test]
@@ -376,9 +369,8 @@ fn a_change_to_the_config_file_ends_the_daemon_as_kube_proxys_does() {
     }
     let c = Cluster::new(1, 0);
     let manifests = write_manifests(&c, web(&c, &["pod-1"]));
-    let dir = std::env::temp_dir().join(format!("{}-kube-proxy-configmap", c.node.name));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir(&dir).unwrap();
+    let configmap = Scratch::new("kube-proxy-configmap");
+    let dir = configmap.0.clone();
     let head = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\n";
     let first = format!("{head}clusterCIDR: 10.0.0.0/8\n");
     kubelet_update(&dir, "2026_01", &first);
@@ -401,6 +393,4 @@ fn a_change_to_the_config_file_ends_the_daemon_as_kube_proxys_does() {
     assert_eq!(status.code(), Some(1), "{log}");
     assert!(ended(&log), "{log}");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1", "the rules stay in place");
-    std::fs::remove_file(manifests).unwrap();
-    std::fs::remove_dir_all(dir).unwrap();
 }

@@ -91,7 +91,6 @@ fn start_under_traffic(c: &Cluster, extra: &[&str], done: &str) -> (String, Vec<
     assert!(started.elapsed() < window, "the takeover ended after the probes did; nothing was proven");
     let failures = prober.join().expect("prober");
     let log = daemon.stop();
-    std::fs::remove_file(manifests).expect("remove manifests");
     (log, failures)
 }
 
@@ -182,7 +181,6 @@ fn a_failed_takeover_is_retried_while_the_proxy_serves() {
     assert!(done.is_some(), "the takeover was not retried:\n{}", d.logged());
     assert!(!c.node.nft(&["list", "tables"]).contains("kube-proxy\n"));
     d.stop();
-    std::fs::remove_file(manifests).expect("remove manifests");
 }
 
 /// Creates `kube-ipvs0` in `ns` holding two service IPs: a dummy as kube-proxy makes it
@@ -273,7 +271,6 @@ fn nodeport_addresses_chosen_silence_the_ipvs_nodeport_warning() {
     let log = daemon.stop();
     assert!(done.is_some(), "{log}");
     assert!(!log.contains("served NodePorts on every local IP"), "{log}");
-    std::fs::remove_file(manifests).expect("remove manifests");
 }
 
 #[test]
@@ -323,7 +320,6 @@ fn kube_proxys_chains_in_iptables_legacy_tables_are_removed_and_no_one_elses() {
     for kept in [":KUBE-KUBELET-CANARY", ":USER-NAT", "-A PREROUTING -p udp -j USER-NAT", ":KUBE-NWPLCY-ABC"] {
         assert!(saved.contains(kept), "{kept} did not stay:\n{saved}");
     }
-    std::fs::remove_file(manifests).expect("remove manifests");
 }
 
 #[test]
@@ -355,7 +351,6 @@ fn the_legacy_restore_waits_a_bounded_while_for_the_xtables_lock() {
     let done = wait_for(Duration::from_secs(15), || d.logged().contains(removed));
     let log = d.stop();
     assert!(done.is_some(), "the retry after the lock was freed did not remove the chains:\n{log}");
-    std::fs::remove_file(manifests).expect("remove manifests");
 }
 
 /// Service `test/api` at 172.30.0.41 (TCP 80 and UDP 53, to the echo port) on `pods`,
@@ -453,5 +448,4 @@ fn beside_kube_proxy_only_the_labelled_services_are_served_and_nothing_of_kube_p
     for never in ["removed ", "upstream kube-proxy left", "/proc/sys/net/netfilter"] {
         assert!(!log.contains(never), "beside kube-proxy the log has {never:?}:\n{log}");
     }
-    std::fs::remove_file(manifests).expect("remove manifests");
 }

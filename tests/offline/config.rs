@@ -3,18 +3,39 @@
 //! and deprecated flags, feature gates, `--write-config-to` read back, `--help`, `--version`
 //! (`-v` is in tests/kernel/daemon.rs, where a sync logs; the library's side in src/config/tests.rs).
 
+use crate::common::Scratch;
 use kube_nftproxy::config::{self, BindAddress, ConfigError, Flags};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+/// A configuration file alone in a scratch directory; it stands for its path, and takes the
+/// directory with it when dropped.
+struct ConfigFile {
+    path: PathBuf,
+    _dir: Scratch,
+}
+
+impl std::fmt::Debug for ConfigFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.path.fmt(f)
+    }
+}
+
+impl std::ops::Deref for ConfigFile {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
 /// A file in a fresh directory, named after the test.
-fn file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("knp-config-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(if text.trim_start().starts_with('{') { "config.json" } else { "config.yaml" });
+fn file(name: &str, text: &str) -> ConfigFile {
+    let dir = Scratch::new(&format!("config-{name}"));
+    let path = dir.path(if text.trim_start().starts_with('{') { "config.json" } else { "config.yaml" });
     std::fs::write(&path, text).unwrap();
-    path
+    ConfigFile { path, _dir: dir }
 }
 
 fn load(path: &std::path::Path, extra: &[&str]) -> Result<(Flags, Vec<String>), ConfigError> {
@@ -137,7 +158,7 @@ fn help_is_grouped_and_version_says_how_it_was_built() {
 }
 
 /// A minimal file with `body` after its kind.
-fn with(name: &str, body: &str) -> PathBuf {
+fn with(name: &str, body: &str) -> ConfigFile {
     file(name, &format!("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n{body}\n"))
 }
 
@@ -389,9 +410,8 @@ fn no_effect_flags_are_taken_and_named_once_deprecated_ports_work() {
 
 #[test]
 fn write_config_to_writes_what_reads_back_the_same() {
-    let dir = std::env::temp_dir().join(format!("knp-config-{}-write", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let written = dir.join("written.yaml");
+    let dir = Scratch::new("config-write");
+    let written = dir.path("written.yaml");
     let cluster = crate::common::root().join("examples/cluster");
     let mut args = vec![
         "--proxy-mode=nftables",
