@@ -27,6 +27,8 @@ pub mod serve;
 pub mod slis;
 pub mod sync;
 pub mod takeover;
+#[cfg(test)]
+mod test_support;
 pub mod text;
 pub mod topology;
 pub mod version;

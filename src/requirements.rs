@@ -241,8 +241,7 @@ mod tests {
     #[test]
     fn a_hung_failing_or_missing_nft_is_an_answer_within_the_time_limit() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("knp-req-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::test_support::TempDir::new("req");
         let script = |name: &str, body: &str| {
             let path = dir.join(name);
             std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
@@ -261,7 +260,6 @@ mod tests {
         let old = script("old", "echo 'nftables v0.9.8 (E.D.S.)'");
         let found = nft_version_output(&old, &limits(10_000)).map(|t| parse_nft_version(&t));
         assert_eq!(found, Ok(Some(v("0.9.8"))));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use super::{BindAddress, Config, ConfigError, DetectLocal, Flags, NodePortAddresses, Notes, load_from};
 use crate::model::{Scheduler, Unserved};
+use crate::test_support::TempFile;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -78,17 +79,14 @@ winkernel:
   sourceVip: ""
 "#;
 
-/// A file in a fresh directory, named after the test.
-pub(super) fn file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("knp-config-unit-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(if text.trim_start().starts_with('{') { "config.json" } else { "config.yaml" });
-    std::fs::write(&path, text).unwrap();
-    path
+/// A file in a fresh directory named after the test, removed when the test ends.
+pub(super) fn file(name: &str, text: &str) -> TempFile {
+    let file = if text.trim_start().starts_with('{') { "config.json" } else { "config.yaml" };
+    TempFile::new(&format!("config-{name}"), file, text)
 }
 
 /// A minimal file with `body` after its kind.
-pub(super) fn with(name: &str, body: &str) -> PathBuf {
+pub(super) fn with(name: &str, body: &str) -> TempFile {
     file(name, &format!("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n{body}\n"))
 }
 

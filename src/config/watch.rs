@@ -57,7 +57,8 @@ mod tests {
     /// the watch starts still ends the daemon, and the same content does not.
     #[test]
     fn a_change_is_told_from_the_content_loaded_not_from_the_file_at_the_start() {
-        let path = std::env::temp_dir().join(format!("knp-watch-{}.yaml", std::process::id()));
+        let dir = crate::test_support::TempDir::new("watch");
+        let path = dir.join("config.yaml");
         std::fs::write(&path, "mode: nftables\n").unwrap();
         let loaded = digest(b"mode: nftables\n");
         let watch = |read: u64| {
@@ -74,6 +75,5 @@ mod tests {
         let before_the_watch = digest(b"mode: iptables\n");
         let changed = watch(before_the_watch).expect("changed between the load and the watch");
         assert!(matches!(&changed, ConfigError::Changed(p) if *p == path), "{changed}");
-        std::fs::remove_file(path).unwrap();
     }
 }

@@ -241,9 +241,8 @@ mod tests {
 
     #[test]
     fn raises_sizes_sets_timeouts_and_reports_what_it_cannot() {
-        let dir = std::env::temp_dir().join(format!("knp-sysctl-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let paths = Paths { proc_dir: dir.clone(), hashsize: dir.join("hashsize") };
+        let dir = crate::test_support::TempDir::new("sysctl");
+        let paths = Paths { proc_dir: dir.path().to_path_buf(), hashsize: dir.join("hashsize") };
         let write = |name: &str, v: &str| std::fs::write(dir.join(name), v).unwrap();
         write("nf_conntrack_max", "65536\n");
         write("hashsize", "65536\n");
@@ -269,6 +268,5 @@ mod tests {
         let out = apply(&ConntrackSettings { min: 4_000_000, ..s }, 2, &paths);
         assert!(matches!(&out[0], Outcome::Failed(..)));
         assert_eq!(out[1], Outcome::Kept(p("nf_conntrack_tcp_timeout_established"), 86400), "no hash size step");
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -221,10 +221,9 @@ FWM  00000001 rr
         let absent = Path::new("/proc/net/no-such-ip_vs");
         let asked = || -> io::Result<Flush> { panic!("the IPVS family was looked up, which loads ip_vs") };
         assert_eq!(flush_where(absent, asked).unwrap(), VirtualServers::NoIpvs);
-        let dir = std::env::temp_dir().join(format!("knp-ipvs-proc-{}", std::process::id()));
-        std::fs::write(&dir, "Prot LocalAddress:Port Scheduler Flags\nTCP  0A600001:01BB rr\n").unwrap();
-        let got = flush_where(&dir, || Ok(Flush::Flushed));
-        std::fs::remove_file(&dir).unwrap();
+        let listed = "Prot LocalAddress:Port Scheduler Flags\nTCP  0A600001:01BB rr\n";
+        let file = crate::test_support::TempFile::new("ipvs-proc", "ip_vs", listed);
+        let got = flush_where(&file, || Ok(Flush::Flushed));
         assert_eq!(got.unwrap(), VirtualServers::Flushed { count: 1 });
     }
 

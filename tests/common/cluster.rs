@@ -9,9 +9,10 @@
 //! - remote node `node-b`: 192.168.1.2; remote pod `rpod-N`: 10.2.N.2 / fd00:10:2:N::2;
 //! - client: 172.16.0.2 and 172.16.0.20 / fd00:172:16::2.
 
-use super::Netns;
 use super::net::EchoServer;
+use super::{Netns, Scratch};
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::process::Command;
 
 /// The port every echo server listens on (endpoints' target port).
@@ -47,6 +48,8 @@ pub struct Cluster {
     pub pods: Vec<Pod>,
     /// The bridge local pods are attached to, in a bridged cluster.
     pub bridge: Option<String>,
+    /// Its manifests and other files, removed with it (after whatever read them).
+    pub scratch: Scratch,
 }
 
 fn ip(ns: &Netns, args: &str) {
@@ -142,7 +145,8 @@ impl Cluster {
         for i in 1..=remote {
             pods.push(Self::pod(&remote_ns, "rpod", "node-b", 2, i, None));
         }
-        let c = Cluster { node, remote: remote_ns, client, pods, bridge: bridge.map(str::to_string) };
+        let scratch = Scratch::new("cluster");
+        let c = Cluster { node, remote: remote_ns, client, pods, bridge: bridge.map(str::to_string), scratch };
         super::explained::know(Some(c.who()));
         c
     }
@@ -240,7 +244,7 @@ impl Cluster {
         let mut items = vec![node];
         items.extend(objects);
         let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
-        let file = std::env::temp_dir().join(format!("{}.json", self.node.name));
+        let file = self.applied();
         std::fs::write(&file, serde_json::to_vec_pretty(&list).unwrap()).unwrap();
         let mut all: Vec<String> = vec![format!("--cluster-cidr={CLUSTER_CIDRS}")];
         all.extend(args.iter().map(|a| a.to_string()));
@@ -248,6 +252,11 @@ impl Cluster {
         self.node.nft_apply(&script).unwrap_or_else(|e| panic!("ruleset does not load: {e}"));
         super::explained::rules(Some(super::explained::Rules::Binary { manifests: file, args: all }));
         script
+    }
+
+    /// The manifests the last `apply` rendered.
+    pub fn applied(&self) -> PathBuf {
+        self.scratch.path("applied.json")
     }
 
     /// Who is who, for `explained` to ask explain about this cluster's probes.
@@ -269,6 +278,5 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         super::explained::know(None);
-        let _ = std::fs::remove_file(std::env::temp_dir().join(format!("{}.json", self.node.name)));
     }
 }

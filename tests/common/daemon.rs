@@ -170,15 +170,13 @@ impl Daemon {
     }
 }
 
-/// Writes `objects` and this node's Node object as one JSON list for cluster `c`; returns its
-/// path (the same path for the same cluster, so writing again changes the manifests).
+/// Writes `objects` and this node's Node object as one JSON list for cluster `c`, with
+/// `write_list` in the cluster's scratch directory; returns its path (the same path for the
+/// same cluster, so writing again changes the manifests).
 pub fn write_manifests(c: &Cluster, objects: Vec<Value>) -> PathBuf {
     let mut items = vec![Cluster::node_object()];
     items.extend(objects);
-    let path = std::env::temp_dir().join(format!("{}-manifests.json", c.node.name));
-    let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
-    std::fs::write(&path, serde_json::to_vec(&list).expect("json")).expect("write manifests");
-    path
+    write_list(&c.scratch.0, &json!({"apiVersion": "v1", "kind": "List", "items": items}))
 }
 
 /// Writes `list` as `cluster.json` in `dir` at once (written aside, then renamed: the daemon

@@ -149,6 +149,11 @@ impl Scratch {
         Scratch(dir)
     }
 
+    /// Entry `name` in it.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
     /// Writes `text` to file `name` in it.
     pub fn write(&self, name: &str, text: &str) {
         std::fs::write(self.0.join(name), text).expect("write scratch file");

@@ -12,6 +12,10 @@ use serde_json::{Value, json};
 use std::process::Command;
 use std::time::Duration;
 
+mod beside_kube_proxy;
+mod cleanup;
+mod config_file;
+
 /// A one-node cluster whose daemon (started with `extra` flags) serves the `web` service on
 /// `pod-1`; returns the cluster, the manifests file and the daemon.
 fn serving_web(extra: &[&str]) -> (Cluster, std::path::PathBuf, Daemon) {
@@ -30,7 +34,7 @@ fn tampering_is_repaired_within_two_seconds() {
     if !kernel_available() {
         return;
     }
-    let (c, manifests, child) = serving_web(&[]);
+    let (c, _, child) = serving_web(&[]);
     c.node.nft(&["flush", "ruleset"]);
     let took = wait_for(Duration::from_secs(2), || who(&c.client, "172.30.0.40:80") == "pod-1");
     assert!(took.is_some(), "`nft flush ruleset` was not repaired within 2 s");
@@ -42,7 +46,6 @@ fn tampering_is_repaired_within_two_seconds() {
     // caught by the generation check instead ("syncing fully again").
     let repairs = log.matches("restoring the tables").count() + log.matches("syncing fully again").count();
     assert!(repairs >= 2, "both repairs must come from detected tampering:\n{log}");
-    std::fs::remove_file(manifests).unwrap();
 }
 
 #[test]
@@ -50,14 +53,13 @@ fn the_periodic_full_sync_refreshes_in_place_unnoticed_by_the_guard() {
     if !kernel_available() {
         return;
     }
-    let (c, manifests, child) = serving_web(&["--full-sync-period=1s"]);
+    let (c, _, child) = serving_web(&["--full-sync-period=1s"]);
     let refreshes = || child.logged().matches("Refresh sync").count();
     assert!(wait_for(Duration::from_secs(5), || refreshes() >= 2).is_some(), "no periodic refreshes within 5 s");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
     let log = child.stop();
     assert!(!log.contains("restoring the tables"), "the guard took our own refresh for tampering:\n{log}");
     assert!(!log.contains("syncing fully again"), "the refresh's commits were not all counted:\n{log}");
-    std::fs::remove_file(manifests).unwrap();
 }
 
 #[test]
@@ -93,7 +95,6 @@ fn in_a_pid_namespace_its_own_commits_are_not_tampering_and_others_are() {
     assert!(repaired.is_some(), "tampering went unnoticed:\n{}", d.logged());
     assert!(wait_for(Duration::from_secs(3), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some());
     drop(d);
-    std::fs::remove_file(manifests).unwrap();
 }
 
 #[test]
@@ -152,24 +153,7 @@ fn manifest_changes_restart_and_cleanup() {
     }
     assert_eq!(c.node.nft(&["list", "ruleset"]).trim(), "", "--cleanup left rules behind");
     assert_eq!(log.matches("already used by").count(), 2, "one conflict warning per daemon run:\n{log}");
-    std::fs::remove_file(manifests).unwrap();
 }
-
-const KUBE_PROXY_LEFTOVERS: &str = "
-table ip kube-proxy {
-	chain services { counter; }
-}
-table ip nat {
-	chain PREROUTING { type nat hook prerouting priority -100; policy accept;
-		counter jump KUBE-SERVICES
-		tcp dport 2222 counter accept
-	}
-	chain KUBE-SERVICES { ip daddr 10.96.0.1 jump KUBE-SVC-ABC
-	}
-	chain KUBE-SVC-ABC { counter; }
-	chain OTHER { counter; }
-}
-";
 
 fn cleanup(ns: &Netns, extra: &[&str]) -> String {
     let out = Command::new("ip")
@@ -182,77 +166,12 @@ fn cleanup(ns: &Netns, extra: &[&str]) -> String {
 }
 
 #[test]
-fn cleanup_reports_and_removes_kube_proxy_leftovers() {
-    if !kernel_available() {
-        return;
-    }
-    let ns = Netns::new("migrate");
-    ns.nft_apply(KUBE_PROXY_LEFTOVERS).unwrap();
-    let report = cleanup(&ns, &[]);
-    assert!(
-        report.contains("`ip kube-proxy`") && report.contains("`ip nat` KUBE-SERVICES and 1 per-service chain ("),
-        "{report}"
-    );
-    assert_eq!(ns.nft(&["list", "tables"]).lines().count(), 2, "--cleanup alone must not touch kube-proxy's rules");
-
-    cleanup(&ns, &["--cleanup-kube-proxy"]);
-    let left = ns.nft(&["list", "ruleset"]);
-    assert!(!left.contains("kube-proxy") && !left.contains("KUBE-"), "kube-proxy leftovers remain:\n{left}");
-    assert!(left.contains("chain OTHER") && left.contains("tcp dport 2222"), "unrelated rules were removed:\n{left}");
-    let again = cleanup(&ns, &["--cleanup-kube-proxy"]);
-    assert!(!again.contains("kube-proxy left"), "{again}");
-}
-
-#[test]
-fn no_nft_is_needed_and_an_old_one_is_only_warned_about() {
-    if !kernel_available() {
-        return;
-    }
-    let c = Cluster::new(1, 0);
-    let dir = Scratch::new("oldnft");
-    let old = fake_nft_reporting(&dir.0, "nftables v0.9.8 (E.D.S.)", "exit 1");
-    let old = old.to_str().expect("utf-8 path");
-    let manifests = write_manifests(&c, web(&c, &["pod-1"]));
-    // Upstream's switch skips the kernel check (this kernel passes it anyway).
-    let skip = (kube_nftproxy::requirements::SKIP_KERNEL_CHECK, "1");
-    let d = Daemon::start(&c.node, &manifests, &[], &[("NFT", old), skip]);
-    let serves = wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1");
-    assert!(serves.is_some(), "the daemon must serve beside an old nft:\n{}", d.logged());
-    let want = "nft 0.9.8 on this node may not list these rules: nft 1.0.1 or later has";
-    assert!(wait_for(Duration::from_secs(5), || d.logged().contains(want)).is_some(), "{}", d.logged());
-    assert!(d.logged().contains("is set: not checking the kernel version"), "{}", d.logged());
-    d.stop();
-
-    // No nft at all: said once, at info.
-    let d = Daemon::start(&c.node, &manifests, &[], &[("NFT", "/nonexistent/nft")]);
-    assert!(
-        wait_for(Duration::from_secs(5), || d.logged().contains("no nft on this node")).is_some(),
-        "{}",
-        d.logged()
-    );
-    assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
-    d.stop();
-
-    // --cleanup runs no nft, old or missing.
-    for nft in [old, "/nonexistent/nft"] {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &c.node.name, env!("CARGO_BIN_EXE_kube-nftproxy"), "--cleanup"])
-            .env("NFT", nft)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        assert!(!c.node.nft(&["list", "tables"]).contains("kube-nftproxy"), "--cleanup left our tables");
-    }
-    std::fs::remove_file(manifests).expect("remove manifests");
-}
-
-#[test]
 fn a_squatted_ipv6_table_stops_neither_ipv4_nor_its_health_and_ipv6_heals_once_freed() {
     if !kernel_available() {
         return;
     }
     use crate::common::net::http_get;
-    let (c, manifests, d) = serving_web(&["--healthz-bind-address=127.0.0.1:10256", "--sync-period=1s"]);
+    let (c, _, d) = serving_web(&["--healthz-bind-address=127.0.0.1:10256", "--sync-period=1s"]);
     let healthz = || {
         let (code, _, body) = http_get(&c.node.name, "127.0.0.1:10256", "/healthz")?;
         Some((code, serde_json::from_str::<serde_json::Value>(&body).ok()?["status"].clone()))
@@ -293,114 +212,4 @@ fn a_squatted_ipv6_table_stops_neither_ipv4_nor_its_health_and_ipv6_heals_once_f
     assert!(healthy.is_some(), "/healthz stayed {:?}:\n{}", healthz(), d.logged());
     assert!(d.logged().contains("the IPv6 rules went through again"), "{}", d.logged());
     d.stop();
-    std::fs::remove_file(manifests).unwrap();
-}
-
-#[test]
-fn beside_kube_proxy_a_health_port_in_use_is_a_start_error_naming_its_flag() {
-    if !kernel_available() {
-        return;
-    }
-    let c = Cluster::new(1, 0);
-    // kube-proxy's health port, held as kube-proxy holds it (every address, both families).
-    let held =
-        crate::common::net::in_netns(&c.node.name, || std::net::TcpListener::bind("[::]:10256").expect("bind 10256"));
-    let manifests = write_manifests(&c, web(&c, &["pod-1"]));
-    let mut d = Daemon::start(&c.node, &manifests, &["--service-proxy-name=canary"], &[]);
-    let status = d.wait_exit(Duration::from_secs(10)).expect("the daemon kept running with its port taken");
-    let log = d.logged();
-    assert!(!status.success(), "{log}");
-    assert!(log.contains("give --healthz-bind-address another") && log.contains("10256"), "{log}");
-    // Another port, as the README says: it serves.
-    let mut d = Daemon::start(
-        &c.node,
-        &manifests,
-        &["--service-proxy-name=canary", "--healthz-bind-address=0.0.0.0:10266"],
-        &[],
-    );
-    let served = wait_for(Duration::from_secs(10), || {
-        crate::common::net::http_get(&c.node.name, "127.0.0.1:10266", "/healthz").is_some()
-    });
-    assert!(served.is_some() && d.running(), "{}", d.logged());
-    drop(held);
-    d.stop();
-    std::fs::remove_file(manifests).expect("remove manifests");
-}
-
-#[test]
-fn beside_kube_proxy_a_service_moves_in_and_out_with_its_label() {
-    if !kernel_available() {
-        return;
-    }
-    let c = Cluster::new(1, 0);
-    let emu = Emulator::start(Some(&c.remote.name), "192.168.1.2:6443", None, &[]);
-    let web_of = |proxy: Option<&str>| {
-        let mut objects = web(&c, &["pod-1"]);
-        let labels = proxy.map(|p| json!({"service.kubernetes.io/service-proxy-name": p}));
-        objects[0]["metadata"]["labels"] = labels.unwrap_or(json!({}));
-        Value::Array(objects)
-    };
-    emu.apply(&Value::Array(vec![Cluster::node_object()]));
-    emu.apply(&web_of(None));
-    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &["--service-proxy-name=canary"], &[]);
-    let ours = || c.node.nft(&["list", "map", "ip", "kube-nftproxy", "service-ips"]).contains("172.30.0.40");
-    let synced = wait_for(Duration::from_secs(10), || c.node.nft(&["list", "tables"]).contains("kube-nftproxy"));
-    assert!(synced.is_some() && !ours(), "kube-proxy's Service (no label) was served:\n{}", d.logged());
-    assert_ne!(who(&c.client, "172.30.0.40:80"), "pod-1", "with no kube-proxy here, nothing serves it");
-    emu.apply(&web_of(Some("canary")));
-    let moved = wait_for(Duration::from_secs(5), || who(&c.client, "172.30.0.40:80") == "pod-1");
-    assert!(moved.is_some(), "the Service labelled for this proxy was not served:\n{}", d.logged());
-    emu.apply(&web_of(Some("another-proxy")));
-    assert!(wait_for(Duration::from_secs(5), || !ours()).is_some(), "a Service moved away stayed:\n{}", d.logged());
-    d.stop();
-}
-
-/// Puts `content` in ConfigMap volume `dir` as kubelet does: a new timestamped directory,
-/// then `..data` pointed at it by renaming a new link over it, then the old one removed.
-fn kubelet_update(dir: &std::path::Path, stamp: &str, content: &str) {
-    let data = dir.join(format!("..{stamp}"));
-    std::fs::create_dir(&data).unwrap();
-    std::fs::write(data.join("config.conf"), content).unwrap();
-    let old = std::fs::read_link(dir.join("..data")).ok();
-    std::os::unix::fs::symlink(format!("..{stamp}"), dir.join("..data_tmp")).unwrap();
-    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
-    if let Some(old) = old {
-        std::fs::remove_dir_all(dir.join(old)).unwrap();
-    }
-}
-
-#[test]
-fn a_change_to_the_config_file_ends_the_daemon_as_kube_proxys_does() {
-    if !kernel_available() {
-        return;
-    }
-    let c = Cluster::new(1, 0);
-    let manifests = write_manifests(&c, web(&c, &["pod-1"]));
-    let dir = std::env::temp_dir().join(format!("{}-kube-proxy-configmap", c.node.name));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir(&dir).unwrap();
-    let head = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\n";
-    let first = format!("{head}clusterCIDR: 10.0.0.0/8\n");
-    kubelet_update(&dir, "2026_01", &first);
-    std::os::unix::fs::symlink("..data/config.conf", dir.join("config.conf")).unwrap();
-    let config = format!("--config={}", dir.join("config.conf").display());
-    let mut d = Daemon::start(&c.node, &manifests, &[&config], &[]);
-    assert!(
-        wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some(),
-        "daemon never served:\n{}",
-        d.logged()
-    );
-    // Another key of the ConfigMap changed: the same config.conf in a new directory.
-    kubelet_update(&dir, "2026_02", &first);
-    std::thread::sleep(Duration::from_millis(2500));
-    let ended = |log: &str| log.contains("content of the proxy server's configuration file was updated");
-    assert!(!ended(&d.logged()) && d.wait_exit(Duration::ZERO).is_none(), "ended unchanged:\n{}", d.logged());
-    kubelet_update(&dir, "2026_03", &format!("{head}clusterCIDR: 10.0.0.0/8,fd00:10::/32\n"));
-    let status = d.wait_exit(Duration::from_secs(5)).expect("the daemon did not end when its config file changed");
-    let log = d.logged();
-    assert_eq!(status.code(), Some(1), "{log}");
-    assert!(ended(&log), "{log}");
-    assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1", "the rules stay in place");
-    std::fs::remove_file(manifests).unwrap();
-    std::fs::remove_dir_all(dir).unwrap();
 }

@@ -17,7 +17,7 @@ fn run(ns: &crate::common::Netns, cmd: &[&str]) {
 
 /// explain's JSON, asked in the node's namespace over the manifests the last apply wrote.
 fn explain(c: &Cluster, args: &[&str], from: &str, to: &str, proto: &str) -> Value {
-    let manifests = std::env::temp_dir().join(format!("{}.json", c.node.name));
+    let manifests = c.applied();
     let out = Command::new("ip")
         .args(["netns", "exec", &c.node.name, env!("CARGO_BIN_EXE_kube-nftproxy"), "explain", "--output=json"])
         .arg("--manifests")

@@ -221,8 +221,9 @@ fn code(c: &Cluster, addr: &str, path: &str) -> Option<u16> {
 /// 1,300 idle connections (more than a limit of 1,024 allows) on one endpoint must not keep
 /// the others from answering, and once it ends that endpoint answers again by itself.
 /// With `squeeze`, the soft limit is lowered to that once the daemon runs (`prlimit --pid`),
-/// so that it runs out of descriptors where it planned to have them.
-fn a_flood_wedges_nothing(nofile: &str, squeeze: Option<&str>) -> Daemon {
+/// so that it runs out of descriptors where it planned to have them. The cluster comes back
+/// with the daemon: its scratch directory holds the daemon's manifests and log.
+fn a_flood_wedges_nothing(nofile: &str, squeeze: Option<&str>) -> (Cluster, Daemon) {
     let c = Cluster::new(1, 0);
     let path = write_manifests(&c, local_lb(&c, "web", 90, 32090, &["pod-1"]));
     let d = Daemon::start_limited(&c.node, &path, nofile, &[]);
@@ -254,7 +255,7 @@ fn a_flood_wedges_nothing(nofile: &str, squeeze: Option<&str>) -> Daemon {
     drop(crowd);
     let back = wait_for(Duration::from_secs(5), || check_at(&c, &port).is_some_and(|r| r.0 == 200));
     assert!(back.is_some(), "the health-check port does not come back after a flood\n{}", d.logged());
-    d
+    (c, d)
 }
 
 #[test]
@@ -265,7 +266,7 @@ fn a_flood_under_systemds_default_limits_wedges_nothing() {
     // systemd's soft 1,024 and hard 524,288: the daemon raises the soft limit, as Go's
     // runtime raises kube-proxy's, and says so.
     let nofile = systemd_nofile();
-    let d = a_flood_wedges_nothing(&nofile, None);
+    let (_cluster, d) = a_flood_wedges_nothing(&nofile, None);
     let (soft, hard) = d.nofile();
     assert_eq!(soft, hard, "the soft limit is not raised to the hard one ({nofile})\n{}", d.logged());
     let logged = d.stop();
@@ -278,7 +279,7 @@ fn a_flood_under_a_hard_limit_of_1024_wedges_nothing_for_good() {
         return;
     }
     // A runtime's hard 1,024 cannot be raised: floods are outlasted, not outgrown.
-    let d = a_flood_wedges_nothing("1024:1024", None);
+    let (_cluster, d) = a_flood_wedges_nothing("1024:1024", None);
     assert_eq!(d.nofile(), ("1024".into(), "1024".into()));
     d.stop();
 }
@@ -290,7 +291,7 @@ fn a_flood_past_the_descriptors_left_is_outlasted_and_logged() {
     }
     // Fewer descriptors than the daemon planned for (the limit lowered under it to 300):
     // accepting fails with EMFILE, which is logged, now and then, and outlasted.
-    let d = a_flood_wedges_nothing("1024:1024", Some("300:1024"));
+    let (_cluster, d) = a_flood_wedges_nothing("1024:1024", Some("300:1024"));
     let logged = d.stop();
     let refused = logged.matches("cannot accept a connection to /healthz and /livez").count();
     assert!(refused >= 1, "a refused accept is not logged:\n{logged}");

@@ -202,12 +202,6 @@ fn example_node(tag: &str) -> Netns {
     node
 }
 
-/// Waits for the daemon's log to show `line`; the log on failure.
-fn wait_logged(d: &Daemon, line: &str) {
-    let seen = wait_for(Duration::from_secs(20), || d.logged().contains(line));
-    assert!(seen.is_some(), "the daemon never logged {line:?}:\n{}", d.logged());
-}
-
 #[test]
 fn the_image_files_run_the_daemon_through_a_takeover() {
     if !iptables_available() {
@@ -244,7 +238,8 @@ fn the_image_files_run_the_daemon_through_a_takeover() {
         .chain([OsString::from(format!("--oom-score-adj={}", own_oom_score_adj()))])
         .collect();
     let d = Daemon::start_argv(&node, &argv, &image.0.join("daemon"), &[]);
-    wait_logged(&d, "left `inet user KUBE-SERVICES`");
+    let line = "left `inet user KUBE-SERVICES`";
+    assert!(d.logs_within(line, Duration::from_secs(20)), "the daemon never logged {line:?}:\n{}", d.logged());
     let log = d.stop();
     assert!(!log.contains(" ERROR ") && !log.contains(" WARN "), "{log}");
     assert!(log.contains("no nft on this node"), "the image holds an nft:\n{log}");

@@ -4,7 +4,7 @@
 //! Needs root, `ip netns` and `nft`; outside CI they are skipped with a printed reason,
 //! in CI (`CI` set) their absence fails the run.
 
-use crate::common::{Netns, dry_run_ok, golden_cases, kernel_available, root};
+use crate::common::{Netns, Scratch, dry_run_ok, golden_cases, kernel_available, root};
 
 #[test]
 fn golden_rulesets_load_list_and_load_again() {
@@ -38,8 +38,8 @@ fn a_follow_up_sync_with_one_more_endpoint_applies_on_top() {
     if !kernel_available() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("knp-followup-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = Scratch::new("followup");
+    let dir = scratch.0.clone();
     for entry in std::fs::read_dir(root().join("examples/cluster")).unwrap() {
         let path = entry.unwrap().path();
         std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
@@ -55,7 +55,6 @@ fn a_follow_up_sync_with_one_more_endpoint_applies_on_top() {
     )
     .unwrap();
     let after = dry_run_ok(&dir, &args);
-    std::fs::remove_dir_all(&dir).unwrap();
     assert_ne!(before, after);
 
     let ns = Netns::new("followup");

@@ -2,7 +2,7 @@
 //!
 //! `UPDATE_GOLDEN=1 cargo test --test offline golden` rewrites `expected.nft` files; review the diff.
 
-use crate::common::{dry_run, dry_run_ok, golden_cases, root};
+use crate::common::{Scratch, dry_run, dry_run_ok, golden_cases, root};
 
 #[test]
 fn every_case_renders_its_expected_ruleset() {
@@ -79,12 +79,9 @@ fn example_cluster_renders_every_feature_without_warnings() {
 
 #[test]
 fn unparsable_file_fails_with_status_2_naming_file_and_line() {
-    let dir = std::env::temp_dir().join(format!("knp-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("broken.yaml");
-    std::fs::write(&file, "kind: Service\nmetadata:\n  name: [unclosed\nspec: {}\n").unwrap();
-    let out = dry_run(&file, &[]);
-    std::fs::remove_dir_all(&dir).unwrap();
+    let dir = Scratch::new("bad");
+    dir.write("broken.yaml", "kind: Service\nmetadata:\n  name: [unclosed\nspec: {}\n");
+    let out = dry_run(&dir.path("broken.yaml"), &[]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("broken.yaml:"), "{stderr}");

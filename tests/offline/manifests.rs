@@ -6,13 +6,9 @@ use kube_nftproxy::model::ApiObject;
 use std::path::Path;
 
 fn load_text(name: &str, text: &str) -> Result<Loaded, ManifestError> {
-    let dir = std::env::temp_dir().join(format!("kube-nftproxy-manifests-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    let loaded = load(&path);
-    std::fs::remove_dir_all(&dir).unwrap();
-    loaded
+    let dir = Scratch::new("manifests");
+    dir.write(name, text);
+    load(&dir.path(name))
 }
 
 #[test]
@@ -80,8 +76,7 @@ fn json_lists_are_read_item_by_item_whatever_the_key_order() {
 
 #[test]
 fn a_model_is_loaded_straight_with_a_warning_per_skipped_object() {
-    let dir = std::env::temp_dir().join(format!("kube-nftproxy-manifests-{}-model", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("manifests-model");
     let svc = |name: &str, ip: &str| {
         format!(
             r#"{{"kind": "Service", "metadata": {{"name": "{name}", "namespace": "x"}}, "spec": {{"clusterIP": "{ip}", "ports": [{{"port": 80}}]}}}}"#
@@ -92,9 +87,8 @@ fn a_model_is_loaded_straight_with_a_warning_per_skipped_object() {
         svc("a", "10.0.0.1"),
         svc("b", "300.0.0.1")
     );
-    std::fs::write(dir.join("l.json"), list).unwrap();
-    let (model, warnings) = kube_nftproxy::manifests::load_model(&dir, "n").unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
+    dir.write("l.json", &list);
+    let (model, warnings) = kube_nftproxy::manifests::load_model(&dir.0, "n").unwrap();
     assert_eq!(model.services.len(), 1, "only the valid Service is in the model");
     assert_eq!(warnings.len(), 2, "one warning each for the bad IP and the unnamed object: {warnings:?}");
 }

@@ -4,6 +4,7 @@
 use super::chains::{KernelChain, desired_rules, owner_of_chain};
 use super::kernel::KernelTable;
 use super::*;
+use crate::model::{ApiObject, Model};
 use crate::netlink::elements::Element;
 use crate::render::{Key, MapName, Scope, Value};
 use clap::Parser;
@@ -20,8 +21,12 @@ fn golden(case: &str, args: &[&str]) -> (Ruleset, Declared) {
     let argv = ["kube-nftproxy", "--hostname-override=node-a"].into_iter().chain(args.iter().copied());
     let flags = crate::config::Flags::parse_from(argv);
     let cfg = crate::config::Config::from_flags(&flags).expect("config");
+    // The model from `model`'s own API, not the manifests source above this layer.
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/golden/{case}/manifests.yaml"));
-    let (model, _) = crate::manifests::load_model(&path, "node-a").expect("manifests");
+    let text = std::fs::read_to_string(path).expect("manifests");
+    let docs = serde_saphyr::from_multiple::<serde_json::Value>(&text).expect("yaml");
+    let objects: Vec<_> = docs.into_iter().filter_map(|d| ApiObject::from_json(d).expect("object")).collect();
+    let (model, _) = Model::from_objects(&objects, "node-a");
     let ruleset = render::render(&model, &cfg).expect("render");
     let script = render::full_sync_script_without_elements(&ruleset, "node-a").expect("script");
     (ruleset.clone(), compile::declared(&script).expect("compile"))

@@ -1,0 +1,212 @@
+//! Full syncs over tables someone changed: refreshed in place keeping affinity, foreign objects
+//! deleted by handle, a hooked chain of ours undone, a big table repaired in one transaction.
+
+use super::*;
+
+/// Adds a base chain that drops everything to our table, as a careless firewall script might.
+fn add_stray_chain(ns: &Netns, hook: &str) {
+    let spec = format!("{{ type filter hook {hook} priority 5; policy drop; }}");
+    ns.nft(&["add", "chain", "ip", "kube-nftproxy", "stray", &spec]);
+}
+
+#[test]
+fn a_refresh_rewrites_rules_and_maps_in_place_and_keeps_affinity() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(2, 0);
+    let mut objects = web(&c, &["pod-1", "pod-2"]);
+    objects[0]["spec"]["sessionAffinity"] = json!("ClientIP");
+    let mut proxy = Proxy::new(node_a_config());
+    sync(&c.node, &mut proxy, &objects, false).unwrap();
+    let first = who(&c.client, "172.30.0.40:80");
+    let clean = sorted_lines(c.node.nft(&["list", "ruleset"]));
+    // Drift nobody reported: an element gone, a stray element, a stray rule, a stray base
+    // chain that drops everything, a stray set.
+    c.node.nft(&["delete", "element", "ip", "kube-nftproxy", "service-ips", "{ 172.30.0.40 . tcp . 80 }"]);
+    c.node.nft(&["add", "element", "ip", "kube-nftproxy", "cluster-ips", "{ 172.30.9.9 }"]);
+    c.node.nft(&["add", "rule", "ip", "kube-nftproxy", "services", "ip", "daddr", "172.30.0.40", "drop"]);
+    add_stray_chain(&c.node, "forward");
+    c.node.nft(&["add", "set", "ip", "kube-nftproxy", "stray-set", "{ type ipv4_addr; }"]);
+    let update = proxy.render();
+    let report = proxy.apply(&c.node.name, &update, Resync::Refresh).unwrap();
+    assert_eq!(report.kind, SyncKind::Refresh);
+    assert!(!report.script.contains("add element ip kube-nftproxy service-ips"), "map elements go over netlink");
+    let refreshed = c.node.nft(&["list", "ruleset"]);
+    // The client's affinity entry survives (a replace would drop it); the rest is as before.
+    assert!(refreshed.contains(" expires "), "the affinity entry was lost:\n{refreshed}");
+    let without_affinity =
+        |v: Vec<String>| -> Vec<String> { v.into_iter().filter(|l| !l.contains("expires")).collect() };
+    assert_eq!(without_affinity(sorted_lines(refreshed)), without_affinity(clean), "the refresh left drift behind");
+    for _ in 0..5 {
+        assert_eq!(who(&c.client, "172.30.0.40:80"), first, "affinity must survive a refresh");
+    }
+}
+
+#[test]
+fn a_big_first_sync_is_one_transaction_and_a_big_table_is_repaired_in_place() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    let mut objects = web(&c, &["pod-1"]);
+    objects.extend(bulk(0..2100));
+    let mut proxy = Proxy::new(node_a_config());
+    let generation = || in_netns(&c.node.name, || Socket::open().and_then(|mut s| s.generation())).unwrap();
+    let before = generation();
+    let report = sync(&c.node, &mut proxy, &objects, false).unwrap();
+    assert_eq!(report.kind, SyncKind::Full);
+    assert_eq!(generation().wrapping_sub(before), 1, "a first sync of >10k elements is one transaction");
+    assert!(!report.script.contains("add element"), "the elements go from the ruleset, not from text");
+    assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
+    // The kernel holds what `nft -f` builds from the dry run's text.
+    let staged = sorted_lines(c.node.nft(&["list", "ruleset"]));
+    let by_nft = Netns::new("one-shot");
+    by_nft.nft_apply(&kube_nftproxy::render::full_sync_script(proxy.ruleset(), "node-a").unwrap()).unwrap();
+    assert_eq!(by_nft.nft(&["list", "ruleset"]), c.node.nft(&["list", "ruleset"]), "a different ruleset than nft's");
+
+    // Repairing a big table (after tampering) happens in place, foreign objects removed...
+    add_stray_chain(&c.node, "input");
+    add_foreign_objects(&c.node);
+    let repair = sync(&c.node, &mut proxy, &objects, true).unwrap();
+    assert_eq!(repair.kind, SyncKind::Refresh, "a big table is repaired in place");
+    assert_only(&c.node, &staged, "the repair");
+    // ...a map someone redefined included: a refresh declares every map of ours anew.
+    c.node.nft(&["delete", "map", "ip", "kube-nftproxy", "local-endpoints-sctp"]);
+    c.node.nft(&["add", "map", "ip", "kube-nftproxy", "local-endpoints-sctp", "{ type ipv4_addr : ipv4_addr; }"]);
+    let redefined = sync(&c.node, &mut proxy, &objects, true).unwrap();
+    assert_eq!(redefined.kind, SyncKind::Refresh, "a redefined map is declared anew in place");
+    assert!(sorted_lines(c.node.nft(&["list", "ruleset"])) == staged, "the refresh left drift behind");
+    assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
+    // The endpoint map's 10,500 elements were declared room for 16,384; growing past that
+    // takes a full sync, which declares it anew, larger.
+    let sized = |ns: &Netns| ns.nft(&["list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp"]);
+    assert!(sized(&c.node).contains("size 16384"), "{}", sized(&c.node).chars().take(300).collect::<String>());
+    objects.extend(bulk(2100..3300));
+    let grown = sync(&c.node, &mut proxy, &objects, false).unwrap();
+    assert_eq!(grown.kind, SyncKind::Refresh, "16,500 endpoint slots do not fit a map declared for 16,384");
+    assert!(sized(&c.node).contains("size 32768"), "{}", sized(&c.node).chars().take(300).collect::<String>());
+    let smaller = sync(&c.node, &mut proxy, &objects[..objects.len() - 200], false).unwrap();
+    assert_eq!(smaller.kind, SyncKind::Partial, "shrinking fits");
+    assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
+}
+
+/// Services `bulk-N` for `range`, each with five endpoints.
+fn bulk(range: std::ops::Range<u32>) -> Vec<Value> {
+    let mut objects = Vec::new();
+    for i in range {
+        let ip = format!("172.31.{}.{}", i / 250, i % 250 + 1);
+        let spec = json!({"clusterIP": ip, "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
+        let name = format!("bulk-{i}");
+        let eps: Vec<Value> =
+            (1..=5).map(|e| json!({"addresses": [format!("10.5.{}.{e}", i % 250)], "nodeName": "node-b"})).collect();
+        objects.push(service(&name, spec, json!({})));
+        objects.push(slice(&name, false, "TCP", eps));
+    }
+    objects
+}
+
+/// Chains and a set named to break or extend a script that pasted kernel names into it
+/// (quotes, semicolons, newlines), written as JSON, which takes any name.
+const HOSTILE_NAMES: &str = r#"{"nftables": [
+    {"add": {"chain": {"family": "ip", "table": "kube-nftproxy", "name": "x; add table ip injected"}}},
+    {"add": {"chain": {"family": "ip", "table": "kube-nftproxy", "name": "a\nadd table ip injected\n"}}},
+    {"add": {"chain": {"family": "ip", "table": "kube-nftproxy", "name": "q \"quoted\" 'single' { }"}}},
+    {"add": {"set": {"family": "ip", "table": "kube-nftproxy", "name": "s;\nadd table ip injected", "type": "ipv4_addr"}}},
+    {"add": {"chain": {"family": "ip6", "table": "kube-nftproxy", "name": "x; add table ip6 injected"}}}
+]}"#;
+
+/// Named objects of every kind `nft` can add, and references among them that a refresh must
+/// undo in the right order: a rule using a counter and a ct helper, a map jumping to a chain,
+/// a rule of ours jumping to a foreign chain, a bound (anonymous) chain in a chain of ours.
+const FOREIGN_OBJECTS: &str = r#"
+add counter ip kube-nftproxy stray-counter
+add quota ip kube-nftproxy stray-quota { over 10 mbytes; }
+add limit ip kube-nftproxy stray-limit { rate 10/second; }
+add ct helper ip kube-nftproxy stray-helper { type "ftp" protocol tcp; }
+add ct timeout ip kube-nftproxy stray-timeout { protocol tcp; policy = { established: 100 }; }
+add ct expectation ip kube-nftproxy stray-expectation { protocol tcp; dport 21; timeout 1s; size 10; }
+add synproxy ip kube-nftproxy stray-synproxy { mss 1460; wscale 7; }
+add counter ip6 kube-nftproxy stray-counter
+add chain ip kube-nftproxy stray-target
+add rule ip kube-nftproxy stray-target counter name stray-counter ct helper set stray-helper
+add map ip kube-nftproxy stray-map { type ipv4_addr : verdict; elements = { 10.9.9.9 : jump stray-target }; }
+add rule ip kube-nftproxy services jump stray-target
+add rule ip kube-nftproxy services jump { counter; }
+"#;
+
+/// Adds to our tables everything someone else might: hostile names, objects of every kind
+/// (a flowtable and a secmark where the kernel supports them).
+fn add_foreign_objects(ns: &Netns) {
+    let json = ns.run(&["nft", "-j", "-f", "-"], HOSTILE_NAMES);
+    assert!(json.status.success(), "adding hostile names: {}", String::from_utf8_lossy(&json.stderr));
+    ns.nft_apply(FOREIGN_OBJECTS).unwrap();
+    let link = ns.run(&["ip", "link", "add", "stray0", "type", "veth", "peer", "name", "stray1"], "");
+    assert!(link.status.success(), "ip link add: {}", String::from_utf8_lossy(&link.stderr));
+    let optional = [
+        ("flowtable", "add flowtable ip kube-nftproxy stray-ft { hook ingress priority 0; devices = { stray0 }; }"),
+        ("secmark", r#"add secmark ip kube-nftproxy stray-secmark { "system_u:object_r:ssh_server_packet_t:s0" }"#),
+    ];
+    for (what, line) in optional {
+        if let Err(e) = ns.nft_apply(line) {
+            eprintln!("SKIPPING a foreign {what}: this kernel refuses one: {}", e.lines().next().unwrap_or(""));
+        }
+    }
+    let listed = ns.nft(&["list", "ruleset"]);
+    assert!(listed.contains("stray-counter") && listed.contains("add table ip injected"), "{listed}");
+}
+
+/// The kernel's tables, and no table named `injected` in any family.
+fn assert_only(ns: &Netns, clean: &[String], what: &str) {
+    let tables = ns.nft(&["list", "tables"]);
+    assert!(!tables.contains("injected"), "{what}: a name read from the kernel was run as a command:\n{tables}");
+    let now = sorted_lines(ns.nft(&["list", "ruleset"]));
+    assert!(now == clean, "{what} left foreign objects behind:\n{}", now.join("\n"));
+}
+
+#[test]
+fn a_refresh_deletes_every_foreign_object_by_handle() {
+    if !kernel_available() {
+        return;
+    }
+    let ns = Netns::new("foreign");
+    let spec = json!({"clusterIP": "172.30.0.50", "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
+    let eps = vec![json!({"addresses": ["10.9.0.1"], "nodeName": "node-b"})];
+    let objects = vec![service("web", spec, json!({})), slice("web", false, "TCP", eps)];
+    let mut proxy = Proxy::new(node_a_config());
+    sync(&ns, &mut proxy, &objects, false).unwrap();
+    let clean = sorted_lines(ns.nft(&["list", "ruleset"]));
+    add_foreign_objects(&ns);
+    let update = proxy.render();
+    let report = proxy.apply(&ns.name, &update, Resync::Refresh).unwrap();
+    assert_eq!(report.kind, SyncKind::Refresh);
+    assert!(!report.script.contains("injected"), "a kernel name reached the script:\n{}", report.script);
+    assert_only(&ns, &clean, "the refresh");
+}
+
+#[test]
+fn a_chain_of_ours_someone_hooked_is_undone_by_replacing_the_tables() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    let mut proxy = Proxy::new(node_a_config());
+    let objects = web(&c, &["pod-1"]);
+    sync(&c.node, &mut proxy, &objects, false).unwrap();
+    let clean = c.node.nft(&["list", "ruleset"]);
+    // `services` swapped for a base chain of the same name that drops everything it sees: the
+    // kernel refuses the refresh's redeclaration of a hooked chain without its hook, so the
+    // tables are replaced, and the hooked chain goes with them.
+    let swap = [
+        "flush chain ip kube-nftproxy nat-prerouting",
+        "flush chain ip kube-nftproxy nat-output",
+        "delete chain ip kube-nftproxy services",
+        "add chain ip kube-nftproxy services { type filter hook input priority 5; policy drop; }",
+    ];
+    c.node.nft_apply(&swap.join("\n")).unwrap();
+    assert!(c.node.nft(&["list", "ruleset"]).contains("hook input priority filter + 5; policy drop;"));
+    let repair = sync(&c.node, &mut proxy, &objects, true).unwrap();
+    assert_eq!(repair.kind, SyncKind::Full, "a refresh cannot unhook a chain: the tables were replaced");
+    assert_eq!(c.node.nft(&["list", "ruleset"]), clean, "the hooked chain stayed");
+    assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
+}
