@@ -5,8 +5,9 @@
 use super::ExplainError;
 use crate::model::Family;
 use crate::netlink::abi::{NFT_SET_ELEM_INTERVAL_END, NFT_SET_INTERVAL};
+use crate::netlink::elements::Element;
 use crate::nft::compile::{self, DeclaredChain, SetSpec};
-use crate::nft::element::{self, Element};
+use crate::nft::element;
 use crate::render::{self, Ruleset};
 use std::collections::BTreeMap;
 use std::sync::Arc;

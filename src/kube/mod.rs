@@ -17,7 +17,6 @@ mod reflector;
 mod retry;
 mod watch;
 
-pub use crate::config::ContentType;
 pub use client::{ApiError, Client, ClientError};
 pub use kubeconfig::{
     ClientConfig, KubeConfigError, Pem, SERVICE_ACCOUNT_DIR, Token, from_kubeconfig, in_cluster, without_userinfo,

@@ -17,8 +17,6 @@ pub(crate) use frames::{Frame, read_frame};
 use crate::model::{ApiObject, ObjectKind};
 use prost::Message;
 
-/// The media type, under the name `tests/kernel/emulator.rs` knows it by.
-pub use crate::config::content_type::PROTOBUF as MEDIA_TYPE;
 use crate::config::content_type::PROTOBUF;
 
 /// What every protobuf body starts with (the last byte names the envelope: 0 = Unknown).

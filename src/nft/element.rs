@@ -13,8 +13,7 @@
 use crate::model::Protocol;
 use crate::netlink::abi::{IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP, NF_DROP, NFT_GOTO, NFT_SET_ELEM_INTERVAL_END};
 use crate::netlink::data::DataRef;
-// Kept for src/explain (table.rs, vm/tests.rs), which imports it from here.
-pub use crate::netlink::elements::Element;
+use crate::netlink::elements::Element;
 use crate::render::{Key, Value};
 use std::net::IpAddr;
 

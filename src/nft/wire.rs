@@ -16,8 +16,6 @@ use crate::netlink::abi::{
 use crate::netlink::attr::{put_be32, put_str, put_with};
 use crate::netlink::data::DataRef;
 use crate::netlink::{msg, udata};
-// Kept for tests/kernel/compile.rs and dataplane.rs, which import it from here.
-pub use crate::netlink::send::Sender;
 use crate::render::{Key, MapName, Value};
 use std::io;
 

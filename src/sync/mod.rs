@@ -12,7 +12,7 @@
 //! passed, even if no other sync comes. What applies is behind the [`Kernel`] trait, so all of
 //! this is tested without root.
 
-use crate::config::{Config, MAX_DURATION};
+use crate::config::{Config, MAX_DURATION, Periods};
 use crate::conntrack::Reconciler;
 use crate::inbox::{Delivery, Inbox};
 use crate::model::{Changes, Model};
@@ -36,8 +36,6 @@ pub use kernel::Kernel;
 /// The shortest wait before a failed sync is retried, whatever `min_sync_period` says: a
 /// sync that fails at once must not spin.
 pub const MIN_RETRY: Duration = Duration::from_secs(1);
-
-pub use crate::config::Periods;
 
 /// The sync thread's state: the model, what was rendered from it, and when to sync next.
 pub struct Syncer<K: Kernel> {

@@ -3,8 +3,9 @@
 //! client deliver from the same server can be compared object by object.
 
 use super::emulator::Emulator;
+use kube_nftproxy::config::ContentType;
 use kube_nftproxy::inbox::Inbox;
-use kube_nftproxy::kube::{self, ContentType, Settings, Shared};
+use kube_nftproxy::kube::{self, Settings, Shared};
 use kube_nftproxy::model::{ObjectChange, ObjectId};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;

@@ -5,8 +5,9 @@
 
 use crate::common::net::in_netns;
 use crate::common::{Netns, SCHEDULER_PICKS, golden_cases, kernel_available, with_pick};
+use kube_nftproxy::netlink::send::Sender;
 use kube_nftproxy::nft::compile::{Schema, compile, describe};
-use kube_nftproxy::nft::wire::{Batch, Sender};
+use kube_nftproxy::nft::wire::Batch;
 
 /// `script` without its element commands (`add element … { … }` over one or more lines):
 /// elements reach the kernel from the desired state, never through the compiler.

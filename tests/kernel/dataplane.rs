@@ -210,8 +210,9 @@ fn ipv6_clusterip_and_nodeport() {
 /// `crate::common::SCHEDULER_PICKS`) for `numgen random`, compiled in-process and sent to the node:
 /// each chain flushed and its rule added anew, the maps and their elements kept.
 fn repick(c: &Cluster, script: &str, family: &str, pick: &str) {
+    use kube_nftproxy::netlink::send::Sender;
     use kube_nftproxy::nft::compile::{Schema, compile};
-    use kube_nftproxy::nft::wire::{Batch, Sender};
+    use kube_nftproxy::nft::wire::Batch;
     let head = format!("table {family} kube-nftproxy {{");
     let table: String =
         script.lines().skip_while(|l| *l != head).take_while(|l| *l != "}").collect::<Vec<_>>().join("\n");

@@ -3,6 +3,7 @@
 //! fake kernel. Each test holds the proxy to what upstream kube-proxy does.
 
 use clap::Parser;
+use kube_nftproxy::config::Periods;
 use kube_nftproxy::config::{Config, Flags};
 use kube_nftproxy::conntrack::{ConntrackError, Plan, Report};
 use kube_nftproxy::health::local::LocalView;
@@ -12,7 +13,7 @@ use kube_nftproxy::model::{ApiObject, Family, Model, ObjectChange};
 use kube_nftproxy::nft::{NftError, Resync, SyncKind, SyncReport};
 use kube_nftproxy::observe::Observers;
 use kube_nftproxy::render::{Ruleset, Update};
-use kube_nftproxy::sync::{Kernel, MIN_RETRY, Periods, Syncer};
+use kube_nftproxy::sync::{Kernel, MIN_RETRY, Syncer};
 use serde_json::{Value, json};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};

@@ -2,6 +2,7 @@
 //! what it coalesces, how it retries, and what one change costs on a node with addresses.
 
 use clap::Parser;
+use kube_nftproxy::config::Periods;
 use kube_nftproxy::config::{Config, Flags};
 use kube_nftproxy::conntrack::{ConntrackError, FamilyReport, Frontend, Plan, Report};
 use kube_nftproxy::inbox::Inbox;
@@ -9,7 +10,7 @@ use kube_nftproxy::model::Family;
 use kube_nftproxy::model::{ApiObject, ObjectChange};
 use kube_nftproxy::nft::{NftError, Resync, SyncKind, SyncReport};
 use kube_nftproxy::render::{Ruleset, Update};
-use kube_nftproxy::sync::{Kernel, MIN_RETRY, Periods, Syncer};
+use kube_nftproxy::sync::{Kernel, MIN_RETRY, Syncer};
 use serde_json::{Value, json};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};

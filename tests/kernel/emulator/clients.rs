@@ -141,7 +141,8 @@ fn api_listener_inside_a_network_namespace() {
 #[test]
 fn protobuf_and_json_clients_deliver_the_same_objects_and_each_is_answered_in_its_own() {
     use crate::common::follower::{Follower, cluster, converge};
-    use kube_nftproxy::kube::{ContentType, protobuf};
+    use kube_nftproxy::config::ContentType;
+    use kube_nftproxy::config::content_type::PROTOBUF;
     let emu = started();
     emu.apply(&cluster());
     let mut json = Follower::start(&emu, ContentType::Json);
@@ -177,7 +178,7 @@ fn protobuf_and_json_clients_deliver_the_same_objects_and_each_is_answered_in_it
     // Both were answered in their own encoding, lists and watches alike.
     let media = &emu.stats()["media"];
     // Four lists and four watches each at least (the watches are reopened every 2 to 4 s).
-    assert!(media[protobuf::MEDIA_TYPE].as_u64() >= Some(8), "{media}");
+    assert!(media[PROTOBUF].as_u64() >= Some(8), "{media}");
     assert!(media["application/json"].as_u64() >= Some(8), "{media}");
     // The Event goes out as protobuf and reads back as JSON whole.
     let event =
