@@ -200,7 +200,7 @@ impl Applier {
             Update::Replaced | Update::Rebuilt(_) | Update::Patched(_) => None,
         };
         let Some(diffs) = diffs else { return Ok(Plan::Full) };
-        if self.outgrown(desired, scope) {
+        if self.resized(desired, scope) {
             return Ok(Plan::Full);
         }
         if diffs.iter().all(diff::TableDiff::is_empty) {
@@ -224,12 +224,16 @@ impl Applier {
         Ok(Plan::Partial(Partial { script, batch, lines, compiled, flushed, reused }))
     }
 
-    /// Whether a map of `desired`'s tables of `scope` holds more elements than the kernel's
-    /// was declared for.
-    fn outgrown(&self, desired: &Ruleset, scope: &[Family]) -> bool {
-        self.sizes.iter().filter(|((family, _), _)| scope.contains(family)).any(|((family, map), size)| {
-            let t = desired.tables.iter().find(|t| t.family == *family);
-            t.and_then(|t| t.elements.get(map)).is_some_and(|e| e.len() > *size as usize)
+    /// Whether a map of `desired`'s tables of `scope` would be declared with another size
+    /// than the kernel's was: past its size it cannot hold the elements, and a map that grew
+    /// past `SIZED_FROM` elements, or shrank to another size, would no longer be what a fresh
+    /// render declares. The kernel cannot resize a map, so only a full sync declares it anew.
+    /// Sizes are powers of two with room for half as many again, so only a map whose count
+    /// sits on a boundary crosses it back and forth; one full sync per crossing is the price
+    /// of a kernel that always equals a fresh render.
+    fn resized(&self, desired: &Ruleset, scope: &[Family]) -> bool {
+        desired.tables.iter().filter(|t| scope.contains(&t.family)).any(|t| {
+            MapName::all().into_iter().any(|map| self.sizes.get(&(t.family, map)).copied() != t.declared_size(map))
         })
     }
 

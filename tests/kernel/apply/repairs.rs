@@ -91,6 +91,43 @@ fn a_big_first_sync_is_one_transaction_and_a_big_table_is_repaired_in_place() {
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
 }
 
+#[test]
+fn a_map_grown_or_shrunk_past_a_size_by_a_change_is_declared_as_a_fresh_render_declares_it() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    let small = [web(&c, &["pod-1"]), bulk(0..700)].concat();
+    let mut proxy = Proxy::new(node_a_config());
+    sync(&c.node, &mut proxy, &small, false).unwrap();
+    let map = |ns: &Netns| ns.nft(&["list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp"]);
+    let head = |ns: &Netns| map(ns).lines().take(4).collect::<Vec<_>>().join("\n");
+    assert!(!head(&c.node).contains("size"), "3,501 slots are declared without a size:\n{}", head(&c.node));
+    // A fresh render of the same objects, loaded as `nft -f` loads it.
+    let fresh = |objects: &[Value]| {
+        let mut fresh = Proxy::new(node_a_config());
+        fresh.model.replace(model_of(objects));
+        fresh.render();
+        let twin = Netns::new("fresh");
+        twin.nft_apply(&kube_nftproxy::render::full_sync_script(fresh.ruleset(), "node-a").unwrap()).unwrap();
+        head(&twin)
+    };
+    // Grown past 4,096 slots by one change: a fresh render declares a size, so the kernel must.
+    let grown = [small.clone(), bulk(700..900)].concat();
+    let report = sync(&c.node, &mut proxy, &grown, false).unwrap();
+    assert_ne!(report.kind, SyncKind::Partial, "a map cannot be resized in place");
+    assert!(head(&c.node).contains("size 8192"), "{}", head(&c.node));
+    assert_eq!(head(&c.node), fresh(&grown));
+    // Shrunk back below it: declared without a size again.
+    let report = sync(&c.node, &mut proxy, &small, false).unwrap();
+    assert_ne!(report.kind, SyncKind::Partial);
+    assert_eq!(head(&c.node), fresh(&small));
+    // A change within the size stays partial.
+    let report = sync(&c.node, &mut proxy, &small[..small.len() - 2], false).unwrap();
+    assert_eq!(report.kind, SyncKind::Partial, "a change that keeps every size is partial");
+    assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
+}
+
 /// Services `bulk-N` for `range`, each with five endpoints.
 fn bulk(range: std::ops::Range<u32>) -> Vec<Value> {
     let mut objects = Vec::new();
