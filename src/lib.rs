@@ -24,6 +24,7 @@ pub mod observe;
 pub mod render;
 pub mod requirements;
 pub mod serve;
+pub mod skips;
 pub mod slis;
 pub mod sync;
 pub mod takeover;

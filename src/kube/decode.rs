@@ -2,7 +2,7 @@
 //! each object in them into a validated [`ObjectChange`]. An object that does not decode or validate is reported
 //! with its kind, namespace and name, so the reflector can skip it and keep its last good state.
 
-use super::client::Status;
+use super::client::{ApiError, Status};
 use super::protobuf;
 use crate::model::{ApiObject, ObjectChange, ObjectKey, ObjectKind};
 use serde::Deserialize;
@@ -15,20 +15,61 @@ pub(super) enum Item {
     Proto(Vec<u8>),
 }
 
-/// One page of a list in JSON.
+/// One page of a list in JSON; a `Status` in its place reads as one too, with its fields.
 #[derive(Debug, Deserialize)]
 pub(super) struct JsonPage {
+    #[serde(default)]
+    kind: String,
     #[serde(default)]
     metadata: ListMeta,
     #[serde(default)]
     items: Vec<Box<RawValue>>,
+    #[serde(default)]
+    code: u16,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    message: String,
 }
 
 impl JsonPage {
-    /// The page's metadata and its items.
-    pub(super) fn into_parts(self) -> (ListMeta, Vec<Box<RawValue>>) {
-        (self.metadata, self.items)
+    /// The page's metadata and its items, when it is the list of `want` (`ServiceList`; a
+    /// page naming no kind is taken as `want`, as client-go's decoder defaults it); else its
+    /// kind, with the Status's fields when it is one.
+    pub(super) fn into_parts(self, want: &str) -> Result<(ListMeta, Vec<Box<RawValue>>), NotTheList> {
+        if !self.kind.is_empty() && self.kind != want {
+            let status = Status { code: self.code, reason: self.reason, message: self.message };
+            return Err(NotTheList { kind: self.kind, status });
+        }
+        Ok((self.metadata, self.items))
     }
+}
+
+/// An answer to a list that is not the list asked for: its kind and, for a `Status`, what
+/// it says.
+#[derive(Debug)]
+pub(super) struct NotTheList {
+    pub(super) kind: String,
+    pub(super) status: Status,
+}
+
+impl NotTheList {
+    /// The error listing resource `name` met: never an empty list, so nothing is removed.
+    pub(super) fn into_error(self, name: &str) -> ApiError {
+        let NotTheList { kind, status: s } = self;
+        ApiError::Decode(match kind.as_str() {
+            "Status" => format!(
+                "listing {name}: the server answered with a Status, not a list (code {}, reason {:?}, message {:?})",
+                s.code, s.reason, s.message
+            ),
+            other => format!("listing {name}: the server answered with a {other:?}, not a list"),
+        })
+    }
+}
+
+/// The kind a list of `kind` is (`ServiceList`).
+pub(super) fn list_kind(kind: ObjectKind) -> String {
+    format!("{}List", kind.as_str())
 }
 
 /// Hands `raw`, one protobuf object of a list, to `f` as an [`Item`], in `held` (a buffer kept
@@ -64,13 +105,24 @@ pub(super) struct JsonEvent {
 /// One watch event, its object not yet decoded.
 #[derive(Debug)]
 pub(super) struct Event {
+    /// `ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK` or `ERROR`.
     pub(super) kind: String,
+    /// The kind its object says it is (`Service`, `Status`); empty when it says none.
+    pub(super) object_kind: String,
     pub(super) object: Item,
+}
+
+/// Just an object's kind.
+#[derive(Debug, Default, Deserialize)]
+struct Kinded {
+    #[serde(default)]
+    kind: String,
 }
 
 impl From<JsonEvent> for Event {
     fn from(e: JsonEvent) -> Event {
-        Event { kind: e.kind, object: Item::Json(e.object) }
+        let object_kind = serde_json::from_str::<Kinded>(e.object.get()).unwrap_or_default().kind;
+        Event { kind: e.kind, object_kind, object: Item::Json(e.object) }
     }
 }
 
@@ -78,14 +130,23 @@ impl Event {
     /// A watch event in protobuf: one frame, whose object is a whole enveloped body.
     pub(super) fn from_protobuf(frame: &[u8]) -> Result<Event, protobuf::ProtoError> {
         let (kind, object) = protobuf::watch_event(frame)?;
-        Ok(Event { kind, object: Item::Proto(protobuf::open(&object)?.raw) })
+        let envelope = protobuf::open(&object)?;
+        Ok(Event { kind, object_kind: envelope.kind, object: Item::Proto(envelope.raw) })
+    }
+
+    /// Whether the event's object is not of `watched` (an `ERROR` carries a Status, and an
+    /// object that names no kind is taken as the watched one, as client-go's decoder does).
+    pub(super) fn foreign(&self, watched: ObjectKind) -> bool {
+        self.kind != "ERROR" && !self.object_kind.is_empty() && self.object_kind != watched.as_str()
     }
 }
 
-/// The metadata fields of an object, in whichever form it came; empty where unreadable.
+/// The metadata fields of an object, in whichever form it came; empty where unreadable. In
+/// JSON, a metadata field of the wrong type elsewhere (labels as a number) still leaves the
+/// name readable, so the object that fails to decode is named in the warning.
 pub(super) fn meta(item: &Item) -> MetaFields {
     match item {
-        Item::Json(raw) => serde_json::from_str::<Meta>(raw.get()).map(|m| m.metadata).unwrap_or_default(),
+        Item::Json(raw) => serde_json::from_str::<Meta>(raw.get()).map(|m| m.metadata).unwrap_or_else(|_| loose(raw)),
         Item::Proto(raw) => protobuf::names(raw)
             .map(|(namespace, name, resource_version)| MetaFields { namespace, name, resource_version })
             .unwrap_or_default(),
@@ -100,6 +161,20 @@ pub(super) fn status(item: &Item) -> Status {
             protobuf::status(raw).map(|(code, reason, message)| Status { code, reason, message }).unwrap_or_default()
         }
     }
+}
+
+/// The metadata fields that are strings, whatever the rest of the object holds.
+fn loose(raw: &RawValue) -> MetaFields {
+    #[derive(Deserialize)]
+    struct Loose<'a> {
+        #[serde(borrow, default)]
+        metadata: std::collections::HashMap<&'a str, &'a RawValue>,
+    }
+    let Ok(object) = serde_json::from_str::<Loose>(raw.get()) else { return MetaFields::default() };
+    let field = |key: &str| {
+        object.metadata.get(key).and_then(|v| serde_json::from_str::<String>(v.get()).ok()).unwrap_or_default()
+    };
+    MetaFields { namespace: field("namespace"), name: field("name"), resource_version: field("resourceVersion") }
 }
 
 /// Just an object's metadata: enough to name it, and to follow its resourceVersion.
@@ -176,4 +251,39 @@ fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> 
 /// `namespace/name`, or the name alone for a cluster-scoped object.
 pub(super) fn describe(key: &ObjectKey) -> String {
     if key.0.is_empty() { key.1.clone() } else { format!("{}/{}", key.0, key.1) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json(text: &str) -> Item {
+        Item::Json(RawValue::from_string(text.to_string()).expect("JSON"))
+    }
+
+    #[test]
+    fn an_object_that_fails_to_decode_is_named_when_its_name_is_readable() {
+        let bad_labels = r#"{"kind":"Service","metadata":{"name":"web","namespace":"shop","labels":5},"spec":{}}"#;
+        match object(ObjectKind::Service, &json(bad_labels), "node-a", None) {
+            Decoded::Bad(key, _) => assert_eq!(key, ("shop".to_string(), "web".to_string())),
+            other => panic!("{other:?}"),
+        }
+        let nameless = r#"{"kind":"Service","metadata":{"name":7,"labels":5}}"#;
+        assert!(matches!(object(ObjectKind::Service, &json(nameless), "node-a", None), Decoded::Nameless(_)));
+    }
+
+    #[test]
+    fn a_watch_event_whose_object_is_another_kind_is_foreign() {
+        let raw = |text: &str| RawValue::from_string(text.to_string()).expect("JSON");
+        let event = |object: &str| Event::from(JsonEvent { kind: "DELETED".into(), object: raw(object) });
+        let status = event(r#"{"kind":"Status","metadata":{"name":"web","namespace":"shop"}}"#);
+        assert!(status.foreign(ObjectKind::Service));
+        assert!(!event(r#"{"kind":"Service","metadata":{"name":"web"}}"#).foreign(ObjectKind::Service));
+        assert!(!event(r#"{"metadata":{"name":"web"}}"#).foreign(ObjectKind::Service), "no kind: the watched one");
+        let error = Event::from(JsonEvent { kind: "ERROR".into(), object: raw(r#"{"kind":"Status"}"#) });
+        assert!(!error.foreign(ObjectKind::Service), "an ERROR carries a Status");
+        let page: JsonPage = serde_json::from_str(r#"{"kind":"Status","code":500,"message":"down"}"#).expect("page");
+        let e = page.into_parts("ServiceList").expect_err("a Status is not a list").into_error("services");
+        assert!(e.to_string().contains("a Status, not a list (code 500"), "{e}");
+    }
 }

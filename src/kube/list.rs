@@ -2,8 +2,10 @@
 //! time bound and logged while slow, replacing what the resource delivered before.
 
 use super::client::ApiError;
-use super::decode::{self, Item, JsonPage, ListMeta};
+use super::client::Status;
+use super::decode::{self, Item, JsonPage, ListMeta, NotTheList};
 use super::protobuf;
+use super::protobuf::stream::StreamError;
 use super::reflector::{Reflector, escape};
 use crate::model::ObjectChange;
 use std::collections::HashSet;
@@ -53,6 +55,7 @@ impl Reflector {
             self.count(|m| &m.relists);
         }
         let started = Instant::now();
+        let _pass = crate::skips::pass(&format!("listing {}", self.resource.name));
         let mut seen = HashSet::with_capacity(self.known.len());
         let mut cont = String::new();
         let mut batch = Vec::with_capacity(BATCH);
@@ -103,7 +106,7 @@ impl Reflector {
     /// whole: its objects are filed while the rest of it is still on the way); a JSON page
     /// once read.
     fn page(&self, path: &str, item: &mut dyn FnMut(&Item)) -> Result<ListMeta, ApiError> {
-        let name = self.resource.name;
+        let (name, want) = (self.resource.name, decode::list_kind(self.resource.kind));
         let started = Instant::now();
         let body = self.shared.client.get(path, LIST_IDLE, Some(LIST_PAGE_LIMIT))?;
         let proto = protobuf::is_protobuf(body.mime_type());
@@ -111,12 +114,16 @@ impl Reflector {
         if proto {
             let mut held = Vec::new();
             let mut reader = std::io::BufReader::with_capacity(READ_BUFFER, reader);
-            let tail = protobuf::stream::read_list(&mut reader, |raw| decode::proto_item(&mut held, raw, &mut *item));
+            let tail =
+                protobuf::stream::read_list(&mut reader, &want, |raw| decode::proto_item(&mut held, raw, &mut *item));
             return match tail {
+                Ok(t) if t.resource_version.is_empty() => Err(no_resource_version(name)),
                 Ok(t) => Ok(ListMeta { resource_version: t.resource_version, continue_: t.continue_ }),
-                Err(protobuf::stream::StreamError::Io(e)) => Err(read_error(name, started, e)),
-                Err(protobuf::stream::StreamError::Malformed(e)) => {
-                    Err(ApiError::Decode(format!("listing {name}: {e}")))
+                Err(StreamError::Io(e)) => Err(read_error(name, started, e)),
+                Err(StreamError::Malformed(e)) => Err(ApiError::Decode(format!("listing {name}: {e}"))),
+                Err(StreamError::NotTheList { kind, raw }) => {
+                    let (code, reason, message) = protobuf::status(&raw).unwrap_or_default();
+                    Err(NotTheList { kind, status: Status { code, reason, message } }.into_error(name))
                 }
             };
         }
@@ -125,12 +132,21 @@ impl Reflector {
             true => read_error(name, started, e.into()),
             false => ApiError::Decode(format!("listing {name}: {e}")),
         })?;
-        let (meta, items) = page.into_parts();
+        let (meta, items) = page.into_parts(&want).map_err(|e| e.into_error(name))?;
+        if meta.resource_version.is_empty() {
+            return Err(no_resource_version(name));
+        }
         for raw in items {
             item(&Item::Json(raw));
         }
         Ok(meta)
     }
+}
+
+/// A list page without a resourceVersion: no server answers so, and watching from an empty
+/// one would start from "now", losing whatever changed since.
+fn no_resource_version(name: &str) -> ApiError {
+    ApiError::Decode(format!("listing {name}: the answer has no metadata.resourceVersion"))
 }
 
 /// A list page's body that broke off or took too long, as an error.

@@ -14,6 +14,7 @@ use crate::config::{ApiSettings, ContentType};
 use crate::inbox::Inbox;
 use crate::metrics::Metrics;
 use crate::model::{ObjectChange, ObjectKey, ObjectKind};
+use crate::skips::warn_skipped;
 use prometheus::IntCounterVec;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -254,6 +255,12 @@ impl Reflector {
         Err(ApiError::Transport(format!("listing {}: the server keeps asking for a new list", self.resource.name)))
     }
 
+    /// The round recovered (listed, and its watch stayed open a while): the next failure
+    /// waits from the start again, as a new one.
+    pub(super) fn recovered(&mut self) {
+        self.backoff.reset();
+    }
+
     /// Decides what follows failure `e` (logging all but the failures to wait after).
     fn recover(&mut self, e: &ApiError) -> Recovery {
         let name = self.resource.name;
@@ -336,11 +343,11 @@ impl Reflector {
         match decode::object(self.resource.kind, item, &self.shared.node_name, self.shared.proxy_name.as_deref()) {
             Decoded::Good(key, change) => (Some(key), change),
             Decoded::Bad(key, why) => {
-                log::warn!("skipping {kind} {}: {why} (it keeps its last good state)", decode::describe(&key));
+                warn_skipped!("skipping {kind} {}: {why} (it keeps its last good state)", decode::describe(&key));
                 (Some(key), None)
             }
             Decoded::Nameless(why) => {
-                log::warn!("skipping a {kind} without a usable name: {why}");
+                warn_skipped!("skipping a {kind} without a usable name: {why}");
                 (None, None)
             }
         }

@@ -1,6 +1,7 @@
 //! Waiting after a failed request, as client-go's reflector does: from 800 ms doubling up to
 //! 30 s, each wait stretched by a random part of itself so that many nodes do not retry in
-//! step, starting over after two quiet minutes; a server's `Retry-After` is honoured. And
+//! step, starting over after two quiet minutes or once the caller says it recovered; a
+//! server's `Retry-After` is honoured. And
 //! logging failures without flooding: a new kind of failure is logged, repeats only now and then.
 
 use super::client::ApiError;
@@ -40,6 +41,13 @@ impl Backoff {
     /// Notes a failure; returns how long to wait before the next request.
     pub fn failed(&mut self, e: &ApiError) -> Duration {
         self.failed_at(e, Instant::now())
+    }
+
+    /// Starts the waits over: what failed recovered. Failures that each recover (an API
+    /// server's rolling restart: a relist, a reset stream, a few 500s) are not a storm, and
+    /// must not leave the next wait at the cap.
+    pub fn reset(&mut self) {
+        *self = Backoff::default();
     }
 
     /// Notes a failure at `now`.
@@ -101,6 +109,17 @@ mod tests {
         assert!(base == CAP);
         let wait = b.failed_at(&refused(), t0 + Duration::from_secs(9) + RESET_AFTER);
         assert!(wait <= INITIAL * 2, "after a quiet spell the wait starts over, not {wait:?}");
+    }
+
+    #[test]
+    fn a_reset_starts_the_waits_over() {
+        let mut b = Backoff::default();
+        for _ in 0..8 {
+            b.failed(&refused());
+        }
+        assert!(b.failed(&refused()) >= CAP, "at the cap");
+        b.reset();
+        assert!(b.failed(&refused()) <= INITIAL * 2, "a recovered round starts over");
     }
 
     #[test]

@@ -29,6 +29,15 @@ const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
 /// reading it on would grow the daemon without bound.
 pub(super) const MAX_LINE: usize = 16 << 20;
 
+/// A watch open this long means its list-and-watch round recovered: the backoff starts over.
+/// client-go keeps growing it for two minutes after any failure, so a node that met a few
+/// recovered faults in a row (an API server's rolling restart) waited up to a minute before
+/// its next list; a server failing every watch at once never keeps one open this long.
+const RECOVERED_AFTER: Duration = Duration::from_secs(3);
+
+/// How often a watch delivering many bad objects logs how many it skipped.
+const SKIPS_WINDOW: Duration = Duration::from_secs(60);
+
 /// A line buffer grown past this by a large event is shrunk back once the event is handled.
 const KEEP_CAPACITY: usize = 1 << 20;
 
@@ -89,12 +98,17 @@ impl Reflector {
     /// whether the next step watches again or relists. Until the next watch opens or list
     /// completes, the resource counts as stale since its last sign of life.
     pub(super) fn watch(&mut self) -> Result<Next, ApiError> {
-        let result = self.follow();
+        let mut opened = None;
+        let result = self.follow(&mut opened);
         self.shared.inbox.stale(self.resource.name, self.alive);
+        if opened.is_some_and(|at: Instant| at.elapsed() >= RECOVERED_AFTER) {
+            self.recovered();
+        }
         result
     }
 
-    fn follow(&mut self) -> Result<Next, ApiError> {
+    /// Watches until the stream ends; `opened` is when the server accepted the watch.
+    fn follow(&mut self, opened: &mut Option<Instant>) -> Result<Next, ApiError> {
         if std::mem::replace(&mut self.watched, true) {
             self.count(|m| &m.watch_restarts);
         }
@@ -107,7 +121,9 @@ impl Reflector {
         );
         let idle = (Duration::from_secs(timeout) + WATCH_IDLE_MARGIN).min(BOOKMARK_SILENCE);
         let started = Instant::now();
+        let _pass = crate::skips::windowed(&format!("watching {}", self.resource.name), SKIPS_WINDOW);
         let body = self.shared.client.watch(&format!("{}{query}", self.resource.path), idle)?;
+        *opened = Some(Instant::now());
         self.lived();
         let proto = protobuf::is_protobuf(body.mime_type());
         let (unit, mut reader) = (if proto { "frame" } else { "line" }, std::io::BufReader::new(body.into_reader()));
@@ -176,8 +192,19 @@ impl Reflector {
         })
     }
 
-    /// Handles one watch event.
+    /// Handles one watch event. One whose object is not of the watched kind (a Status in an
+    /// `ADDED`, say) changes nothing: the stream is taken as broken, and watched again after
+    /// a backoff from the last good resourceVersion.
     fn event(&mut self, event: Event) -> Result<(), ApiError> {
+        if event.foreign(self.resource.kind) {
+            return Err(ApiError::Decode(format!(
+                "watching {}: a {:?} event whose object is a {:?}, not a {}; watching again",
+                self.resource.name,
+                event.kind,
+                event.object_kind,
+                self.resource.kind.as_str()
+            )));
+        }
         let rv = || decode::meta(&event.object);
         match event.kind.as_str() {
             "ADDED" | "MODIFIED" => {

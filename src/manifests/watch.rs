@@ -121,6 +121,7 @@ impl Watcher {
         let mut batch = Vec::new();
         let mut delivered = 0;
         let mut unidentified = false;
+        let _pass = crate::skips::pass("reading the manifests");
         let result = read(path, &mut |file, id, doc| {
             unidentified |= id.1.1.is_empty();
             let hash = hash_of(&doc);
@@ -142,7 +143,7 @@ impl Watcher {
                     }
                 }
                 // Bad input loses nothing: the object keeps its last good state (and mark).
-                Err(why) => log::warn!("{why}"),
+                Err(why) => crate::skips::warn_skipped!("{why}"),
             }
             if batch.len() >= BATCH {
                 delivered += batch.len();
@@ -155,7 +156,7 @@ impl Watcher {
         // taken as deleted then (the object keeps its last good state); nor after a failure.
         let gone = if result.is_err() || unidentified { Vec::new() } else { self.forget_unmarked() };
         for w in result? {
-            log::warn!("{w}");
+            crate::skips::warn_skipped!("{w}");
         }
         if unidentified {
             log::warn!("an object without a usable name was skipped; until it is fixed, nothing is taken as deleted");

@@ -131,7 +131,7 @@ impl EndpointSliceInfo {
                 Ok(port) => Some(port),
                 Err(why) => {
                     let port = p.name.as_deref().unwrap_or_default();
-                    log::warn!("EndpointSlice {namespace}/{name}: skipping port {port:?}: {why}");
+                    crate::skips::warn_skipped!("EndpointSlice {namespace}/{name}: skipping port {port:?}: {why}");
                     None
                 }
             })
@@ -143,7 +143,7 @@ impl EndpointSliceInfo {
             .filter_map(|e| match slice_endpoint(e, family) {
                 Ok(e) => Some(e),
                 Err(why) => {
-                    log::warn!("EndpointSlice {namespace}/{name}: skipping an endpoint: {why}");
+                    crate::skips::warn_skipped!("EndpointSlice {namespace}/{name}: skipping an endpoint: {why}");
                     None
                 }
             })

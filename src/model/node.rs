@@ -48,7 +48,11 @@ impl NodeInfo {
             match super::parse_ip(&a.address) {
                 Some(ip) => bucket.push(ip),
                 None if a.address.trim().is_empty() => {}
-                None => log::warn!("Node {name}: skipping {} {:?}: it is not an IP address", a.type_, a.address),
+                None => crate::skips::warn_skipped!(
+                    "Node {name}: skipping {} {:?}: it is not an IP address",
+                    a.type_,
+                    a.address
+                ),
             }
         }
         internal.extend(external);

@@ -190,7 +190,7 @@ fn cluster_ips(spec: &k8s_openapi::api::core::v1::ServiceSpec) -> Result<Vec<IpA
 /// Service `object` (`namespace/name`), each entry that cannot be read left out with a warning.
 fn external_addresses(svc: &Service, object: &str) -> (Vec<IpAddr>, Vec<IpAddr>, Vec<IpNet>) {
     let skip = |what: &str, entry: &str, why: &str| {
-        log::warn!("Service {object}: skipping {what} {entry:?}: it is not {why}");
+        crate::skips::warn_skipped!("Service {object}: skipping {what} {entry:?}: it is not {why}");
     };
     let spec = svc.spec.as_ref();
     let external = spec.iter().flat_map(|s| s.external_ips.iter().flatten());
@@ -237,22 +237,30 @@ fn scheduler(svc: &Service, object: &str) -> Option<Scheduler> {
     let flags = annotations.get(SCHEDULER_FLAGS_ANNOTATION).map_or("", String::as_str);
     let Some(name) = annotations.get(SCHEDULER_ANNOTATION).filter(|n| !n.trim().is_empty()) else {
         if !flags.trim().is_empty() {
-            log::warn!("Service {object}: {SCHEDULER_FLAGS_ANNOTATION} is left unread without {SCHEDULER_ANNOTATION}");
+            crate::skips::warn_skipped!(
+                "Service {object}: {SCHEDULER_FLAGS_ANNOTATION} is left unread without {SCHEDULER_ANNOTATION}"
+            );
         }
         return None;
     };
     match Scheduler::parse(name, flags) {
         Err(why) => {
-            log::warn!("Service {object}: annotation {SCHEDULER_ANNOTATION}: {why}; the node's default serves it");
+            crate::skips::warn_skipped!(
+                "Service {object}: annotation {SCHEDULER_ANNOTATION}: {why}; the node's default serves it"
+            );
             None
         }
         Ok((scheduler, unread)) => {
             if let Scheduler::Unserved(u) = scheduler {
-                log::warn!("Service {object}: scheduler {} is served as random: {}", u.as_str(), u.why());
+                crate::skips::warn_skipped!(
+                    "Service {object}: scheduler {} is served as random: {}",
+                    u.as_str(),
+                    u.why()
+                );
             }
             if !unread.is_empty() {
                 let name = scheduler.name();
-                log::warn!(
+                crate::skips::warn_skipped!(
                     "Service {object}: {SCHEDULER_FLAGS_ANNOTATION}: {unread:?} left unread (unknown, or of no effect with {name})"
                 );
             }

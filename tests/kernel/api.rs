@@ -13,6 +13,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+mod answers;
 mod credentials;
 mod distributions;
 mod dry_runs;

@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod api_answers;
 mod config;
 mod debug_view;
 mod golden;

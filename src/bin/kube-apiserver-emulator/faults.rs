@@ -1,6 +1,6 @@
 //! Fault injection: the `/emulator/faults` switches, and the armed "fail the next N requests"
-//! rules (an error status, a redirect, a watch that opens with a 410 ERROR event, or a list
-//! written slowly).
+//! rules (an error status, a redirect, a watch that opens with a 410 ERROR event, a Status
+//! answered with 200, or a list written slowly).
 
 use crate::http::{Response, reason_for, status_body};
 use crate::store::Store;
@@ -28,6 +28,8 @@ struct FailRule {
     location: Option<String>,
     /// Answer 200 with a watch stream whose only event is an ERROR carrying `status`.
     as_event: bool,
+    /// Answer 200 with a Status body carrying `status` (for a list: not the list asked for).
+    in_200: bool,
     /// Send the real answer, one byte per this many milliseconds (`status` 200).
     byte_every_ms: Option<u64>,
 }
@@ -69,6 +71,8 @@ impl Faults {
         let status = status_body(rule.status, reason_for(rule.status), &message);
         let mut resp = if rule.as_event {
             Response::json(200, format!("{{\"type\":\"ERROR\",\"object\":{status}}}\n").into_bytes())
+        } else if rule.in_200 {
+            Response::json(200, status.into_bytes())
         } else {
             Response::json(rule.status, status.into_bytes())
         };
@@ -94,6 +98,13 @@ impl Faults {
                 "compact" if value.as_bool() == Some(true) => store.compact(),
                 "malformed" => store.signal(Some(plural(value)?), &WatchMsg::Malformed),
                 "garbage" => store.signal(Some(plural(value)?), &WatchMsg::Garbage),
+                "foreign" => {
+                    let named = |k: &str| value[k].as_str().unwrap_or_default().to_string();
+                    store.signal(
+                        Some(plural(&value["resource"])?),
+                        &WatchMsg::Foreign(named("namespace"), named("name")),
+                    )
+                }
                 "endless" => store.signal(Some(plural(value)?), &WatchMsg::Endless),
                 "fail" => self.arm(value)?,
                 "clear" if value.as_bool() == Some(true) => {
@@ -124,6 +135,7 @@ impl Faults {
             verb: v["verb"].as_str().map(str::to_string),
             location,
             as_event: v["as_event"].as_bool() == Some(true),
+            in_200: v["in_200"].as_bool() == Some(true),
             byte_every_ms,
         };
         self.rules.lock().unwrap_or_else(|e| e.into_inner()).push(rule);

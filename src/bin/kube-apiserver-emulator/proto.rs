@@ -82,17 +82,18 @@ pub fn list(res: &Resource, page: &Page) -> Option<Vec<u8>> {
     Some(protobuf::seal(&res.api_version(), &res.list_kind(), raw))
 }
 
-/// A JSON failure Status answer re-encoded for a protobuf client (other answers unchanged).
+/// A JSON Status answer (a failure, or a fault's Status answered with 200) re-encoded for a
+/// protobuf client (other answers unchanged).
 pub fn status(resp: Response) -> Response {
-    if resp.status < 400 || resp.content_type != "application/json" {
+    if resp.content_type != "application/json" {
         return resp;
     }
     let v = parse(&resp.body);
     if v["kind"] != "Status" {
         return resp;
     }
-    let body =
-        protobuf::status_body(resp.status, v["reason"].as_str().unwrap_or(""), v["message"].as_str().unwrap_or(""));
+    let code = v["code"].as_u64().and_then(|c| u16::try_from(c).ok()).unwrap_or(resp.status);
+    let body = protobuf::status_body(code, v["reason"].as_str().unwrap_or(""), v["message"].as_str().unwrap_or(""));
     Response { body, content_type: PROTOBUF, ..resp }
 }
 

@@ -225,6 +225,7 @@ impl Stream<'_> {
             }
             Item::Msg(WatchMsg::Event(e)) => self.event(&e)?,
             Item::Msg(WatchMsg::Malformed) => self.malformed()?,
+            Item::Msg(WatchMsg::Foreign(ns, name)) => self.foreign(&ns, &name)?,
             Item::Msg(WatchMsg::Garbage) if self.req.proto => {
                 chunk(&mut self.out, &proto::framed(b"\x0fthis is not protobuf"))
             }
@@ -317,6 +318,18 @@ impl Stream<'_> {
             self.last_rv
         );
         self.line("MODIFIED", obj.as_bytes())
+    }
+
+    fn foreign(&mut self, ns: &str, name: &str) -> io::Result<()> {
+        let rv = self.last_rv.to_string();
+        if self.req.proto {
+            let status = protobuf::seal("v1", "Status", protobuf::metadata_only(ns, name, &rv));
+            chunk(&mut self.out, &protobuf::watch_frame("DELETED", status));
+            return Ok(());
+        }
+        let meta = serde_json::json!({"namespace": ns, "name": name, "resourceVersion": rv});
+        let obj = serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": meta, "status": "Failure"});
+        self.line("DELETED", obj.to_string().as_bytes())
     }
 
     fn flush(&mut self) -> io::Result<()> {

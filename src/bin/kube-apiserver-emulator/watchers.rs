@@ -36,6 +36,9 @@ pub enum WatchMsg {
     Malformed,
     /// Send a line that is not JSON.
     Garbage,
+    /// Send a DELETED event whose object is a Status naming this namespace and name in its
+    /// metadata: not of the watched kind, so it must delete nothing.
+    Foreign(String, String),
     /// Send a line that never ends (until [`crate::watch::ENDLESS_LIMIT`] bytes), then cut
     /// the connection.
     Endless,

@@ -8,8 +8,13 @@ use super::meta;
 use prost::Message;
 use std::io::{ErrorKind, Read};
 
-/// The envelope's field holding the list's message (`runtime.Unknown.raw`).
+/// The envelope's fields: what it holds (`runtime.Unknown.typeMeta`) and the list's message
+/// (`runtime.Unknown.raw`).
+const ENVELOPE_TYPE_META: u64 = 1;
 const ENVELOPE_RAW: u64 = 2;
+
+/// The most of an envelope's type or of a Status read: both are a few dozen bytes.
+const SMALL_MESSAGE: u64 = 64 << 10;
 /// The list's fields: its metadata and each item.
 const LIST_METADATA: u64 = 1;
 const LIST_ITEMS: u64 = 2;
@@ -27,6 +32,9 @@ pub(crate) enum StreamError {
     Io(std::io::Error),
     /// The bytes are not an enveloped list.
     Malformed(ProtoError),
+    /// The envelope holds another kind than the list asked for (a `Status`, …): that kind,
+    /// and its message when it is small enough to read.
+    NotTheList { kind: String, raw: Vec<u8> },
 }
 
 impl From<std::io::Error> for StreamError {
@@ -48,8 +56,15 @@ pub(crate) struct ListTail {
     pub continue_: String,
 }
 
-/// Reads an enveloped list off `reader`, calling `item` with each item's message in order.
-pub(crate) fn read_list(reader: &mut impl Read, mut item: impl FnMut(&[u8])) -> Result<ListTail, StreamError> {
+/// Reads an enveloped list of kind `want` (`ServiceList`) off `reader`, calling `item` with
+/// each item's message in order. An envelope naming another kind is not read as a list: a
+/// `Status` answered with 200 would read as an empty one. An envelope naming no kind is taken
+/// as `want`, as client-go's decoder defaults it.
+pub(crate) fn read_list(
+    reader: &mut impl Read,
+    want: &str,
+    mut item: impl FnMut(&[u8]),
+) -> Result<ListTail, StreamError> {
     let mut magic = [0u8; 4];
     reader.read_exact(&mut magic).map_err(|e| match e.kind() {
         ErrorKind::UnexpectedEof => StreamError::Malformed(ProtoError::NoMagic),
@@ -60,16 +75,37 @@ pub(crate) fn read_list(reader: &mut impl Read, mut item: impl FnMut(&[u8])) -> 
     }
     let mut tail = ListTail::default();
     let mut buf = Vec::new();
+    let mut kind = String::new();
     // The envelope runs to the end of the body.
     while let Some((field, wire)) = key(reader, None)? {
-        if field == ENVELOPE_RAW && wire == LEN {
-            let len = varint(reader)?;
-            tail = list(reader, len, &mut buf, &mut item)?;
-        } else {
-            skip(reader, wire, &mut { u64::MAX })?;
+        match (field, wire) {
+            (ENVELOPE_TYPE_META, LEN) => {
+                small(reader, &mut buf)?;
+                let type_meta = meta::TypeMeta::decode(buf.as_slice()).map_err(|e| StreamError::Malformed(e.into()))?;
+                kind = type_meta.kind.unwrap_or_default();
+            }
+            (ENVELOPE_RAW, LEN) if !kind.is_empty() && kind != want => {
+                small(reader, &mut buf)?;
+                return Err(StreamError::NotTheList { kind, raw: std::mem::take(&mut buf) });
+            }
+            (ENVELOPE_RAW, LEN) => {
+                let len = varint(reader)?;
+                tail = list(reader, len, &mut buf, &mut item)?;
+            }
+            _ => skip(reader, wire, &mut { u64::MAX })?,
         }
     }
     Ok(tail)
+}
+
+/// Reads a small length-delimited field of the envelope into `buf`; a longer one is not
+/// what it says it is.
+fn small(reader: &mut impl Read, buf: &mut Vec<u8>) -> Result<(), StreamError> {
+    let n = varint(reader)?;
+    if n > SMALL_MESSAGE {
+        return Err(malformed("an envelope's type or Status longer than 64 KiB"));
+    }
+    fill(reader, buf, bounded(n, &mut { u64::MAX })?)
 }
 
 /// The list's message, `len` bytes of `reader`.
@@ -87,6 +123,11 @@ fn list(
                 let n = bounded(varint_in(reader, &mut left)?, &mut left)?;
                 fill(reader, buf, n)?;
                 if field == LIST_ITEMS {
+                    // Every server writes the metadata first; items before a resourceVersion
+                    // would be filed from an answer that may turn out not to be a list.
+                    if tail.resource_version.is_empty() {
+                        return Err(malformed("a list whose items come before its resourceVersion"));
+                    }
                     item(buf);
                 } else {
                     let m = meta::ListMeta::decode(buf.as_slice()).map_err(|e| StreamError::Malformed(e.into()))?;
@@ -208,7 +249,7 @@ mod tests {
 
     fn streamed(body: &[u8]) -> Result<(ListTail, Vec<Vec<u8>>), StreamError> {
         let mut items = Vec::new();
-        let tail = read_list(&mut &body[..], |i| items.push(i.to_vec()))?;
+        let tail = read_list(&mut &body[..], "ServiceList", |i| items.push(i.to_vec()))?;
         Ok((tail, items))
     }
 
@@ -232,7 +273,7 @@ mod tests {
             }
         }
         let mut slow = Vec::new();
-        read_list(&mut Trickle(&body), |i| slow.push(i.to_vec())).expect("trickled");
+        read_list(&mut Trickle(&body), "ServiceList", |i| slow.push(i.to_vec())).expect("trickled");
         assert_eq!(slow, whole.items);
     }
 
@@ -255,5 +296,26 @@ mod tests {
         assert!(streamed(&body[..inside + 1]).is_err());
         assert!(matches!(streamed(b"{\"kind\":1}"), Err(StreamError::Malformed(ProtoError::NoMagic))));
         assert!(matches!(streamed(b""), Err(StreamError::Malformed(ProtoError::NoMagic))));
+    }
+
+    /// A 200 whose body is a Status (or any other kind) is not an empty list, nor is a list
+    /// whose items come before its resourceVersion.
+    #[test]
+    fn only_the_list_asked_for_is_read_as_one() {
+        let status = super::super::status_body(500, "InternalError", "etcd is down");
+        match streamed(&status) {
+            Err(StreamError::NotTheList { kind, raw }) => {
+                assert_eq!(kind, "Status");
+                let (code, _, message) = super::super::status(&raw).expect("the Status's message");
+                assert_eq!((code, message.as_str()), (500, "etcd is down"));
+            }
+            other => panic!("a Status read as {other:?}"),
+        }
+        let other = super::super::seal("v1", "NodeList", super::super::list_message("1", None, None, &[b"n"]));
+        assert!(matches!(streamed(&other), Err(StreamError::NotTheList { kind, .. }) if kind == "NodeList"));
+        let unnamed = super::super::seal("", "", super::super::list_message("3", None, None, &[b"s"]));
+        assert_eq!(streamed(&unnamed).expect("no kind is the kind asked for").1, [b"s".to_vec()]);
+        let no_rv = super::super::seal("v1", "ServiceList", super::super::list_message("", None, None, &[b"s"]));
+        assert!(matches!(streamed(&no_rv), Err(StreamError::Malformed(_))), "items before a resourceVersion");
     }
 }

@@ -1,0 +1,100 @@
+//! Answers no real API server gives, from a bare HTTP server on loopback, read by the dry run
+//! (`--master`): a million objects without a name make a bounded log and leave the valid
+//! Service in the ruleset; a 200 whose body is a Status is an error, not an empty list.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Output};
+
+/// An empty list of `kind` at resourceVersion 1.
+fn empty(kind: &str) -> String {
+    format!(r#"{{"kind":"{kind}","apiVersion":"v1","metadata":{{"resourceVersion":"1"}},"items":[]}}"#)
+}
+
+/// Serves every request with `services` for the Services' list and empty lists for the rest,
+/// on a thread of its own, until the test ends; returns the server's address.
+fn serve(services: String) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("address").to_string();
+    let services = std::sync::Arc::new(services);
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let services = services.clone();
+            std::thread::spawn(move || answer(conn, &services));
+        }
+    });
+    addr
+}
+
+/// Answers one request on `conn` and closes it.
+fn answer(mut conn: TcpStream, services: &str) {
+    let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+    let mut line = String::new();
+    let _ = reader.read_line(&mut line);
+    let path = line.split_whitespace().nth(1).unwrap_or_default().to_string();
+    while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+        line.clear();
+    }
+    let body = match path.split('?').next().unwrap_or_default() {
+        "/api/v1/services" => services.to_string(),
+        "/apis/discovery.k8s.io/v1/endpointslices" => empty("EndpointSliceList"),
+        "/api/v1/nodes" => empty("NodeList"),
+        _ => empty("ServiceCIDRList"),
+    };
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = conn.write_all(head.as_bytes()).and_then(|()| conn.write_all(body.as_bytes()));
+}
+
+/// The dry run of node-a against the server at `addr`, asking for JSON.
+fn dry_run(addr: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kube-nftproxy"))
+        .args(["--dry-run", "--hostname-override=node-a", "--kube-api-content-type=application/json"])
+        .arg(format!("--master=http://{addr}"))
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("run the dry run")
+}
+
+/// A valid Service: 10.96.0.5:80.
+const GOOD: &str =
+    r#"{"metadata":{"name":"good","namespace":"default"},"spec":{"clusterIP":"10.96.0.5","ports":[{"port":80}]}}"#;
+
+#[test]
+fn a_million_nameless_objects_make_a_few_lines_and_the_valid_one_is_applied() {
+    let nameless = r#"{"metadata":{}}"#;
+    let mut items = vec![nameless; 1_000_000];
+    items.insert(500_000, GOOD);
+    let list = format!(
+        r#"{{"kind":"ServiceList","apiVersion":"v1","metadata":{{"resourceVersion":"7"}},"items":[{}]}}"#,
+        items.join(",")
+    );
+    let out = dry_run(&serve(list));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("WARN")).collect();
+    assert!(warnings.len() <= 12, "{} warning lines, not a bounded few:\n{}", warnings.len(), warnings.join("\n"));
+    let named = warnings.iter().filter(|l| l.contains("skipping a Service without a usable name")).count();
+    assert_eq!(named, 10, "the first few are named:\n{stderr}");
+    let counted = format!("{} more skipped", 1_000_000 - 10);
+    assert!(warnings.iter().any(|l| l.contains(&counted)), "no line counting the rest ({counted}):\n{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("10.96.0.5"), "the valid Service is not in the ruleset");
+}
+
+#[test]
+fn a_status_answered_with_200_is_an_error_not_an_empty_list() {
+    let status = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"etcd is down","reason":"InternalError","code":500}"#;
+    let out = dry_run(&serve(status.into()));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a Status in place of a list was taken as one:\n{stderr}");
+    assert!(stderr.contains("a Status, not a list") && stderr.contains("etcd is down"), "{stderr}");
+    let no_rv = r#"{"kind":"ServiceList","apiVersion":"v1","metadata":{},"items":[]}"#;
+    let out = dry_run(&serve(no_rv.into()));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("no metadata.resourceVersion"), "{stderr}");
+    let other = r#"{"kind":"NodeList","apiVersion":"v1","metadata":{"resourceVersion":"3"},"items":[]}"#;
+    let out = dry_run(&serve(other.into()));
+    assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
