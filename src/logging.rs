@@ -4,6 +4,7 @@
 //! `caller` (`dir/file.rs:line`), `msg`, and `v` (the `-v` level that shows the message; an
 //! error has none, as klog's). A panic is one such line too, from the hook set here.
 
+use std::fmt::Write as _;
 use std::io::Write;
 use std::time::SystemTime;
 
@@ -129,7 +130,28 @@ pub fn json_line(record: &log::Record, now: SystemTime) -> String {
     if let Some(v) = verbosity(record.level()) {
         line.insert("v".into(), v.into());
     }
-    serde_json::Value::Object(line).to_string()
+    escaped(serde_json::Value::Object(line).to_string())
+}
+
+/// `line`, serialized JSON, with each character [`crate::text::unprintable`] still raw (serde
+/// escapes only C0, `"` and `\`) written as a `\uXXXX` escape: a reader decodes the same
+/// strings, but no terminal or aggregator sees a C1 control, a line separator or a bidi
+/// control. Sound on the serialized text because outside strings JSON is ASCII punctuation,
+/// digits and words, so each such character is inside a string; each is in the BMP, one
+/// escape apiece.
+fn escaped(line: String) -> String {
+    if !line.chars().any(crate::text::unprintable) {
+        return line;
+    }
+    let mut out = String::with_capacity(line.len() + 16);
+    for c in line.chars() {
+        if crate::text::unprintable(c) {
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The JSON line for a panic in thread `thread` at `location` with `payload`, as upstream's
@@ -152,7 +174,7 @@ pub fn panic_line(
     if let Some(trace) = trace {
         line.insert("stacktrace".into(), trace.into());
     }
-    serde_json::Value::Object(line).to_string()
+    escaped(serde_json::Value::Object(line).to_string())
 }
 
 /// Writes a panic as one JSON line on stderr, in place of the default hook's lines.
@@ -212,6 +234,23 @@ mod tests {
         assert_eq!((l["msg"].as_str(), l["panic"].as_str()), (Some("Observed a panic"), Some("boom\nagain")));
         assert_eq!((l["caller"].as_str(), l["thread"].as_str()), (Some("sync/mod.rs:7"), Some("sync")));
         assert!(l.get("v").is_none() && l.get("stacktrace").is_none(), "{l}");
+    }
+
+    /// Issue 34: what the text format escapes, JSON escapes too, as `\uXXXX`: the decoded
+    /// strings are whole, and the line holds none of those characters raw.
+    #[test]
+    fn separators_c1_and_bidi_controls_are_escaped_in_json() {
+        let raw = "ns\u{2028}web/x\u{2029}\u{202e}gro\u{9b}31m\u{61c}\u{200f}\u{2066}\u{7f}";
+        let text = json_line(&log::Record::builder().args(format_args!("skipping {raw}")).build(), SystemTime::now());
+        assert!(!text.chars().any(crate::text::unprintable), "{text:?}");
+        assert!(text.contains(r"ns\u2028web/x\u2029\u202egro\u009b31m\u061c\u200f\u2066\u007f"), "{text}");
+        let l: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(l["msg"].as_str(), Some(format!("skipping {raw}").as_str()));
+        let text = panic_line(raw, None, raw, Some(raw.into()), SystemTime::now());
+        assert!(!text.chars().any(crate::text::unprintable), "{text:?}");
+        let l: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!([&l["panic"], &l["thread"], &l["stacktrace"]].map(|v| v.as_str()), [Some(raw); 3]);
+        assert_eq!(escaped("{\"msg\":\"ü → ok\"}".into()), "{\"msg\":\"ü → ok\"}", "the rest kept");
     }
 
     /// Set in the copy of this test binary that [`every_line_on_stderr_is_json_panics_too`]

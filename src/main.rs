@@ -1,7 +1,7 @@
 //! The `kube-nftproxy` command: parses flags, then prints the ruleset (`--dry-run`),
 //! removes rules (`--cleanup`), or runs the proxy daemon.
 
-use error::{OrInput, RunError};
+use error::{OnNode, OrInput, RunError};
 use kube_nftproxy::config::{self, Command, Config, ConfigError, Flags, Run};
 use kube_nftproxy::inbox::Inbox;
 use kube_nftproxy::model::Model;
@@ -170,20 +170,23 @@ fn run_cleanup(kube_proxy: bool) -> Result<(), RunError> {
     // A running daemon would put back at once what this removes.
     let owns = "a kube-nftproxy daemon owns this node's tables; stop it before --cleanup";
     let _owner = lock::try_own().doing("taking the node lock")?.ok_or_else(|| RunError::Input(owns.into()))?;
-    cleanup::remove_own_tables().doing("removing kube-nftproxy's tables")?;
+    // What fails from here is the node's doing (a held xtables lock, a refused transaction),
+    // not the input's: exit 1, as for the API server, so that a supervisor retries.
+    cleanup::remove_own_tables().on_node("removing kube-nftproxy's tables")?;
     log::info!("removed kube-nftproxy's tables (ip and ip6 {})", render::TABLE_NAME);
     if kube_proxy {
         let outcome = takeover::take_over();
         takeover::log_outcome(&outcome);
         let all_went = outcome.ok();
-        outcome.rules.doing("removing kube-proxy's rules")?;
-        outcome.interface.doing(format_args!("removing interface {}", takeover::IPVS_INTERFACE))?;
+        outcome.rules.on_node("removing kube-proxy's rules")?;
+        outcome.interface.on_node(format_args!("removing interface {}", takeover::IPVS_INTERFACE))?;
         if !all_went {
-            return Err(RunError::Input("removing what kube-proxy left failed in part (logged above)".into()));
+            let failed = "removing what kube-proxy left failed in part (logged above)";
+            return Err(RunError::Node(error::NodeError::Failed(failed.into())));
         }
     } else {
         let found =
-            takeover::report("--cleanup --cleanup-kube-proxy removes it").doing("looking for kube-proxy's rules")?;
+            takeover::report("--cleanup --cleanup-kube-proxy removes it").on_node("looking for kube-proxy's rules")?;
         for what in cleanup::describe_kept(&found.kept) {
             log::info!("left {what}");
         }

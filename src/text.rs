@@ -5,11 +5,16 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
-/// Whether `c` must not reach a terminal as it is: C0 controls (line breaks too), DEL, C1
-/// controls (a UTF-8 terminal may still take U+009B as a CSI) and the bidirectional
-/// controls that reorder what is shown ("Trojan Source").
-fn unprintable(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+/// Whether `c` must not reach a terminal or a log as it is: C0 controls (line breaks too),
+/// DEL, C1 controls (a UTF-8 terminal may still take U+009B as a CSI), the line and paragraph
+/// separators (U+2028, U+2029: a line break to JavaScript, to some viewers and aggregators)
+/// and the bidirectional controls that reorder what is shown ("Trojan Source").
+pub fn unprintable(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
 }
 
 /// `s` with each character a terminal would act on written as an escape (`\x1b`, `\n`,
@@ -58,5 +63,13 @@ mod tests {
         push_line(&mut out, "chain a\nforged");
         push_line(&mut out, "next");
         assert_eq!(out, "chain a\\nforged\nnext\n");
+    }
+
+    /// Issue 34: a name with a line separator forged a line of its own in the text log.
+    #[test]
+    fn line_separators_and_every_bidi_control_are_escaped() {
+        let separators = "ns\u{2028}[forged]/web\u{2029}\u{61c}\u{200e}\u{2066}\u{2069}";
+        assert_eq!(printable(separators), "ns\\u{2028}[forged]/web\\u{2029}\\u{61c}\\u{200e}\\u{2066}\\u{2069}");
+        assert!(matches!(printable("\u{2027}\u{202f}\u{2065}\u{206a}\u{a0}"), Cow::Borrowed(_)), "their neighbours");
     }
 }

@@ -21,7 +21,8 @@ pub enum RunError {
         /// What went wrong.
         source: kube::Error,
     },
-    /// The node: what the proxy needs of it, or settings it would not take.
+    /// The node: what the proxy needs of it, settings it would not take, or what was done on
+    /// it failing there.
     Node(NodeError),
     /// Anything else: the input, or what was done with it, said with its causes ([`OrInput`]
     /// turns an error into one; a failure of the binary's own is its text).
@@ -37,6 +38,10 @@ pub enum NodeError {
     /// Conntrack settings `--init-only` had to set were not set.
     #[error(transparent)]
     Conntrack(#[from] conntrack::sysctl::NotSet),
+    /// What was done on the node failed there (a held xtables lock, a refused transaction),
+    /// said with its causes ([`OnNode`] turns an error into one).
+    #[error("{0}")]
+    Failed(String),
 }
 
 impl RunError {
@@ -141,5 +146,19 @@ impl<T, E: std::error::Error> OrInput<T> for Result<T, E> {
 
     fn doing(self, what: impl fmt::Display) -> Result<T, RunError> {
         self.map_err(|e| RunError::Input(format!("{what}: {}", Causes(&e))))
+    }
+}
+
+/// A failure of the node, not of the input, where it happens (`.on_node("removing x")?`):
+/// an error made a [`NodeError::Failed`], which exits 1 where bad input
+/// exits 2.
+pub trait OnNode<T> {
+    /// The error, with its causes, after what was being done (`doing: error: cause`).
+    fn on_node(self, what: impl fmt::Display) -> Result<T, RunError>;
+}
+
+impl<T, E: std::error::Error> OnNode<T> for Result<T, E> {
+    fn on_node(self, what: impl fmt::Display) -> Result<T, RunError> {
+        self.map_err(|e| RunError::Node(NodeError::Failed(format!("{what}: {}", Causes(&e)))))
     }
 }

@@ -4,7 +4,10 @@
 use super::values::go_duration;
 use super::{API_VERSION, BindAddress, ConfigError, Flags, KIND};
 use serde_json::{Value, json};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
 
 /// The configuration this run is using, as kube-proxy writes its own: every v1alpha1 field,
 /// with this run's values where it has them and kube-proxy's defaults elsewhere, the sync
@@ -149,9 +152,62 @@ fn address(a: BindAddress) -> String {
     a.0.map(|a| a.to_string()).unwrap_or_default()
 }
 
-/// `--write-config-to`: writes `effective(flags)` to `path` as YAML.
+/// `--write-config-to`: writes `effective(flags)` to `path` as YAML, within [`WRITE_WAIT`]
+/// however `path` takes it: a FIFO no one reads fails rather than hangs.
 pub fn write_config(flags: &Flags, path: &Path) -> Result<(), ConfigError> {
     let bad = |message: String| ConfigError::Write { path: path.to_path_buf(), message };
     let yaml = serde_saphyr::to_string(&effective(flags)).map_err(|e| bad(e.to_string()))?;
-    std::fs::write(path, yaml).map_err(|e| bad(e.to_string()))
+    let deadline = Instant::now() + WRITE_WAIT;
+    let mut file = open_bounded(path, deadline).map_err(|e| bad(e.to_string()))?;
+    write_bounded(&mut file, yaml.as_bytes(), deadline).map_err(|e| bad(e.to_string()))
+}
+
+/// The longest `--write-config-to` waits for a FIFO's reader to open it and take the
+/// configuration: a reader that comes is there at once, and one that never comes would
+/// otherwise hold the command forever.
+pub const WRITE_WAIT: Duration = Duration::from_secs(3);
+
+/// How often a wait for a reader looks again.
+const WRITE_RETRY: Duration = Duration::from_millis(20);
+
+/// Opens `path` for writing (created, truncated) without blocking: opening a FIFO for writing
+/// blocks until a reader opens it, and non-blocking it fails with ENXIO instead, retried
+/// until `deadline`.
+fn open_bounded(path: &Path, deadline: Instant) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true).custom_flags(libc::O_NONBLOCK);
+    loop {
+        match options.open(path) {
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) && Instant::now() < deadline => sleep(WRITE_RETRY),
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+                let waited = WRITE_WAIT.as_secs();
+                return Err(std::io::Error::new(e.kind(), format!("no reader opened the FIFO within {waited}s")));
+            }
+            opened => return opened,
+        }
+    }
+}
+
+/// Writes all of `bytes` to `file`, open non-blocking, by `deadline`: the configuration fits a
+/// pipe's buffer many times over, but a reader that opened a FIFO and never reads must not
+/// hold the command either.
+fn write_bounded(file: &mut std::fs::File, mut bytes: &[u8], deadline: Instant) -> std::io::Result<()> {
+    use std::io::{ErrorKind, Write};
+    while !bytes.is_empty() {
+        match file.write(bytes) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock && Instant::now() < deadline => sleep(WRITE_RETRY),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                let waited = WRITE_WAIT.as_secs();
+                return Err(std::io::Error::new(
+                    ErrorKind::TimedOut,
+                    format!("the reader did not take it within {waited}s"),
+                ));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }

@@ -1,6 +1,7 @@
 //! The system calls behind every netlink socket of the proxy (nf_tables, ctnetlink,
-//! rtnetlink), and the host's address list: the one file of the crate that holds `unsafe`,
-//! each block with what makes it sound. Everything above works on byte buffers.
+//! rtnetlink), the host's address list, and the signal dispositions a helper command starts
+//! with: the one file of the crate that holds `unsafe`, each block with what makes it sound.
+//! Everything above works on byte buffers.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -160,5 +161,33 @@ fn address(sa: *const libc::sockaddr) -> Option<IpAddr> {
             }
             _ => None,
         }
+    }
+}
+
+/// Makes every child `cmd` starts begin with each signal at its default disposition, whatever
+/// this process inherited: a script's background job starts with SIGINT and SIGQUIT ignored,
+/// nohup adds SIGHUP, and exec keeps a signal ignored, so a helper would shrug off the
+/// signals its operator or a stopping daemon sends. This process keeps what it inherited.
+pub fn default_signals_on_exec(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // Read before the fork: the hook below calls nothing but sigaction.
+    let last = libc::SIGRTMAX();
+    let hook = move || {
+        for signal in (1..=last).filter(|s| ![libc::SIGKILL, libc::SIGSTOP].contains(s)) {
+            // SAFETY: a zeroed sigaction is SIG_DFL with an empty mask and no flags; the
+            // kernel only reads it. Signals the C library keeps for itself are refused
+            // (EINVAL), which leaves them as they are: never ignored.
+            unsafe {
+                let default: libc::sigaction = std::mem::zeroed();
+                libc::sigaction(signal, &default, std::ptr::null_mut());
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the child between fork and exec, where only async-signal-safe
+    // functions may be called: it calls sigaction alone (async-signal-safe in POSIX), on a
+    // value on its own stack, and allocates nothing, takes no lock and touches no shared state.
+    unsafe {
+        cmd.pre_exec(hook);
     }
 }

@@ -64,8 +64,12 @@ pub fn run_with_input(
     input: Option<String>,
     limits: &Limits,
 ) -> Result<String, NftError> {
+    let mut command = Command::new(program);
+    // A daemon started as a script's background job ignores SIGINT and SIGQUIT, and exec
+    // would hand that on: the child must answer signals as the node's tools expect.
+    crate::netlink::sock::default_signals_on_exec(&mut command);
     // Its own process group, so a child that started others (a wrapper script) is ended whole.
-    let mut child = Command::new(program)
+    let mut child = command
         .process_group(0)
         .args(args)
         .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })

@@ -2,6 +2,8 @@
 //! then only with the version, group and kind named (`application/json;v=v1beta1;
 //! g=config.k8s.io;as=Statusz`), as upstream's component-base negotiates; a bare
 //! `application/json` is refused (406) so that no client comes to rely on an unnamed shape.
+//! Types, subtypes and parameter names are compared ignoring case (RFC 9110 8.3.1, 5.6.6);
+//! the parameters' values (a group, a version, a kind) are Kubernetes names, compared exactly.
 
 /// The structured responses' group.
 pub const GROUP: &str = "config.k8s.io";
@@ -36,7 +38,7 @@ fn clauses(accept: &str) -> Vec<Clause<'_>> {
             for p in parts {
                 let Some((k, v)) = p.split_once('=') else { continue };
                 match k.trim() {
-                    "q" => c.q = v.trim().parse().unwrap_or(0.0),
+                    k if k.eq_ignore_ascii_case("q") => c.q = v.trim().parse().unwrap_or(0.0),
                     k => c.params.push((k, v.trim())),
                 }
             }
@@ -56,14 +58,15 @@ pub fn negotiate(accept: Option<&str>, kind: &str) -> Option<Media> {
     let Some(accept) = accept else { return Some(Media::Text) };
     let offered = [("text", "plain", Media::Text), ("application", "json", Media::Json)];
     let list = clauses(accept);
+    let is = |got: &str, want: &str| got.eq_ignore_ascii_case(want);
     let chosen = list.iter().find_map(|c| {
-        offered.iter().find(|(t, s, _)| (c.kind == *t || c.kind == "*") && (c.sub == *s || c.sub == "*")).map(|o| o.2)
+        offered.iter().find(|(t, s, _)| (is(c.kind, t) || c.kind == "*") && (is(c.sub, s) || c.sub == "*")).map(|o| o.2)
     })?;
     if chosen == Media::Text {
         return Some(Media::Text);
     }
-    let json = list.iter().find(|c| c.kind == "application" && c.sub == "json")?;
-    let param = |name: &str| json.params.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+    let json = list.iter().find(|c| is(c.kind, "application") && is(c.sub, "json"))?;
+    let param = |name: &str| json.params.iter().find(|(k, _)| is(k, name)).map(|(_, v)| *v);
     (param("v") == Some(VERSION) && param("g") == Some(GROUP) && param("as") == Some(kind)).then_some(Media::Json)
 }
 
@@ -85,5 +88,18 @@ mod tests {
         let preferred = format!("text/plain;q=0.2, {full}");
         assert_eq!(negotiate(Some(&preferred), "Statusz"), Some(Media::Json), "by q");
         assert_eq!(negotiate(Some(&format!("text/plain;q=0, {full};q=0.1")), "Statusz"), Some(Media::Json));
+    }
+
+    /// Issue 34: an upper-case media type or parameter name is the same media type.
+    #[test]
+    fn types_and_parameter_names_ignore_case_values_do_not() {
+        let upper = "APPLICATION/JSON;AS=Statusz;V=v1beta1;G=config.k8s.io";
+        assert_eq!(negotiate(Some(upper), "Statusz"), Some(Media::Json));
+        assert_eq!(negotiate(Some("Application/Json;v=v1beta1;g=config.k8s.io;As=Flagz"), "Flagz"), Some(Media::Json));
+        assert_eq!(negotiate(Some("TEXT/PLAIN"), "Statusz"), Some(Media::Text));
+        let preferred = format!("text/plain;Q=0.2, {upper}");
+        assert_eq!(negotiate(Some(&preferred), "Statusz"), Some(Media::Json), "by Q");
+        assert_eq!(negotiate(Some("application/json;as=STATUSZ;v=v1beta1;g=config.k8s.io"), "Statusz"), None);
+        assert_eq!(negotiate(Some("application/json;as=Statusz;v=V1BETA1;g=config.k8s.io"), "Statusz"), None);
     }
 }

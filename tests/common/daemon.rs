@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// The flags every test daemon starts with.
-const BASE: &[&str] = &["--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8,fd00:10::/32"];
+pub const BASE: &[&str] = &["--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8,fd00:10::/32"];
 
 /// systemd's default open-files limits for a service, soft 1,024 and hard 524,288, as
 /// `prlimit` takes them; the hard one no higher than this process' (raising a hard limit

@@ -13,9 +13,9 @@
 //! Needs root, `ip netns`, `nft` and `iptables-nft`; outside CI they are skipped with a
 //! printed reason, in CI (`CI` set) their absence fails the run.
 
-use crate::common::Netns;
 use crate::common::layouts::{ipsets, iptables_available, ipvs_tools_available, load, state};
 use crate::common::net::in_netns;
+use crate::common::{Netns, Scratch};
 use kube_nftproxy::netlink::ipvs;
 use kube_nftproxy::takeover;
 use std::process::{Command, Stdio};
@@ -51,6 +51,33 @@ fn removes_exactly_kube_proxy(tag: &str, files: &[&str]) -> String {
     }
     assert_eq!(state(&host), want, "a second run changed the host");
     log
+}
+
+/// Issue 34: a held xtables lock is the node's failure, not the input's: `--cleanup
+/// --cleanup-kube-proxy` says so and exits 1, not 2 (bad input).
+#[test]
+fn a_held_xtables_lock_fails_the_cleanup_as_the_node_not_as_bad_input() {
+    if !ipvs_tools_available() {
+        return;
+    }
+    let host = Netns::new("xtheld");
+    load(&host, &["ipvs.ipset", "ipvs-legacy.rules"], true);
+    // iptables takes its lock's path from XTABLES_LOCKFILE: one of this test's own, held.
+    let dir = Scratch::new("xtheld");
+    let path = dir.0.join("xtables.lock");
+    let lock = std::fs::File::create(&path).expect("lock file");
+    lock.lock().expect("flock");
+    let out = Command::new("ip")
+        .args(["netns", "exec", &host.name, env!("CARGO_BIN_EXE_kube-nftproxy"), "--cleanup", "--cleanup-kube-proxy"])
+        .env("RUST_LOG", "info")
+        .env("XTABLES_LOCKFILE", &path)
+        .output()
+        .expect("run kube-nftproxy");
+    drop(lock);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("Another app is currently holding the xtables lock"), "{log}");
+    assert!(log.contains("removing what kube-proxy left failed in part"), "{log}");
+    assert_eq!(out.status.code(), Some(1), "the node's failure, not bad input (2):\n{log}");
 }
 
 #[test]

@@ -53,6 +53,55 @@ fn a_hung_nft_is_killed_at_its_time_limit_and_holds_nothing_up() {
     d.stop();
 }
 
+/// The signals ignored in process `pid`, as the bits of `/proc/PID/status`'s `SigIgn` (signal
+/// n is bit n-1).
+fn ignored_signals(pid: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let mask = status.lines().find_map(|l| l.strip_prefix("SigIgn:\t")).unwrap_or_default();
+    u64::from_str_radix(mask, 16).unwrap_or_else(|e| panic!("SigIgn of {pid}: {e}:\n{status}"))
+}
+
+/// Issue 34: a daemon started as a script's background job (SIGINT and SIGQUIT ignored, as a
+/// non-interactive shell starts one; SIGHUP too, as nohup does) keeps what it inherited, but
+/// the `nft` it runs starts with every standard signal at its default, and ends on SIGQUIT.
+#[test]
+fn a_helper_starts_with_no_signal_ignored_whatever_the_daemon_inherited() {
+    if !kernel_available() {
+        return;
+    }
+    let ns = Netns::new("sigign");
+    let dir = Scratch::new("sigign");
+    let pid_file = dir.0.join("pid");
+    let nft = fake_nft(&dir.0, &format!("echo $$ > {0}.tmp; mv {0}.tmp {0}; exec sleep 30", pid_file.display()));
+    let manifests = nodeport_manifests(&dir.0, true);
+    let ignoring = ["bash", "-c", "trap '' QUIT INT HUP; exec \"$@\"", "bash", env!("CARGO_BIN_EXE_kube-nftproxy")];
+    let argv: Vec<std::ffi::OsString> = ignoring
+        .iter()
+        .chain(crate::common::daemon::BASE)
+        .map(Into::into)
+        .chain([std::ffi::OsString::from("--manifests"), manifests.clone().into()])
+        .collect();
+    let d = Daemon::start_argv(&ns, &argv, &manifests, &[("NFT", nft.to_str().unwrap())]);
+    assert!(wait_for(Duration::from_secs(5), || pid_file.exists()).is_some(), "nft never ran: {}", d.logged());
+    let pid = std::fs::read_to_string(&pid_file).unwrap().trim().to_string();
+    let comm = || std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    assert!(wait_for(Duration::from_secs(5), || comm().trim() == "sleep").is_some(), "nft never hung");
+    const SIGQUIT_BIT: u64 = 1 << (libc::SIGQUIT - 1);
+    assert_ne!(ignored_signals(&d.pid().to_string()) & SIGQUIT_BIT, 0, "the daemon keeps SIGQUIT ignored");
+    // glibc keeps its own two signals (32, 33) as it likes; no standard one may be ignored.
+    let ignored = ignored_signals(&pid);
+    assert_eq!(ignored & 0x7fff_ffff, 0, "nft started ignoring signals {ignored:#x}");
+    // SAFETY: signalling the stand-in this test started.
+    unsafe { libc::kill(pid.parse().unwrap(), libc::SIGQUIT) };
+    let gone = wait_for(Duration::from_secs(2), || !Path::new(&format!("/proc/{pid}")).exists());
+    let log = d.stop();
+    if gone.is_none() {
+        // SAFETY: as above, so it does not outlive the test.
+        unsafe { libc::kill(pid.parse().unwrap(), libc::SIGKILL) };
+    }
+    assert!(gone.is_some(), "SIGQUIT did not end nft (pid {pid}):\n{log}");
+}
+
 #[test]
 fn a_stop_while_nft_hangs_ends_both_within_seconds() {
     if !kernel_available() {

@@ -208,3 +208,40 @@ fn log_lines_escape_control_characters() {
     assert!(!err.contains('\u{1b}'), "{err:?}");
     assert!(err.lines().all(|l| l.starts_with("[20") && !l.starts_with("[2026-01-01")), "one line a message: {err}");
 }
+
+/// Issue 34: a namespace and a name with a line separator and a right-to-left override reach
+/// the log escaped, in both formats: the `namespace/name` of a warning forges no line, and in
+/// JSON the line holds them as `\uXXXX` escapes while its strings decode whole.
+#[test]
+fn names_with_line_separators_and_bidi_controls_are_escaped_in_both_log_formats() {
+    let dir = Scratch::new("forge");
+    let (ns, name) = ("shop\u{2028}[2026-01-01T00:00:00Z INFO  kube_nftproxy] forged", "web\u{202e}lmth");
+    let svc = serde_json::json!({"kind": "Service", "metadata": {"namespace": ns, "name": name},
+        "spec": {"clusterIP": "10.96.0.1", "ports": [{"port": 80}]}});
+    // A second copy: the warning that passes it over names it by `namespace/name`.
+    for file in ["a.json", "b.json"] {
+        dir.write(file, &svc.to_string());
+    }
+    let run = |format: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-nftproxy"))
+            .args(["--dry-run", "--hostname-override=node-a", "--logging-format", format, "--manifests"])
+            .arg(&dir.0)
+            .env("RUST_LOG", "info")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!err.contains(['\u{2028}', '\u{202e}']), "raw in the {format} log: {err:?}");
+        err
+    };
+    let text = run("text");
+    assert!(text.contains("shop\\u{2028}[2026-01-01") && text.contains("web\\u{202e}lmth"), "named, escaped: {text}");
+    assert!(text.lines().all(|l| l.starts_with("[20") && !l.starts_with("[2026-01-01")), "{text}");
+    let json = run("json");
+    let msgs: Vec<String> = json
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .filter_map(|l| l["msg"].as_str().map(String::from))
+        .collect();
+    assert!(msgs.iter().any(|m| m.contains(&format!("{ns}/{name}"))), "decoded whole: {msgs:?}");
+    assert!(json.contains(r"shop\u2028[2026") && json.contains(r"web\u202elmth"), "{json}");
+}

@@ -1,5 +1,6 @@
 //! What the binary itself says and writes: the file's faults as printed, `--help` and
-//! `--version`, `--write-config-to` read back, JSON logs, a content type refused at start.
+//! `--version`, `--write-config-to` read back and to a FIFO, JSON logs, a content type refused
+//! at start.
 
 use super::*;
 
@@ -149,4 +150,55 @@ fn an_unknown_api_content_type_is_refused_at_start_with_no_api_server_to_ask() {
     }
     let json = binary(&[&base[..], &["--kube-api-content-type=application/json; charset=utf-8"]].concat());
     assert!(json.status.success(), "{}", String::from_utf8_lossy(&json.stderr));
+}
+
+/// Runs the binary with `args`, its output kept; `None` (and killed) when it is still running
+/// after `within`.
+fn binary_within(args: &[&str], within: Duration) -> Option<std::process::Output> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kube-nftproxy"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > within {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(child.wait_with_output().unwrap())
+}
+
+/// Issue 34: `--write-config-to` a FIFO no one reads is an error naming it within seconds,
+/// not a hang; a reader that opens it a moment late gets the configuration, and so does
+/// `/dev/stdout`.
+#[test]
+fn write_config_to_a_fifo_without_a_reader_fails_within_seconds() {
+    let dir = Scratch::new("config-fifo");
+    let fifo = dir.path("config.fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let to = format!("--write-config-to={}", fifo.display());
+    let args = ["--hostname-override=node-a", to.as_str()];
+    let out = binary_within(&args, Duration::from_secs(15)).expect("exits rather than waits for a reader");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&fifo.display().to_string()) && err.contains("no reader opened the FIFO"), "{err}");
+    // A reader that comes while the binary waits; `timeout` ends it should no writer come.
+    let owned = args.map(String::from);
+    let late =
+        std::thread::spawn(move || binary_within(&owned.each_ref().map(String::as_str), Duration::from_secs(15)));
+    std::thread::sleep(Duration::from_millis(300));
+    let reader = Command::new("timeout").arg("10").arg("cat").arg(&fifo).output().unwrap();
+    let out = late.join().unwrap().expect("exits once read");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&reader.stdout).contains("kind: KubeProxyConfiguration"), "{reader:?}");
+    let out = binary_within(&["--hostname-override=node-a", "--write-config-to=/dev/stdout"], Duration::from_secs(15));
+    let out = out.expect("exits");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("kind: KubeProxyConfiguration"));
 }
