@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the static binary that is shipped (x86_64-unknown-linux-musl, the release profile)
+# Builds the static binary that is shipped (x86_64-unknown-linux-musl, the dist profile: the
+# release one with fat LTO in one codegen unit)
 # and copies it to OUT_DIR/kube-nftproxy (default: dist/). The Containerfile runs it, and so
 # does tests/kernel/packaging_image.rs (PROFILE=dev there: the same target and linking, built faster).
 #   packaging/build-static.sh [OUT_DIR]
@@ -7,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 target=x86_64-unknown-linux-musl
 out=${1:-dist}
-profile=${PROFILE:-release}
+profile=${PROFILE:-dist}
 
 rustup target list --installed | grep -qx "$target" || rustup target add "$target"
 # ring and jemalloc (the static build's allocator) compile C for the target: musl's compiler

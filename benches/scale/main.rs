@@ -19,6 +19,7 @@
 //! `-- --api-start-only [N]` times a daemon's start through the API server at 30k and 100k
 //! services, or N (`start.rs`). Every full run also measures issue 25's schedulers against
 //! their baselines (`schedulers.rs`; `-- --schedulers-only` runs that part alone).
+//! `-- --cases-only` runs the cases alone and prints their table (to compare build profiles).
 
 mod api;
 mod case;
@@ -295,10 +296,25 @@ fn part_alone(o: &Opts, statics: Option<&musl::Binaries>) -> bool {
         wire::print(&each("--wire"));
     } else if o.has("--health-only") {
         health::print(&runs::combine(&each("--health")));
+    } else if o.has("--cases-only") {
+        report::print_cases(&cases_runs(o), &runs::machine());
     } else {
         return false;
     }
     true
+}
+
+/// The cases alone, `runs` times, interleaved as in a full run; their combined results.
+fn cases_runs(o: &Opts) -> Vec<Value> {
+    let mut per_case: Vec<Vec<Value>> = vec![Vec::new(); cases(o.smoke).len()];
+    for run in 1..=o.runs {
+        for (idx, results) in per_case.iter_mut().enumerate() {
+            let r = in_child(&o.child_args(&["--case", &idx.to_string()]));
+            report::print_case(&r, run);
+            results.push(r);
+        }
+    }
+    per_case.iter().map(|r| runs::combine(r)).collect()
 }
 
 /// Every part, `runs` times: the cases, each in a child, then the others; the tables printed

@@ -87,8 +87,9 @@ pub fn reprint(api_only: bool) {
     finish(&cases, &list("latency"), &list("churn"), &all["api"], &all["machine"]);
 }
 
-/// Prints the table, and writes CSV and JSON under `target/bench/`.
-pub fn finish(results: &[Value], latency: &[Value], churn: &[Value], api: &Value, machine: &Value) {
+/// Prints the machine and the cases' table alone (`-- --cases-only`: a quick look at the main
+/// figures, e.g. of another build profile).
+pub fn print_cases(results: &[Value], machine: &Value) {
     let runs = results.first().map(|r| r["runs"].clone()).unwrap_or_default();
     print_machine(machine, &runs);
     println!("| {} | GA / ours | newest / ours |", HEADER.replace(',', " | "));
@@ -101,6 +102,11 @@ pub fn finish(results: &[Value], latency: &[Value], churn: &[Value], api: &Value
         "\nupstream loads are cut at {} s (`-` = did not finish in some run)",
         results.first().map(|r| r["median"]["upstream_limit_s"].clone()).unwrap_or_default()
     );
+}
+
+/// Prints the table, and writes CSV and JSON under `target/bench/`.
+pub fn finish(results: &[Value], latency: &[Value], churn: &[Value], api: &Value, machine: &Value) {
+    print_cases(results, machine);
     println!("\n| case | explain ms | render alone ms |\n|---|---|---|");
     for r in results {
         let case = r["median"]["case"].as_str().unwrap_or("?");

@@ -133,12 +133,16 @@ impl Applier {
                     found.maps.push(o.name);
                 } else if !ours(&o) {
                     let fam = render::words(t.family).fam;
-                    log::warn!(
-                        "deleting {} {:?} (handle {}) from {fam} {TABLE_NAME}: not ours",
-                        o.kind,
-                        o.name,
-                        o.handle
-                    );
+                    if render::named_ours(&o.name) {
+                        log::debug!("deleting {} {:?} from {fam} {TABLE_NAME}: ours, no longer used", o.kind, o.name);
+                    } else {
+                        log::warn!(
+                            "deleting {} {:?} (handle {}) from {fam} {TABLE_NAME}: not ours",
+                            o.kind,
+                            o.name,
+                            o.handle
+                        );
+                    }
                     found.foreign.push(Foreign { kind: o.kind, handle: o.handle });
                 }
             }

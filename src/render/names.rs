@@ -156,6 +156,17 @@ pub fn owner_of_chain(chain: &str) -> Option<ServicePortName> {
     Some(ServicePortName { namespace: ns.to_string(), name: name.to_string(), port, protocol })
 }
 
+/// Whether a chain or set named `name` is one this proxy makes: a fixed chain, a service
+/// port's chain, a shared or round-robin `lb-` chain, or an affinity set. A full sync that
+/// finds such an object it no longer declares (a scheduler's chains after the Service left
+/// it) deletes it as its own leftover, not as something another process added.
+pub fn named_ours(name: &str) -> bool {
+    chain::ALL.contains(&name)
+        || owner_of_chain(name).is_some()
+        || name.starts_with("lb-")
+        || name.strip_prefix("affinity-").and_then(|n| n.parse::<u32>().ok()).is_some_and(|n| n < AFFINITY_SHARDS)
+}
+
 /// How many sets session-affinity entries are spread over: few, because every named set
 /// makes each later reference to a set in a transaction walk past it, and more than one,
 /// because the kernel caps a set that rules fill at 65,535 entries.
@@ -236,6 +247,18 @@ mod tests {
 
     fn spn(port: &str) -> ServicePortName {
         ServicePortName { namespace: "ns1".into(), name: "svc1".into(), port: port.into(), protocol: Protocol::Udp }
+    }
+
+    #[test]
+    fn our_names_are_told_from_others() {
+        for ours in
+            ["services", "service-ns/web/tcp/http", "lb-cluster-tcp-slot-2", "lb-local-rr-ns/web/tcp/80", "affinity-63"]
+        {
+            assert!(named_ours(ours), "{ours}");
+        }
+        for theirs in ["stray", "affinity-64", "affinity-x", "service-", "KUBE-SERVICES"] {
+            assert!(!named_ours(theirs), "{theirs}");
+        }
     }
 
     #[test]

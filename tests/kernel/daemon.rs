@@ -63,6 +63,29 @@ fn the_periodic_full_sync_refreshes_in_place_unnoticed_by_the_guard() {
 }
 
 #[test]
+fn after_scheduler_flips_a_refresh_deletes_our_own_leftovers_without_calling_them_foreign() {
+    if !kernel_available() {
+        return;
+    }
+    let (c, manifests, child) = serving_web(&["--full-sync-period=1s"]);
+    let refreshes = || child.logged().matches("Refresh sync").count();
+    for scheduler in ["rr", "sh", "mh", "rr", "random"] {
+        let mut objects = web(&c, &["pod-1"]);
+        objects[0]["metadata"]["annotations"] = json!({"kube-nftproxy.io/scheduler": scheduler});
+        assert_eq!(write_manifests(&c, objects), manifests);
+        let seen = refreshes();
+        assert!(
+            wait_for(Duration::from_secs(5), || refreshes() >= seen + 2).is_some(),
+            "no refreshes after {scheduler}"
+        );
+    }
+    assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
+    let log = child.stop();
+    assert!(!log.contains("not ours"), "our own chains were called foreign:\n{log}");
+    assert!(!log.contains("restoring the tables"), "{log}");
+}
+
+#[test]
 fn in_a_pid_namespace_its_own_commits_are_not_tampering_and_others_are() {
     if !kernel_available() {
         return;

@@ -34,13 +34,28 @@ pub(crate) fn read_frame(reader: &mut impl Read, buf: &mut Vec<u8>, max: usize) 
     if size > max {
         return Ok(Frame::TooLong(len));
     }
+    read_growing(reader, buf, size)?;
+    Ok(Frame::Read)
+}
+
+/// What room a buffer starts with for a length read off the wire, however long it says.
+const FIRST_ROOM: usize = 64 << 10;
+
+/// Reads exactly `n` bytes into `buf` (replaced), growing it as they arrive: a length is only
+/// what the peer says, so a header announcing 15 MiB costs memory only once 15 MiB came. A
+/// big message's room is not kept for the small ones after it; a stream ending early is an
+/// `UnexpectedEof` error.
+pub(crate) fn read_growing(reader: &mut impl Read, buf: &mut Vec<u8>, n: usize) -> std::io::Result<()> {
     buf.clear();
-    if buf.capacity() > (1 << 20) && size < (1 << 20) {
+    if buf.capacity() > (1 << 20) && n < (1 << 20) {
         buf.shrink_to(1 << 20);
     }
-    buf.resize(size, 0);
-    reader.read_exact(buf)?;
-    Ok(Frame::Read)
+    buf.reserve(n.min(FIRST_ROOM));
+    let got = reader.take(n as u64).read_to_end(buf)?;
+    if got < n {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(())
 }
 
 /// `data` with its length prefix.
@@ -73,6 +88,10 @@ mod tests {
         assert!(buf.capacity() <= 100, "the buffer never grew for it: {}", buf.capacity());
         let mut cut = &[0u8, 0, 0, 9, b'a'][..];
         assert_eq!(read_frame(&mut cut, &mut buf, 100).unwrap_err().kind(), std::io::ErrorKind::UnexpectedEof);
+        // A header announcing 15 MiB followed by a trickle: room grows with what came.
+        let mut trickle = std::io::Read::chain(&[0x00u8, 0xf0, 0, 0][..], &[1u8; 1000][..]);
+        assert!(read_frame(&mut trickle, &mut buf, 16 << 20).is_err(), "cut short");
+        assert!(buf.capacity() < 1 << 20, "reserved {} bytes for 1,000 that came", buf.capacity());
         let mut half_head = &[0u8, 0][..];
         assert!(read_frame(&mut half_head, &mut buf, 100).is_err());
         assert_eq!(read_frame(&mut &[][..], &mut buf, 100).unwrap(), Frame::End);

@@ -141,15 +141,9 @@ fn list(
     Ok(tail)
 }
 
-/// Reads exactly `n` bytes into `buf` (replaced); a big item's room is not kept for the
-/// small ones after it.
+/// Reads exactly `n` bytes into `buf` (replaced), growing it as they arrive.
 fn fill(reader: &mut impl Read, buf: &mut Vec<u8>, n: usize) -> Result<(), StreamError> {
-    buf.clear();
-    if buf.capacity() > (1 << 20) && n < (1 << 20) {
-        buf.shrink_to(1 << 20);
-    }
-    buf.resize(n, 0);
-    reader.read_exact(buf).map_err(|e| match e.kind() {
+    super::frames::read_growing(reader, buf, n).map_err(|e| match e.kind() {
         ErrorKind::UnexpectedEof => malformed("the list ends inside a field"),
         _ => StreamError::Io(e),
     })
