@@ -133,9 +133,10 @@ pub fn watch_frame(kind: &str, object: Vec<u8>) -> Vec<u8> {
     frames::framed(&event.encode_to_vec())
 }
 
-/// Namespace, name and resourceVersion of an object's message, read from its metadata alone.
+/// Namespace, name and resourceVersion of an object's message, read from those fields of its
+/// metadata alone.
 pub fn names(raw: &[u8]) -> Option<(String, String, String)> {
-    let m = meta::Named::decode(raw).ok()?.metadata?;
+    let m = meta::NameOnly::decode(raw).ok()?.metadata?;
     Some((m.namespace.unwrap_or_default(), m.name.unwrap_or_default(), m.resource_version.unwrap_or_default()))
 }
 

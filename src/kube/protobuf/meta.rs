@@ -73,6 +73,25 @@ pub(crate) struct Named {
     pub metadata: Option<ObjectMeta>,
 }
 
+/// An object's name, namespace and resourceVersion, the rest of its metadata skipped unread:
+/// an object whose labels do not decode is still named in the warning that skips it.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct NameOnly {
+    #[prost(message, optional, tag = "1")]
+    pub metadata: Option<Naming>,
+}
+
+/// The fields of `meta.v1.ObjectMeta` that name an object.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct Naming {
+    #[prost(string, optional, tag = "1")]
+    pub name: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    pub namespace: Option<String>,
+    #[prost(string, optional, tag = "6")]
+    pub resource_version: Option<String>,
+}
+
 /// `meta.v1.Time` (and `MicroTime`, numbered alike).
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct Time {

@@ -157,3 +157,17 @@ fn an_event_reads_back_whole() {
     back.as_object_mut().unwrap().retain(|_, v| !v.is_null());
     assert_eq!(back, event);
 }
+
+#[test]
+fn an_object_whose_labels_do_not_decode_is_still_named() {
+    // ObjectMeta: name "web" (1), namespace "shop" (3), and labels (11) whose entry is cut.
+    let mut metadata = vec![0x0a, 3];
+    metadata.extend_from_slice(b"web");
+    metadata.extend_from_slice(&[0x1a, 4]);
+    metadata.extend_from_slice(b"shop");
+    metadata.extend_from_slice(&[0x5a, 2, 0xff, 0xff]);
+    let mut raw = vec![0x0a, metadata.len() as u8];
+    raw.extend(metadata);
+    assert!(object(ObjectKind::Service, &raw).is_err(), "the object does not decode");
+    assert_eq!(names(&raw), Some(("shop".into(), "web".into(), String::new())));
+}
