@@ -6,7 +6,7 @@ use kube_nftproxy::config::{self, Command, Config, ConfigError, Flags, Run};
 use kube_nftproxy::inbox::Inbox;
 use kube_nftproxy::model::Model;
 use kube_nftproxy::nft::{cleanup, kdiff};
-use kube_nftproxy::{conntrack, kube, lock, logging, manifests, render, requirements, takeover};
+use kube_nftproxy::{conntrack, kube, lock, logging, manifests, render, requirements, skips, takeover};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -97,9 +97,7 @@ fn api_source(
 fn dry_run(run: &Run, cfg: &Config) -> Result<(), RunError> {
     let model = load_model(run, cfg)?;
     let ruleset = render::render(&model, cfg).input()?;
-    for w in ruleset.warnings() {
-        log::warn!("{w}");
-    }
+    skips::warn_each("rendering", ruleset.warnings());
     let script = render::full_sync_script(&ruleset, &cfg.node_name).input()?;
     std::io::stdout().lock().write_all(script.as_bytes()).doing("writing the ruleset")?;
     Ok(())
@@ -124,9 +122,7 @@ fn explain(run: &Run, cfg: &Config, (from, to, protocol): (&str, &str, &str), js
 fn dry_run_diff(run: &Run, cfg: &Config, json: bool) -> ExitCode {
     let diff = || -> Result<bool, RunError> {
         let ruleset = render::render(&load_model(run, cfg)?, cfg).input()?;
-        for w in ruleset.warnings() {
-            log::warn!("{w}");
-        }
+        skips::warn_each("rendering", ruleset.warnings());
         let report = kdiff::against_kernel(&ruleset, &cfg.node_name).input()?;
         let out = if json { report.to_json() } else { report.to_text() };
         std::io::stdout().lock().write_all(out.as_bytes()).doing("writing the differences")?;
@@ -146,11 +142,11 @@ fn dry_run_diff(run: &Run, cfg: &Config, json: bool) -> ExitCode {
 fn load_model(run: &Run, cfg: &Config) -> Result<Model, RunError> {
     let mut model = Model::default();
     if let Some(path) = &run.sources.manifests {
+        // The model's own warnings while filing count into the same pass.
+        let _pass = skips::pass("reading the manifests");
         let (loaded, warnings) =
             manifests::load_model_for(path, &cfg.node_name, cfg.service_proxy_name.as_deref()).input()?;
-        for w in warnings {
-            log::warn!("{w}");
-        }
+        skips::warn_each("reading the manifests", warnings);
         model = loaded;
     }
     let inbox = Arc::new(Inbox::default());

@@ -99,6 +99,16 @@ pub fn admit() -> bool {
     })
 }
 
+/// Logs each of `warnings` in one pass named `what` (inside another pass, in that one).
+pub fn warn_each(what: &str, warnings: impl IntoIterator<Item = impl std::fmt::Display>) {
+    let _pass = pass(what);
+    for w in warnings {
+        if admit() {
+            log::warn!("{w}");
+        }
+    }
+}
+
 /// `log::warn!` for one skipped object (or a part of one), within the bound of this thread's
 /// [`Pass`].
 macro_rules! warn_skipped {

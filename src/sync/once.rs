@@ -61,10 +61,7 @@ impl<K: Kernel> Syncer<K> {
             |(rendered, update)| {
                 rendered_at = Instant::now();
                 let now: BTreeSet<String> = rendered.ruleset().warnings().cloned().collect();
-                let _pass = crate::skips::pass("this sync");
-                for w in now.difference(&self.reported) {
-                    crate::skips::warn_skipped!("{w}");
-                }
+                crate::skips::warn_each("this sync", now.difference(&self.reported));
                 self.reported = now;
                 let result = self.kernel.sync(rendered.ruleset(), &update, resync, &hold);
                 // What the kernel was sent: every element when it synced fully, whatever

@@ -245,3 +245,28 @@ fn names_with_line_separators_and_bidi_controls_are_escaped_in_both_log_formats(
     assert!(msgs.iter().any(|m| m.contains(&format!("{ns}/{name}"))), "decoded whole: {msgs:?}");
     assert!(json.contains(r"shop\u2028[2026") && json.contains(r"web\u202elmth"), "{json}");
 }
+
+/// A manifests file of many bad objects, and objects that each lose a part, makes a bounded
+/// log in the dry run: the first ten named, then a count.
+#[test]
+fn the_dry_runs_warnings_about_bad_manifests_are_bounded() {
+    let dir = Scratch::new("many-bad");
+    let bad: Vec<serde_json::Value> = (0..500)
+        .map(|i| {
+            serde_json::json!({"kind": "Service", "metadata": {"namespace": "shop", "name": format!("bad-{i}")},
+                "spec": {"clusterIP": "10.96.0.1", "externalIPs": ["not-an-ip"], "ports": [{"port": "x"}]}})
+        })
+        .collect();
+    dir.write("bad.json", &serde_json::json!({"kind": "List", "items": bad}).to_string());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-nftproxy"))
+        .args(["--dry-run", "--hostname-override=node-a", "--manifests"])
+        .arg(&dir.0)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let warnings = err.lines().filter(|l| l.contains("WARN")).count();
+    assert!(warnings <= 12, "{warnings} warning lines:\n{err}");
+    assert!(err.contains("490 more skipped"), "{err}");
+}
