@@ -1,8 +1,7 @@
 //! One list of a reflector: every object page by page at one snapshot, each page within a
 //! time bound and logged while slow, replacing what the resource delivered before.
 
-use super::client::ApiError;
-use super::client::Status;
+use super::client::{ApiError, Status};
 use super::decode::{self, Item, JsonPage, ListMeta, NotTheList};
 use super::protobuf;
 use super::protobuf::stream::StreamError;

@@ -197,12 +197,7 @@ fn log_lines_escape_control_characters() {
     let dir = Scratch::new("escape");
     let name = "bad\u{1b}[2J\n[2026-01-01T00:00:00Z INFO  kube_nftproxy] forged.yaml";
     std::fs::write(dir.0.join(name), "kind: Service\nfoo: [").unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-nftproxy"))
-        .args(["--dry-run", "--hostname-override=node-a", "--manifests"])
-        .arg(&dir.0)
-        .env("RUST_LOG", "info")
-        .output()
-        .unwrap();
+    let out = dry_run_over(&dir.0, &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad\\x1b[2J\\n[2026-01-01"), "the file is named, escaped: {err}");
     assert!(!err.contains('\u{1b}'), "{err:?}");
@@ -223,12 +218,7 @@ fn names_with_line_separators_and_bidi_controls_are_escaped_in_both_log_formats(
         dir.write(file, &svc.to_string());
     }
     let run = |format: &str| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-nftproxy"))
-            .args(["--dry-run", "--hostname-override=node-a", "--logging-format", format, "--manifests"])
-            .arg(&dir.0)
-            .env("RUST_LOG", "info")
-            .output()
-            .unwrap();
+        let out = dry_run_over(&dir.0, &["--logging-format", format]);
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(!err.contains(['\u{2028}', '\u{202e}']), "raw in the {format} log: {err:?}");
         err
@@ -258,15 +248,23 @@ fn the_dry_runs_warnings_about_bad_manifests_are_bounded() {
         })
         .collect();
     dir.write("bad.json", &serde_json::json!({"kind": "List", "items": bad}).to_string());
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-nftproxy"))
-        .args(["--dry-run", "--hostname-override=node-a", "--manifests"])
-        .arg(&dir.0)
-        .env("RUST_LOG", "info")
-        .output()
-        .unwrap();
+    let out = dry_run_over(&dir.0, &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let warnings = err.lines().filter(|l| l.contains("WARN")).count();
     assert!(warnings <= 12, "{warnings} warning lines:\n{err}");
     assert!(err.contains("490 more skipped"), "{err}");
+}
+
+/// The binary's dry run for node-a over the manifests in `dir`, with `extra` flags, logging
+/// at info.
+fn dry_run_over(dir: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_kube-nftproxy"))
+        .args(["--dry-run", "--hostname-override=node-a"])
+        .args(extra)
+        .arg("--manifests")
+        .arg(dir)
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("run the dry run")
 }
