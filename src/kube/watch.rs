@@ -29,10 +29,11 @@ const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
 /// reading it on would grow the daemon without bound.
 pub(super) const MAX_LINE: usize = 16 << 20;
 
-/// A watch open this long means its list-and-watch round recovered: the backoff starts over.
-/// client-go keeps growing it for two minutes after any failure, so a node that met a few
-/// recovered faults in a row (an API server's rolling restart) waited up to a minute before
-/// its next list; a server failing every watch at once never keeps one open this long.
+/// A watch open this long (or, if shorter, for its whole `timeoutSeconds`) means its
+/// list-and-watch round recovered: the backoff starts over. client-go keeps growing it for two
+/// minutes after any failure, so a node that met a few recovered faults in a row (an API
+/// server's rolling restart) waited up to a minute before its next list; a server failing
+/// every watch at once never keeps one open this long.
 const RECOVERED_AFTER: Duration = Duration::from_secs(3);
 
 /// How often a watch delivering many bad objects logs how many it skipped.
@@ -101,14 +102,15 @@ impl Reflector {
         let mut opened = None;
         let result = self.follow(&mut opened);
         self.shared.inbox.stale(self.resource.name, self.alive);
-        if opened.is_some_and(|at: Instant| at.elapsed() >= RECOVERED_AFTER) {
+        if opened.is_some_and(|(at, timeout): (Instant, Duration)| at.elapsed() >= RECOVERED_AFTER.min(timeout)) {
             self.recovered();
         }
         result
     }
 
-    /// Watches until the stream ends; `opened` is when the server accepted the watch.
-    fn follow(&mut self, opened: &mut Option<Instant>) -> Result<Next, ApiError> {
+    /// Watches until the stream ends; `opened` is when the server accepted the watch, and the
+    /// `timeoutSeconds` it asked for.
+    fn follow(&mut self, opened: &mut Option<(Instant, Duration)>) -> Result<Next, ApiError> {
         if std::mem::replace(&mut self.watched, true) {
             self.count(|m| &m.watch_restarts);
         }
@@ -123,7 +125,7 @@ impl Reflector {
         let started = Instant::now();
         let _pass = crate::skips::windowed(&format!("watching {}", self.resource.name), SKIPS_WINDOW);
         let body = self.shared.client.watch(&format!("{}{query}", self.resource.path), idle)?;
-        *opened = Some(Instant::now());
+        *opened = Some((Instant::now(), Duration::from_secs(timeout)));
         self.lived();
         let proto = protobuf::is_protobuf(body.mime_type());
         let (unit, mut reader) = (if proto { "frame" } else { "line" }, std::io::BufReader::new(body.into_reader()));

@@ -5,11 +5,9 @@
 
 use super::*;
 
-/// A daemon following `emu` with short watches and `content_type`, serving `web` from the
-/// start.
-fn following(c: &Cluster, emu: &Emulator, twin: &Netns, content_type: &str) -> Daemon {
-    let flags = ["--watch-timeout=2s", content_type];
-    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &flags, &[]);
+/// A daemon following `emu` with `flags`, serving `web` from the start.
+fn following(c: &Cluster, emu: &Emulator, twin: &Netns, flags: &[&str]) -> Daemon {
+    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), flags, &[]);
     assert_converges(c, emu, twin, &d, "at start", Duration::from_secs(10));
     d
 }
@@ -29,7 +27,8 @@ fn a_status_in_place_of_a_list_or_an_object_changes_nothing() {
     for content_type in
         ["--kube-api-content-type=application/json", "--kube-api-content-type=application/vnd.kubernetes.protobuf"]
     {
-        let d = following(&c, &emu, &twin, content_type);
+        // Short watches, so that a fault meets a watch soon after it is opened too.
+        let d = following(&c, &emu, &twin, &["--watch-timeout=2s", content_type]);
         let before = table(&c);
         // The next two lists of Services are answered 200 with a Status; a 410 makes the
         // daemon list again.
@@ -63,7 +62,8 @@ fn seven_recovered_faults_in_forty_seconds_leave_the_node_following_within_secon
     }
     let (c, emu) = serving_web(2, 1);
     let twin = Netns::new("twin");
-    let d = following(&c, &emu, &twin, "--kube-api-content-type=application/json");
+    // Watches as long as a real node's (5 to 10 minutes): each fault meets one open.
+    let d = following(&c, &emu, &twin, &["--kube-api-content-type=application/json"]);
     // What an API server's rolling restart looks like from a node, each recovered from.
     let on = |fault: Value| {
         let mut fault = fault;
