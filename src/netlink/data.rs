@@ -72,7 +72,13 @@ pub(crate) fn read_data(wrapped: &[u8]) -> io::Result<Data> {
     if let Some(v) = get(&attrs, NFTA_DATA_VALUE) {
         return Ok(Data::Value(v.to_vec()));
     }
-    let verdict = all(get(&attrs, NFTA_DATA_VERDICT).ok_or(Malformed("data with neither value nor verdict"))?)?;
+    read_verdict(get(&attrs, NFTA_DATA_VERDICT).ok_or(Malformed("data with neither value nor verdict"))?)
+}
+
+/// A verdict's nested attributes (`NFTA_VERDICT_*`): its code and, for a jump or goto, the
+/// chain.
+pub(crate) fn read_verdict(nested: &[u8]) -> io::Result<Data> {
+    let verdict = all(nested)?;
     let code = get(&verdict, NFTA_VERDICT_CODE).and_then(be32).ok_or(Malformed("a verdict with no valid code"))?;
     let chain = get(&verdict, NFTA_VERDICT_CHAIN).map(lossy);
     Ok(Data::Verdict(code as i32, chain))

@@ -4,8 +4,8 @@
 //! verdicts (`data`), nftables' user data records (`udata`), and the families. nf_tables:
 //! the cheap questions the proxy asks without `nft` (the ruleset generation, whether a table or chain holds what
 //! it should, what a table holds and which tables and chains exist (`dump`), where rules jump
-//! (`rules`), the stream of change events with the process that committed each generation)
-//! and sending a batch (`send`); rtnetlink, finding and deleting a network interface (`link`);
+//! (`rules`), the stream of change events with the process that committed each generation),
+//! packet traces (`trace`) and sending a batch (`send`); rtnetlink, finding and deleting a network interface (`link`);
 //! ctnetlink, the conntrack table (`conntrack`); ipset and IPVS, what kube-proxy left (`ipset`,
 //! `ipvs`).
 
@@ -28,6 +28,7 @@ pub mod send;
 #[allow(unsafe_code)]
 pub mod sock;
 mod state;
+pub mod trace;
 pub(crate) mod udata;
 
 pub use dump::{Listed, TableObject};

@@ -33,3 +33,4 @@ mod rulesets;
 mod scale;
 mod service_health;
 mod takeover;
+mod trace;

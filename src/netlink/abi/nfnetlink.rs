@@ -11,6 +11,8 @@ pub(crate) const NFNL_SUBSYS_IPSET: u16 = 6;
 pub(crate) const NFNL_SUBSYS_NFTABLES: u16 = 10;
 /// The multicast group of nftables change notifications.
 pub(crate) const NFNLGRP_NFTABLES: u32 = 7;
+/// The multicast group of nftables packet traces (`meta nftrace set 1`).
+pub(crate) const NFNLGRP_NFTRACE: u32 = 9;
 /// Begins a batch (transaction).
 pub(crate) const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
 /// Ends (commits) a batch.

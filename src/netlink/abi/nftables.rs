@@ -66,6 +66,40 @@ pub(crate) const NFTA_TABLE_FLAGS: u16 = 2;
 /// Table user data (its comment).
 pub(crate) const NFTA_TABLE_USERDATA: u16 = 6;
 
+// Packet traces (`NFT_MSG_TRACE`).
+
+/// The table of the chain the event is about.
+pub(crate) const NFTA_TRACE_TABLE: u16 = 1;
+/// The chain the rule is in.
+pub(crate) const NFTA_TRACE_CHAIN: u16 = 2;
+/// The rule's handle (be64); absent at a chain's end and for a policy.
+pub(crate) const NFTA_TRACE_RULE_HANDLE: u16 = 3;
+/// What the event is (`NFT_TRACETYPE_*`, be32).
+pub(crate) const NFTA_TRACE_TYPE: u16 = 4;
+/// The verdict (nested `NFTA_VERDICT_*`).
+pub(crate) const NFTA_TRACE_VERDICT: u16 = 5;
+/// The packet's id, the same for every event of one packet.
+pub(crate) const NFTA_TRACE_ID: u16 = 6;
+/// The packet's network header (from the IP header, at most 40 bytes); first event of a
+/// base chain only.
+pub(crate) const NFTA_TRACE_NETWORK_HEADER: u16 = 8;
+/// The packet's transport header (at most 20 bytes); first event of a base chain only.
+pub(crate) const NFTA_TRACE_TRANSPORT_HEADER: u16 = 9;
+/// The input interface's index (be32).
+pub(crate) const NFTA_TRACE_IIF: u16 = 10;
+/// The output interface's index (be32).
+pub(crate) const NFTA_TRACE_OIF: u16 = 12;
+/// The packet's mark (be32), when not 0.
+pub(crate) const NFTA_TRACE_MARK: u16 = 14;
+/// A base chain's policy (be32), for a policy event.
+pub(crate) const NFTA_TRACE_POLICY: u16 = 16;
+/// A trace event of a policy applied at a base chain's end.
+pub(crate) const NFT_TRACETYPE_POLICY: u32 = 1;
+/// A trace event of a chain's end (or an explicit `return`).
+pub(crate) const NFT_TRACETYPE_RETURN: u32 = 2;
+/// A trace event of a rule that matched.
+pub(crate) const NFT_TRACETYPE_RULE: u32 = 3;
+
 // Chains.
 
 /// The chain's table.
@@ -188,6 +222,8 @@ pub(crate) const NFTA_VERDICT_CHAIN: u16 = 2;
 pub(crate) const NF_DROP: i32 = 0;
 /// Accept the packet.
 pub(crate) const NF_ACCEPT: i32 = 1;
+/// Go on to the next rule.
+pub(crate) const NFT_CONTINUE: i32 = -1;
 /// Jump to a chain.
 pub(crate) const NFT_JUMP: i32 = -3;
 /// Go to a chain.
