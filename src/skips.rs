@@ -36,6 +36,10 @@ impl Budget {
 
 thread_local! {
     static CURRENT: RefCell<Option<Budget>> = const { RefCell::new(None) };
+    /// A windowed pass that ended within its window: the next one of the same name on this
+    /// thread goes on with its budget, so a server that closes each watch after a burst of
+    /// bad objects gets ten lines a minute, not ten a watch.
+    static UNFINISHED: RefCell<Option<Budget>> = const { RefCell::new(None) };
 }
 
 /// A pass on this thread, until dropped: warnings made through [`warn_skipped`] meanwhile are
@@ -51,8 +55,10 @@ pub fn pass(what: &str) -> Pass {
     begin(what, None)
 }
 
-/// Begins a pass named `what` that may last long (a watch): every `window`, the count so far
-/// is logged and the next warnings are named again.
+/// Begins a pass named `what` that may last long, or come again and again (a watch): every
+/// `window`, the count so far is logged and the next warnings are named again. One that ends
+/// within its window leaves its count to the next pass of the same name, or to the end of a
+/// later one.
 pub fn windowed(what: &str, window: Duration) -> Pass {
     begin(what, Some(window))
 }
@@ -63,19 +69,27 @@ fn begin(what: &str, window: Option<Duration>) -> Pass {
         if c.is_some() {
             return Pass { outer: false };
         }
-        *c = Some(Budget { what: what.to_string(), named: 0, more: 0, window, since: Instant::now() });
+        let unfinished = UNFINISHED.with(|u| u.borrow_mut().take()).filter(|b| b.what == what && window.is_some());
+        *c = Some(unfinished.unwrap_or(Budget {
+            what: what.to_string(),
+            named: 0,
+            more: 0,
+            window,
+            since: Instant::now(),
+        }));
         Pass { outer: true }
     })
 }
 
 impl Drop for Pass {
     fn drop(&mut self) {
-        if self.outer {
-            CURRENT.with(|c| {
-                if let Some(mut b) = c.borrow_mut().take() {
-                    b.flush();
-                }
-            });
+        if !self.outer {
+            return;
+        }
+        let Some(mut b) = CURRENT.with(|c| c.borrow_mut().take()) else { return };
+        match b.window {
+            Some(w) if b.since.elapsed() < w => UNFINISHED.with(|u| *u.borrow_mut() = Some(b)),
+            _ => b.flush(),
         }
     }
 }
@@ -138,7 +152,15 @@ mod tests {
             assert_eq!(CURRENT.with(|c| c.borrow().as_ref().map(|b| b.more)), Some(1_000 - NAMED + 5));
         }
         assert!(CURRENT.with(|c| c.borrow().is_none()), "the pass ended");
-        let _watch = windowed("watching services", Duration::ZERO);
-        assert_eq!(admitted(50), 50, "each window names its first warnings again");
+        {
+            let _watch = windowed("watching services", Duration::ZERO);
+            assert_eq!(admitted(50), 50, "each window names its first warnings again");
+        }
+        for _ in 0..100 {
+            let _watch = windowed("watching nodes", Duration::from_secs(60));
+            admitted(50);
+        }
+        let pending = UNFINISHED.with(|u| u.borrow().as_ref().map(|b| (b.named, b.more)));
+        assert_eq!(pending, Some((NAMED, 100 * 50 - NAMED)), "watch after watch, ten named a minute");
     }
 }

@@ -30,6 +30,8 @@ pub(super) struct JsonPage {
     reason: String,
     #[serde(default)]
     message: String,
+    #[serde(default)]
+    status: String,
 }
 
 impl JsonPage {
@@ -37,9 +39,14 @@ impl JsonPage {
     /// page naming no kind is taken as `want`, as client-go's decoder defaults it); else its
     /// kind, with the Status's fields when it is one.
     pub(super) fn into_parts(self, want: &str) -> Result<(ListMeta, Vec<Box<RawValue>>), NotTheList> {
-        if !self.kind.is_empty() && self.kind != want {
+        // A Status that names no kind still says what it is.
+        let kind = match self.kind.is_empty() && (self.code != 0 || !self.status.is_empty()) {
+            true => "Status".to_string(),
+            false => self.kind,
+        };
+        if !kind.is_empty() && kind != want {
             let status = Status { code: self.code, reason: self.reason, message: self.message };
-            return Err(NotTheList { kind: self.kind, status });
+            return Err(NotTheList { kind, status });
         }
         Ok((self.metadata, self.items))
     }
@@ -54,16 +61,24 @@ pub(super) struct NotTheList {
 }
 
 impl NotTheList {
-    /// The error listing resource `name` met: never an empty list, so nothing is removed.
+    /// The error listing resource `name` met: never an empty list, so nothing is removed. A
+    /// failure Status is the failure it reports, as client-go takes it (a 410 in it lists
+    /// the latest state, as an HTTP 410 does), said to have come in place of a list.
     pub(super) fn into_error(self, name: &str) -> ApiError {
         let NotTheList { kind, status: s } = self;
-        ApiError::Decode(match kind.as_str() {
-            "Status" => format!(
+        match kind.as_str() {
+            "Status" if s.code >= 400 => ApiError::Status {
+                code: s.code,
+                reason: s.reason,
+                message: format!("{} (listing {name}: the server answered with a Status, not a list)", s.message),
+                retry_after: None,
+            },
+            "Status" => ApiError::Decode(format!(
                 "listing {name}: the server answered with a Status, not a list (code {}, reason {:?}, message {:?})",
                 s.code, s.reason, s.message
-            ),
-            other => format!("listing {name}: the server answered with a {other:?}, not a list"),
-        })
+            )),
+            other => ApiError::Decode(format!("listing {name}: the server answered with a {other:?}, not a list")),
+        }
     }
 }
 
@@ -112,16 +127,23 @@ pub(super) struct Event {
     pub(super) object: Item,
 }
 
-/// Just an object's kind.
+/// Just an object's kind (`null` as none, as Go reads it).
 #[derive(Debug, Default, Deserialize)]
 struct Kinded {
     #[serde(default)]
-    kind: String,
+    kind: Option<String>,
 }
+
+/// The kind of an object whose `kind` is not a string (a number, given twice): no kind that
+/// is watched, so the event is taken as not of the watched kind.
+const UNREADABLE_KIND: &str = "(unreadable)";
 
 impl From<JsonEvent> for Event {
     fn from(e: JsonEvent) -> Event {
-        let object_kind = serde_json::from_str::<Kinded>(e.object.get()).unwrap_or_default().kind;
+        let object_kind = match serde_json::from_str::<Kinded>(e.object.get()) {
+            Ok(k) => k.kind.unwrap_or_default(),
+            Err(_) => UNREADABLE_KIND.to_string(),
+        };
         Event { kind: e.kind, object_kind, object: Item::Json(e.object) }
     }
 }
@@ -284,6 +306,19 @@ mod tests {
         assert!(!error.foreign(ObjectKind::Service), "an ERROR carries a Status");
         let page: JsonPage = serde_json::from_str(r#"{"kind":"Status","code":500,"message":"down"}"#).expect("page");
         let e = page.into_parts("ServiceList").expect_err("a Status is not a list").into_error("services");
-        assert!(e.to_string().contains("a Status, not a list (code 500"), "{e}");
+        assert_eq!(e.code(), Some(500), "the failure it reports: {e}");
+        assert!(
+            e.to_string().contains("down (listing services: the server answered with a Status, not a list)"),
+            "{e}"
+        );
+        let gone: JsonPage =
+            serde_json::from_str(r#"{"code":410,"reason":"Expired","metadata":{"resourceVersion":"9"}}"#)
+                .expect("a Status without its kind");
+        assert!(gone.into_parts("ServiceList").expect_err("still a Status").into_error("services").is_gone());
+        for kind in ["7", "\"Status\",\"kind\":\"Status\""] {
+            let object = format!(r#"{{"kind":{kind},"metadata":{{"name":"web","namespace":"shop"}}}}"#);
+            assert!(event(&object).foreign(ObjectKind::Service), "{object}");
+        }
+        assert!(!event(r#"{"kind":null,"metadata":{"name":"web"}}"#).foreign(ObjectKind::Service), "null: no kind");
     }
 }

@@ -6,7 +6,7 @@ use super::decode::{self, Item, JsonPage, ListMeta, NotTheList};
 use super::protobuf;
 use super::protobuf::stream::StreamError;
 use super::reflector::{Reflector, escape};
-use crate::model::ObjectChange;
+use crate::model::{ObjectChange, ObjectKey};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
@@ -56,12 +56,46 @@ impl Reflector {
         let started = Instant::now();
         let _pass = crate::skips::pass(&format!("listing {}", self.resource.name));
         let mut seen = HashSet::with_capacity(self.known.len());
-        let mut cont = String::new();
         let mut batch = Vec::with_capacity(BATCH);
-        let rv = loop {
+        let rv = match self.pages(&from, &mut seen, &mut batch) {
+            Ok(rv) => rv,
+            Err(e) => {
+                // What was filed before the answer broke off stays known, so that the next
+                // list that succeeds removes whatever of it is gone.
+                self.known.extend(seen);
+                return Err(e);
+            }
+        };
+        self.shared.inbox.send_all(batch);
+        let kind = self.resource.kind;
+        let gone: Vec<ObjectChange> = self
+            .known
+            .iter()
+            .filter(|k| !seen.contains(*k))
+            .map(|k| ObjectChange::deleted(&(kind, k.clone())))
+            .collect();
+        self.shared.inbox.send_all(gone);
+        log::info!("listed {} {} in {:?} (resourceVersion {rv})", seen.len(), self.resource.name, started.elapsed());
+        self.known = seen;
+        self.rv = rv;
+        self.lived();
+        self.mark_listed();
+        Ok(())
+    }
+
+    /// Reads every page, each object decoded, its key put in `seen` and its change sent on
+    /// in batches (the last, partial one left in `batch`); the list's resourceVersion.
+    fn pages(
+        &self,
+        from: &ListFrom,
+        seen: &mut HashSet<ObjectKey>,
+        batch: &mut Vec<ObjectChange>,
+    ) -> Result<String, ApiError> {
+        let mut cont = String::new();
+        loop {
             let limit = self.shared.settings.page_size;
             // With `continue` the token carries the snapshot; a resourceVersion is refused then.
-            let position = match (cont.is_empty(), &from) {
+            let position = match (cont.is_empty(), from) {
                 (false, _) => format!("limit={limit}&continue={}", escape(&cont)),
                 (true, ListFrom::Cache) => format!("limit={limit}&resourceVersion=0"),
                 // As client-go's reflector: no limit, so the watch cache answers it whole.
@@ -79,25 +113,10 @@ impl Reflector {
                 }
             })?;
             if meta.continue_.is_empty() {
-                break meta.resource_version;
+                return Ok(meta.resource_version);
             }
             cont = meta.continue_;
-        };
-        self.shared.inbox.send_all(batch);
-        let kind = self.resource.kind;
-        let gone: Vec<ObjectChange> = self
-            .known
-            .iter()
-            .filter(|k| !seen.contains(*k))
-            .map(|k| ObjectChange::deleted(&(kind, k.clone())))
-            .collect();
-        self.shared.inbox.send_all(gone);
-        log::info!("listed {} {} in {:?} (resourceVersion {rv})", seen.len(), self.resource.name, started.elapsed());
-        self.known = seen;
-        self.rv = rv;
-        self.lived();
-        self.mark_listed();
-        Ok(())
+        }
     }
 
     /// Reads one list page, within [`LIST_PAGE_LIMIT`], warning while it is slow; `item` gets

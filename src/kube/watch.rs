@@ -229,7 +229,7 @@ impl Reflector {
             "ERROR" => {
                 return Err(decode::status(&event.object).into_error(None));
             }
-            other => log::warn!("{}: ignoring a watch event of type {other:?}", self.resource.name),
+            other => crate::skips::warn_skipped!("{}: ignoring a watch event of type {other:?}", self.resource.name),
         }
         Ok(())
     }

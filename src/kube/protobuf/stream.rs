@@ -95,6 +95,10 @@ pub(crate) fn read_list(
             _ => skip(reader, wire, &mut { u64::MAX })?,
         }
     }
+    // A kind written after the message (no server does) is checked all the same.
+    if !kind.is_empty() && kind != want {
+        return Err(StreamError::NotTheList { kind, raw: Vec::new() });
+    }
     Ok(tail)
 }
 
@@ -309,6 +313,19 @@ mod tests {
         assert!(matches!(streamed(&other), Err(StreamError::NotTheList { kind, .. }) if kind == "NodeList"));
         let unnamed = super::super::seal("", "", super::super::list_message("3", None, None, &[b"s"]));
         assert_eq!(streamed(&unnamed).expect("no kind is the kind asked for").1, [b"s".to_vec()]);
+        // The envelope's type after its message.
+        let status = super::super::status_body(500, "InternalError", "down");
+        let mut raw_first = status[..4].to_vec();
+        let envelope = super::super::open(&status).expect("a Status");
+        prost::encoding::bytes::encode(2, &envelope.raw, &mut raw_first);
+        let type_meta = super::meta::TypeMeta { api_version: Some("v1".into()), kind: Some("Status".into()) };
+        prost::encoding::message::encode(1, &type_meta, &mut raw_first);
+        assert!(streamed(&raw_first).is_err(), "a Status before its type is no list either");
+        let list = super::super::list_message("5", None, None, &[]);
+        let mut list_first = status[..4].to_vec();
+        prost::encoding::bytes::encode(2, &list, &mut list_first);
+        prost::encoding::message::encode(1, &type_meta, &mut list_first);
+        assert!(matches!(streamed(&list_first), Err(StreamError::NotTheList { kind, .. }) if kind == "Status"));
         let no_rv = super::super::seal("v1", "ServiceList", super::super::list_message("", None, None, &[b"s"]));
         assert!(matches!(streamed(&no_rv), Err(StreamError::Malformed(_))), "items before a resourceVersion");
     }
