@@ -58,9 +58,12 @@ fn answer(mut conn: TcpStream, services: &str) -> bool {
     services_asked
 }
 
-/// The dry run of node-a against the server at `addr`, asking for JSON.
+/// The dry run of node-a against the server at `addr`, asking for JSON; at the lowest CPU
+/// priority, as a million objects take both cores for seconds and the sync loop's tests
+/// beside it time windows of milliseconds.
 fn dry_run(addr: &str) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kube-nftproxy"))
+    Command::new("nice")
+        .args(["-n", "19", env!("CARGO_BIN_EXE_kube-nftproxy")])
         .args(["--dry-run", "--hostname-override=node-a", "--kube-api-content-type=application/json"])
         .arg(format!("--master=http://{addr}"))
         .env("RUST_LOG", "info")
@@ -74,7 +77,6 @@ const GOOD: &str =
 
 #[test]
 fn a_million_nameless_objects_make_a_few_lines_and_the_valid_one_is_applied() {
-    let _alone = crate::CPU_HEAVY.write().unwrap_or_else(|e| e.into_inner());
     let nameless = r#"{"metadata":{}}"#;
     let mut items = vec![nameless; 1_000_000];
     items.insert(500_000, GOOD);

@@ -18,7 +18,3 @@ mod model;
 mod sync_loop;
 mod topology;
 mod watcher;
-
-/// Held (shared) by the tests that time the sync loop, and alone by those that take both
-/// cores for seconds, so that a busy neighbour does not turn a 4 ms window into a flake.
-static CPU_HEAVY: std::sync::RwLock<()> = std::sync::RwLock::new(());

@@ -224,7 +224,6 @@ fn listed(fake: &Fake, periods: Periods, services: u32) -> (Syncer<Fake>, Arc<In
 
 /// Runs the loop on a thread of its own while `meanwhile` runs, then stops it.
 fn running(syncer: Syncer<Fake>, inbox: &Arc<Inbox>, meanwhile: impl FnOnce()) {
-    let _timed = crate::CPU_HEAVY.read().unwrap_or_else(|e| e.into_inner());
     let loop_inbox = inbox.clone();
     let thread = std::thread::spawn(move || syncer.run(&loop_inbox));
     meanwhile();
