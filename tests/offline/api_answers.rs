@@ -87,7 +87,10 @@ fn a_million_nameless_objects_make_a_few_lines_and_the_valid_one_is_applied() {
     let out = dry_run(&serve(list));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("WARN")).collect();
+    // A slow machine may also say, once, that the 16 MB page is slow to arrive: that line is
+    // bounded on its own and says nothing of the objects.
+    let warnings: Vec<&str> =
+        stderr.lines().filter(|l| l.contains("WARN") && !l.contains("a page is taking longer")).collect();
     assert!(warnings.len() <= 12, "{} warning lines, not a bounded few:\n{}", warnings.len(), warnings.join("\n"));
     let named = warnings.iter().filter(|l| l.contains("skipping a Service without a usable name")).count();
     assert_eq!(named, 10, "the first few are named:\n{stderr}");
