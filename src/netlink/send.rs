@@ -1,7 +1,9 @@
 //! Sending a finished nf_tables batch: one socket kept open (closing one waits for the
 //! previous commit's cleanup, an RCU grace period), buffers sized for the batch and its
 //! acknowledgements, and the kernel's verdict read back: the first refused message's error
-//! and sequence number, which `wire::Lines` turns into the script line it came from.
+//! and sequence number, which `wire::Lines` turns into the script line it came from. A batch
+//! may also go on a `Socket` of the caller's, which then owns the tables it creates with
+//! `flags owner` (they go when it closes).
 
 use super::abi::{NETLINK_NETFILTER, NLM_F_ACK, NLMSG_ERROR};
 use super::sock;
@@ -61,6 +63,18 @@ impl Sender {
             Some(fd) => sock::port_id(fd),
             None => Err(io::Error::other("no socket")),
         }
+    }
+}
+
+impl super::Socket {
+    /// Sends a finished batch on this socket as one transaction and waits for the kernel's
+    /// verdict, as [`Sender::send`] does. A table the batch creates with `flags owner` belongs
+    /// to this socket: only it may change the table, and the kernel removes the table when the
+    /// socket closes (the `Socket` dropped, or the process gone), so what a short-lived tool
+    /// loads cannot outlive it. Replies other than acknowledgements that arrive meanwhile (on
+    /// a socket subscribed to a group) are read and dropped.
+    pub fn send_batch(&self, batch: &[u8]) -> Result<(), SendError> {
+        send_on(&self.fd, batch)
     }
 }
 

@@ -1,7 +1,10 @@
 //! The in-process compiler against `nft` itself, for every golden case (and the schedulers'
 //! endpoint picks in place of `numgen random`): each rule compiles to the expressions `nft`
 //! 1.0.6 sends for the same text (`nft --debug=netlink`), and the kernel's tables after our
-//! batch list exactly as after `nft -f` of the same script.
+//! batch list exactly as after `nft -f` of the same script. `trace`: the packet tracer's
+//! table, message by message against `nft`'s, and its owner flag.
+
+mod trace;
 
 use crate::common::net::in_netns;
 use crate::common::{Netns, SCHEDULER_PICKS, golden_cases, kernel_available, with_pick};

@@ -10,8 +10,8 @@ mod regs;
 use super::table::Table;
 use crate::netlink::abi::{
     NF_ACCEPT, NF_CT_STATE_NEW, NF_DROP, NFT_CT_STATE, NFT_CT_STATUS, NFT_FIB_RESULT_ADDRTYPE, NFT_GOTO, NFT_JUMP,
-    NFT_META_IIFNAME, NFT_META_L4PROTO, NFT_META_MARK, NFT_RETURN, NFTA_FIB_F_DADDR, NFTA_FIB_F_SADDR, RTN_LOCAL,
-    RTN_UNICAST,
+    NFT_META_IIFNAME, NFT_META_L4PROTO, NFT_META_MARK, NFT_META_NFTRACE, NFT_RETURN, NFTA_FIB_F_DADDR,
+    NFTA_FIB_F_SADDR, RTN_LOCAL, RTN_UNICAST,
 };
 use crate::nft::compile::{Data, Expr};
 use crate::render::hash;
@@ -183,6 +183,8 @@ fn advance(table: &Table, r: &mut Run) -> Result<Result<Verdict, Vec<Run>>, Stri
 
 fn exec(table: &Table, r: &mut Run, e: &Expr) -> Result<Flow, String> {
     Ok(match e {
+        // Marking a packet for tracing changes no path it takes.
+        Expr::MetaSet { key: NFT_META_NFTRACE, .. } => Flow::Next,
         Expr::Payload { .. } | Expr::Meta { .. } | Expr::MetaSet { .. } | Expr::Ct { .. } | Expr::Fib { .. } => {
             packet_field(r, e)?
         }
@@ -202,6 +204,9 @@ fn exec(table: &Table, r: &mut Run, e: &Expr) -> Result<Flow, String> {
             r.packet.remembered.push(set.clone());
             Flow::Next
         }
+        // This model has no rate: it follows one packet and keeps no time, so a rate limit
+        // lets the packet go on (as within the rate).
+        Expr::Limit { .. } => Flow::Next,
     })
 }
 

@@ -124,6 +124,20 @@ pub(crate) const NFTA_MASQ_FLAGS: u16 = 1;
 pub(crate) const NFTA_REJECT_TYPE: u16 = 1;
 /// reject: ICMP code.
 pub(crate) const NFTA_REJECT_ICMP_CODE: u16 = 2;
+/// limit: the rate, per unit (be64).
+pub(crate) const NFTA_LIMIT_RATE: u16 = 1;
+/// limit: the unit, in seconds (be64).
+pub(crate) const NFTA_LIMIT_UNIT: u16 = 2;
+/// limit: the burst, in packets for a packet limit.
+pub(crate) const NFTA_LIMIT_BURST: u16 = 3;
+/// limit: what is counted (`NFT_LIMIT_*`).
+pub(crate) const NFTA_LIMIT_TYPE: u16 = 4;
+/// limit: flags (`NFT_LIMIT_F_*`).
+pub(crate) const NFTA_LIMIT_FLAGS: u16 = 5;
+/// limit type: packets.
+pub(crate) const NFT_LIMIT_PKTS: u32 = 0;
+/// limit flag: match what is over the rate rather than within it (`limit rate over`).
+pub(crate) const NFT_LIMIT_F_INV: u32 = 0x1;
 /// dynset: set name.
 pub(crate) const NFTA_DYNSET_SET_NAME: u16 = 1;
 /// dynset: the set's id within a transaction.
@@ -157,6 +171,8 @@ pub(crate) const NFT_DATA_VERDICT: u32 = 0xffff_ff00;
 pub(crate) const NFT_META_MARK: u32 = 3;
 /// meta key: the input interface's name.
 pub(crate) const NFT_META_IIFNAME: u32 = 6;
+/// meta key: the packet's trace flag (`nftrace`): a traced packet is reported rule by rule.
+pub(crate) const NFT_META_NFTRACE: u32 = 12;
 /// meta key: the transport protocol.
 pub(crate) const NFT_META_L4PROTO: u32 = 16;
 /// ct key: the state (`new`, `established`…).

@@ -63,6 +63,9 @@ pub(crate) const NFTA_EXPR_DATA: u16 = 2;
 pub(crate) const NFTA_TABLE_NAME: u16 = 1;
 /// Table flags.
 pub(crate) const NFTA_TABLE_FLAGS: u16 = 2;
+/// Table flag (`NFTA_TABLE_FLAGS`): the table belongs to the netlink socket that created it,
+/// which alone may change it; the kernel removes it when that socket closes.
+pub(crate) const NFT_TABLE_F_OWNER: u32 = 0x2;
 /// Table user data (its comment).
 pub(crate) const NFTA_TABLE_USERDATA: u16 = 6;
 

@@ -38,6 +38,8 @@ pub(crate) const NFTNL_UDATA_SET_KEY_CONCAT_NEST: u8 = 0;
 pub(crate) const NFTNL_UDATA_SET_KEY_PAYLOAD_DESC: u8 = 0;
 /// A header field: its index among the description's fields (u32).
 pub(crate) const NFTNL_UDATA_SET_KEY_PAYLOAD_TYPE: u8 = 1;
+/// A meta key: the key (u32, `NFT_META_*`).
+pub(crate) const NFTNL_UDATA_META_KEY: u8 = 0;
 /// `numgen`: its type (u32, `NFT_NG_*`).
 pub(crate) const NFTNL_UDATA_NUMGEN_TYPE: u8 = 0;
 /// `numgen`: its modulus (u32).
@@ -51,6 +53,8 @@ pub(crate) const NFTNL_UDATA_NUMGEN_OFFSET: u8 = 2;
 pub(crate) const EXPR_VERDICT: u32 = 1;
 /// A header field (payload).
 pub(crate) const EXPR_PAYLOAD: u32 = 7;
+/// A meta key.
+pub(crate) const EXPR_META: u32 = 9;
 /// A concatenation.
 pub(crate) const EXPR_CONCAT: u32 = 13;
 /// `numgen`.

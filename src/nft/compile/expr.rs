@@ -3,7 +3,7 @@
 //! what the tests compare against `nft`'s own compilation of the same text.
 
 use crate::netlink::abi::*;
-use crate::netlink::attr::{put_be32, put_str, put_with};
+use crate::netlink::attr::{put_be32, put_be64, put_str, put_with};
 pub use crate::netlink::data::Data;
 use std::fmt;
 
@@ -52,6 +52,9 @@ pub enum Expr {
     Reject { kind: u32, code: u8 },
     /// Adds `sreg` to a set or refreshes its timeout.
     DynsetUpdate { sreg: u32, set: String, set_id: Option<u32>, timeout_ms: Option<u64> },
+    /// A packet rate limit: `rate` packets per `unit` seconds, bursts of `burst`; the rule
+    /// goes on while within it (or, with `NFT_LIMIT_F_INV` in `flags`, while over it).
+    Limit { rate: u64, unit: u64, burst: u32, flags: u32 },
 }
 
 fn value_attr(b: &mut Vec<u8>, kind: u16, bytes: &[u8]) {
@@ -77,6 +80,7 @@ impl Expr {
             Expr::Masq { .. } => "masq",
             Expr::Reject { .. } => "reject",
             Expr::DynsetUpdate { .. } => "dynset",
+            Expr::Limit { .. } => "limit",
         }
     }
 
@@ -220,6 +224,13 @@ impl Expr {
                     put_with(b, NFTA_DYNSET_TIMEOUT, |b| b.extend_from_slice(&ms.to_be_bytes()));
                 }
             }
+            Expr::Limit { rate, unit, burst, flags } => {
+                put_be64(b, NFTA_LIMIT_RATE, *rate);
+                put_be64(b, NFTA_LIMIT_UNIT, *unit);
+                put_be32(b, NFTA_LIMIT_BURST, *burst);
+                put_be32(b, NFTA_LIMIT_TYPE, NFT_LIMIT_PKTS);
+                put_be32(b, NFTA_LIMIT_FLAGS, *flags);
+            }
         }
     }
 }
@@ -237,8 +248,24 @@ fn words(bytes: &[u8]) -> String {
         .join(" ")
 }
 
-const META_KEYS: [(u32, &str); 3] =
-    [(NFT_META_MARK, "mark"), (NFT_META_IIFNAME, "iifname"), (NFT_META_L4PROTO, "l4proto")];
+const META_KEYS: [(u32, &str); 4] = [
+    (NFT_META_MARK, "mark"),
+    (NFT_META_IIFNAME, "iifname"),
+    (NFT_META_L4PROTO, "l4proto"),
+    (NFT_META_NFTRACE, "nftrace"),
+];
+
+/// A limit's unit as libnftnl names it (`error` for a unit no statement writes).
+fn unit_name(seconds: u64) -> &'static str {
+    match seconds {
+        1 => "second",
+        60 => "minute",
+        3_600 => "hour",
+        86_400 => "day",
+        604_800 => "week",
+        _ => "error",
+    }
+}
 
 fn meta_name(key: u32) -> &'static str {
     META_KEYS.iter().find(|(k, _)| *k == key).map_or("?", |(_, n)| n)
@@ -325,6 +352,10 @@ impl fmt::Display for Expr {
                     write!(f, " timeout {ms}ms")?;
                 }
                 write!(f, " ]")
+            }
+            Expr::Limit { rate, unit, burst, flags } => {
+                let unit = unit_name(*unit);
+                write!(f, "[ limit rate {rate}/{unit} burst {burst} type packets flags 0x{flags:x} ]")
             }
         }
     }

@@ -175,6 +175,9 @@ impl Field {
             ("meta", "l4proto") => Field::new(Load::Meta(NFT_META_L4PROTO), Kind::Proto),
             ("meta", "mark") => Field::new(Load::Meta(NFT_META_MARK), Kind::Mark),
             ("iifname", _) => return Ok((Field::new(Load::Meta(NFT_META_IIFNAME), Kind::Ifname), 1)),
+            // Any transport header's ports (TCP, UDP, SCTP alike: source, then destination);
+            // `nft` adds no protocol match before them.
+            ("th", "sport") => Field::new(Load::Payload(Base::Transport, 0), Kind::Port),
             ("th", "dport") => Field::new(Load::Payload(Base::Transport, 2), Kind::Port),
             (p @ ("tcp" | "udp" | "sctp"), dir @ ("sport" | "dport")) => {
                 let desc = match p {

@@ -81,6 +81,11 @@ impl Schema {
         set::anon_interval(f, prefixes, id)
     }
 
+    fn anon_values(&mut self, f: field::Field, keys: Vec<Vec<u8>>) -> Result<AnonSet, CompileError> {
+        let id = self.id();
+        set::anon_values(f, keys, id)
+    }
+
     fn anon_vmap(&mut self, entries: Vec<(u32, Data)>) -> AnonSet {
         let id = self.id();
         set::anon_vmap(entries, id)
@@ -180,7 +185,7 @@ impl<'a> Out<'a> {
 
     fn command(&mut self, c: Command) -> Result<(), CompileError> {
         match c {
-            Command::AddTable(obj) => self.table(&obj, None),
+            Command::AddTable(obj) => self.table(&obj, None, 0),
             Command::DeleteTable(obj) => {
                 if let Some(r) = &mut self.record {
                     r.tables.remove(&obj.family);
@@ -188,8 +193,8 @@ impl<'a> Out<'a> {
                 self.on(NFT_MSG_DELTABLE, 0, &obj, |_| {})
             }
             Command::FlushTable(obj) => self.on(NFT_MSG_DELRULE, 0, &obj, |_| {}),
-            Command::Table { obj, comment, sets, chains } => {
-                self.table(&obj, comment.as_deref());
+            Command::Table { obj, comment, flags, sets, chains } => {
+                self.table(&obj, comment.as_deref(), flags);
                 for chain in &chains {
                     self.line = chain.line;
                     self.chain(&obj, &chain.name, chain.hook.as_ref());
@@ -224,9 +229,11 @@ impl<'a> Out<'a> {
         Ok(())
     }
 
-    fn table(&mut self, obj: &Obj, comment: Option<&str>) {
+    /// A table with its comment and flags (`NFT_TABLE_F_OWNER`: the kernel ties it to the
+    /// socket the batch is sent on, and removes it when that socket closes).
+    fn table(&mut self, obj: &Obj, comment: Option<&str>, flags: u32) {
         self.on(NFT_MSG_NEWTABLE, NLM_F_CREATE, obj, |b| {
-            put_be32(b, NFTA_TABLE_FLAGS, 0);
+            put_be32(b, NFTA_TABLE_FLAGS, flags);
             if let Some(c) = comment {
                 put_with(b, NFTA_TABLE_USERDATA, |b| udata::put_comment(b, NFTNL_UDATA_TABLE_COMMENT, c));
             }
@@ -338,11 +345,16 @@ impl<'a> Out<'a> {
                 put_be32(b, NFTA_SET_ELEM_LIST_SET_ID, anon.id);
                 put_with(b, NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED, |b| {
                     let start = b.len();
+                    // Numbered from 1 in each message, as libnftnl numbers them (the kernel
+                    // reads the list whatever its entries' types): `nft`'s very bytes. The
+                    // budget holds a few thousand at most, below the attribute flags' bits.
+                    let mut n: u16 = 0;
                     while b.len() - start < ELEMENT_LIST_BUDGET {
                         let Some((key, flags, data)) = elements.next() else { break };
                         let data = data.as_ref().map(Data::as_data_ref);
                         let e = Laid { key, key_end: None, flags: *flags, data, comment: None };
-                        put_with(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| wire::element(b, &e));
+                        n += 1;
+                        put_with(b, n | NLA_F_NESTED, |b| wire::element(b, &e));
                     }
                 });
             });
@@ -372,3 +384,6 @@ impl<'a> Out<'a> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

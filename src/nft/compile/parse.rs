@@ -1,12 +1,14 @@
 //! The commands of a rendered script, as nftables' grammar has them, for the forms the
-//! templates write: tables (whole blocks and `add`/`delete`/`flush`), chains with their hooks,
-//! sets and maps with their types, rules, and deletions by name or handle. Rules stay token
-//! lists here; `rule` compiles them. Elements are not among them: they reach the kernel from
-//! the desired state itself (`wire`), never through text.
+//! templates write: tables (whole blocks, with a comment and `flags owner`, and
+//! `add`/`delete`/`flush`), chains with their hooks, sets and maps with their types, rules,
+//! and deletions by name or handle. Rules stay token lists here; `rule` compiles them.
+//! Elements are not among them: they reach the kernel from the desired state itself
+//! (`wire`), never through text.
 
 use super::CompileError;
 use super::lex::Token;
 use crate::model::Family;
+use crate::netlink::abi::NFT_TABLE_F_OWNER;
 
 /// A table: family and name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +83,8 @@ pub enum Command {
         obj: Obj,
         /// Its comment.
         comment: Option<String>,
+        /// Its flags (`NFT_TABLE_F_*`): `flags owner` ties it to the socket that sends it.
+        flags: u32,
         /// Its sets, in order.
         sets: Vec<SetDecl>,
         /// Its chains, in order.
@@ -250,12 +254,13 @@ fn command(c: &mut Cursor) -> Result<Command, CompileError> {
 fn table_block(c: &mut Cursor) -> Result<Command, CompileError> {
     let obj = c.obj()?;
     c.expect(Token::Open)?;
-    let (mut comment, mut sets, mut chains) = (None, Vec::new(), Vec::new());
+    let (mut comment, mut flags, mut sets, mut chains) = (None, 0, Vec::new(), Vec::new());
     loop {
         c.skip_ends();
         match c.next() {
-            Some(Token::Close) => return Ok(Command::Table { obj, comment, sets, chains }),
+            Some(Token::Close) => return Ok(Command::Table { obj, comment, flags, sets, chains }),
             Some(Token::Word(w)) if w == "comment" => comment = Some(c.string()?),
+            Some(Token::Word(w)) if w == "flags" => flags |= table_flags(c)?,
             Some(Token::Word(w)) if w == "set" || w == "map" => {
                 let name = c.word()?;
                 c.expect(Token::Open)?;
@@ -266,6 +271,24 @@ fn table_block(c: &mut Cursor) -> Result<Command, CompileError> {
             Some(Token::Word(w)) if w == "chain" => chains.push(chain_body(c)?),
             other => return Err(c.err(format!("unexpected {other:?} in a table"))),
         }
+    }
+}
+
+/// A table's `flags` words: `owner` only (a dormant table, the other flag, would hold rules
+/// that never run).
+fn table_flags(c: &mut Cursor) -> Result<u32, CompileError> {
+    let mut flags = 0;
+    for t in c.statement() {
+        match t {
+            Token::Word(w) if w == "owner" => flags |= NFT_TABLE_F_OWNER,
+            Token::Comma => {}
+            Token::Word(w) => return Err(c.err(format!("table flag `{w}`: only `owner` is known"))),
+            other => return Err(c.err(format!("unexpected {other:?} among a table's flags"))),
+        }
+    }
+    match flags {
+        0 => Err(c.err("`flags` without a flag")),
+        f => Ok(f),
     }
 }
 

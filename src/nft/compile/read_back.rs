@@ -44,6 +44,10 @@ fn u32_at(a: &Attrs<'_>, t: u16) -> Option<u32> {
     get(a, t).and_then(be32)
 }
 
+fn u64_at(a: &Attrs<'_>, t: u16) -> Option<u64> {
+    get(a, t).and_then(be64)
+}
+
 fn value_at(a: &Attrs<'_>, t: u16) -> Option<Vec<u8>> {
     match read_data(get(a, t)?).ok()? {
         Data::Value(v) => Some(v),
@@ -134,6 +138,13 @@ fn known(e: &ListedExpr) -> Option<Expr> {
             code: get(a, NFTA_REJECT_ICMP_CODE).map_or(Some(&0), |c| c.first()).copied()?,
         },
         "dynset" => dynset(a)?,
+        // A packet limit; a byte limit is no rule of ours.
+        "limit" if u32_at(a, NFTA_LIMIT_TYPE)? == NFT_LIMIT_PKTS => Expr::Limit {
+            rate: u64_at(a, NFTA_LIMIT_RATE)?,
+            unit: u64_at(a, NFTA_LIMIT_UNIT)?,
+            burst: u32_at(a, NFTA_LIMIT_BURST)?,
+            flags: u32_at(a, NFTA_LIMIT_FLAGS).unwrap_or(0),
+        },
         _ => return None,
     })
 }
@@ -209,6 +220,9 @@ mod tests {
             Expr::Masq { flags: 0x10 },
             Expr::Reject { kind: 1, code: 0 },
             Expr::DynsetUpdate { sreg: 1, set: "affinity-3".into(), set_id: Some(1), timeout_ms: Some(600_000) },
+            Expr::MetaSet { key: NFT_META_NFTRACE, sreg: 1 },
+            Expr::Limit { rate: 25, unit: 1, burst: 50, flags: 0 },
+            Expr::Limit { rate: 3, unit: 60, burst: 5, flags: NFT_LIMIT_F_INV },
         ];
         for e in exprs {
             let mut b = Vec::new();
@@ -240,5 +254,13 @@ mod tests {
         assert!(matches!(listed(&seeded), ReadExpr::Known(Expr::Hash { seed: 9, .. })));
         let symmetric = [unseeded.as_slice(), &[(NFTA_HASH_SEED, 9), (NFTA_HASH_TYPE, 1)]].concat();
         assert!(matches!(listed(&symmetric), ReadExpr::Other(_)));
+        // A byte rate limit is no rule of ours.
+        let mut data = Vec::new();
+        attr::put_be64(&mut data, NFTA_LIMIT_RATE, 1 << 20);
+        attr::put_be64(&mut data, NFTA_LIMIT_UNIT, 1);
+        [(NFTA_LIMIT_BURST, 0), (NFTA_LIMIT_TYPE, 1), (NFTA_LIMIT_FLAGS, 0)].iter().for_each(|&(k, v)| {
+            attr::put_be32(&mut data, k, v);
+        });
+        assert!(matches!(read_back(&ListedExpr { name: "limit".into(), data }), ReadExpr::Other(_)));
     }
 }

@@ -1,16 +1,22 @@
 //! One rule's text to the kernel's expressions, as `nft` 1.0.6 compiles the same text:
-//! matches, lookups in named and anonymous sets, marks, NAT, verdicts. Registers are
-//! allocated per statement from the first, concatenations in consecutive 32-bit slots, a
-//! hash's fields after the key (and after a NAT's address register) as `nft` allocates them;
-//! a `tcp dport` is preceded by the `meta l4proto tcp` match it depends on unless the rule
-//! already matched the protocol; an interval set's host-order key fields are converted.
+//! matches, lookups in named and anonymous sets (of prefixes, or of values such as
+//! `meta l4proto { tcp, udp }`), and the statements that act (`stmt`): marks, the trace
+//! flag, rate limits, NAT, verdicts. Registers are allocated per statement from the first,
+//! concatenations in consecutive 32-bit slots, a hash's fields after the key (and after a
+//! NAT's address register) as `nft` allocates them; a `tcp dport` is preceded by the
+//! `meta l4proto tcp` match it depends on unless the rule already matched the protocol; an
+//! interval set's host-order key fields are converted; adjacent header matches merge into
+//! one load as `nft` merges them (`merge`).
+
+mod merge;
+mod stmt;
 
 use super::expr::{Data, Expr};
-use super::field::{Field, Kind, constant_target, prefix_byte, reg, scratch, slots};
+use super::field::{Field, Kind, prefix_byte, reg, scratch, slots};
 use super::lex::Token;
 use super::{AnonSet, CompileError, Schema};
 use crate::model::Family;
-use crate::netlink::abi::{NF_ACCEPT, NF_DROP, NFT_GOTO, NFT_JUMP, NFT_META_IIFNAME, NFT_META_L4PROTO, NFT_META_MARK};
+use crate::netlink::abi::{NFT_GOTO, NFT_JUMP, NFT_META_IIFNAME, NFT_META_L4PROTO};
 
 /// A compiled rule: the anonymous sets it needs first, and its expressions.
 #[derive(Debug, Default)]
@@ -24,10 +30,13 @@ pub struct Compiled {
 /// Compiles the rule `t` of a table of `family`; `schema` knows the named sets, and hands
 /// out the ids of anonymous ones.
 pub fn compile(t: &[Token], family: Family, schema: &mut Schema) -> Result<Compiled, CompileError> {
-    let mut r = Rule { t, i: 0, family, out: Compiled::default(), proto: None, reserved: 0, schema };
+    let mut r = Rule { t, i: 0, family, out: Compiled::default(), proto: None, reserved: 0, run: Vec::new(), schema };
     while r.i < t.len() {
-        r.statement()?;
+        if !r.action()? {
+            r.relational()?;
+        }
     }
+    r.merge();
     Ok(r.out)
 }
 
@@ -41,6 +50,8 @@ struct Rule<'a> {
     /// Slots a statement took before its key (a NAT's address register), which a hash's
     /// fields go after.
     reserved: u32,
+    /// The header matches `nft` may yet merge (`merge`).
+    run: Vec<merge::Match>,
     schema: &'a mut Schema,
 }
 
@@ -67,47 +78,6 @@ impl Rule<'_> {
     /// Loads one field, alone, into register 1 (`len`: a prefix's whole bytes).
     fn load_one(&mut self, f: &Field, len: Option<u32>) {
         self.out.exprs.extend(f.loads(0, len, scratch(&[*f], 0)));
-    }
-
-    fn verdict(&mut self, code: i32, chain: Option<String>) {
-        self.push(Expr::Immediate { dreg: 0, data: Data::Verdict(code, chain) });
-    }
-
-    fn statement(&mut self) -> Result<(), CompileError> {
-        match (self.word(0), self.word(1)) {
-            (v @ ("jump" | "goto"), chain) if !chain.is_empty() => {
-                let code = if v == "jump" { NFT_JUMP } else { NFT_GOTO };
-                let chain = chain.to_string();
-                self.verdict(code, Some(chain));
-                self.i += 2;
-            }
-            ("drop", _) => self.simple(NF_DROP),
-            ("accept", _) => self.simple(NF_ACCEPT),
-            ("masquerade", rest) => {
-                let random = rest == "fully-random";
-                self.push(Expr::Masq { flags: if random { 0x10 } else { 0 } });
-                self.i += 1 + usize::from(random);
-            }
-            ("reject", "with") if self.word(2) == "tcp" && self.word(3) == "reset" => {
-                self.push(Expr::Reject { kind: 1, code: 0 });
-                self.i += 4;
-            }
-            ("reject", _) => {
-                // ICMP port unreachable: code 3 for IPv4, 4 for IPv6.
-                self.push(Expr::Reject { kind: 0, code: if self.family == Family::V4 { 3 } else { 4 } });
-                self.i += 1;
-            }
-            ("dnat", _) => self.dnat()?,
-            ("update", _) => self.update()?,
-            ("meta", "mark") if self.word(2) == "set" => self.set_mark()?,
-            _ => self.relational()?,
-        }
-        Ok(())
-    }
-
-    fn simple(&mut self, code: i32) {
-        self.verdict(code, None);
-        self.i += 1;
     }
 
     /// `a . b . c`: the fields, loaded from slot 0 on; returns them with the slots used.
@@ -163,6 +133,8 @@ impl Rule<'_> {
         match (self.tok(0).cloned(), self.word(0)) {
             (Some(Token::At), _) => self.lookup(&fields, invert, None),
             (_, "vmap") => {
+                // A verdict map is a verdict statement: no match merges across it.
+                self.boundary();
                 self.i += 1;
                 if self.tok(0) == Some(&Token::Open) {
                     return self.anon_vmap(&fields);
@@ -206,8 +178,10 @@ impl Rule<'_> {
             self.proto = Some(*p);
         }
         let Some(bits) = prefix else {
+            let at = self.out.exprs.len();
             self.load_one(f, None);
             self.push(Expr::Cmp { sreg: 1, op, data: bytes });
+            self.note(at);
             return Ok(());
         };
         if bits % 8 == 0 {
@@ -256,88 +230,6 @@ impl Rule<'_> {
         Ok(())
     }
 
-    /// `meta mark set meta mark or|xor V`.
-    fn set_mark(&mut self) -> Result<(), CompileError> {
-        let (op, v) = (self.word(5).to_string(), self.word(6).to_string());
-        if self.word(3) != "meta" || self.word(4) != "mark" {
-            return Err(self.err("only `meta mark set meta mark or|xor V` is known"));
-        }
-        let f = Field::parse(&[Token::Word("meta".into()), Token::Word("mark".into())], self.family)?.0;
-        let (bits, _) = f.constant(&v)?;
-        let bits = u32::from_ne_bytes([bits[0], bits[1], bits[2], bits[3]]);
-        let (mask, xor) = match op.as_str() {
-            "or" => (!bits, bits),
-            "xor" => (u32::MAX, bits),
-            _ => return Err(self.err("`or` or `xor`")),
-        };
-        self.i += 7;
-        self.push(Expr::Meta { key: NFT_META_MARK, dreg: 1 });
-        self.push(Expr::Bitwise {
-            sreg: 1,
-            dreg: 1,
-            mask: mask.to_ne_bytes().to_vec(),
-            xor: xor.to_ne_bytes().to_vec(),
-        });
-        self.push(Expr::MetaSet { key: NFT_META_MARK, sreg: 1 });
-        Ok(())
-    }
-
-    /// `dnat ip to <key> map @m` (an endpoint picked from a map) or `dnat ip to ADDR:PORT`.
-    fn dnat(&mut self) -> Result<(), CompileError> {
-        let family = if self.word(1) == "ip" { 2 } else { 10 };
-        if self.word(2) != "to" {
-            return Err(self.err("`dnat FAMILY to`"));
-        }
-        self.i += 3;
-        let addr_len = if family == 2 { 4 } else { 16 };
-        if let Some((addr, port)) = constant_target(self.word(0)) {
-            self.i += 1;
-            self.push(Expr::Immediate { dreg: 1, data: Data::Value(addr) });
-            self.push(Expr::Immediate { dreg: 2, data: Data::Value(port.to_be_bytes().to_vec()) });
-            self.push(Expr::Dnat { family, addr: 1, proto: 2, flags: 2 });
-            return Ok(());
-        }
-        let fields = self.concat()?;
-        if self.word(0) != "map" || self.tok(1) != Some(&Token::At) {
-            return Err(self.err("`map @name` after a dnat key"));
-        }
-        self.i += 1;
-        self.dependencies(&fields);
-        // `nft` takes a 16-byte register for the NAT's address before the key.
-        self.reserved = 4;
-        self.lookup(&fields, false, Some(1))?;
-        self.reserved = 0;
-        self.push(Expr::Dnat { family, addr: 1, proto: reg(slots(addr_len)), flags: 0 });
-        Ok(())
-    }
-
-    /// `update @set { key [timeout Ns] }`.
-    fn update(&mut self) -> Result<(), CompileError> {
-        if self.tok(1) != Some(&Token::At) || self.tok(3) != Some(&Token::Open) {
-            return Err(self.err("`update @set { key }`"));
-        }
-        let name = self.word(2).to_string();
-        self.i += 4;
-        let fields = self.concat()?;
-        let timeout_ms = match self.word(0) {
-            "timeout" => {
-                let seconds = super::parse::seconds(self.word(1)).ok_or_else(|| self.err("a timeout in seconds"))?;
-                self.i += 2;
-                Some(seconds * 1000)
-            }
-            _ => None,
-        };
-        if self.tok(0) != Some(&Token::Close) {
-            return Err(self.err("`}` after an update's key"));
-        }
-        self.i += 1;
-        let set = self.schema.set(self.family, &name).ok_or_else(|| self.err("a set not declared"))?;
-        self.dependencies(&fields);
-        self.load(&fields, false);
-        self.push(Expr::DynsetUpdate { sreg: 1, set: name, set_id: set.id, timeout_ms });
-        Ok(())
-    }
-
     /// The words of a `{ a, b, … }` list (the `{` is next), each item's tokens.
     fn braced(&mut self) -> Result<Vec<Vec<Token>>, CompileError> {
         self.i += 1;
@@ -356,16 +248,27 @@ impl Rule<'_> {
         Ok(items)
     }
 
-    /// `field [!=] { prefix, … }`: an anonymous interval set of the prefixes.
+    /// `field [!=] { value|prefix, … }`: an anonymous set, of intervals when a prefix is among
+    /// its elements (`nft` makes a set of intervals only for an element that is not a single
+    /// value), else of the values themselves (`meta l4proto { tcp, udp }`).
     fn anon_set(&mut self, fields: &[Field], invert: bool) -> Result<(), CompileError> {
         let [f] = fields else { return Err(self.err("an anonymous set of a concatenation")) };
-        let mut ranges = Vec::new();
+        let mut items = Vec::new();
         for item in self.braced()? {
-            let [Token::Word(w)] = item.as_slice() else { return Err(self.err("a prefix in an anonymous set")) };
-            let (bytes, prefix) = f.constant(w)?;
-            ranges.push((bytes, prefix.unwrap_or(f.kind.len() * 8)));
+            let [Token::Word(w)] = item.as_slice() else { return Err(self.err("a value in an anonymous set")) };
+            items.push(w.clone());
         }
-        let set = self.schema.anon_interval(*f, &ranges);
+        let set = if items.iter().any(|w| w.contains('/')) {
+            let mut ranges = Vec::new();
+            for w in &items {
+                let (bytes, prefix) = f.constant(w)?;
+                ranges.push((bytes, prefix.unwrap_or(f.kind.len() * 8)));
+            }
+            self.schema.anon_interval(*f, &ranges)
+        } else {
+            let keys = items.iter().map(|w| f.constant(w).map(|c| c.0)).collect::<Result<_, _>>()?;
+            self.schema.anon_values(*f, keys)?
+        };
         let (name, id) = (set.spec.name.clone(), Some(set.id));
         self.out.anon.push(set);
         self.load(fields, false);
@@ -394,3 +297,6 @@ impl Rule<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

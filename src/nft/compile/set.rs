@@ -74,6 +74,10 @@ fn expr_udata(f: &Field) -> Vec<u8> {
             tlv_u32(&mut data, NFTNL_UDATA_NUMGEN_OFFSET, offset);
             EXPR_NUMGEN
         }
+        (Load::Meta(key), _) => {
+            tlv_u32(&mut data, NFTNL_UDATA_META_KEY, key);
+            EXPR_META
+        }
         (_, Some((desc, tmpl))) => {
             tlv_u32(&mut data, NFTNL_UDATA_SET_KEY_PAYLOAD_DESC, desc);
             tlv_u32(&mut data, NFTNL_UDATA_SET_KEY_PAYLOAD_TYPE, tmpl);
@@ -255,6 +259,31 @@ pub fn anon_interval(f: Field, prefixes: &[(Vec<u8>, u32)], id: u32) -> AnonSet 
         udata,
     };
     AnonSet { spec, id, elements }
+}
+
+/// The anonymous set of single `keys` matched by `f` (`meta l4proto { tcp, udp }`): constant,
+/// no intervals, its elements in the order written, as `nft` declares a set of values. Only a
+/// field whose `typeof` record `nft` writes is taken (a meta key, a described header field):
+/// another's set would list differently.
+pub fn anon_values(f: Field, keys: Vec<Vec<u8>>, id: u32) -> Result<AnonSet, CompileError> {
+    if !matches!(f.load, Load::Meta(_)) && f.desc.is_none() {
+        return Err(CompileError::new(format!("an anonymous set of {:?} values", f.kind)));
+    }
+    let mut udata = Vec::new();
+    tlv_u32(&mut udata, NFTNL_UDATA_SET_KEYBYTEORDER, byteorder_of(f.kind));
+    tlv(&mut udata, NFTNL_UDATA_SET_KEY_TYPEOF, &expr_udata(&f));
+    let spec = SetSpec {
+        name: "__set%d".into(),
+        flags: NFT_SET_ANONYMOUS | NFT_SET_CONSTANT,
+        key: (f.kind as u32, f.kind.len()),
+        data: None,
+        timeout_ms: None,
+        size: Some(keys.len() as u32),
+        concat: Vec::new(),
+        udata,
+    };
+    let elements = keys.into_iter().map(|k| (k, 0, None)).collect();
+    Ok(AnonSet { spec, id, elements })
 }
 
 /// The anonymous verdict map `numgen … vmap { k : verdict, … }`.
