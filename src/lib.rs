@@ -32,5 +32,6 @@ pub mod takeover;
 mod test_support;
 pub mod text;
 pub mod topology;
+pub mod trace;
 pub mod version;
 pub mod zpages;

@@ -16,6 +16,8 @@ use std::sync::atomic::AtomicBool;
 mod daemon;
 #[path = "cli/error.rs"]
 mod error;
+#[path = "cli/trace.rs"]
+mod trace;
 
 /// The allocator, jemalloc in every build. In the static build musl's own (mallocng) made the
 /// 30k first sync 1.2 to 1.4 times as slow as the glibc build (its CPU time up to the sync 1.4
@@ -54,6 +56,9 @@ fn main() -> ExitCode {
     let result = match command {
         Command::WriteConfig(path) => write_config(&flags, &path),
         Command::Explain { config, from, to, protocol, json } => explain(&run, &config, (&from, &to, &protocol), json),
+        Command::Trace { config, from, to, protocol, count, timeout, json } => {
+            trace::trace(&run, *config, trace::TraceFlags { from, to, protocol, count, timeout, json })
+        }
         Command::Cleanup { kube_proxy } => run_cleanup(kube_proxy),
         Command::DryRun { config, diff: true, json } => return dry_run_diff(&run, &config, json),
         Command::DryRun { config, diff: false, .. } => dry_run(&run, &config),

@@ -9,7 +9,7 @@ use synth::Case;
 
 /// A latency rig whose node holds a table of `services` services (service 0 has one endpoint,
 /// the rig's pod).
-fn latency_rig(services: u32) -> measure::LatencyRig {
+pub fn latency_rig(services: u32) -> measure::LatencyRig {
     let case = Case { name: format!("{services} x 5"), services, endpoints: 5, mix: false };
     let mut model = synth::model(&case);
     let single = Case { endpoints: 1, ..case.clone() };

@@ -19,6 +19,8 @@
 //! `-- --api-start-only [N]` times a daemon's start through the API server at 30k and 100k
 //! services, or N (`start.rs`). Every full run also measures issue 25's schedulers against
 //! their baselines (`schedulers.rs`; `-- --schedulers-only` runs that part alone).
+//! Every full run also measures what `trace` costs a node (`tracing.rs`; `-- --tracing-only`
+//! runs that part alone).
 //! `-- --cases-only` runs the cases alone and prints their table (to compare build profiles).
 
 mod api;
@@ -40,6 +42,7 @@ mod report;
 mod runs;
 mod schedulers;
 mod start;
+mod tracing;
 mod upstream;
 mod views;
 mod wire;
@@ -86,7 +89,7 @@ fn in_child(args: &[String]) -> Value {
 
 /// The flags that start a run or a child part of one; with none of them, this target was run
 /// as a test (`cargo test --all-targets`) and only says how to run it.
-const MODES: [&str; 20] = [
+const MODES: [&str; 22] = [
     "--bench",
     "--case",
     "--latency",
@@ -107,6 +110,8 @@ const MODES: [&str; 20] = [
     "--scheduler-case",
     "--scheduler-latency",
     "--schedulers-only",
+    "--tracing",
+    "--tracing-only",
 ];
 
 /// The command line past its mode (`--bench` dropped), and what it sets for every part.
@@ -252,6 +257,8 @@ fn daemon_part(o: &Opts) -> bool {
         refused::run(&daemon_case)
     } else if o.has("--wire") {
         wire::run(&daemon_case)
+    } else if o.has("--tracing") {
+        tracing::run(&daemon_case)
     } else if o.has("--health") {
         health::run(if smoke { 50 } else { health::SERVICES })
     } else if let Some(i) = args.iter().position(|a| a == "--api-idle") {
@@ -294,6 +301,8 @@ fn part_alone(o: &Opts, statics: Option<&musl::Binaries>) -> bool {
         refused::print(&each("--refused"));
     } else if o.has("--wire-only") {
         wire::print(&each("--wire"));
+    } else if o.has("--tracing-only") {
+        tracing::print(&each("--tracing"));
     } else if o.has("--health-only") {
         health::print(&runs::combine(&each("--health")));
     } else if o.has("--cases-only") {
@@ -331,6 +340,7 @@ fn full_run(o: &Opts, statics: Option<&musl::Binaries>, machine: &Value) {
     let mut refusals = Vec::new();
     let mut wires = Vec::new();
     let mut scheds = Vec::new();
+    let mut traces = Vec::new();
     let large = if o.smoke { "1000" } else { "30000" };
     let daemon_case = o.daemon_case();
     // Runs interleave the cases, so a slow spell on the machine does not land on one case.
@@ -348,6 +358,7 @@ fn full_run(o: &Opts, statics: Option<&musl::Binaries>, machine: &Value) {
         diffs.push(in_child(&o.child_args(&["--diff"])));
         refusals.push(in_child(&o.child_args(&["--refused"])));
         wires.push(in_child(&o.child_args(&["--wire"])));
+        traces.push(in_child(&o.child_args(&["--tracing"])));
         scheds.push(schedulers::run_once(&o.child_args(&[])));
         if let Some(bins) = statics {
             musls.push(musl::run(&daemon_case, bins, run));
@@ -361,6 +372,7 @@ fn full_run(o: &Opts, statics: Option<&musl::Binaries>, machine: &Value) {
     diff::print(&diffs);
     refused::print(&refusals);
     wire::print(&wires);
+    tracing::print(&traces);
     schedulers::print(&scheds);
     if !musls.is_empty() {
         musl::print(&runs::combine(&musls));

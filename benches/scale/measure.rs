@@ -82,7 +82,8 @@ pub fn nft_load(ns: &Netns, script: &str, limit: Duration) -> Option<Duration> {
 pub struct LatencyRig {
     /// The node namespace (load rules here).
     pub node: Netns,
-    client: Netns,
+    /// The client's namespace (172.16.0.2).
+    pub client: Netns,
     pod: Netns,
     _server: EchoServer,
 }

@@ -19,7 +19,7 @@ const SERVING: &str = "Health and metrics";
 const CONNTRACK: &str = "Conntrack";
 const RUN: &str = "Start, stop and clean up";
 const LOGGING: &str = "Logging";
-const EXPLAIN: &str = "Explain a connection (`kube-nftproxy explain`)";
+const EXPLAIN: &str = "Explain or trace a connection (`kube-nftproxy explain`, `kube-nftproxy trace`)";
 
 /// `--version`: the version, then how the binary was built.
 const LONG_VERSION: &str = concat!(
@@ -212,8 +212,9 @@ pub struct Flags {
     /// difference, 1 when there is one, 2 on trouble (as `diff`).
     #[arg(long, requires = "dry_run", help_heading = RUN)]
     pub diff: bool,
-    /// How `explain` and `--dry-run --diff` print their answer: `text` (aligned, for people)
-    /// or `json` (for scripts; README, Seeing what the proxy does).
+    /// How `explain`, `trace` and `--dry-run --diff` print their answer: `text` (aligned, for
+    /// people) or `json` (for scripts; `trace`: an object per line; README, Seeing what the
+    /// proxy does).
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"], help_heading = RUN)]
     pub output: String,
     /// Remove everything kube-nftproxy created, report upstream kube-proxy leftovers, and exit.
@@ -255,20 +256,31 @@ pub struct Flags {
     pub vmodule: Option<String>,
 
     /// `explain`: say where a connection from --from to --to goes through the rules this node
-    /// would apply, and why, then exit.
-    #[arg(value_name = "COMMAND", value_parser = ["explain"], conflicts_with_all = ["dry_run", "cleanup", "init_only"],
+    /// would apply, and why, then exit. `trace`: follow the new connections that match
+    /// --from, --to and --protocol through the rules the kernel holds, as they happen, until
+    /// Ctrl-C, --count or --timeout.
+    #[arg(value_name = "COMMAND", value_parser = ["explain", "trace"], conflicts_with_all = ["dry_run", "cleanup", "init_only"],
           help_heading = EXPLAIN)]
     pub command: Option<String>,
     /// The connection's source: a pod IP, `node` (this node itself), or an outside address; `IP:PORT`
-    /// gives the client's port too (what `sh-port`/`mh-port` schedulers hash).
+    /// gives the client's port too (what `sh-port`/`mh-port` schedulers hash). For `trace`, an
+    /// address or `IP:PORT` that selects.
     #[arg(long, value_name = "SRC", requires = "command", help_heading = EXPLAIN)]
     pub from: Option<String>,
-    /// The connection's destination, `IP:PORT` (`[IPv6]:PORT`).
+    /// The connection's destination, `IP:PORT` (`[IPv6]:PORT`); for `trace`, an address or
+    /// `IP:PORT` that selects.
     #[arg(long, value_name = "IP:PORT", requires = "command", help_heading = EXPLAIN)]
     pub to: Option<String>,
-    /// The connection's protocol.
-    #[arg(long, value_name = "PROTO", default_value = "tcp", value_parser = ["tcp", "udp", "sctp"], help_heading = EXPLAIN)]
-    pub protocol: String,
+    /// The connection's protocol (`explain`: tcp when not given; `trace`: any of the three).
+    #[arg(long, value_name = "PROTO", value_parser = ["tcp", "udp", "sctp"], help_heading = EXPLAIN)]
+    pub protocol: Option<String>,
+    /// `trace`: stop after this many connections.
+    #[arg(long, value_name = "N", requires = "command", value_parser = clap::value_parser!(u64).range(1..),
+          help_heading = EXPLAIN)]
+    pub count: Option<u64>,
+    /// `trace`: stop after this long (`30s`, `5m`).
+    #[arg(long, value_name = "DURATION", requires = "command", value_parser = parse_duration, help_heading = EXPLAIN)]
+    pub timeout: Option<Duration>,
 
     /// The digest of the `--config` file's content as it was loaded (`watch::digest`): a
     /// change is told from this, not from the file when the watch starts.

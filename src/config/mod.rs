@@ -112,7 +112,9 @@ pub enum ConfigError {
     #[error("content of the proxy server's configuration file was updated ({0:?}); exiting, as kube-proxy")]
     Changed(PathBuf),
     /// `explain` without the connection to explain.
-    #[error("explain needs --from SRC (a pod IP, `node`, or an outside address) and --to IP:PORT")]
+    #[error(
+        "explain needs --from SRC (a pod IP, `node`, or an outside address) and --to IP:PORT, and takes no --count or --timeout (trace's)"
+    )]
     ExplainNeeds,
 }
 

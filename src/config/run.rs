@@ -41,6 +41,23 @@ pub enum Command {
         /// `--output json`.
         json: bool,
     },
+    /// `trace`: follow matching connections through the kernel's rules as they happen.
+    Trace {
+        /// The configuration the daemon runs with (to name its rules and explain).
+        config: Box<Config>,
+        /// `--from`.
+        from: Option<String>,
+        /// `--to`.
+        to: Option<String>,
+        /// `--protocol`.
+        protocol: Option<String>,
+        /// `--count`.
+        count: Option<u64>,
+        /// `--timeout`.
+        timeout: Option<std::time::Duration>,
+        /// `--output json`.
+        json: bool,
+    },
     /// `--cleanup`: remove this proxy's tables (with `kube_proxy`, kube-proxy's rules too).
     Cleanup {
         /// `--cleanup-kube-proxy`.
@@ -203,11 +220,19 @@ fn command(flags: &Flags) -> Result<Command, ConfigError> {
     let json = flags.output == "json";
     Ok(if let Some(path) = &flags.write_config_to {
         Command::WriteConfig(path.clone())
+    } else if flags.command.as_deref() == Some("trace") {
+        let (from, to, protocol) = (flags.from.clone(), flags.to.clone(), flags.protocol.clone());
+        let (count, timeout) = (flags.count, flags.timeout);
+        Command::Trace { config: config()?, from, to, protocol, count, timeout, json }
     } else if flags.command.is_some() {
         let (Some(from), Some(to)) = (&flags.from, &flags.to) else {
             return Err(ConfigError::ExplainNeeds);
         };
-        let (from, to, protocol) = (from.clone(), to.clone(), flags.protocol.clone());
+        if flags.count.is_some() || flags.timeout.is_some() {
+            return Err(ConfigError::ExplainNeeds);
+        }
+        let (from, to) = (from.clone(), to.clone());
+        let protocol = flags.protocol.clone().unwrap_or_else(|| "tcp".into());
         Command::Explain { config: config()?, from, to, protocol, json }
     } else if flags.cleanup {
         Command::Cleanup { kube_proxy: flags.cleanup_kube_proxy }

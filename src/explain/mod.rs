@@ -197,22 +197,56 @@ pub struct Explanation {
 
 /// Answers `query` for the rules a full sync of `model` under `cfg` would apply.
 pub fn explain(model: &Model, cfg: &Config, query: &Query) -> Result<Explanation, ExplainError> {
-    let ruleset = render::render(model, cfg)?;
-    let family = if query.to.is_ipv4() { Family::V4 } else { Family::V6 };
-    let tables = table::tables(&ruleset, &cfg.node_name)?;
-    let table = tables.iter().find(|t| t.family == family).ok_or_else(|| {
-        ExplainError::Query(format!("no {family:?} table: no --cluster-cidr or Service of that family"))
-    })?;
-    let detector = ruleset.tables.iter().find(|t| t.family == family).map(|t| t.fixed.local.clone());
-    let nodes = why::endpoint_nodes(model, family);
-    let (kind, packet) = first_packet(model, cfg, query, detector.as_ref(), &nodes);
-    let source = packet.saddr;
-    let paths = follow(table, packet, kind == SourceKind::Node).map_err(ExplainError::Machine)?;
-    let outcomes = outcomes(&nodes, paths);
-    let mut e =
-        Explanation { query: query.clone(), source, kind, service: None, outcomes, reasons: vec![], unused: vec![] };
-    why::fill(&mut e, model, cfg);
-    Ok(e)
+    Prepared::new(model, cfg)?.explain(model, cfg, query)
+}
+
+/// The rules a full sync of one model would apply, rendered and compiled once for many
+/// questions (`trace` asks one per connection it sees).
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    tables: Vec<Table>,
+    detectors: BTreeMap<Family, Detector>,
+    nodes: BTreeMap<Family, BTreeMap<IpAddr, String>>,
+}
+
+impl Prepared {
+    /// Renders and compiles the rules of `model` under `cfg`.
+    pub fn new(model: &Model, cfg: &Config) -> Result<Prepared, ExplainError> {
+        Prepared::of(model, cfg, &render::render(model, cfg)?)
+    }
+
+    /// As [`Prepared::new`], with `ruleset` the render of `model` under `cfg`, already made.
+    pub fn of(model: &Model, cfg: &Config, ruleset: &render::Ruleset) -> Result<Prepared, ExplainError> {
+        let tables = table::tables(ruleset, &cfg.node_name)?;
+        let detectors = ruleset.tables.iter().map(|t| (t.family, t.fixed.local.clone())).collect();
+        let nodes = Family::ALL.into_iter().map(|f| (f, why::endpoint_nodes(model, f))).collect();
+        Ok(Prepared { tables, detectors, nodes })
+    }
+
+    /// Answers `query`; `model` and `cfg` must be those the rules were prepared from.
+    pub fn explain(&self, model: &Model, cfg: &Config, query: &Query) -> Result<Explanation, ExplainError> {
+        let family = if query.to.is_ipv4() { Family::V4 } else { Family::V6 };
+        let table = self.tables.iter().find(|t| t.family == family).ok_or_else(|| {
+            ExplainError::Query(format!("no {family:?} table: no --cluster-cidr or Service of that family"))
+        })?;
+        let empty = BTreeMap::new();
+        let nodes = self.nodes.get(&family).unwrap_or(&empty);
+        let (kind, packet) = first_packet(model, cfg, query, self.detectors.get(&family), nodes);
+        let source = packet.saddr;
+        let paths = follow(table, packet, kind == SourceKind::Node).map_err(ExplainError::Machine)?;
+        let outcomes = outcomes(nodes, paths);
+        let mut e = Explanation {
+            query: query.clone(),
+            source,
+            kind,
+            service: None,
+            outcomes,
+            reasons: vec![],
+            unused: vec![],
+        };
+        why::fill(&mut e, model, cfg);
+        Ok(e)
+    }
 }
 
 /// The connection's first packet, and what its source is.

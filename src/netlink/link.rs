@@ -12,6 +12,8 @@ use std::io;
 pub struct Link {
     /// Its index.
     pub index: i32,
+    /// Its name.
+    pub name: String,
     /// Its kind (`dummy`, `veth`, `bridge`…); `None` for a device without one (`lo`, a
     /// physical NIC).
     pub kind: Option<String>,
@@ -23,6 +25,18 @@ pub fn find(name: &str) -> io::Result<Option<Link>> {
     put_str(&mut attrs, IFLA_IFNAME, name);
     match request(RTM_GETLINK, 0, 0, &attrs) {
         Ok(Some(reply)) => Ok(Some(parse_link(&reply)?)),
+        Ok(None) => Err(io::Error::other("the kernel answered RTM_GETLINK without the link")),
+        Err(e) if e.raw_os_error() == Some(libc::ENODEV) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The name of the interface with index `index`, if there is one (what a packet trace's
+/// interface index means).
+pub fn name_of(index: u32) -> io::Result<Option<String>> {
+    let Ok(index) = i32::try_from(index) else { return Ok(None) };
+    match request(RTM_GETLINK, index, 0, &[]) {
+        Ok(Some(reply)) => Ok(Some(parse_link(&reply)?.name)),
         Ok(None) => Err(io::Error::other("the kernel answered RTM_GETLINK without the link")),
         Err(e) if e.raw_os_error() == Some(libc::ENODEV) => Ok(None),
         Err(e) => Err(e),
@@ -58,7 +72,8 @@ fn parse_link(body: &[u8]) -> io::Result<Link> {
     let index = i32::from_ne_bytes([head[4], head[5], head[6], head[7]]);
     // Looked up no further than a malformed attribute: what follows one is not trusted.
     let kind = attr::find(attrs, IFLA_LINKINFO).and_then(|info| attr::find(info, IFLA_INFO_KIND)).map(attr::lossy);
-    Ok(Link { index, kind })
+    let name = attr::find(attrs, IFLA_IFNAME).map(attr::lossy).unwrap_or_default();
+    Ok(Link { index, name, kind })
 }
 
 #[cfg(test)]
@@ -75,9 +90,12 @@ mod tests {
         let mut info = Vec::new();
         put(&mut info, IFLA_INFO_KIND, b"dummy\0");
         put(&mut body, IFLA_LINKINFO | NLA_F_NESTED, &info);
-        assert_eq!(parse_link(&body).unwrap(), Link { index: 7, kind: Some("dummy".into()) });
+        assert_eq!(
+            parse_link(&body).unwrap(),
+            Link { index: 7, name: "kube-ipvs0".into(), kind: Some("dummy".into()) }
+        );
         body.truncate(IFINFOMSG_LEN);
-        assert_eq!(parse_link(&body).unwrap(), Link { index: 7, kind: None });
+        assert_eq!(parse_link(&body).unwrap(), Link { index: 7, name: String::new(), kind: None });
     }
 
     #[test]

@@ -5,9 +5,10 @@
 use super::abi::{
     NFT_CHAIN_BINDING, NFT_DATA_VERDICT, NFT_DYNSET_DEFAULT_SIZE, NFT_SET_EVAL, NFT_VERDICT_DATA_LEN, NFTA_CHAIN_FLAGS,
     NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_POLICY, NFTA_CHAIN_TYPE, NFTA_EXPR_DATA, NFTA_EXPR_NAME,
-    NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_LIST_ELEM, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_USERDATA,
-    NFTA_SET_DATA_LEN, NFTA_SET_DATA_TYPE, NFTA_SET_DESC, NFTA_SET_DESC_CONCAT, NFTA_SET_DESC_SIZE, NFTA_SET_FIELD_LEN,
-    NFTA_SET_FLAGS, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME, NFTA_SET_TIMEOUT, NFTA_SET_USERDATA,
+    NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_LIST_ELEM, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE,
+    NFTA_RULE_USERDATA, NFTA_SET_DATA_LEN, NFTA_SET_DATA_TYPE, NFTA_SET_DESC, NFTA_SET_DESC_CONCAT, NFTA_SET_DESC_SIZE,
+    NFTA_SET_FIELD_LEN, NFTA_SET_FLAGS, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME, NFTA_SET_TIMEOUT,
+    NFTA_SET_USERDATA,
 };
 use super::attr::{Malformed, all, be32, be64, get, lossy};
 use super::dump::{CHAINS, SETS};
@@ -86,6 +87,8 @@ pub struct ListedExpr {
 pub struct RuleListing {
     /// Its chain.
     pub chain: String,
+    /// Its handle (what a packet trace names it by).
+    pub handle: u64,
     /// Its expressions.
     pub exprs: Vec<ListedExpr>,
     /// Whether it carries user data (a comment), which no rule of the proxy's has.
@@ -176,5 +179,6 @@ fn rule(m: &[u8]) -> io::Result<RuleListing> {
         let name = lossy(get(&e, NFTA_EXPR_NAME).ok_or(Malformed("no valid expression name"))?);
         exprs.push(ListedExpr { name, data: get(&e, NFTA_EXPR_DATA).unwrap_or_default().to_vec() });
     }
-    Ok(RuleListing { chain, exprs, userdata: get(&attrs, NFTA_RULE_USERDATA).is_some() })
+    let handle = get(&attrs, NFTA_RULE_HANDLE).and_then(be64).ok_or(Malformed("no valid rule handle"))?;
+    Ok(RuleListing { chain, handle, exprs, userdata: get(&attrs, NFTA_RULE_USERDATA).is_some() })
 }

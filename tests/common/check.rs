@@ -22,8 +22,13 @@ pub fn send(ns: &Netns, proto: Proto, dst: &str, src: Option<&str>, timeout: Dur
 /// `explain` too when given.
 pub fn send_from(ns: &Netns, proto: Proto, dst: &str, src: Option<SocketAddr>, timeout: Duration) -> Probe {
     let dst: SocketAddr = dst.parse().unwrap_or_else(|_| panic!("bad address {dst}"));
-    let seen = in_netns(&ns.name, move || probe_from(proto, dst, src, timeout));
-    super::explained::check(ns, proto, dst, src, &seen);
+    let tracing = super::traced::start(ns, proto, dst, src);
+    let (seen, port) =
+        in_netns(&ns.name, move || (probe_from(proto, dst, src, timeout), super::net::last_client_port()));
+    let answer = super::explained::check(ns, proto, dst, src, &seen);
+    if let Some(t) = tracing {
+        super::traced::check(t, &seen, port, answer.as_ref());
+    }
     seen
 }
 

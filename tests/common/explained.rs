@@ -68,6 +68,11 @@ pub fn rules(rules: Option<Rules>) {
     RULES.with(|r| *r.borrow_mut() = rules);
 }
 
+/// This thread's cluster and what its rules were made from, when both are known.
+pub fn current() -> Option<(Cluster, Rules)> {
+    Some((CLUSTER.with(|c| c.borrow().clone())?, RULES.with(|r| r.borrow().clone())?))
+}
+
 /// How many probes of this thread explain has been checked against.
 pub fn checked() -> usize {
     CHECKED.with(|c| *c.borrow())
@@ -75,10 +80,9 @@ pub fn checked() -> usize {
 
 /// Asks explain about the probe just sent from `ns` (from `src`, when given: its port too,
 /// when not 0) to `dst` and asserts that `probe` is one of its predicted outcomes.
-pub fn check(ns: &Netns, proto: Proto, dst: SocketAddr, src: Option<SocketAddr>, probe: &Probe) {
-    let Some(cluster) = CLUSTER.with(|c| c.borrow().clone()) else { return };
-    let Some(rules) = RULES.with(|r| r.borrow().clone()) else { return };
-    let Some(source) = cluster.sources.get(&ns.name) else { return };
+pub fn check(ns: &Netns, proto: Proto, dst: SocketAddr, src: Option<SocketAddr>, probe: &Probe) -> Option<Value> {
+    let (cluster, rules) = current()?;
+    let source = cluster.sources.get(&ns.name)?;
     let from = match (src, source) {
         (Some(a), _) if a.port() != 0 => a.to_string(),
         (Some(a), _) => a.ip().to_string(),
@@ -102,6 +106,7 @@ pub fn check(ns: &Netns, proto: Proto, dst: SocketAddr, src: Option<SocketAddr>,
         serde_json::to_string_pretty(&answer).unwrap_or_default()
     );
     CHECKED.with(|c| *c.borrow_mut() += 1);
+    Some(answer)
 }
 
 /// explain's JSON answer, asked as `rules` were made.
@@ -140,7 +145,7 @@ fn ask(cluster: &Cluster, rules: &Rules, from: &str, dst: SocketAddr, proto: Pro
 }
 
 /// Whether pod `name` holds `ip` now.
-fn holds(cluster: &Cluster, name: &str, ip: Option<IpAddr>) -> bool {
+pub fn holds(cluster: &Cluster, name: &str, ip: Option<IpAddr>) -> bool {
     let (Some(ns), Some(ip)) = (cluster.pods.get(name), ip) else { return false };
     let out = Command::new("ip").args(["-n", ns, "-o", "addr", "show"]).output().expect("ip addr");
     let listed = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -255,4 +255,5 @@ pub mod packaging;
 pub mod proxy;
 pub mod synth;
 pub mod tables;
+pub mod traced;
 pub mod verify;

@@ -22,6 +22,15 @@ pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
+/// Runs `f` on a thread of its own in namespace `ns`, not waiting for it.
+pub fn spawn_in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
+    let path = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        enter(&path);
+        f()
+    })
+}
+
 fn enter(path: &str) {
     let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("open {path}: {e}"));
     // SAFETY: setns on a valid namespace fd only changes this thread's network namespace.
@@ -253,7 +262,34 @@ pub fn probe_from(proto: Proto, dst: SocketAddr, src: Option<SocketAddr>, timeou
     }
 }
 
+thread_local! {
+    /// The client port of this thread's last probe, once its socket had one.
+    static CLIENT_PORT: std::cell::Cell<Option<u16>> = const { std::cell::Cell::new(None) };
+}
+
+/// The client port this thread's last probe sent from (what a trace names it by).
+pub fn last_client_port() -> Option<u16> {
+    CLIENT_PORT.with(|c| c.get())
+}
+
+/// The local port of socket `fd`, kept as this thread's last client port.
+fn note_client_port(fd: &impl AsRawFd) {
+    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: getsockname(2) on our own socket into storage of the length given.
+    let rc = unsafe { libc::getsockname(fd.as_raw_fd(), &mut ss as *mut _ as *mut libc::sockaddr, &mut len) };
+    // Both sockaddr_in and sockaddr_in6 hold the port, big-endian, after the family.
+    let port = (rc == 0).then(|| {
+        let b = &ss as *const _ as *const u8;
+        // SAFETY: the storage is at least 4 bytes long.
+        unsafe { u16::from_be_bytes([*b.add(2), *b.add(3)]) }
+    });
+    CLIENT_PORT.with(|c| c.set(port.filter(|p| *p != 0)));
+}
+
 fn stream_exchange(dst: SocketAddr, src: Option<SocketAddr>, timeout: Duration, proto: i32) -> std::io::Result<String> {
+    CLIENT_PORT.with(|c| c.set(None));
     let fd = socket(dst, libc::SOCK_STREAM, proto)?;
     if let Some(src) = src {
         let (ss, len) = sockaddr(src);
@@ -272,8 +308,10 @@ fn stream_exchange(dst: SocketAddr, src: Option<SocketAddr>, timeout: Duration, 
     }
     let (ss, len) = sockaddr(dst);
     // SAFETY: connecting our own socket to a valid address.
-    if unsafe { libc::connect(fd.as_raw_fd(), &ss as *const _ as *const libc::sockaddr, len) } != 0 {
-        let e = std::io::Error::last_os_error();
+    let rc = unsafe { libc::connect(fd.as_raw_fd(), &ss as *const _ as *const libc::sockaddr, len) };
+    let failed = (rc != 0).then(std::io::Error::last_os_error);
+    note_client_port(&fd);
+    if let Some(e) = failed {
         let timed_out = e.raw_os_error() == Some(libc::EINPROGRESS) || e.kind() == ErrorKind::WouldBlock;
         return Err(if timed_out { ErrorKind::TimedOut.into() } else { e });
     }
@@ -285,7 +323,9 @@ fn stream_exchange(dst: SocketAddr, src: Option<SocketAddr>, timeout: Duration, 
 
 fn udp_exchange(dst: SocketAddr, src: Option<SocketAddr>, timeout: Duration) -> std::io::Result<String> {
     let any: IpAddr = if dst.is_ipv6() { "::".parse().unwrap() } else { "0.0.0.0".parse().unwrap() };
+    CLIENT_PORT.with(|c| c.set(None));
     let u = UdpSocket::bind(src.unwrap_or(SocketAddr::new(any, 0)))?;
+    note_client_port(&u);
     u.set_read_timeout(Some(timeout))?;
     u.connect(dst)?;
     u.send(b"hello")?;

@@ -34,3 +34,4 @@ mod scale;
 mod service_health;
 mod takeover;
 mod trace;
+mod tracing;

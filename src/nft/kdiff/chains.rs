@@ -117,7 +117,7 @@ impl<'a> ChainDiff<'a> {
     }
 
     /// A kernel rule's text: a desired rule's, if one compiles to it.
-    fn rule_text(&mut self, rule: &[ReadExpr]) -> String {
+    pub(super) fn rule_text(&mut self, rule: &[ReadExpr]) -> String {
         if self.texts.is_empty() {
             for chain in self.desired.values() {
                 for (r, exprs) in chain.rules.iter().zip(desired_rules(chain)) {

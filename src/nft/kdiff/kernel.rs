@@ -7,7 +7,7 @@ use super::chains::{KernelChain, anon_name};
 use crate::model::Family;
 use crate::netlink::abi::NFT_SET_ANONYMOUS;
 use crate::netlink::elements::Element;
-use crate::netlink::{ListedExpr, NfFamily, SetSpec, Socket};
+use crate::netlink::{ListedExpr, NfFamily, RuleListing, SetSpec, Socket};
 use crate::nft::compile::{Expr, ReadExpr, read_back};
 use crate::render::{MapName, TABLE_NAME};
 use std::collections::{BTreeMap, HashMap};
@@ -34,23 +34,10 @@ pub(super) fn read(sock: &mut Socket, family: Family) -> io::Result<Option<Kerne
     for c in sock.chain_listings(fam, TABLE_NAME)? {
         table.chains.insert(c.name, KernelChain { hook: c.hook, rules: Vec::new() });
     }
-    let mut anon = HashMap::new();
-    for s in sock.set_listings(fam, TABLE_NAME)? {
-        if s.flags & NFT_SET_ANONYMOUS != 0 {
-            let elements = sock.elements(fam, TABLE_NAME, &s.name)?;
-            anon.insert(s.name, anon_name(elements.into_iter().map(|e| (e.key, e.flags, e.data)).collect()));
-        } else {
-            table.sets.insert(s.name.clone(), s);
-        }
-    }
+    let anon = anon_names(sock, fam, &mut table.sets)?;
     for rule in sock.rule_listings(fam, TABLE_NAME)? {
         let Some(chain) = table.chains.get_mut(&rule.chain) else { continue };
-        let mut exprs: Vec<ReadExpr> = rule.exprs.iter().map(|e| renamed(read_back(e), &anon)).collect();
-        if rule.userdata {
-            // No rule of the proxy's has a comment: one that does is someone else's.
-            exprs.push(ReadExpr::Other(ListedExpr { name: "comment".into(), data: Vec::new() }));
-        }
-        chain.rules.push(exprs);
+        chain.rules.push(rule_exprs(&rule, &anon));
     }
     for map in MapName::all() {
         let name = map.to_string();
@@ -59,6 +46,35 @@ pub(super) fn read(sock: &mut Socket, family: Family) -> io::Result<Option<Kerne
         }
     }
     Ok(Some(table))
+}
+
+/// The names the anonymous sets of `fam`'s table are compared by (their elements), by their
+/// kernel names; the named sets' declarations go into `named`.
+pub(super) fn anon_names(
+    sock: &mut Socket,
+    fam: NfFamily,
+    named: &mut BTreeMap<String, SetSpec>,
+) -> io::Result<HashMap<String, String>> {
+    let mut anon = HashMap::new();
+    for s in sock.set_listings(fam, TABLE_NAME)? {
+        if s.flags & NFT_SET_ANONYMOUS != 0 {
+            let elements = sock.elements(fam, TABLE_NAME, &s.name)?;
+            anon.insert(s.name, anon_name(elements.into_iter().map(|e| (e.key, e.flags, e.data)).collect()));
+        } else {
+            named.insert(s.name.clone(), s);
+        }
+    }
+    Ok(anon)
+}
+
+/// A kernel rule read back into the compiler's terms, its anonymous sets named by `anon`.
+pub(super) fn rule_exprs(rule: &RuleListing, anon: &HashMap<String, String>) -> Vec<ReadExpr> {
+    let mut exprs: Vec<ReadExpr> = rule.exprs.iter().map(|e| renamed(read_back(e), anon)).collect();
+    if rule.userdata {
+        // No rule of the proxy's has a comment: one that does is someone else's.
+        exprs.push(ReadExpr::Other(ListedExpr { name: "comment".into(), data: Vec::new() }));
+    }
+    exprs
 }
 
 /// A lookup of an anonymous set, named by its elements as the desired rules name theirs.

@@ -6,12 +6,14 @@
 
 mod chains;
 mod elements;
+mod handles;
 mod kernel;
 mod read_map;
 mod report;
 #[cfg(test)]
 mod tests;
 
+pub use handles::{HeldRule, held_rules};
 pub use report::{Change, Kind, Object, Report, ServiceChanges, Summary};
 
 use crate::model::Family;

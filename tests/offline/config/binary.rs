@@ -202,3 +202,21 @@ fn write_config_to_a_fifo_without_a_reader_fails_within_seconds() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("kind: KubeProxyConfiguration"));
 }
+
+#[test]
+fn trace_refuses_a_bad_selection_naming_the_flag_before_touching_the_kernel() {
+    for (args, flag) in [
+        (&["--to", "web:80"][..], "--to"),
+        (&["--from", "10.0.0.1:0"][..], "--from"),
+        (&["--from", "10.0.0.1", "--to", "[fd00::1]:80"][..], "different address families"),
+    ] {
+        let out = binary(&[&["trace", "--hostname-override=node-a"][..], args].concat());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(flag) && !stderr.contains("tracing"), "{args:?}: {stderr}");
+    }
+    let out = binary(&["trace", "--protocol", "icmp"]);
+    assert_eq!(out.status.code(), Some(2), "clap refuses the protocol");
+    let out = binary(&["explain", "--from", "node", "--to", "10.0.0.1:80", "--count", "3"]);
+    assert_eq!(out.status.code(), Some(2), "--count is trace's");
+}
