@@ -76,7 +76,11 @@ pub fn connection(packet: &Packet, ours: &str, ctx: &mut Context) -> Option<Conn
         .and_then(headers);
     let dropped = packet.events.iter().find(|e| drops(e));
     // A chain's end without a verdict of its own (a return to the caller) says nothing more.
-    let said = |e: &&TraceEvent| e.table != ours && (e.handle.is_some() || matches!(e.kind, TraceKind::Policy(_)));
+    // Tracers' tables (this one's, and any other running) are not on the packet's way.
+    let said = |e: &&TraceEvent| {
+        !e.table.starts_with(super::table::TABLE_PREFIX)
+            && (e.handle.is_some() || matches!(e.kind, TraceKind::Policy(_)))
+    };
     let hops: Vec<Hop> = packet.events.iter().filter(said).map(|e| hop(e, family, ctx)).collect();
     let proxy = |e: &&TraceEvent| e.table == TABLE_NAME;
     // The masquerade statement ends its rule with accept.

@@ -87,9 +87,12 @@ struct TraceTable<'a> {
     dport: Option<u16>,
 }
 
+/// What every tracer's table is named after: the process's id follows.
+pub const TABLE_PREFIX: &str = "kube-nftproxy-trace-";
+
 /// The tracer's table name: the process's own, so that tracers side by side never meet.
 pub fn table_name() -> String {
-    format!("kube-nftproxy-trace-{}", std::process::id())
+    format!("{TABLE_PREFIX}{}", std::process::id())
 }
 
 /// The script that creates the tracer's tables for `select`.
