@@ -10,14 +10,19 @@ use synth::Case;
 /// A latency rig whose node holds a table of `services` services (service 0 has one endpoint,
 /// the rig's pod).
 pub fn latency_rig(services: u32) -> measure::LatencyRig {
+    latency_rig_with_model(services).0
+}
+
+/// As [`latency_rig`], with the model its node's table was synced from.
+pub fn latency_rig_with_model(services: u32) -> (measure::LatencyRig, kube_nftproxy::model::Model) {
     let case = Case { name: format!("{services} x 5"), services, endpoints: 5, mix: false };
     let mut model = synth::model(&case);
     let single = Case { endpoints: 1, ..case.clone() };
     model.apply(&synth::slice(&single, 0, 0), "node-a").expect("slice");
     let rig = measure::LatencyRig::new();
-    let mut proxy = Proxy::with_model(config(), model);
+    let mut proxy = Proxy::with_model(config(), model.clone());
     proxy.sync(&rig.node.name, Resync::Changes).expect("sync");
-    rig
+    (rig, model)
 }
 
 /// First-packet connect latency through a small and a large table, measured in alternating

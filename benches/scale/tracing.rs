@@ -5,8 +5,9 @@
 //! soon after a traced connection's first packet its report is written.
 
 use super::common::net::{Proto, in_netns, probe, spawn_in_netns};
-use super::latency::latency_rig;
+use super::latency::latency_rig_with_model;
 use super::synth::{self, Case};
+use kube_nftproxy::model::Model;
 use kube_nftproxy::trace::{self, Options, Selector};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
@@ -73,10 +74,11 @@ impl Write for Stamps {
 }
 
 /// The library's tracer for `to` in namespace `node` on a thread, until `stop`; reports
-/// stamped into `stamps`.
+/// stamped into `stamps`; `explain` asked of `model` when given.
 fn tracer(
     node: &str,
     to: (std::net::IpAddr, Option<u16>),
+    model: Option<Model>,
     stop: Arc<AtomicBool>,
     stamps: Arc<Mutex<Vec<Instant>>>,
 ) -> std::thread::JoinHandle<()> {
@@ -86,7 +88,11 @@ fn tracer(
         let t = trace::start(&select).expect("start the tracer");
         let _ = ready_tx.send(());
         let opts = Options { select, ..Options::default() };
-        let objects: trace::Objects = Box::new(|| Ok((kube_nftproxy::model::Model::default(), false)));
+        let objects: trace::Objects = Box::new(move || {
+            let mut m = model.clone().unwrap_or_default();
+            m.set_host_addresses(kube_nftproxy::host::interface_addresses().map_err(|e| e.to_string())?);
+            Ok((m, model.is_some()))
+        });
         t.follow(&opts, objects, super::config(), &stop, &mut Stamps(stamps)).expect("trace");
     });
     ready.recv_timeout(Duration::from_secs(10)).expect("the tracer started");
@@ -95,7 +101,7 @@ fn tracer(
 
 /// Runs the three measurements at `case`'s size.
 pub fn run(case: &Case) -> Value {
-    let rig = latency_rig(case.services);
+    let (rig, model) = latency_rig_with_model(case.services);
     let ip = |i| synth::cluster_ip(i).parse::<std::net::IpAddr>().expect("a ClusterIP");
     let (traced_ip, other_ip) = (ip(0), ip(1));
     let dst = format!("{traced_ip}:80");
@@ -105,14 +111,15 @@ pub fn run(case: &Case) -> Value {
     for _ in 0..ROUNDS {
         without.extend(rig.connect_latencies(&dst, PER_ROUND));
         let stop = Arc::new(AtomicBool::new(false));
-        let t = tracer(&rig.node.name, (other_ip, None), stop.clone(), Arc::default());
+        let t = tracer(&rig.node.name, (other_ip, None), None, stop.clone(), Arc::default());
         with.extend(rig.connect_latencies(&dst, PER_ROUND));
         stop.store(true, Ordering::SeqCst);
         t.join().expect("tracer");
     }
     // Traced connections: from the client's connect to the report, one at a time.
     let (stop, stamps) = (Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(Vec::new())));
-    let t = tracer(&rig.node.name, (traced_ip, Some(80)), stop.clone(), stamps.clone());
+    // With the objects: each report names the rules and is checked against explain, as on a node.
+    let t = tracer(&rig.node.name, (traced_ip, Some(80)), Some(model), stop.clone(), stamps.clone());
     let target: std::net::SocketAddr = dst.parse().expect("address");
     let delays: Vec<f64> = in_netns(&rig.client.name, move || {
         (0..=TRACED)

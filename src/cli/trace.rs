@@ -32,7 +32,8 @@ pub fn trace(run: &Run, cfg: Config, flags: TraceFlags) -> Result<(), RunError> 
     let opts = Options { select, count: flags.count, timeout: flags.timeout, json: flags.json };
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
-        signal_hook::flag::register(signal, stop.clone()).map_err(|e| RunError::Input(format!("signals: {e}")))?;
+        let registered = signal_hook::flag::register(signal, stop.clone());
+        registered.map_err(|e| RunError::Node(NodeError::Failed(format!("handling signals: {e}"))))?;
     }
     let (run, model_cfg) = (run.clone(), cfg.clone());
     let manifests = run.sources.manifests.is_some();

@@ -56,6 +56,21 @@ impl Verdict {
     }
 }
 
+impl std::fmt::Display for Verdict {
+    /// As nftables writes it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Verdict::Continue => f.write_str("continue"),
+            Verdict::Accept => f.write_str("accept"),
+            Verdict::Drop => f.write_str("drop"),
+            Verdict::Jump(c) => write!(f, "jump {c}"),
+            Verdict::Goto(c) => write!(f, "goto {c}"),
+            Verdict::Return => f.write_str("return"),
+            Verdict::Other(code) => write!(f, "verdict {code}"),
+        }
+    }
+}
+
 /// One step of a traced packet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceEvent {
@@ -146,13 +161,14 @@ impl Socket {
         Ok(s)
     }
 
-    /// The trace events that arrive within `timeout` (one read's worth).
-    pub fn traces(&self, timeout: Duration) -> io::Result<Traces> {
+    /// The trace events that arrive within `timeout` (one read's worth), read into `buf`
+    /// (kept by the caller from read to read).
+    pub fn traces(&self, buf: &mut Vec<u8>, timeout: Duration) -> io::Result<Traces> {
         if !sock::readable(&self.fd, timeout) {
             return Ok(Traces::Events(Vec::new()));
         }
-        let mut buf = vec![0u8; 1 << 16];
-        match self.recv(&mut buf) {
+        buf.resize(1 << 16, 0);
+        match self.recv(buf) {
             Ok(n) => Ok(Traces::Events(msg::messages(&buf[..n]).filter_map(|m| decode(m.kind, m.body)).collect())),
             Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => Ok(Traces::Overrun),
             Err(e) => Err(e),

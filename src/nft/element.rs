@@ -130,6 +130,11 @@ fn ip_bytes(b: &mut Vec<u8>, ip: &IpAddr) {
     }
 }
 
+/// The protocol an IP protocol number names, if it is one a Service can have.
+pub fn proto_of(byte: u8) -> Option<Protocol> {
+    Protocol::ALL.into_iter().find(|p| proto_byte(*p) == byte)
+}
+
 /// The protocol's number in `inet_proto` fields.
 pub fn proto_byte(p: Protocol) -> u8 {
     match p {

@@ -2,59 +2,100 @@
 //! handle, for their text), the service port each frontend's map element names in its
 //! comment, and, when the API server or manifests gave objects, the model and configuration
 //! `explain` answers from. It is loaded on a thread of its own once the tracer's rules are
-//! in, so that tracing starts at once whatever the cluster's size.
+//! in, so that tracing starts at once whatever the cluster's size; what the kernel holds is
+//! read again when a packet names what was not there, the objects when `explain` disagrees
+//! (the cluster may have moved on since), each at most every [`REREAD_AFTER`].
 
 use super::follow::address;
 use crate::config::Config;
 use crate::explain::Prepared;
 use crate::model::{Family, Model};
+use crate::netlink::data::Data;
 use crate::netlink::{NfFamily, Socket};
-use crate::nft::kdiff::{HeldRule, held_rules};
+use crate::nft::kdiff::{HeldRule, RuleNames};
 use crate::render::{self, MapName, TABLE_NAME};
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// How often the kernel's rules are read again when a packet names a rule not yet read.
+/// How often the kernel's rules and maps, or the objects, are read again at most.
 const REREAD_AFTER: Duration = Duration::from_secs(1);
 
-/// The objects a one-shot command reads (the API server, the manifests, the host's
-/// addresses), and whether any source of objects was given.
-pub type Objects = Box<dyn FnOnce() -> Result<(Model, bool), String> + Send>;
+/// Reads the objects a one-shot command reads (the API server, the manifests, the host's
+/// addresses) and says whether any source of objects was given; it may be called again.
+pub type Objects = Box<dyn Fn() -> Result<(Model, bool), String> + Send>;
 
 /// Frontend → service port, from the dispatch maps' element comments: (family, address for
 /// an IP frontend or `None` for a node port, protocol number, port).
 type Owners = HashMap<(Family, Option<IpAddr>, u8, u16), String>;
 
+/// The objects' side: the model, the rules it makes (compiled for `explain`), and the names
+/// a full sync of it gives the kernel's rules.
+struct FromObjects {
+    model: Model,
+    explainer: Result<Prepared, String>,
+    names: Option<RuleNames>,
+}
+
 /// Everything a packet is read against.
 pub struct Context {
-    /// The cluster's objects (none when no source was given or it failed).
-    pub model: Model,
-    /// The configuration the daemon runs with, as this command's flags say.
-    pub cfg: Config,
-    /// The rules `model` makes, compiled for `explain`; or why it cannot answer.
-    pub explainer: Result<Prepared, String>,
+    objects: Objects,
+    cfg: Config,
+    from: FromObjects,
     rules: BTreeMap<(Family, u64), HeldRule>,
     owners: Owners,
-    read_at: Instant,
+    kernel_read: Instant,
+    objects_read: Instant,
 }
 
 impl Context {
-    /// The rule of the proxy's `family` table with `handle`: read again (at most once a
-    /// second) when it is not known yet, as the daemon may have synced since.
+    /// The rule of the proxy's `family` table with `handle`, read again when not known yet.
     pub fn rule(&mut self, family: Family, handle: u64) -> Option<&HeldRule> {
-        if !self.rules.contains_key(&(family, handle)) && self.read_at.elapsed() >= REREAD_AFTER {
-            self.read_at = Instant::now();
-            (self.rules, self.owners) = read_kernel(&self.model, &self.cfg);
+        if !self.rules.contains_key(&(family, handle)) {
+            self.reread_kernel();
         }
         self.rules.get(&(family, handle))
     }
 
     /// The service port (`namespace/name:port`) whose frontend is `addr` (or a node port,
     /// `None`), protocol `proto`, port `port`, as the kernel's maps name it.
-    pub fn owner(&self, family: Family, addr: Option<IpAddr>, proto: u8, port: u16) -> Option<&str> {
-        self.owners.get(&(family, addr, proto, port)).map(String::as_str)
+    pub fn owner(&mut self, family: Family, addr: Option<IpAddr>, proto: u8, port: u16) -> Option<String> {
+        let key = (family, addr, proto, port);
+        if !self.owners.contains_key(&key) {
+            self.reread_kernel();
+        }
+        self.owners.get(&key).cloned()
+    }
+
+    /// This node's addresses, as the objects were read with.
+    pub fn host_addresses(&self) -> &[IpAddr] {
+        self.from.model.host_addresses()
+    }
+
+    /// `explain`'s side: the model, the configuration and the prepared rules, or why not.
+    pub fn explainer(&self) -> Result<(&Model, &Config, &Prepared), &str> {
+        match &self.from.explainer {
+            Ok(p) => Ok((&self.from.model, &self.cfg, p)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads the objects again, if they were not just read: whether they were.
+    pub fn reread_objects(&mut self) -> bool {
+        if self.objects_read.elapsed() < REREAD_AFTER {
+            return false;
+        }
+        self.objects_read = Instant::now();
+        self.from = from_objects(&self.objects, &self.cfg);
+        true
+    }
+
+    fn reread_kernel(&mut self) {
+        if self.kernel_read.elapsed() >= REREAD_AFTER {
+            self.kernel_read = Instant::now();
+            (self.rules, self.owners) = read_kernel(self.from.names.as_ref());
+        }
     }
 }
 
@@ -62,34 +103,51 @@ impl Context {
 pub fn load(objects: Objects, cfg: Config) -> std::io::Result<mpsc::Receiver<Context>> {
     let (tx, rx) = mpsc::channel();
     std::thread::Builder::new().name("trace-context".into()).spawn(move || {
-        let (model, explainer) = match objects() {
-            Ok((model, true)) => {
-                let prepared = Prepared::new(&model, &cfg).map_err(|e| format!("explain cannot run: {e}"));
-                (model, prepared)
-            }
-            Ok((model, false)) => (model, Err("no API server or --manifests to explain from".into())),
-            Err(e) => (Model::default(), Err(format!("the objects could not be read ({e})"))),
-        };
-        let (rules, owners) = read_kernel(&model, &cfg);
-        let _ = tx.send(Context { model, cfg, explainer, rules, owners, read_at: Instant::now() });
+        let from = from_objects(&objects, &cfg);
+        let (rules, owners) = read_kernel(from.names.as_ref());
+        let now = Instant::now();
+        let _ = tx.send(Context { objects, cfg, from, rules, owners, kernel_read: now, objects_read: now });
     })?;
     Ok(rx)
 }
 
-/// The kernel's rules and dispatch maps; what cannot be read is logged and left empty.
-fn read_kernel(model: &Model, cfg: &Config) -> (BTreeMap<(Family, u64), HeldRule>, Owners) {
-    let rules = render::render(model, cfg)
-        .map_err(|e| e.to_string())
-        .and_then(|ruleset| held_rules(&ruleset, &cfg.node_name).map_err(|e| e.to_string()))
-        .unwrap_or_else(|e| {
-            log::warn!("reading the proxy's rules: {e}; rules are shown by handle");
-            BTreeMap::new()
-        });
+/// Reads the objects and renders their rules once, for both `explain` and the rules' names.
+fn from_objects(objects: &Objects, cfg: &Config) -> FromObjects {
+    let (model, given, failed) = match objects() {
+        Ok((model, given)) => (model, given, None),
+        Err(e) => {
+            let mut model = Model::default();
+            model.set_host_addresses(crate::host::interface_addresses().unwrap_or_default());
+            (model, false, Some(e))
+        }
+    };
+    let ruleset = render::render(&model, cfg).map_err(|e| format!("explain cannot run: {e}"));
+    let names = ruleset
+        .as_ref()
+        .ok()
+        .and_then(|r| RuleNames::new(r, &cfg.node_name).map_err(|e| log::warn!("naming the proxy's rules: {e}")).ok());
+    let explainer = match (failed, given) {
+        (Some(e), _) => Err(format!("the objects could not be read ({e})")),
+        (None, false) => Err("no API server or --manifests to explain from".into()),
+        (None, true) => {
+            ruleset.and_then(|r| Prepared::of(&model, cfg, &r).map_err(|e| format!("explain cannot run: {e}")))
+        }
+    };
+    FromObjects { model, explainer, names }
+}
+
+/// The kernel's rules (named by `names`) and dispatch maps; what cannot be read is logged and
+/// left empty.
+fn read_kernel(names: Option<&RuleNames>) -> (BTreeMap<(Family, u64), HeldRule>, Owners) {
+    let rules = names.map(RuleNames::read).transpose().unwrap_or_else(|e| {
+        log::warn!("reading the proxy's rules: {e}; rules are shown by handle");
+        None
+    });
     let owners = owners().unwrap_or_else(|e| {
         log::warn!("reading the proxy's maps: {e}; services are named by their chains only");
         Owners::new()
     });
-    (rules, owners)
+    (rules.unwrap_or_default(), owners)
 }
 
 /// The dispatch maps' elements, by frontend.
@@ -105,10 +163,15 @@ fn owners() -> std::io::Result<Owners> {
             (MapName::NoEndpointNodeports, false),
         ] {
             for e in sock.elements(NfFamily::from(family), TABLE_NAME, &map.to_string())? {
-                let Some(owner) = e.comment else { continue };
+                // A frontend with a chain of its own is named by the chain, not a comment.
+                let chain = match &e.data {
+                    Some(Data::Verdict(_, Some(chain))) => render::owner_of_chain(chain).map(|spn| spn.to_string()),
+                    _ => None,
+                };
+                let Some(owner) = e.comment.or(chain) else { continue };
                 // Each field of a concatenation takes whole 32-bit registers.
                 let at = if by_addr { addr_len } else { 0 };
-                let addr = by_addr.then(|| e.key.get(..addr_len).and_then(address)).flatten();
+                let addr = e.key.get(..addr_len).and_then(address).filter(|_| by_addr);
                 let (Some(proto), Some(port)) = (e.key.get(at), e.key.get(at + 4..at + 6)) else { continue };
                 if by_addr && addr.is_none() {
                     continue;

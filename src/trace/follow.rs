@@ -2,10 +2,12 @@
 //! every table it passes, under one id; a packet of the tracer's own starts with the
 //! tracer's marking rule and ends where the tracer's last chains see it (delivered here, or
 //! leaving by an interface other than loopback) or where a rule drops it. A packet that
-//! ends otherwise (queued, stolen, unroutable) is let go after [`LINGER`] of silence. The
-//! kernel derives the id from the packet's flow hash, which forwarding may compute anew: an
-//! event of an unknown id whose headers carry an open packet's client (source address and
-//! port, protocol; masquerading comes later) continues that packet under its new id.
+//! ends otherwise (queued, stolen, unroutable) is let go, incomplete, after [`LINGER`] of
+//! silence. The kernel derives the id from the packet, its flow hash and the interface it
+//! came in on, which forwarding may compute anew and loopback changes: an event of an
+//! unknown id continues an open packet when it comes back in through loopback with the
+//! headers the packet left with, or when its headers carry the packet's client (source
+//! address and port, protocol; masquerading comes later) and it is not a new marking.
 
 use crate::netlink::trace::{TraceEvent, TraceKind, Verdict};
 use std::collections::HashMap;
@@ -31,11 +33,20 @@ pub struct Packet {
     looped: bool,
     /// Its client and protocol, as its first event's headers say.
     client: Option<(SocketAddr, u8)>,
+    /// Its headers as the tracer's postrouting chain saw them (after every NAT).
+    left_as: Option<Header>,
+    /// It ended where it was delivered or left, or was dropped (not let go after a silence).
+    pub complete: bool,
+    /// The kernel dropped trace events while it was followed: some of its may be missing.
+    pub lost: bool,
 }
+
+/// Source, destination and protocol number, as a packet's headers carry them.
+pub type Header = (SocketAddr, SocketAddr, u8);
 
 /// The headers an event carries (in the first event of each base chain): source,
 /// destination, protocol.
-pub fn headers(e: &TraceEvent) -> Option<(SocketAddr, SocketAddr, u8)> {
+pub fn headers(e: &TraceEvent) -> Option<Header> {
     let (n, t) = (&e.network_header, &e.transport_header);
     let (proto, src, dst) = match n.first()? >> 4 {
         4 => (*n.get(9)?, address(n.get(12..16)?)?, address(n.get(16..20)?)?),
@@ -77,31 +88,48 @@ impl Follower {
             let ours = e.table == self.table;
             let Some(id) = self.id_of(&e) else {
                 // Another tracer's packet, or the rest of one already ended.
-                if ours && e.kind == TraceKind::Rule && marks(&e.chain) {
+                if ours && new_mark(&e) {
                     let client = headers(&e).map(|(src, _, proto)| (src, proto));
-                    let p = Packet { events: vec![e.clone()], started: now, last: now, looped: false, client };
+                    let p = Packet {
+                        events: vec![e.clone()],
+                        started: now,
+                        last: now,
+                        looped: false,
+                        client,
+                        left_as: None,
+                        complete: false,
+                        lost: false,
+                    };
                     self.open.insert(e.id, p);
                 }
                 continue;
             };
             let Some(p) = self.open.get_mut(&id) else { continue };
             p.last = now;
-            // Only a chain's first event names the interfaces.
+            // Only a chain's first event names the interfaces and carries the headers.
             if ours && e.chain == "postrouting" && e.oif.is_some() {
                 p.looped = e.oif == Some(LOOPBACK);
+                p.left_as = headers(&e);
             }
             let last = ours && ends_here(&e, p.looped) || dropped(&e);
             p.events.push(e);
-            if last && let Some(p) = self.open.remove(&id) {
+            if last && let Some(mut p) = self.open.remove(&id) {
                 self.aliases.retain(|_, to| *to != id);
+                p.complete = true;
                 ended.push(p);
             }
         }
         ended
     }
 
+    /// The kernel dropped events: every packet followed now may miss some.
+    pub fn lost(&mut self) {
+        self.open.values_mut().for_each(|p| p.lost = true);
+    }
+
     /// The first id of the open packet `e` belongs to, if any: its own, one it was given
-    /// before, or that of the open packet whose client its headers carry.
+    /// before, that of a packet coming back in through loopback as it left, or that of the
+    /// packet whose client its headers carry (unless `e` marks a new connection).
     fn id_of(&mut self, e: &TraceEvent) -> Option<u32> {
         if self.open.contains_key(&e.id) {
             return Some(e.id);
@@ -109,10 +137,15 @@ impl Follower {
         if let Some(id) = self.aliases.get(&e.id) {
             return Some(*id);
         }
-        let (src, _, proto) = headers(e)?;
-        let (id, _) = self.open.iter().find(|(_, p)| p.client == Some((src, proto)))?;
-        self.aliases.insert(e.id, *id);
-        Some(*id)
+        let h = headers(e)?;
+        let back = self.open.iter().find(|(_, p)| e.iif == Some(LOOPBACK) && p.looped && p.left_as == Some(h));
+        let found = match back {
+            Some((id, _)) => *id,
+            None if e.table == self.table && new_mark(e) => return None,
+            None => *self.open.iter().find(|(_, p)| p.client == Some((h.0, h.2)))?.0,
+        };
+        self.aliases.insert(e.id, found);
+        Some(found)
     }
 
     /// The packets silent for [`LINGER`] by `now`, ended.
@@ -131,9 +164,9 @@ impl Follower {
     }
 }
 
-/// Whether the tracer's chain `chain` is one that marks (the others only see).
-fn marks(chain: &str) -> bool {
-    chain == "prerouting" || chain == "output"
+/// Whether `e` is the tracer's marking rule taking a packet (its chains that mark).
+fn new_mark(e: &TraceEvent) -> bool {
+    e.kind == TraceKind::Rule && e.handle.is_some() && (e.chain == "prerouting" || e.chain == "output")
 }
 
 /// Whether the tracer's last chains saw the packet for the last time (their policy is their
@@ -144,7 +177,7 @@ fn ends_here(e: &TraceEvent, looped: bool) -> bool {
 }
 
 /// Whether the event drops the packet.
-fn dropped(e: &TraceEvent) -> bool {
+pub fn dropped(e: &TraceEvent) -> bool {
     matches!(e.kind, TraceKind::Policy(Verdict::Drop)) || e.verdict == Some(Verdict::Drop)
 }
 
@@ -164,69 +197,101 @@ mod tests {
             network_header: vec![],
             transport_header: vec![],
             iif: None,
-            oif: Some(2),
+            oif: None,
             mark: None,
         }
     }
+
+    /// The tracer's marking rule taking packet `id` in `chain`.
+    fn mark(id: u32, chain: &str) -> TraceEvent {
+        TraceEvent { handle: Some(5), ..event(id, "t", chain, TraceKind::Rule, Some(Verdict::Continue)) }
+    }
+
+    /// `e` carrying headers from `src` port `sport` to `dst` port 80, TCP.
+    fn with_headers(mut e: TraceEvent, src: [u8; 4], sport: u16, dst: [u8; 4]) -> TraceEvent {
+        e.network_header = [&[0x45, 0, 0, 60, 0, 0, 0, 0, 64, 6, 0, 0][..], &src, &dst].concat();
+        e.transport_header = [&sport.to_be_bytes()[..], &80u16.to_be_bytes()].concat();
+        e
+    }
+
+    fn chains(ended: &[Packet]) -> Vec<Vec<&str>> {
+        ended.iter().map(|p| p.events.iter().map(|e| e.chain.as_str()).collect()).collect()
+    }
+
+    const ACCEPT: TraceKind = TraceKind::Policy(Verdict::Accept);
 
     #[test]
     fn a_packet_runs_from_the_marking_rule_to_the_last_chain_or_a_drop() {
         let mut f = Follower::new("t");
         let now = Instant::now();
-        let accept = TraceKind::Policy(Verdict::Accept);
+        let leaving =
+            TraceEvent { oif: Some(2), ..event(1, "t", "postrouting", TraceKind::Rule, Some(Verdict::Continue)) };
         let ended = f.feed(
             vec![
                 event(1, "other", "x", TraceKind::Rule, Some(Verdict::Continue)),
-                event(1, "t", "prerouting", TraceKind::Rule, Some(Verdict::Continue)),
-                event(2, "t", "prerouting", TraceKind::Rule, Some(Verdict::Continue)),
+                mark(1, "prerouting"),
+                mark(2, "prerouting"),
                 event(1, "kube-nftproxy", "nat-prerouting", TraceKind::Rule, Some(Verdict::Jump("services".into()))),
                 event(2, "kube-nftproxy", "reject-chain", TraceKind::Rule, Some(Verdict::Drop)),
-                event(1, "t", "postrouting", TraceKind::Rule, Some(Verdict::Continue)),
-                event(1, "t", "postrouting", accept.clone(), None),
+                leaving,
+                event(1, "t", "postrouting", ACCEPT, None),
                 event(3, "kube-nftproxy", "nat-prerouting", TraceKind::Rule, Some(Verdict::Continue)),
             ],
             now,
         );
-        let chains: Vec<Vec<&str>> =
-            ended.iter().map(|p| p.events.iter().map(|e| e.chain.as_str()).collect()).collect();
         assert_eq!(
-            chains,
+            chains(&ended),
             [vec!["prerouting", "reject-chain"], vec!["prerouting", "nat-prerouting", "postrouting", "postrouting"]]
         );
+        assert!(ended.iter().all(|p| p.complete && !p.lost));
         assert_eq!(f.open(), 0, "an unmarked packet is not followed");
-        // Only the first event of a chain names the interface.
-        let mut looped = event(4, "t", "postrouting", TraceKind::Rule, Some(Verdict::Continue));
-        looped.oif = Some(LOOPBACK);
-        let mut end = event(4, "t", "postrouting", accept.clone(), None);
-        end.oif = None;
-        f.feed(vec![event(4, "t", "output", TraceKind::Rule, Some(Verdict::Continue)), looped, end], now);
-        assert_eq!(f.open(), 1, "through loopback it comes back in");
-        let back = f.feed(
-            vec![event(4, "t", "prerouting", TraceKind::Rule, None), event(4, "t", "input", accept.clone(), None)],
-            now,
-        );
-        assert_eq!(back.len(), 1, "and ends where it is delivered");
-        // Forwarding may give the packet another id: its client tells it.
-        let with_headers = |id, table: &str, chain: &str, kind| {
-            let mut e = event(id, table, chain, kind, Some(Verdict::Continue));
-            e.network_header =
-                [&[0x45, 0, 0, 60, 0, 0, 0, 0, 64, 6, 0, 0][..], &[10, 0, 0, 1], &[10, 96, 0, 5]].concat();
-            e.transport_header = [0x9c, 0x40, 0, 80].to_vec();
-            e
-        };
-        f.feed(vec![with_headers(6, "t", "prerouting", TraceKind::Rule)], now);
-        let moved = f.feed(
+        f.feed(vec![mark(9, "output")], now);
+        f.lost();
+        assert!(f.expire(now).is_empty());
+        let expired = f.expire(now + LINGER);
+        assert_eq!(expired.len(), 1, "let go after a silence");
+        assert!(!expired[0].complete && expired[0].lost);
+    }
+
+    #[test]
+    fn a_packet_keeps_its_story_when_its_id_changes_and_two_flows_of_one_client_stay_apart() {
+        let mut f = Follower::new("t");
+        let now = Instant::now();
+        let (client, service, pod) = ([10, 0, 0, 1], [10, 96, 0, 5], [10, 1, 1, 2]);
+        // Forwarded, it goes on under another id: its client tells it.
+        let ended = f.feed(
             vec![
-                with_headers(7, "kube-nftproxy", "nat-postrouting", TraceKind::Rule),
-                event(7, "t", "postrouting", accept.clone(), None),
+                with_headers(mark(6, "prerouting"), client, 40000, service),
+                with_headers(mark(8, "prerouting"), client, 40000, [10, 96, 0, 6]),
+                with_headers(event(7, "kube-nftproxy", "nat-postrouting", TraceKind::Rule, None), client, 40000, pod),
+                event(7, "t", "postrouting", ACCEPT, None),
             ],
             now,
         );
-        assert_eq!(moved.len(), 1, "the packet went on under its new id");
-        assert_eq!(moved[0].events.len(), 3);
-        assert_eq!(headers(&moved[0].events[0]).map(|h| h.0.port()), Some(40000));
-        f.feed(vec![event(5, "t", "output", TraceKind::Rule, Some(Verdict::Continue))], now);
-        assert!(f.expire(now).is_empty());
-        assert_eq!(f.expire(now + LINGER).len(), 1, "let go after a silence");
+        assert_eq!(chains(&ended), [vec!["prerouting", "nat-postrouting", "postrouting"]]);
+        assert_eq!(headers(&ended[0].events[0]).map(|h| h.1.ip()), Some(IpAddr::from(service)));
+        assert_eq!(f.open(), 1, "the second flow of the same client is a packet of its own");
+        // Out through loopback, masqueraded, and back in under another id.
+        let node = [192, 168, 1, 1];
+        let left = TraceEvent { oif: Some(LOOPBACK), ..event(4, "t", "postrouting", TraceKind::Rule, None) };
+        f.feed(
+            vec![mark(4, "output"), with_headers(left, node, 61000, pod), event(4, "t", "postrouting", ACCEPT, None)],
+            now,
+        );
+        assert_eq!(f.open(), 2, "through loopback it comes back in");
+        let back = TraceEvent { iif: Some(LOOPBACK), ..mark(5, "prerouting") };
+        let ended = f.feed(vec![with_headers(back, node, 61000, pod), event(5, "t", "input", ACCEPT, None)], now);
+        assert_eq!(chains(&ended), [vec!["output", "postrouting", "postrouting", "prerouting", "input"]]);
+    }
+
+    #[test]
+    fn ipv6_headers_are_read() {
+        let mut e = event(1, "t", "prerouting", TraceKind::Rule, None);
+        let (src, dst): (std::net::Ipv6Addr, std::net::Ipv6Addr) =
+            ("fd00::1".parse().unwrap(), "fd00::5".parse().unwrap());
+        e.network_header = [&[0x60, 0, 0, 0, 0, 20, 17, 64][..], &src.octets(), &dst.octets()].concat();
+        e.transport_header = [0x9c, 0x40, 0, 53].to_vec();
+        let (s, d, proto) = headers(&e).expect("headers");
+        assert_eq!((s.to_string(), d.to_string(), proto), ("[fd00::1]:40000".into(), "[fd00::5]:53".into(), 17));
     }
 }

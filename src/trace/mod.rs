@@ -19,9 +19,12 @@ pub use table::Selector;
 use crate::config::Config;
 use crate::netlink::Socket;
 use crate::netlink::trace::Traces;
-use follow::Follower;
+use follow::{Follower, Packet};
+use std::collections::{HashMap, VecDeque};
 use std::io::Write;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// The trace socket's receive buffer: what a burst may queue before events are lost.
@@ -29,6 +32,9 @@ const TRACE_BUFFER: usize = 4 << 20;
 
 /// How long one read of the trace socket waits, which bounds how late a stop is seen.
 const POLL: Duration = Duration::from_millis(20);
+
+/// How long a connection's first packet sent again is not reported again.
+const AGAIN_WITHIN: Duration = Duration::from_secs(10);
 
 /// What went wrong.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +48,12 @@ pub enum TraceError {
     /// The trace events could not be read.
     #[error("reading packet traces: {0}")]
     Listen(#[from] std::io::Error),
+    /// The reports could not be written.
+    #[error("writing the report: {0}")]
+    Output(std::io::Error),
+    /// The thread reading what packets are read against ended before it was done.
+    #[error("the thread reading the proxy's rules and the objects ended")]
+    Context,
 }
 
 /// What to trace, and for how long.
@@ -94,7 +106,8 @@ impl Tracer {
     /// Reports each connection to `out` until `stop` is set, `--timeout` passes or `--count`
     /// connections were reported; returns how many were. `objects` (read on a thread of its
     /// own, in this thread's network namespace) are what `explain` answers from, under `cfg`.
-    /// The tracer's table goes when this returns.
+    /// Packets that end before they are loaded wait for them; the tracer's table goes when
+    /// this returns.
     pub fn follow(
         self,
         opts: &Options,
@@ -106,37 +119,64 @@ impl Tracer {
         let loading = context::load(objects, cfg)?;
         let (mut ctx, table) = (None, self.installed.table.clone());
         let mut follower = Follower::new(&table);
-        let (started, mut reported, mut lost) = (Instant::now(), 0u64, false);
+        let mut ended: VecDeque<Packet> = VecDeque::new();
+        let mut reported = Reported::default();
+        let (started, mut buf) = (Instant::now(), Vec::new());
         while !stop.load(Ordering::SeqCst)
             && opts.timeout.is_none_or(|t| started.elapsed() < t)
-            && opts.count.is_none_or(|n| reported < n)
+            && opts.count.is_none_or(|n| reported.count < n)
         {
             let now = Instant::now();
-            let mut ended = match self.socket.traces(POLL)? {
-                Traces::Events(events) => follower.feed(events, now),
+            match self.socket.traces(&mut buf, POLL)? {
+                Traces::Events(events) => ended.extend(follower.feed(events, now)),
                 Traces::Overrun => {
-                    if !std::mem::replace(&mut lost, true) {
-                        log::warn!("the kernel dropped trace events (a burst filled the buffer): some go unreported");
-                    }
-                    Vec::new()
+                    follower.lost();
+                    log::warn!("the kernel dropped trace events (a burst filled the buffer): some reports are partial");
                 }
-            };
+            }
             ended.extend(follower.expire(now));
-            for packet in ended.iter().take(opts.count.map_or(usize::MAX, |n| (n - reported) as usize)) {
-                let ctx = match &mut ctx {
-                    Some(c) => c,
-                    None => {
-                        ctx.insert(loading.recv().map_err(|_| TraceError::Table("the context thread ended".into()))?)
-                    }
-                };
-                let Some(c) = report::connection(packet, &table, ctx) else { continue };
+            if ctx.is_none() {
+                match loading.try_recv() {
+                    Ok(c) => ctx = Some(c),
+                    Err(mpsc::TryRecvError::Empty) => continue,
+                    Err(mpsc::TryRecvError::Disconnected) => return Err(TraceError::Context),
+                }
+            }
+            let Some(ctx) = ctx.as_mut() else { continue };
+            while let Some(packet) = ended.pop_front() {
+                if opts.count.is_some_and(|n| reported.count >= n) {
+                    break;
+                }
+                let Some(c) = report::connection(&packet, &table, ctx) else { continue };
+                if reported.again(&c, now) {
+                    continue;
+                }
                 let text = if opts.json { format!("{}\n", show::json(&c)) } else { show::text(&c) };
-                out.write_all(text.as_bytes())?;
-                out.flush()?;
-                reported += 1;
+                out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(TraceError::Output)?;
             }
         }
-        Ok(reported)
+        Ok(reported.count)
+    }
+}
+
+/// The connections reported, and the most recent of them: a TCP SYN or a UDP datagram sent
+/// again before any reply is still a new connection's packet to conntrack, but not a new
+/// connection to report.
+#[derive(Default)]
+struct Reported {
+    count: u64,
+    recent: HashMap<(SocketAddr, SocketAddr, &'static str), Instant>,
+}
+
+impl Reported {
+    /// Whether `c` was reported lately; if not, it is counted now.
+    fn again(&mut self, c: &Connection, now: Instant) -> bool {
+        self.recent.retain(|_, at| now.duration_since(*at) < AGAIN_WITHIN);
+        if self.recent.insert((c.source, c.destination, c.protocol), now).is_some() {
+            return true;
+        }
+        self.count += 1;
+        false
     }
 }
 

@@ -90,9 +90,14 @@ struct TraceTable<'a> {
 /// What every tracer's table is named after: the process's id follows.
 pub const TABLE_PREFIX: &str = "kube-nftproxy-trace-";
 
-/// The tracer's table name: the process's own, so that tracers side by side never meet.
+/// A new tracer table's name: the process's and its own number in it, so that tracers side
+/// by side never meet.
 pub fn table_name() -> String {
-    format!("{TABLE_PREFIX}{}", std::process::id())
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    match NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) {
+        0 => format!("{TABLE_PREFIX}{}", std::process::id()),
+        n => format!("{TABLE_PREFIX}{}-{n}", std::process::id()),
+    }
 }
 
 /// The script that creates the tracer's tables for `select`.
@@ -129,7 +134,7 @@ pub fn install(select: &Selector) -> Result<Installed, TraceError> {
     let mut batch = Batch::new();
     compile::compile(&script, &mut Schema::default(), &mut batch).map_err(|e| TraceError::Table(e.to_string()))?;
     let (bytes, lines) = batch.finish_with_lines();
-    let owner = Socket::open().map_err(TraceError::Listen)?;
+    let owner = Socket::open().map_err(|e| TraceError::Table(format!("opening a netlink socket: {e}")))?;
     owner.send_batch(&bytes).map_err(|e| TraceError::Table(lines.explain(e, &script).to_string()))?;
     Ok(Installed { _owner: owner, table })
 }

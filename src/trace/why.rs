@@ -10,24 +10,16 @@ use crate::explain::{Explanation, Fate};
 use crate::render::{TABLE_NAME, chain};
 
 /// Fills in `c`'s reasons and `explain`'s word; `dropped` is the table and chain that
-/// dropped it, if one did.
-pub fn fill(c: &mut Connection, dropped: Option<(&str, &str)>, ctx: &Context) {
-    let answer = match &ctx.explainer {
-        Err(why) => Err(format!("not asked: {why}")),
-        Ok(prepared) => match query(c) {
-            None => Err("not asked: not a TCP, UDP or SCTP connection".into()),
-            Some(q) => prepared.explain(&ctx.model, &ctx.cfg, &q).map_err(|e| format!("explain failed: {e}")),
-        },
-    };
+/// dropped it, if one did. When `explain` disagrees, the objects are read again (the
+/// cluster may have changed since they were) and it is asked once more.
+pub fn fill(c: &mut Connection, dropped: Option<(&str, &str)>, ctx: &mut Context) {
+    let mut answer = ask(c, ctx);
+    if matches!(&answer, Ok(x) if !agrees(x, c)) && ctx.reread_objects() {
+        answer = ask(c, ctx);
+    }
     match answer {
-        Ok(x) if x.outcomes.iter().any(|o| fits(&o.fate, c)) => {
+        Ok(x) if agrees(&x, c) => {
             c.explain = "agrees".into();
-            if c.service.is_none()
-                && let Some((spn, _)) = &x.service
-            {
-                let (name, port) = spn.split_once(':').unwrap_or((spn, ""));
-                (c.service, c.port) = (Some(name.to_string()), Some(port.to_string()));
-            }
             c.why = x.reasons.iter().map(|r| r.text.clone()).collect();
         }
         Ok(x) => {
@@ -41,12 +33,30 @@ pub fn fill(c: &mut Connection, dropped: Option<(&str, &str)>, ctx: &Context) {
     }
 }
 
+/// `explain`'s answer to the question `c` asks, or why it was not compared.
+fn ask(c: &Connection, ctx: &Context) -> Result<Explanation, String> {
+    if !c.whole {
+        return Err("not compared: the trace of this packet is not whole (events lost, or it went quiet \
+                    before it was delivered or left)"
+            .into());
+    }
+    let (model, cfg, prepared) = ctx.explainer().map_err(|why| format!("not asked: {why}"))?;
+    let q = query(c).ok_or("not asked: not a TCP, UDP or SCTP connection")?;
+    prepared.explain(model, cfg, &q).map_err(|e| format!("explain failed: {e}"))
+}
+
+/// Whether one of explain's outcomes is what the kernel did.
+fn agrees(x: &Explanation, c: &Connection) -> bool {
+    x.outcomes.iter().any(|o| fits(&o.fate, c))
+}
+
 /// One line: what explain allowed, and what the kernel did.
 fn difference(x: &Explanation, c: &Connection) -> String {
     let allowed: Vec<String> = x.outcomes.iter().map(|o| fate_text(&o.fate)).collect();
     format!("explain allows {}, the kernel did {}", allowed.join(" or "), kernel_text(c))
 }
 
+/// One of explain's outcomes, as `kernel_text` says what the kernel did.
 fn fate_text(f: &Fate) -> String {
     let masq = |m: &bool| if *m { " masqueraded" } else { "" };
     match f {

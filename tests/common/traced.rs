@@ -129,8 +129,9 @@ fn in_process(
     let handle = spawn_in_netns(&cluster.node, move || {
         let tracer = trace::start(&select).expect("start the tracer");
         let _ = ready_tx.send(());
-        let (mut model, cfg) = made;
+        let (model, cfg) = made;
         let objects: trace::Objects = Box::new(move || {
+            let mut model = model.clone();
             model.set_host_addresses(kube_nftproxy::host::interface_addresses().map_err(|e| e.to_string())?);
             Ok((model, true))
         });

@@ -32,10 +32,10 @@ fn traced(ns: &Netns) -> Vec<TraceEvent> {
         let tracer = Socket::tracer(1 << 20).expect("subscribe to traces");
         let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
         udp.send_to(b"traced", "127.0.0.2:9").expect("send");
-        let mut events = Vec::new();
+        let (mut events, mut buf) = (Vec::new(), Vec::new());
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(2) {
-            match tracer.traces(Duration::from_millis(100)).expect("read traces") {
+            match tracer.traces(&mut buf, Duration::from_millis(100)).expect("read traces") {
                 Traces::Events(got) => events.extend(got),
                 Traces::Overrun => panic!("events lost"),
             }

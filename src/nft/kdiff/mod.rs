@@ -13,7 +13,7 @@ mod report;
 #[cfg(test)]
 mod tests;
 
-pub use handles::{HeldRule, held_rules};
+pub use handles::{HeldRule, RuleNames};
 pub use report::{Change, Kind, Object, Report, ServiceChanges, Summary};
 
 use crate::model::Family;

@@ -89,7 +89,7 @@ fn fields(b: &[u8], lens: &[usize]) -> Option<Vec<Vec<u8>>> {
 }
 
 fn protocol(b: &[u8]) -> Option<Protocol> {
-    Protocol::ALL.into_iter().find(|p| element::proto_byte(*p) == b[0])
+    element::proto_of(b[0])
 }
 
 fn port(b: &[u8]) -> u16 {
