@@ -4,13 +4,14 @@
 //! running for another address, against none in alternating rounds of the same run; and how
 //! soon after a traced connection's first packet its report is written.
 
-use super::common::net::{Proto, in_netns, probe, spawn_in_netns};
+use super::common::net::{Proto, connect_nonblocking, in_netns, probe, spawn_in_netns};
 use super::latency::latency_rig_with_model;
 use super::synth::{self, Case};
 use kube_nftproxy::model::Model;
 use kube_nftproxy::trace::{self, Options, Selector};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -99,6 +100,15 @@ fn tracer(
     handle
 }
 
+/// Waits (up to 30 s) for the `n`th report; when it was written.
+fn wait_for_reports(stamps: &Mutex<Vec<Instant>>, n: usize) -> Instant {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while stamps.lock().expect("stamps").len() < n && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    *stamps.lock().expect("stamps").get(n - 1).expect("a report for each traced connection")
+}
+
 /// Runs the three measurements at `case`'s size.
 pub fn run(case: &Case) -> Value {
     let (rig, model) = latency_rig_with_model(case.services);
@@ -110,8 +120,13 @@ pub fn run(case: &Case) -> Value {
     let (mut without, mut with) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         without.extend(rig.connect_latencies(&dst, PER_ROUND));
-        let stop = Arc::new(AtomicBool::new(false));
-        let t = tracer(&rig.node.name, (other_ip, None), None, stop.clone(), Arc::default());
+        let (stop, stamps) = (Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(Vec::new())));
+        let t = tracer(&rig.node.name, (other_ip, None), None, stop.clone(), stamps.clone());
+        // A running tracer is measured, not one starting: once it has reported a connection
+        // of its own, what it reads at start (the node's rules and maps) is behind it.
+        let other = SocketAddr::new(other_ip, 80);
+        let _pending = in_netns(&rig.client.name, move || connect_nonblocking(other));
+        wait_for_reports(&stamps, 1);
         with.extend(rig.connect_latencies(&dst, PER_ROUND));
         stop.store(true, Ordering::SeqCst);
         t.join().expect("tracer");
@@ -126,11 +141,7 @@ pub fn run(case: &Case) -> Value {
             .filter_map(|i| {
                 let sent = Instant::now();
                 probe(Proto::Tcp, target, None, Duration::from_secs(2));
-                let deadline = Instant::now() + Duration::from_secs(30);
-                while stamps.lock().expect("stamps").len() <= i && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-                let at = *stamps.lock().expect("stamps").get(i).expect("a report for each traced connection");
+                let at = wait_for_reports(&stamps, i + 1);
                 // The first waits for the tracer to read the node's rules: shown apart.
                 (i > 0).then(|| (at - sent).as_secs_f64() * 1e3)
             })
