@@ -117,6 +117,15 @@ pub(crate) fn be64(b: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(b.try_into().ok()?))
 }
 
+/// An address payload (or key field) of 4 or 16 bytes; `None` for any other length.
+pub(crate) fn address(b: &[u8]) -> Option<std::net::IpAddr> {
+    match b.len() {
+        4 => <[u8; 4]>::try_from(b).ok().map(std::net::IpAddr::from),
+        16 => <[u8; 16]>::try_from(b).ok().map(std::net::IpAddr::from),
+        _ => None,
+    }
+}
+
 /// A NUL-terminated string payload as text; `None` if it is not UTF-8.
 pub(crate) fn utf8(s: &[u8]) -> Option<String> {
     String::from_utf8(s.strip_suffix(&[0]).unwrap_or(s).to_vec()).ok()

@@ -6,10 +6,10 @@
 //! read again when a packet names what was not there, the objects when `explain` disagrees
 //! (the cluster may have moved on since), each at most every [`REREAD_AFTER`].
 
-use super::follow::address;
 use crate::config::Config;
 use crate::explain::Prepared;
 use crate::model::{Family, Model};
+use crate::netlink::attr::address;
 use crate::netlink::data::Data;
 use crate::netlink::{NfFamily, Socket};
 use crate::nft::kdiff::{HeldRule, RuleNames};

@@ -9,9 +9,10 @@
 //! headers the packet left with, or when its headers carry the packet's client (source
 //! address and port, protocol; masquerading comes later) and it is not a new marking.
 
+use crate::netlink::attr::address;
 use crate::netlink::trace::{TraceEvent, TraceKind, Verdict};
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 /// How long a packet's events may pause before it is taken as ended.
@@ -55,15 +56,6 @@ pub fn headers(e: &TraceEvent) -> Option<Header> {
     };
     let port = |at: usize| t.get(at..at + 2).map(|p| u16::from_be_bytes([p[0], p[1]]));
     Some((SocketAddr::new(src, port(0)?), SocketAddr::new(dst, port(2)?), proto))
-}
-
-/// An address from its 4 or 16 bytes.
-pub fn address(b: &[u8]) -> Option<IpAddr> {
-    match b.len() {
-        4 => <[u8; 4]>::try_from(b).ok().map(IpAddr::from),
-        16 => <[u8; 16]>::try_from(b).ok().map(IpAddr::from),
-        _ => None,
-    }
 }
 
 /// Gathers the events of the packets that `table` (the tracer's) marked.
@@ -184,6 +176,7 @@ pub fn dropped(e: &TraceEvent) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::IpAddr;
 
     fn event(id: u32, table: &str, chain: &str, kind: TraceKind, verdict: Option<Verdict>) -> TraceEvent {
         TraceEvent {

@@ -70,11 +70,7 @@ fn endpoint(v: &[u8]) -> Option<(IpAddr, u16)> {
 }
 
 fn ip(b: &[u8]) -> Option<IpAddr> {
-    Some(match b.len() {
-        4 => IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(b).ok()?)),
-        16 => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(b).ok()?)),
-        _ => return None,
-    })
+    crate::netlink::attr::address(b)
 }
 
 /// Splits key bytes into 4-byte-register fields of the given byte lengths.
