@@ -89,7 +89,7 @@ fn tracer(
         let t = trace::start(&select).expect("start the tracer");
         let _ = ready_tx.send(());
         let opts = Options { select, ..Options::default() };
-        let objects: trace::Objects = Box::new(move || {
+        let objects: trace::Objects = std::sync::Arc::new(move || {
             let mut m = model.clone().unwrap_or_default();
             m.set_host_addresses(kube_nftproxy::host::interface_addresses().map_err(|e| e.to_string())?);
             Ok((m, model.is_some()))

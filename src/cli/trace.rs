@@ -40,7 +40,7 @@ pub fn trace(run: &Run, cfg: Config, flags: TraceFlags) -> Result<(), RunError> 
     let api = kube_nftproxy::kube::client_config(run.api.kubeconfig.as_deref(), run.api.master.as_deref(), manifests);
     let given = manifests || api.ok().flatten().is_some();
     let objects: trace::Objects =
-        Box::new(move || crate::load_model(&run, &model_cfg).map(|m| (m, given)).map_err(|e| e.to_string()));
+        std::sync::Arc::new(move || crate::load_model(&run, &model_cfg).map(|m| (m, given)).map_err(|e| e.to_string()));
     let traced = trace::run(&opts, objects, cfg, &stop, &mut std::io::stdout().lock()).map_err(|e| match e {
         TraceError::Flag(f) => RunError::Input(f),
         other => RunError::Node(NodeError::Failed(other.to_string())),

@@ -2,9 +2,11 @@
 //! handle, for their text), the service port each frontend's map element names in its
 //! comment, and, when the API server or manifests gave objects, the model and configuration
 //! `explain` answers from. It is loaded on a thread of its own once the tracer's rules are
-//! in, so that tracing starts at once whatever the cluster's size; what the kernel holds is
-//! read again when a packet names what was not there, the objects when `explain` disagrees
-//! (the cluster may have moved on since), each at most every [`REREAD_AFTER`].
+//! in, so that tracing starts at once whatever the cluster's size: first what the kernel
+//! holds (quick), then the objects (an API server may be slow). What the kernel holds is read
+//! again when a packet names a rule not read, or one of another chain (the table was made
+//! anew), once its generation moved; the objects when `explain` disagrees (the cluster may
+//! have moved on since); each at most every [`REREAD_AFTER`] otherwise.
 
 use crate::config::Config;
 use crate::explain::Prepared;
@@ -16,7 +18,7 @@ use crate::nft::kdiff::{HeldRule, RuleNames};
 use crate::render::{self, MapName, TABLE_NAME};
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 /// How often the kernel's rules and maps, or the objects, are read again at most.
@@ -24,7 +26,34 @@ const REREAD_AFTER: Duration = Duration::from_secs(1);
 
 /// Reads the objects a one-shot command reads (the API server, the manifests, the host's
 /// addresses) and says whether any source of objects was given; it may be called again.
-pub type Objects = Box<dyn Fn() -> Result<(Model, bool), String> + Send>;
+pub type Objects = Arc<dyn Fn() -> Result<(Model, bool), String> + Send + Sync>;
+
+/// What the loading thread sends: the kernel's side first, then the objects.
+enum Loaded {
+    Kernel(Box<Context>),
+    Objects(Box<FromObjects>),
+}
+
+/// The context as it loads: none yet, then the kernel's side, then the objects too.
+pub struct Loader {
+    rx: mpsc::Receiver<Loaded>,
+    /// The context, once the kernel's side is read.
+    pub ctx: Option<Context>,
+}
+
+impl Loader {
+    /// Takes what the loading thread sent meanwhile, waiting up to `wait` for the first.
+    pub fn poll(&mut self, wait: Duration) {
+        let first = if self.ctx.is_none() { self.rx.recv_timeout(wait).ok() } else { None };
+        for loaded in first.into_iter().chain(std::iter::from_fn(|| self.rx.try_recv().ok())) {
+            match (loaded, &mut self.ctx) {
+                (Loaded::Kernel(c), _) => self.ctx = Some(*c),
+                (Loaded::Objects(from), Some(c)) => c.objects_read(*from),
+                (Loaded::Objects(_), None) => {}
+            }
+        }
+    }
+}
 
 /// Frontend → service port, from the dispatch maps' element comments: (family, address for
 /// an IP frontend or `None` for a node port, protocol number, port).
@@ -43,34 +72,51 @@ pub struct Context {
     objects: Objects,
     cfg: Config,
     from: FromObjects,
-    rules: BTreeMap<(Family, u64), HeldRule>,
-    owners: Owners,
+    /// Whether `from` holds the objects (else the host's addresses alone, while they load).
+    pub loaded: bool,
+    kernel: Kernel,
     kernel_read: Instant,
     objects_read: Instant,
+    /// The nf_tables generation the kernel was read at, and a socket to ask it on.
+    generation: (Option<u32>, Option<Socket>),
+}
+
+/// What was read of the kernel: rules by handle, dispatch maps by frontend, the addresses
+/// node ports are served on (`None`: every local address but loopback).
+#[derive(Default)]
+struct Kernel {
+    rules: BTreeMap<(Family, u64), HeldRule>,
+    owners: Owners,
+    nodeport_ips: Option<Vec<IpAddr>>,
 }
 
 impl Context {
-    /// The rule of the proxy's `family` table with `handle`, read again when not known yet.
-    pub fn rule(&mut self, family: Family, handle: u64) -> Option<&HeldRule> {
-        if !self.rules.contains_key(&(family, handle)) {
+    /// The rule of the proxy's `family` table with `handle` in `chain`, read again when not
+    /// known yet or known in another chain.
+    pub fn rule(&mut self, family: Family, handle: u64, chain: &str) -> Option<&HeldRule> {
+        let held = self.kernel.rules.get(&(family, handle));
+        if held.is_none_or(|r| r.chain != chain) {
             self.reread_kernel();
         }
-        self.rules.get(&(family, handle))
+        self.kernel.rules.get(&(family, handle)).filter(|r| r.chain == chain)
     }
 
     /// The service port (`namespace/name:port`) whose frontend is `addr` (or a node port,
     /// `None`), protocol `proto`, port `port`, as the kernel's maps name it.
     pub fn owner(&mut self, family: Family, addr: Option<IpAddr>, proto: u8, port: u16) -> Option<String> {
         let key = (family, addr, proto, port);
-        if !self.owners.contains_key(&key) {
+        if !self.kernel.owners.contains_key(&key) {
             self.reread_kernel();
         }
-        self.owners.get(&key).cloned()
+        self.kernel.owners.get(&key).cloned()
     }
 
-    /// This node's addresses, as the objects were read with.
-    pub fn host_addresses(&self) -> &[IpAddr] {
-        self.from.model.host_addresses()
+    /// Whether node ports are served on `ip`, as the kernel's rules say.
+    pub fn serves_node_ports(&self, ip: IpAddr) -> bool {
+        match &self.kernel.nodeport_ips {
+            Some(ips) => ips.contains(&ip),
+            None => self.from.model.host_addresses().contains(&ip) && !ip.is_loopback(),
+        }
     }
 
     /// `explain`'s side: the model, the configuration and the prepared rules, or why not.
@@ -83,78 +129,111 @@ impl Context {
 
     /// Reads the objects again, if they were not just read: whether they were.
     pub fn reread_objects(&mut self) -> bool {
-        if self.objects_read.elapsed() < REREAD_AFTER {
+        if !self.loaded || self.objects_read.elapsed() < REREAD_AFTER {
             return false;
         }
-        self.objects_read = Instant::now();
-        self.from = from_objects(&self.objects, &self.cfg);
+        self.objects_read(from_objects(&self.objects, &self.cfg));
         true
     }
 
+    /// The objects, read: the rules are named by what they make from now on.
+    fn objects_read(&mut self, from: FromObjects) {
+        (self.from, self.loaded, self.objects_read) = (from, true, Instant::now());
+        self.kernel = read_kernel(self.from.names.as_ref());
+    }
+
+    /// Reads the kernel again if its generation moved since it was read, or a while ago.
     fn reread_kernel(&mut self) {
-        if self.kernel_read.elapsed() >= REREAD_AFTER {
-            self.kernel_read = Instant::now();
-            (self.rules, self.owners) = read_kernel(self.from.names.as_ref());
+        let (seen, sock) = &mut self.generation;
+        let now = sock.as_mut().and_then(|s| s.generation().ok());
+        if now.is_some() && now != *seen || self.kernel_read.elapsed() >= REREAD_AFTER {
+            (*seen, self.kernel_read) = (now, Instant::now());
+            self.kernel = read_kernel(self.from.names.as_ref());
         }
     }
 }
 
-/// Starts loading the context on thread `trace-context`; the receiver gets it once.
-pub fn load(objects: Objects, cfg: Config) -> std::io::Result<mpsc::Receiver<Context>> {
+/// Starts loading the context on thread `trace-context`: the kernel's side at once (its rules
+/// named by what the host's addresses alone make), then the objects.
+pub fn load(objects: Objects, cfg: Config) -> std::io::Result<Loader> {
     let (tx, rx) = mpsc::channel();
     std::thread::Builder::new().name("trace-context".into()).spawn(move || {
-        let from = from_objects(&objects, &cfg);
-        let (rules, owners) = read_kernel(from.names.as_ref());
+        let mut model = Model::default();
+        model.set_host_addresses(crate::host::interface_addresses().unwrap_or_default());
+        let from = rendered(model, Err("the objects are still being read".into()), &cfg);
+        let mut sock = Socket::open().ok();
+        let seen = sock.as_mut().and_then(|s| s.generation().ok());
+        let kernel = read_kernel(from.names.as_ref());
         let now = Instant::now();
-        let _ = tx.send(Context { objects, cfg, from, rules, owners, kernel_read: now, objects_read: now });
+        let ctx = Context {
+            objects: objects.clone(),
+            cfg: cfg.clone(),
+            from,
+            loaded: false,
+            kernel,
+            kernel_read: now,
+            objects_read: now,
+            generation: (seen, sock),
+        };
+        if tx.send(Loaded::Kernel(Box::new(ctx))).is_ok() {
+            let _ = tx.send(Loaded::Objects(Box::new(from_objects(&objects, &cfg))));
+        }
     })?;
-    Ok(rx)
+    Ok(Loader { rx, ctx: None })
 }
 
 /// Reads the objects and renders their rules once, for both `explain` and the rules' names.
 fn from_objects(objects: &Objects, cfg: &Config) -> FromObjects {
-    let (model, given, failed) = match objects() {
-        Ok((model, given)) => (model, given, None),
+    match objects() {
+        Ok((model, true)) => rendered(model, Ok(()), cfg),
+        Ok((model, false)) => rendered(model, Err("no API server or --manifests to explain from".into()), cfg),
         Err(e) => {
             let mut model = Model::default();
             model.set_host_addresses(crate::host::interface_addresses().unwrap_or_default());
-            (model, false, Some(e))
+            rendered(model, Err(format!("the objects could not be read ({e})")), cfg)
         }
-    };
+    }
+}
+
+/// `model`'s rules rendered once, named, and prepared for `explain` unless `explain` says why not.
+fn rendered(model: Model, explain: Result<(), String>, cfg: &Config) -> FromObjects {
     let ruleset = render::render(&model, cfg).map_err(|e| format!("explain cannot run: {e}"));
     let names = ruleset
         .as_ref()
         .ok()
         .and_then(|r| RuleNames::new(r, &cfg.node_name).map_err(|e| log::warn!("naming the proxy's rules: {e}")).ok());
-    let explainer = match (failed, given) {
-        (Some(e), _) => Err(format!("the objects could not be read ({e})")),
-        (None, false) => Err("no API server or --manifests to explain from".into()),
-        (None, true) => {
-            ruleset.and_then(|r| Prepared::of(&model, cfg, &r).map_err(|e| format!("explain cannot run: {e}")))
-        }
-    };
+    let explainer = explain.and_then(|()| {
+        ruleset.and_then(|r| Prepared::of(&model, cfg, &r).map_err(|e| format!("explain cannot run: {e}")))
+    });
     FromObjects { model, explainer, names }
 }
 
-/// The kernel's rules (named by `names`) and dispatch maps; what cannot be read is logged and
-/// left empty.
-fn read_kernel(names: Option<&RuleNames>) -> (BTreeMap<(Family, u64), HeldRule>, Owners) {
+/// The kernel's rules (named by `names`), dispatch maps and node-port addresses; what cannot
+/// be read is logged and left empty.
+fn read_kernel(names: Option<&RuleNames>) -> Kernel {
     let rules = names.map(RuleNames::read).transpose().unwrap_or_else(|e| {
         log::warn!("reading the proxy's rules: {e}; rules are shown by handle");
         None
     });
-    let owners = owners().unwrap_or_else(|e| {
+    let (owners, nodeport_ips) = owners().unwrap_or_else(|e| {
         log::warn!("reading the proxy's maps: {e}; services are named by their chains only");
-        Owners::new()
+        (Owners::new(), None)
     });
-    (rules.unwrap_or_default(), owners)
+    Kernel { rules: rules.unwrap_or_default(), owners, nodeport_ips }
 }
 
-/// The dispatch maps' elements, by frontend.
-fn owners() -> std::io::Result<Owners> {
+/// The dispatch maps' elements, by frontend, and the addresses in the node-port address set
+/// (`None` where the rules take every local address instead, and there is no such set).
+fn owners() -> std::io::Result<(Owners, Option<Vec<IpAddr>>)> {
     let mut sock = Socket::open()?;
     let mut out = Owners::new();
+    let (mut nodeport_ips, set) = (None::<Vec<IpAddr>>, MapName::NodeportIps.to_string());
     for family in Family::ALL {
+        let fam = NfFamily::from(family);
+        if sock.table_exists(fam, TABLE_NAME)? && sock.set_listings(fam, TABLE_NAME)?.iter().any(|s| s.name == set) {
+            let ips = sock.elements(fam, TABLE_NAME, &set)?.into_iter().filter_map(|e| address(&e.key));
+            nodeport_ips.get_or_insert_default().extend(ips);
+        }
         let addr_len = if family == Family::V4 { 4 } else { 16 };
         for (map, by_addr) in [
             (MapName::ServiceIps, true),
@@ -180,5 +259,5 @@ fn owners() -> std::io::Result<Owners> {
             }
         }
     }
-    Ok(out)
+    Ok((out, nodeport_ips))
 }

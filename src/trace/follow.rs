@@ -26,8 +26,8 @@ const LOOPBACK: u32 = 1;
 pub struct Packet {
     /// Its events.
     pub events: Vec<TraceEvent>,
-    /// When its first event was read.
-    pub started: Instant,
+    /// Its number among the packets followed, in the order they were marked.
+    seq: u64,
     /// When its last event was read.
     last: Instant,
     /// It left by loopback, so it comes back in.
@@ -65,12 +65,14 @@ pub struct Follower {
     open: HashMap<u32, Packet>,
     /// A new id an open packet goes on under → its first id.
     aliases: HashMap<u32, u32>,
+    /// Packets marked so far.
+    marked: u64,
 }
 
 impl Follower {
     /// A follower of the packets marked by the tracer's table `table`.
     pub fn new(table: &str) -> Follower {
-        Follower { table: table.to_string(), open: HashMap::new(), aliases: HashMap::new() }
+        Follower { table: table.to_string(), open: HashMap::new(), aliases: HashMap::new(), marked: 0 }
     }
 
     /// Takes `events` read at `now`; returns the packets they ended, in the order they ended.
@@ -84,7 +86,7 @@ impl Follower {
                     let client = headers(&e).map(|(src, _, proto)| (src, proto));
                     let p = Packet {
                         events: vec![e.clone()],
-                        started: now,
+                        seq: self.marked,
                         last: now,
                         looped: false,
                         client,
@@ -92,6 +94,7 @@ impl Follower {
                         complete: false,
                         lost: false,
                     };
+                    self.marked += 1;
                     self.open.insert(e.id, p);
                 }
                 continue;
@@ -134,7 +137,9 @@ impl Follower {
         let found = match back {
             Some((id, _)) => *id,
             None if e.table == self.table && new_mark(e) => return None,
-            None => *self.open.iter().find(|(_, p)| p.client == Some((h.0, h.2)))?.0,
+            // Two open flows of one client (a UDP socket sending to two places): the older,
+            // whose packet went first.
+            None => *self.open.iter().filter(|(_, p)| p.client == Some((h.0, h.2))).min_by_key(|(_, p)| p.seq)?.0,
         };
         self.aliases.insert(e.id, found);
         Some(found)
@@ -145,7 +150,7 @@ impl Follower {
         let quiet: Vec<u32> = self.open.iter().filter(|(_, p)| now - p.last >= LINGER).map(|(id, _)| *id).collect();
         self.aliases.retain(|_, to| !quiet.contains(to));
         let mut out: Vec<Packet> = quiet.into_iter().filter_map(|id| self.open.remove(&id)).collect();
-        out.sort_by_key(|p| p.started);
+        out.sort_by_key(|p| p.seq);
         out
     }
 

@@ -8,6 +8,7 @@
 mod context;
 mod follow;
 mod report;
+mod reporter;
 mod show;
 pub mod table;
 mod why;
@@ -19,12 +20,10 @@ pub use table::Selector;
 use crate::config::Config;
 use crate::netlink::Socket;
 use crate::netlink::trace::Traces;
-use follow::{Follower, Packet};
-use std::collections::{HashMap, VecDeque};
+use follow::Follower;
+use reporter::Reporter;
 use std::io::Write;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// The trace socket's receive buffer: what a burst may queue before events are lost.
@@ -33,8 +32,8 @@ const TRACE_BUFFER: usize = 4 << 20;
 /// How long one read of the trace socket waits, which bounds how late a stop is seen.
 const POLL: Duration = Duration::from_millis(20);
 
-/// How long a connection's first packet sent again is not reported again.
-const AGAIN_WITHIN: Duration = Duration::from_secs(10);
+/// How long the end waits for the kernel's side to be read, to report what ended.
+const LAST_WAIT: Duration = Duration::from_secs(2);
 
 /// What went wrong.
 #[derive(Debug, thiserror::Error)]
@@ -51,9 +50,6 @@ pub enum TraceError {
     /// The reports could not be written.
     #[error("writing the report: {0}")]
     Output(std::io::Error),
-    /// The thread reading what packets are read against ended before it was done.
-    #[error("the thread reading the proxy's rules and the objects ended")]
-    Context,
 }
 
 /// What to trace, and for how long.
@@ -106,8 +102,7 @@ impl Tracer {
     /// Reports each connection to `out` until `stop` is set, `--timeout` passes or `--count`
     /// connections were reported; returns how many were. `objects` (read on a thread of its
     /// own, in this thread's network namespace) are what `explain` answers from, under `cfg`.
-    /// Packets that end before they are loaded wait for them; the tracer's table goes when
-    /// this returns.
+    /// What ended before the tracer stops is reported; its table goes when this returns.
     pub fn follow(
         self,
         opts: &Options,
@@ -116,67 +111,30 @@ impl Tracer {
         stop: &AtomicBool,
         out: &mut dyn Write,
     ) -> Result<u64, TraceError> {
-        let loading = context::load(objects, cfg)?;
-        let (mut ctx, table) = (None, self.installed.table.clone());
-        let mut follower = Follower::new(&table);
-        let mut ended: VecDeque<Packet> = VecDeque::new();
-        let mut reported = Reported::default();
+        let mut loader = context::load(objects, cfg)?;
+        let mut follower = Follower::new(self.table());
+        let mut reporter = Reporter::new(self.table(), opts.json, out);
         let (started, mut buf) = (Instant::now(), Vec::new());
         while !stop.load(Ordering::SeqCst)
             && opts.timeout.is_none_or(|t| started.elapsed() < t)
-            && opts.count.is_none_or(|n| reported.count < n)
+            && opts.count.is_none_or(|n| reporter.count < n)
         {
             let now = Instant::now();
             match self.socket.traces(&mut buf, POLL)? {
-                Traces::Events(events) => ended.extend(follower.feed(events, now)),
+                Traces::Events(events) => reporter.queue(follower.feed(events, now), now),
                 Traces::Overrun => {
                     follower.lost();
                     log::warn!("the kernel dropped trace events (a burst filled the buffer): some reports are partial");
                 }
             }
-            ended.extend(follower.expire(now));
-            if ctx.is_none() {
-                match loading.try_recv() {
-                    Ok(c) => ctx = Some(c),
-                    Err(mpsc::TryRecvError::Empty) => continue,
-                    Err(mpsc::TryRecvError::Disconnected) => return Err(TraceError::Context),
-                }
-            }
-            let Some(ctx) = ctx.as_mut() else { continue };
-            while let Some(packet) = ended.pop_front() {
-                if opts.count.is_some_and(|n| reported.count >= n) {
-                    break;
-                }
-                let Some(c) = report::connection(&packet, &table, ctx) else { continue };
-                if reported.again(&c, now) {
-                    continue;
-                }
-                let text = if opts.json { format!("{}\n", show::json(&c)) } else { show::text(&c) };
-                out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(TraceError::Output)?;
-            }
+            reporter.queue(follower.expire(now), now);
+            loader.poll(Duration::ZERO);
+            reporter.report(&mut loader, opts.count, false)?;
         }
-        Ok(reported.count)
-    }
-}
-
-/// The connections reported, and the most recent of them: a TCP SYN or a UDP datagram sent
-/// again before any reply is still a new connection's packet to conntrack, but not a new
-/// connection to report.
-#[derive(Default)]
-struct Reported {
-    count: u64,
-    recent: HashMap<(SocketAddr, SocketAddr, &'static str), Instant>,
-}
-
-impl Reported {
-    /// Whether `c` was reported lately; if not, it is counted now.
-    fn again(&mut self, c: &Connection, now: Instant) -> bool {
-        self.recent.retain(|_, at| now.duration_since(*at) < AGAIN_WITHIN);
-        if self.recent.insert((c.source, c.destination, c.protocol), now).is_some() {
-            return true;
-        }
-        self.count += 1;
-        false
+        // What ended is reported, with what is known by now.
+        loader.poll(LAST_WAIT);
+        reporter.report(&mut loader, opts.count, true)?;
+        Ok(reporter.count)
     }
 }
 

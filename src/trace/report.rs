@@ -119,6 +119,10 @@ fn fate(
         let reject = proxy_reject || hops.iter().any(|h| h.verdict == "drop" && h.rule.starts_with("reject"));
         return (if reject { "reject" } else { "drop" }, None, false);
     }
+    if last.is_none() && !packet.complete && !packet.lost {
+        // Neither delivered nor sent on: dropped past the rules (no route, a full queue).
+        return ("drop", None, false);
+    }
     // The masquerade statement ends its rule with accept.
     let masquerade = packet.events.iter().any(|e| {
         e.table == TABLE_NAME
@@ -139,9 +143,7 @@ fn service_port(packet: &Packet, family: Family, proto: u8, to: SocketAddr, ctx:
     if let Some(owner) = ctx.owner(family, Some(to.ip()), proto, to.port()) {
         return Some(owner);
     }
-    // Node ports are served on the node's addresses, never on loopback.
-    let local = ctx.host_addresses().contains(&to.ip()) && !to.ip().is_loopback();
-    if local { ctx.owner(family, None, proto, to.port()) } else { None }
+    if ctx.serves_node_ports(to.ip()) { ctx.owner(family, None, proto, to.port()) } else { None }
 }
 
 /// An event as a hop: the proxy's rules by their text, others' by their handle.
@@ -150,7 +152,7 @@ fn hop(e: &TraceEvent, family: Family, ctx: &mut Context) -> Hop {
         (TraceKind::Policy(v), _) => format!("policy {v}"),
         (TraceKind::Return, _) => "end of chain".to_string(),
         (TraceKind::Rule, Some(h)) if e.table == TABLE_NAME => {
-            ctx.rule(family, h).map_or_else(|| format!("rule handle {h}"), |r| r.text.clone())
+            ctx.rule(family, h, &e.chain).map_or_else(|| format!("rule handle {h}"), |r| r.text.clone())
         }
         (TraceKind::Rule, Some(h)) => format!("rule handle {h}"),
         (TraceKind::Rule, None) => "a rule".to_string(),

@@ -26,7 +26,8 @@ pub fn text(c: &Connection) -> String {
         (None, _) => "none".into(),
     };
     line(format!("  {:<9}{service}", "service"));
-    line(format!("  {:<9}{}", "result", super::why::kernel_text(c)));
+    let partial = if c.whole { "" } else { " (the trace is not whole)" };
+    line(format!("  {:<9}{}{partial}", "result", super::why::kernel_text(c)));
     for (i, w) in c.why.iter().enumerate() {
         line(format!("  {:<9}{w}", if i == 0 { "why" } else { "" }));
     }
@@ -58,6 +59,7 @@ pub fn json(c: &Connection) -> Value {
         "port": c.port,
         "endpoint": c.endpoint.map(|e| e.to_string()),
         "verdict": c.verdict,
+        "whole": c.whole,
         "masquerade": c.masquerade,
         "why": c.why,
         "chains": chains,

@@ -71,6 +71,9 @@ fn address(flag: &str, text: &str) -> Result<(IpAddr, Option<u16>), TraceError> 
         (_, Ok(sa)) if sa.port() != 0 => (sa.ip(), Some(sa.port())),
         _ => return Err(TraceError::Flag(format!("{flag} {text:?}: not IP, IP:PORT or [IPv6]:PORT (port 1-65535)"))),
     };
+    if ip.is_unspecified() {
+        return Err(TraceError::Flag(format!("{flag} {text:?}: no packet carries an unspecified address")));
+    }
     Ok((ip.to_canonical(), port))
 }
 
@@ -156,6 +159,7 @@ mod tests {
         for (from, to, proto, flag) in [
             (Some("pod-a"), None, None, "--from"),
             (None, Some("10.0.0.1:0"), None, "--to"),
+            (None, Some("[::]:80"), None, "--to"),
             (None, None, Some("icmp"), "--protocol"),
             (Some("10.0.0.1"), Some("[fd00::1]:80"), None, "different address families"),
         ] {

@@ -20,7 +20,9 @@ pub fn fill(c: &mut Connection, dropped: Option<(&str, &str)>, ctx: &mut Context
     match answer {
         Ok(x) if agrees(&x, c) => {
             c.explain = "agrees".into();
-            c.why = x.reasons.iter().map(|r| r.text.clone()).collect();
+            // Explain's reasons cover all its outcomes; masquerading is this one's only if it was.
+            let said = x.reasons.iter().filter(|r| r.kind != "masquerade" || c.masquerade);
+            c.why = said.map(|r| r.text.clone()).collect();
         }
         Ok(x) => {
             c.explain = difference(&x, c);
@@ -80,6 +82,10 @@ pub fn kernel_text(c: &Connection) -> String {
 fn own_words(c: &Connection, dropped: Option<(&str, &str)>) -> Vec<String> {
     let passed = |name: &str| c.hops.iter().any(|h| h.table == TABLE_NAME && h.chain == name);
     let text = match dropped {
+        None if !c.whole && c.verdict == "drop" => {
+            "the trace ended before the packet was delivered or sent on: dropped past the rules (no route, a full queue)"
+                .into()
+        }
         Some((table, chain)) if table != TABLE_NAME => {
             format!("dropped by table {table}, chain {chain}: not the proxy's rules")
         }

@@ -130,7 +130,7 @@ fn in_process(
         let tracer = trace::start(&select).expect("start the tracer");
         let _ = ready_tx.send(());
         let (model, cfg) = made;
-        let objects: trace::Objects = Box::new(move || {
+        let objects: trace::Objects = std::sync::Arc::new(move || {
             let mut model = model.clone();
             model.set_host_addresses(kube_nftproxy::host::interface_addresses().map_err(|e| e.to_string())?);
             Ok((model, true))

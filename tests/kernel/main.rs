@@ -35,3 +35,4 @@ mod service_health;
 mod takeover;
 mod trace;
 mod tracing;
+mod tracing_hostile;
