@@ -89,13 +89,14 @@ fn binary(
     if let Some(ip) = from {
         cmd.args(["--from", &ip.to_string()]);
     }
-    let mut child = cmd
-        .env("RUST_LOG", "warn")
-        .env_remove("NODE_NAME")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run kube-nftproxy trace");
+    Tracing::Binary(started(cmd.env("RUST_LOG", "warn").env_remove("NODE_NAME")))
+}
+
+/// `cmd`, a `kube-nftproxy trace`, started (stdout piped), once it said `tracing` on stderr;
+/// its stderr is read to its end on a thread of its own, so the tracer never writes to a
+/// closed pipe.
+pub fn started(cmd: &mut Command) -> Child {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run kube-nftproxy trace");
     let stderr = child.stderr.take().expect("its stderr");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -103,14 +104,9 @@ fn binary(
             let _ = tx.send(line);
         }
     });
-    loop {
-        match rx.recv_timeout(Duration::from_secs(10)) {
-            Ok(line) if line.contains("tracing") => break,
-            Ok(_) => {}
-            Err(e) => panic!("kube-nftproxy trace never said `tracing` ({e}): {:?}", child.try_wait()),
-        }
-    }
-    Tracing::Binary(child)
+    let said = std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(10)).ok()).any(|l| l.contains("tracing"));
+    assert!(said, "kube-nftproxy trace never said `tracing`: {:?}", child.wait_with_output());
+    child
 }
 
 fn in_process(

@@ -9,8 +9,7 @@ use crate::common::daemon::{Daemon, wait_for, write_manifests};
 use crate::common::kernel_available;
 use crate::common::net::{Proto, in_netns};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// The flags the node's rules were made with.
@@ -23,27 +22,13 @@ fn tracer(c: &Cluster, args: &[&str]) -> Child {
 
 /// As [`tracer`], reading the objects from `manifests`.
 fn tracer_over(c: &Cluster, manifests: &std::path::Path, args: &[&str]) -> Child {
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &c.node.name, env!("CARGO_BIN_EXE_kube-nftproxy"), "trace"])
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &c.node.name, env!("CARGO_BIN_EXE_kube-nftproxy"), "trace"])
         .args(["--hostname-override=node-a", CIDRS, "--manifests"])
         .arg(manifests)
         .args(args)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run kube-nftproxy trace");
-    // Read to its end on a thread of its own, so that the tracer never writes to a closed pipe.
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let said = std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(10)).ok()).any(|l| l.contains("tracing"));
-    assert!(said, "the tracer never said `tracing`: {:?}", child.wait_with_output());
-    child
+        .env("RUST_LOG", "info");
+    crate::common::traced::started(&mut cmd)
 }
 
 /// The tracer tables in the node's namespace.

@@ -3,10 +3,14 @@
 //! ports, a packet no route takes, the reasons of the outcome that happened, and an API
 //! server that never answers.
 
+use crate::common::check::LONG;
 use crate::common::cluster::{Cluster, ECHO_PORT, endpoint, service, slice};
 use crate::common::kernel_available;
+use crate::common::net::{Proto, in_netns, probe};
 use serde_json::{Value, json};
+use std::process::{Child, Command};
 use std::time::Duration;
+use std::time::Instant;
 
 /// The services every hostile test loads: `web` dual-stack ClusterIP + NodePort 30080
 /// (TCP 80 and UDP 53) on pod-1 and rpod-1, `empty` with no endpoints, `other` a second UDP
@@ -39,12 +43,6 @@ fn objects(c: &Cluster) -> Vec<Value> {
     out
 }
 
-use crate::common::check::LONG;
-use crate::common::net::{Proto, in_netns, probe};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::time::Instant;
-
 /// `kube-nftproxy trace ARGS` in the node's namespace over the objects last applied, once it
 /// said `tracing`.
 fn tracer(c: &Cluster, args: &[&str]) -> Child {
@@ -56,18 +54,7 @@ fn tracer(c: &Cluster, args: &[&str]) -> Child {
 }
 
 fn started(cmd: &mut Command) -> Child {
-    let mut child =
-        cmd.env("RUST_LOG", "info").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run the tracer");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let said = std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(10)).ok()).any(|l| l.contains("tracing"));
-    assert!(said, "the tracer never said `tracing`: {:?}", child.wait_with_output());
-    child
+    crate::common::traced::started(cmd.env("RUST_LOG", "info"))
 }
 
 /// Its JSON lines, once it ended (killed after `within`).
