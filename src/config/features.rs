@@ -1,6 +1,6 @@
 //! `--feature-gates` and the file's `featureGates`: the gates kube-proxy knows, parsed and
-//! checked as its feature gate does (unknown names and locked gates set away from their
-//! default are refused), with `AllAlpha` and `AllBeta` setting every alpha or beta gate not set
+//! checked as its feature gate does (locked gates set away from their default are refused;
+//! unknown names, which upstream refuses, are warned about and ignored), with `AllAlpha` and `AllBeta` setting every alpha or beta gate not set
 //! by name, as upstream's.
 //!
 //! The list (`gates.list`) is Kubernetes 1.37's registry where upstream's sources could be read
@@ -120,12 +120,18 @@ impl FeatureGates {
         self.0.extend(other.0);
     }
 
-    /// Refuses what kube-proxy's feature gate refuses: an unknown name, or a locked gate set
-    /// away from its default. A deprecated gate is accepted, as upstream (it only warns).
-    pub fn check(&self) -> Result<(), String> {
+    /// Refuses what kube-proxy's feature gate refuses of a gate this binary knows: a locked
+    /// gate set away from its default. A deprecated gate is accepted, as upstream (it only
+    /// warns). Unlike upstream, a name it does not know is not refused: a drop-in trails the
+    /// cluster's newest kube-proxy, and a gate of the next release must not stop every node;
+    /// each such name is returned, to be warned about, and has no effect.
+    pub fn check(&self) -> Result<Vec<String>, String> {
+        let mut unknown = Vec::new();
         for (name, value) in &self.0 {
             match gate(name) {
-                None => return Err(format!("unrecognized feature gate: {name}")),
+                None => unknown.push(format!(
+                    "unrecognized feature gate {name} (a newer kube-proxy's?): ignored; kube-proxy would refuse it"
+                )),
                 Some(g) if g.locked && g.default != *value => {
                     return Err(format!(
                         "cannot set feature gate {name} to {value}, feature is locked to {}",
@@ -135,7 +141,7 @@ impl FeatureGates {
                 Some(_) => {}
             }
         }
-        Ok(())
+        Ok(unknown)
     }
 
     /// Whether gate `name` is on: its explicit setting, else `AllAlpha` for an alpha gate or
@@ -170,12 +176,16 @@ mod tests {
     fn gates_parse_and_are_checked_as_upstream() {
         let g = FeatureGates::parse(" ComponentFlagz=false , LoggingAlphaOptions = t,").unwrap();
         assert_eq!(g.0.len(), 2);
-        assert!(g.check().is_ok() && !g.enabled(COMPONENT_FLAGZ) && g.enabled(LOGGING_ALPHA_OPTIONS));
+        assert!(
+            g.check().is_ok_and(|u| u.is_empty()) && !g.enabled(COMPONENT_FLAGZ) && g.enabled(LOGGING_ALPHA_OPTIONS)
+        );
         assert!(FeatureGates::default().enabled("WatchListClient"), "a default-on gate");
         assert!(FeatureGates::parse("NoValue").is_err());
         assert!(FeatureGates::parse("ComponentFlagz=maybe").unwrap_err().contains("ComponentFlagz"));
-        let unknown = FeatureGates::parse("Frobnicate=true").unwrap().check().unwrap_err();
-        assert_eq!(unknown, "unrecognized feature gate: Frobnicate");
+        let unknown = FeatureGates::parse("Frobnicate=true,ComponentFlagz=true").unwrap().check().unwrap();
+        assert_eq!(unknown.len(), 1, "{unknown:?}");
+        assert!(unknown[0].contains("unrecognized feature gate Frobnicate") && unknown[0].contains("ignored"));
+        assert!(!FeatureGates::parse("Frobnicate=true").unwrap().enabled("Frobnicate"), "and it has no effect");
         let locked = FeatureGates::parse("NFTablesProxyMode=false").unwrap().check().unwrap_err();
         assert!(locked.contains("locked to true"), "{locked}");
         assert!(FeatureGates::parse("NFTablesProxyMode=true").unwrap().check().is_ok());
@@ -201,6 +211,10 @@ mod tests {
             (LOGGING_ALPHA_OPTIONS, Stage::Alpha, false),
             ("CoordinatedLeaderElection", Stage::Beta, false),
             ("KubeProxyNFTablesLocalhostNodePorts", Stage::Alpha, false),
+            // Beta and on in 1.37 (k/k#137536); its documented opt-out must be taken.
+            ("NFTablesNetlink", Stage::Beta, true),
+            // Beta and on since 1.36.
+            ("StrictIPCIDRValidation", Stage::Beta, true),
         ];
         for (name, stage, default) in want {
             let g = gate(name).unwrap_or_else(|| panic!("{name} unknown"));

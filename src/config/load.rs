@@ -134,7 +134,7 @@ where
     if !with_file && flags.write_config_to.is_none() {
         deprecated_ports(&mut flags, &matches, &mut notes)?;
     }
-    validate(&flags, with_file)?;
+    notes.warnings.extend(validate(&flags, with_file)?);
     mode_notes(&flags, &mut notes);
     let no_effect = compat::ids().into_iter().map(|(id, _)| id);
     let unused: Vec<String> = no_effect
@@ -212,11 +212,12 @@ fn deprecated_ports(flags: &mut Flags, matches: &ArgMatches, notes: &mut Notes) 
 }
 
 /// Upstream's validation of what the flags and the file cannot check alone; errors name the
-/// flag, or the file's field when `--config` gave it.
-fn validate(flags: &Flags, with_file: bool) -> Result<(), ConfigError> {
+/// flag, or the file's field when `--config` gave it. Returns what is only warned about (gates
+/// this binary does not know).
+fn validate(flags: &Flags, with_file: bool) -> Result<Vec<String>, ConfigError> {
     let name = |flag: &str, field: &str| if with_file { field.to_string() } else { flag.to_string() };
     let invalid = |what: String, message: String| ConfigError::Invalid { what, message };
-    flags.feature_gates.check().map_err(|m| invalid(name("--feature-gates", "featureGates"), m))?;
+    let unknown = flags.feature_gates.check().map_err(|m| invalid(name("--feature-gates", "featureGates"), m))?;
     flags
         .feature_gates
         .check_mode(flags.proxy_mode.as_deref())
@@ -259,7 +260,7 @@ fn validate(flags: &Flags, with_file: bool) -> Result<(), ConfigError> {
     {
         return Err(invalid(flag.to_string(), "needs the LoggingAlphaOptions feature gate (as kube-proxy)".into()));
     }
-    Ok(())
+    Ok(unknown)
 }
 
 /// The flags the mode does not read (upstream's `processV1Alpha1Flags`): the IPVS periods

@@ -58,7 +58,7 @@ fn a_bad_value_is_refused_by_its_field_name() {
         ("iptables: {masqueradeBit: 40}", "iptables.masqueradeBit"),
         ("mode: nftables\nnftables: {masqueradeBit: -1}", "nftables.masqueradeBit"),
         ("clientConnection: {burst: -1}", "clientConnection.burst"),
-        ("featureGates: {Frobnicate: true}", "featureGates"),
+        ("featureGates: {NFTablesProxyMode: false}", "featureGates"),
         ("mode: ipvs\nipvs: {scheduler: fastest}", "ipvs.scheduler"),
         ("logging: {format: xml}", "logging.format"),
         ("nftables: {syncPeriod: 5 parsecs}", "nftables.syncPeriod"),
