@@ -13,6 +13,7 @@ pub mod http;
 pub mod inbox;
 pub mod input;
 pub mod kube;
+pub mod localhost;
 pub mod lock;
 pub mod logging;
 pub mod manifests;

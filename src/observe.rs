@@ -1,5 +1,5 @@
 //! What the sync loop reports outward: the state `/healthz` and `/livez` answer from, the
-//! metrics, and the health-check node ports to serve. Each part is optional (the loop's
+//! metrics, and the health-check node ports and localhost NodePorts to serve. Each part is optional (the loop's
 //! tests run without them); all of it is kept current only for what a sync touched.
 
 use crate::config::Config;
@@ -7,6 +7,7 @@ use crate::health::Health;
 use crate::health::local::LocalView;
 use crate::health::node_ports::{Listen, Wanted};
 use crate::http::Server;
+use crate::localhost::{LocalhostView, proxy::Proxy};
 use crate::metrics::Metrics;
 use crate::model::{Changes, Family, Model, ObjectKey, ObjectKind};
 use crate::nft::SyncKind;
@@ -39,6 +40,8 @@ pub struct Observers {
     local: LocalView,
     /// What the health-check servers were last asked for.
     wanted: Option<Wanted>,
+    /// Localhost NodePorts: what each Service asks for, and the thread that serves them.
+    localhost: Option<(LocalhostView, Proxy)>,
     /// Services with a Service change, and Services with an EndpointSlice change, not yet
     /// applied: the pending gauges count Services, as upstream's change trackers do. (A first
     /// listing fills them for a moment; the first sync empties them.)
@@ -55,6 +58,7 @@ impl Default for Observers {
             server: None,
             local: LocalView::default(),
             wanted: None,
+            localhost: None,
             pending_services: BTreeSet::new(),
             pending_endpoints: BTreeSet::new(),
         }
@@ -77,6 +81,12 @@ impl Observers {
     /// Has `server` serve the health-check node ports.
     pub fn with_service_health(mut self, server: Server<Wanted>) -> Observers {
         self.server = Some(server);
+        self
+    }
+
+    /// Has `proxy` serve the localhost NodePorts `view` finds.
+    pub fn with_localhost(mut self, view: LocalhostView, proxy: Proxy) -> Observers {
+        self.localhost = Some((view, proxy));
         self
     }
 
@@ -185,13 +195,19 @@ impl Observers {
         }
     }
 
-    /// Brings the node-local view up to `model` for what `changes` touched (everything after
-    /// a rebuild, `all`), and hands the health-check node ports to their servers.
+    /// Brings the node-local views up to `model` for what `changes` touched (everything after
+    /// a rebuild, `all`), and hands the health-check node ports and localhost NodePorts to
+    /// their servers.
     pub fn local(&mut self, model: &Model, cfg: &Config, changes: &Changes, all: bool) {
+        let all = all || changes.global;
+        if let Some((view, proxy)) = &mut self.localhost
+            && view.update(model, &cfg.node_name, all, changes.services.iter())
+        {
+            proxy.want(view.wanted());
+        }
         if self.metrics.is_none() && self.server.is_none() {
             return;
         }
-        let all = all || changes.global;
         let changed = self.local.update(model, &cfg.node_name, all, changes.services.iter());
         if let Some(m) = &self.metrics {
             for (family, policy, n) in self.local.no_local_endpoints() {

@@ -20,7 +20,8 @@
 //! services, or N (`start.rs`). Every full run also measures issue 25's schedulers against
 //! their baselines (`schedulers.rs`; `-- --schedulers-only` runs that part alone).
 //! Every full run also measures what `trace` costs a node (`tracing.rs`; `-- --tracing-only`
-//! runs that part alone).
+//! runs that part alone), and what localhost NodePorts cost against the primary address
+//! (`localhost.rs`; `-- --localhost-only` runs that part alone).
 //! `-- --cases-only` runs the cases alone and prints their table (to compare build profiles).
 
 mod api;
@@ -34,6 +35,7 @@ mod diff;
 mod health;
 mod latency;
 mod latency_pairs;
+mod localhost;
 mod measure;
 mod musl;
 mod observe;
@@ -89,7 +91,7 @@ fn in_child(args: &[String]) -> Value {
 
 /// The flags that start a run or a child part of one; with none of them, this target was run
 /// as a test (`cargo test --all-targets`) and only says how to run it.
-const MODES: [&str; 22] = [
+const MODES: [&str; 24] = [
     "--bench",
     "--case",
     "--latency",
@@ -112,6 +114,8 @@ const MODES: [&str; 22] = [
     "--schedulers-only",
     "--tracing",
     "--tracing-only",
+    "--localhost",
+    "--localhost-only",
 ];
 
 /// The command line past its mode (`--bench` dropped), and what it sets for every part.
@@ -261,6 +265,8 @@ fn daemon_part(o: &Opts) -> bool {
         tracing::run(&daemon_case)
     } else if o.has("--health") {
         health::run(if smoke { 50 } else { health::SERVICES })
+    } else if o.has("--localhost") {
+        localhost::run(if smoke { 50 } else { localhost::SERVICES })
     } else if let Some(i) = args.iter().position(|a| a == "--api-idle") {
         let secs = args.get(i + 1).and_then(|s| s.parse().ok()).expect("--api-idle SECONDS");
         let r = api::idle(&daemon_case, secs);
@@ -305,6 +311,8 @@ fn part_alone(o: &Opts, statics: Option<&musl::Binaries>) -> bool {
         tracing::print(&each("--tracing"));
     } else if o.has("--health-only") {
         health::print(&runs::combine(&each("--health")));
+    } else if o.has("--localhost-only") {
+        localhost::print(&runs::combine(&each("--localhost")));
     } else if o.has("--cases-only") {
         report::print_cases(&cases_runs(o), &runs::machine());
     } else {
@@ -341,6 +349,7 @@ fn full_run(o: &Opts, statics: Option<&musl::Binaries>, machine: &Value) {
     let mut wires = Vec::new();
     let mut scheds = Vec::new();
     let mut traces = Vec::new();
+    let mut localhosts = Vec::new();
     let large = if o.smoke { "1000" } else { "30000" };
     let daemon_case = o.daemon_case();
     // Runs interleave the cases, so a slow spell on the machine does not land on one case.
@@ -359,6 +368,7 @@ fn full_run(o: &Opts, statics: Option<&musl::Binaries>, machine: &Value) {
         refusals.push(in_child(&o.child_args(&["--refused"])));
         wires.push(in_child(&o.child_args(&["--wire"])));
         traces.push(in_child(&o.child_args(&["--tracing"])));
+        localhosts.push(in_child(&o.child_args(&["--localhost"])));
         scheds.push(schedulers::run_once(&o.child_args(&[])));
         if let Some(bins) = statics {
             musls.push(musl::run(&daemon_case, bins, run));
@@ -373,6 +383,7 @@ fn full_run(o: &Opts, statics: Option<&musl::Binaries>, machine: &Value) {
     refused::print(&refusals);
     wire::print(&wires);
     tracing::print(&traces);
+    localhost::print(&runs::combine(&localhosts));
     schedulers::print(&scheds);
     if !musls.is_empty() {
         musl::print(&runs::combine(&musls));

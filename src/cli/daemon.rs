@@ -11,7 +11,7 @@ use kube_nftproxy::metrics::Metrics;
 use kube_nftproxy::nft::{Applier, OwnPorts, exec, guard};
 use kube_nftproxy::observe::Observers;
 use kube_nftproxy::sync::Syncer;
-use kube_nftproxy::{conntrack, kube, lock, manifests, requirements, serve, takeover, zpages};
+use kube_nftproxy::{conntrack, kube, localhost, lock, manifests, requirements, serve, takeover, zpages};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Sender, channel};
@@ -54,7 +54,7 @@ pub fn daemon(run: &Run, cfg: Config, flags: &Flags) -> Result<(), RunError> {
     let (sources, api, observe) = sources(run, &cfg, flags, &inbox, &stop)?;
     let applier = Applier::new(&cfg.node_name, own).with_quiet(Arc::new(quiet));
     // A node of kube-proxy's IPVS mode is told if NodePorts move to the primary IPs.
-    let nodeport_addresses_set = !matches!(cfg.nodeport_addresses, config::NodePortAddresses::Primary);
+    let nodeport_addresses_set = !cfg.nodeport_addresses.is_primary();
     let proxy_name = cfg.service_proxy_name.clone();
     let mut syncer = Syncer::new(cfg, run.periods, applier, &sources).with_observers(observe);
     if api.is_some() {
@@ -120,7 +120,7 @@ fn sources(
         sources.push(manifests::SOURCE);
     }
     let api = api_source(run, cfg, inbox, stop)?;
-    let observe = observers(run, cfg, flags, api.as_deref(), inbox)?;
+    let observe = observers(run, cfg, flags, api.as_deref(), inbox, stop)?;
     if let Some(api) = &api {
         log::info!("following the API server at {}", api.client.server());
         kube::start(api).input()?;
@@ -202,6 +202,7 @@ fn observers(
     flags: &Flags,
     api: Option<&kube::Shared>,
     inbox: &Arc<Inbox>,
+    stop: &Arc<AtomicBool>,
 ) -> Result<Observers, RunError> {
     let metrics = match run.serve.metrics {
         Some(_) => Some(Arc::new(Metrics::new().input()?)),
@@ -219,7 +220,13 @@ fn observers(
     }
     let endpoints = serve::Endpoints::new(health.clone(), metrics.clone(), inbox.clone(), Some(z_pages(run, flags)));
     let server = http::Server::start(fixed, endpoints).input()?;
-    let observe = Observers::default().with_health(health).with_service_health(server);
+    let mut observe = Observers::default().with_health(health).with_service_health(server);
+    let families = localhost::families(cfg);
+    if !families.is_empty() {
+        let proxy =
+            localhost::proxy::Proxy::start(metrics.clone(), stop.clone()).doing("serving localhost NodePorts")?;
+        observe = observe.with_localhost(localhost::LocalhostView::new(families), proxy);
+    }
     Ok(match metrics {
         Some(m) => observe.with_metrics(m),
         None => observe,

@@ -40,6 +40,10 @@ pub const COMPONENT_FLAGZ: &str = "ComponentFlagz";
 /// The gate the alpha logging options (`--log-*-split-stream`, `--log-*-info-buffer-size`) need.
 pub const LOGGING_ALPHA_OPTIONS: &str = "LoggingAlphaOptions";
 
+/// The gate that serves NodePorts on `127.0.0.1` and `::1` when `nodePortAddresses` names
+/// loopback (alpha in 1.37, off).
+pub const LOCALHOST_NODE_PORTS: &str = "KubeProxyNFTablesLocalhostNodePorts";
+
 /// A gate's maturity, upstream's `PreRelease`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {

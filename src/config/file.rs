@@ -191,9 +191,10 @@ fn node<G: Fn(&str) -> bool>(f: &KubeProxyConfiguration, m: &mut Merge<'_, G>) -
     })?;
     set!(m, cluster_cidr, cidrs);
     let addresses = f.node_port_addresses.clone().filter(|a| !a.is_empty());
-    let addresses = checked(("nodePortAddresses", "not `primary`, `all` or a list of CIDRs"), addresses, |a| {
-        super::nodeport_addresses(&a).ok().map(|_| a)
-    })?;
+    let addresses =
+        checked(("nodePortAddresses", "not a list of `primary`, `all`, `localhost` and CIDRs"), addresses, |a| {
+            super::nodeport_addresses(&a).ok().map(|_| a)
+        })?;
     set!(m, nodeport_addresses, addresses);
     let healthz = text(&f.healthz_bind_address).map(|a| parse_healthz_bind(&a));
     set!(m, healthz_bind_address, healthz.transpose().map_err(|e| field("healthzBindAddress", e))?);

@@ -118,16 +118,28 @@ pub enum ConfigError {
     ExplainNeeds,
 }
 
-/// Where NodePort traffic is accepted.
+/// Where NodePort traffic is accepted: upstream's list of keywords and CIDRs, expanded.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NodePortAddresses {
-    /// The node's primary IP of each family (upstream nftables mode's default).
-    Primary,
-    /// Every local address but loopback (`0.0.0.0/0` / `::/0`).
-    All,
-    /// The node's addresses within these CIDRs; per family, a `/0` or no CIDR of that family
-    /// means every local address of the family (as upstream).
-    Cidrs(Vec<IpNet>),
+pub struct NodePortAddresses {
+    /// `primary` (alone, the default): the node's primary IP of each family.
+    pub primary: bool,
+    /// The CIDRs, with `all` as `0.0.0.0/0` and `::/0` and `localhost` as `127.0.0.0/8` and
+    /// `::1/128`. Per family, a `/0`, or no CIDR and no primary IP, means every local address.
+    pub cidrs: Vec<IpNet>,
+}
+
+impl NodePortAddresses {
+    /// Upstream nftables mode's default: `primary` alone.
+    pub fn is_primary(&self) -> bool {
+        self.primary && self.cidrs.is_empty()
+    }
+
+    /// Whether a CIDR of `family` names loopback (`localhost`, `127.0.0.1/32`, `::1/128`):
+    /// what asks for localhost NodePorts in that family, as upstream. `all` does not, though
+    /// it contains loopback.
+    pub fn names_loopback(&self, family: crate::model::Family) -> bool {
+        self.cidrs.iter().any(|c| crate::model::Family::of(&c.addr()) == family && c.addr().is_loopback())
+    }
 }
 
 /// How traffic from this node's pods is told apart (kube-proxy's detect-local modes); pod
@@ -195,6 +207,9 @@ pub struct Config {
     /// Whether Services' `externalIPs` are served: the AllowServiceExternalIPs feature gate
     /// (on by default; kube-proxy stops programming them when it is off).
     pub external_ips: bool,
+    /// Whether NodePorts are served on `127.0.0.1` / `::1` where `nodeport_addresses` names
+    /// loopback: the KubeProxyNFTablesLocalhostNodePorts gate.
+    pub localhost_nodeports: bool,
     /// The node's default scheduler: kube-proxy's IPVS scheduler (`--ipvs-scheduler`,
     /// `ipvs.scheduler`), read in ipvs mode only as upstream does; random otherwise, and
     /// for the empty name. A Service's annotation overrides it.
@@ -241,6 +256,7 @@ impl Config {
             masquerade_mark: 1u32 << flags.masquerade_bit,
             service_proxy_name: flags.service_proxy_name.clone(),
             external_ips: gates(flags).enabled(features::ALLOW_SERVICE_EXTERNAL_IPS),
+            localhost_nodeports: gates(flags).enabled(features::LOCALHOST_NODE_PORTS),
             scheduler: match flags.proxy_mode.as_deref() {
                 // The name was checked against kube-proxy's list when the flags were loaded.
                 Some("ipvs") => {
@@ -266,13 +282,19 @@ fn host_name() -> Option<String> {
 }
 
 fn nodeport_addresses(values: &[String]) -> Result<NodePortAddresses, ConfigError> {
-    let values: Vec<String> = values.iter().map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect();
-    match values.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
-        [] | ["primary"] => return Ok(NodePortAddresses::Primary),
-        ["all"] => return Ok(NodePortAddresses::All),
-        _ => {}
+    let mut out = NodePortAddresses { primary: false, cidrs: Vec::new() };
+    let mut rest = Vec::new();
+    for v in values.iter().map(|v| v.trim()).filter(|v| !v.is_empty()) {
+        match v {
+            "primary" => out.primary = true,
+            "all" => out.cidrs.extend(["0.0.0.0/0", "::/0"].into_iter().flat_map(str::parse::<IpNet>)),
+            "localhost" => out.cidrs.extend(["127.0.0.0/8", "::1/128"].into_iter().flat_map(str::parse::<IpNet>)),
+            cidr => rest.push(cidr.to_string()),
+        }
     }
-    Ok(NodePortAddresses::Cidrs(parse_cidrs("nodeport-addresses", &values)?))
+    out.cidrs.extend(parse_cidrs("nodeport-addresses", &rest)?);
+    out.primary |= out.cidrs.is_empty();
+    Ok(out)
 }
 
 fn parse_cidrs(flag: &'static str, values: &[String]) -> Result<Vec<IpNet>, ConfigError> {

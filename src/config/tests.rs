@@ -2,7 +2,7 @@
 //! files, every field, precedence with `--config`, unknown fields, default addresses. (The
 //! binary's side is in tests/offline/config.rs.)
 
-use super::{BindAddress, Config, ConfigError, DetectLocal, Flags, NodePortAddresses, Notes, load_from};
+use super::{BindAddress, Config, ConfigError, DetectLocal, Flags, Notes, load_from};
 use crate::model::{Scheduler, Unserved};
 use crate::test_support::TempFile;
 use std::path::PathBuf;
@@ -180,7 +180,7 @@ kubeNftproxy: {manifests: /etc/m, fullSyncPeriod: 2h, nftTimeout: 10s, cleanupKu
     let cfg = Config::from_flags(&f).unwrap();
     assert_eq!(cfg.detect_local, DetectLocal::BridgeInterface("cbr0".into()));
     assert_eq!(cfg.masquerade_mark, 1 << 5);
-    assert!(matches!(cfg.nodeport_addresses, NodePortAddresses::Cidrs(_)));
+    assert!(!cfg.nodeport_addresses.primary && cfg.nodeport_addresses.cidrs.len() == 2);
 }
 
 #[test]
@@ -345,4 +345,30 @@ fn the_files_no_effect_fields_are_named_once_when_they_hold_a_value() {
     for field in ["portRange", "ipvs.tcpTimeout"] {
         assert!(!notes.infos[0].contains(field), "{field} is unset: {}", notes.infos[0]);
     }
+}
+
+#[test]
+fn nodeport_addresses_take_upstreams_keywords_and_localhost_asks_for_both_loopbacks() {
+    use crate::model::Family;
+    let of = |v: &[&str]| {
+        let text = format!(
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nnodePortAddresses: {v:?}\nfeatureGates: {{KubeProxyNFTablesLocalhostNodePorts: true}}\n"
+        );
+        let path = file("nodeports", &text);
+        let (f, _) = load_notes(&path, &["--hostname-override=node-a"]).map_err(|e| e.to_string())?;
+        Config::from_flags(&f).map_err(|e| e.to_string())
+    };
+    let cfg = of(&["primary", "localhost"]).unwrap();
+    assert!(cfg.localhost_nodeports && cfg.nodeport_addresses.primary && !cfg.nodeport_addresses.is_primary());
+    assert!(Family::ALL.iter().all(|f| cfg.nodeport_addresses.names_loopback(*f)), "{cfg:?}");
+    let v4 = of(&["primary", "127.0.0.1/32"]).unwrap().nodeport_addresses;
+    assert!(v4.names_loopback(Family::V4) && !v4.names_loopback(Family::V6), "an explicit CIDR is one family's");
+    let all = of(&["all"]).unwrap().nodeport_addresses;
+    assert!(!all.primary && !Family::ALL.iter().any(|f| all.names_loopback(*f)), "all contains loopback, names none");
+    assert!(of(&["primary"]).unwrap().nodeport_addresses.is_primary());
+    let bad = of(&["primary", "localhost", "nowhere"]).unwrap_err();
+    assert!(bad.contains("nodePortAddresses") && bad.contains("localhost"), "{bad}");
+    let (f, _) = load_from(["kube-nftproxy", "--hostname-override=n", "--nodeport-addresses=localhost"]).unwrap();
+    let cfg = Config::from_flags(&f).unwrap();
+    assert!(!cfg.nodeport_addresses.primary && !cfg.localhost_nodeports, "the gate is off by default: {cfg:?}");
 }

@@ -85,6 +85,10 @@ pub struct Metrics {
     pub change_wait: HistogramVec,
     /// `kube_nftproxy_health_check_node_ports`: health-check node ports served now.
     pub health_check_node_ports: IntGauge,
+    /// `kubeproxy_nftables_localhost_nodeport_listeners{ip_family}`: localhost NodePorts served.
+    pub localhost_nodeports: IntGaugeVec,
+    /// `kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total{ip_family}`.
+    pub localhost_nodeport_failures: IntCounterVec,
     /// `/metrics/slis`.
     pub slis: Slis,
     /// client-go's `rest_client_requests_total{code,method,host}`: API requests by answer.
@@ -288,6 +292,16 @@ impl Metrics {
             )?,
             health_check_node_ports: a
                 .gauge("kube_nftproxy_health_check_node_ports", "Service health-check node ports served")?,
+            localhost_nodeports: a.gauges(
+                "kubeproxy_nftables_localhost_nodeport_listeners",
+                "Localhost NodePort listeners open",
+                FAMILY,
+            )?,
+            localhost_nodeport_failures: a.counters(
+                "kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total",
+                "Localhost NodePort listeners that could not be opened (each try)",
+                FAMILY,
+            )?,
             rest_requests: a.counters(
                 "rest_client_requests_total",
                 "HTTP requests to the API server, by status code (<error>: no answer), method and host",
@@ -318,7 +332,13 @@ impl Metrics {
             for h in [&self.sync_duration, &self.network_programming, &self.conntrack_duration] {
                 let _ = h.with_label_values(&[f]);
             }
-            for c in [&self.sync_failures, &self.cleanup_failures, &self.conntrack_deleted] {
+            self.localhost_nodeports.with_label_values(&[f]).set(0);
+            for c in [
+                &self.sync_failures,
+                &self.cleanup_failures,
+                &self.conntrack_deleted,
+                &self.localhost_nodeport_failures,
+            ] {
                 let _ = c.with_label_values(&[f]);
             }
             for policy in ["internal", "external"] {

@@ -40,7 +40,7 @@ pub use key::Key;
 pub use maps::{MapName, Scope};
 pub use ruleset::{AffinityGroup, ElementChange, Entry, Fixed, Inserted, Ruleset, Table, Value, element_changes};
 
-use crate::config::{Config, NodePortAddresses};
+use crate::config::Config;
 use crate::model::{Family, Model, NodeInfo, Protocol};
 use askama::Template;
 use ipnet::IpNet;
@@ -84,37 +84,40 @@ enum NodePorts {
 
 impl NodePorts {
     /// The NodePort addresses of one family, and warnings about addresses left out. As
-    /// upstream: a family that `--nodeport-addresses` names no CIDR of, or (with `primary`)
+    /// upstream: a family that `--nodeport-addresses` names no CIDR of, and (with `primary`)
     /// whose node IP is unknown, serves NodePorts on every local address of the family.
+    /// Loopback is never among them: the kernel would take such traffic as martian, and
+    /// localhost NodePorts are served in userspace (`crate::localhost`).
     fn resolve(cfg: &Config, model: &Model, family: Family) -> (NodePorts, Vec<String>) {
         let node = model.node.as_ref();
-        let chosen: Vec<IpAddr> = match &cfg.nodeport_addresses {
-            NodePortAddresses::All => return (NodePorts::All, Vec::new()),
-            // Upstream's `primary` turns into the node IPs' /32 and /128, leaving out one that
-            // is loopback (no node IP of the family); a family left without a CIDR matches all.
-            NodePortAddresses::Primary => match node_ip(cfg, node, family) {
-                ip if ip.is_loopback() => return (NodePorts::All, Vec::new()),
-                ip => vec![ip],
-            },
-            NodePortAddresses::Cidrs(cidrs) => {
-                let mine: Vec<&IpNet> = cidrs.iter().filter(|c| Family::of(&c.addr()) == family).collect();
-                if mine.is_empty() || mine.iter().any(|c| c.prefix_len() == 0) {
-                    return (NodePorts::All, Vec::new());
+        let np = &cfg.nodeport_addresses;
+        // Upstream's `primary` turns into the node IPs' /32 and /128, leaving out one that is
+        // loopback (no node IP of the family).
+        let primary = Some(node_ip(cfg, node, family)).filter(|ip| np.primary && !ip.is_loopback());
+        let mine: Vec<&IpNet> = np.cidrs.iter().filter(|c| Family::of(&c.addr()) == family).collect();
+        if (mine.is_empty() && primary.is_none()) || mine.iter().any(|c| c.prefix_len() == 0) {
+            return (NodePorts::All, Vec::new());
+        }
+        let mut chosen: Vec<IpAddr> = primary.into_iter().collect();
+        if !mine.is_empty() {
+            let node_addresses = node.map(|n| n.addresses.as_slice()).unwrap_or_default();
+            for ip in node_addresses.iter().chain(model.host_addresses()) {
+                if Family::of(ip) == family && !chosen.contains(ip) && mine.iter().any(|c| c.contains(ip)) {
+                    chosen.push(*ip);
                 }
-                let mut addrs: Vec<IpAddr> = node.map(|n| n.addresses.clone()).unwrap_or_default();
-                for ip in model.host_addresses() {
-                    if !addrs.contains(ip) {
-                        addrs.push(*ip);
-                    }
-                }
-                addrs.into_iter().filter(|ip| Family::of(ip) == family && mine.iter().any(|c| c.contains(ip))).collect()
             }
-        };
+        }
         let (loopback, usable): (Vec<IpAddr>, Vec<IpAddr>) = chosen.into_iter().partition(IpAddr::is_loopback);
-        let warnings = loopback
-            .iter()
-            .map(|ip| format!("not serving NodePorts on {ip}: localhost NodePorts are not supported"))
-            .collect();
+        let warnings = match cfg.localhost_nodeports {
+            true => Vec::new(),
+            false => loopback
+                .iter()
+                .map(|ip| {
+                    let gate = crate::config::features::LOCALHOST_NODE_PORTS;
+                    format!("not serving NodePorts on {ip}: localhost NodePorts need --feature-gates={gate}=true")
+                })
+                .collect(),
+        };
         (NodePorts::Ips(usable), warnings)
     }
 

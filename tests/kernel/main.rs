@@ -27,6 +27,7 @@ mod explain_edges;
 mod health;
 mod hostile_health;
 mod kdiff;
+mod localhost_nodeports;
 mod packaging;
 mod packaging_image;
 mod rulesets;

@@ -1,0 +1,107 @@
+//! One localhost NodePort connection: dialled to its endpoint, then carried both ways by two
+//! threads until both sides have ended, either fails, or its listener closes. An end of one
+//! direction is passed on as a half close, as a kernel NAT would leave it.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::Duration;
+
+/// How long a connection waits for its endpoint to answer (upstream's dial timeout).
+pub const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a read or write blocks before it looks again whether the listener closed.
+const WAKE_EVERY: Duration = Duration::from_secs(1);
+/// Bytes carried per read: enough for a full-speed loopback connection.
+const BUFFER: usize = 128 * 1024;
+/// Each connection thread's stack: it holds only its frames (the buffer is on the heap).
+const STACK: usize = 256 * 1024;
+
+/// What an accepted connection is carried to.
+pub struct Carry {
+    /// The endpoint picked for it.
+    pub endpoint: SocketAddr,
+    /// The service port, for logs.
+    pub service: String,
+    /// Set when its listener closes.
+    pub closed: Arc<AtomicBool>,
+}
+
+/// Carries `client` to its endpoint on threads of its own; a thread that cannot start drops
+/// the connection, which the client sees closed.
+pub fn spawn(client: TcpStream, carry: Carry) {
+    let started = thread::Builder::new().name("localhost-conn".into()).stack_size(STACK).spawn(move || {
+        if let Err(e) = run(client, &carry) {
+            log::debug!("localhost NodePort connection of {} to {}: {e}", carry.service, carry.endpoint);
+        }
+    });
+    if let Err(e) = started {
+        log::warn!("localhost NodePort connection dropped: no thread for it: {e}");
+    }
+}
+
+fn run(client: TcpStream, carry: &Carry) -> io::Result<()> {
+    // Accepted from a poll, the socket is non-blocking; its threads block, bounded.
+    client.set_nonblocking(false)?;
+    let backend = TcpStream::connect_timeout(&carry.endpoint, DIAL_TIMEOUT)?;
+    for s in [&client, &backend] {
+        // Small writes go out at once, as through the kernel's NAT (and Go's default).
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(WAKE_EVERY))?;
+        s.set_write_timeout(Some(WAKE_EVERY))?;
+    }
+    let (back_from, back_to) = (backend.try_clone()?, client.try_clone()?);
+    let closed = carry.closed.clone();
+    let back = thread::Builder::new()
+        .name("localhost-conn".into())
+        .stack_size(STACK)
+        .spawn(move || pump(back_from, back_to, &closed))?;
+    pump(client, backend, &carry.closed);
+    let _ = back.join();
+    Ok(())
+}
+
+/// Copies `from` into `to` until `from` ends, passing the end on; on a failure or a closed
+/// listener both sockets are shut, which ends the other direction too.
+fn pump(mut from: TcpStream, mut to: TcpStream, closed: &AtomicBool) {
+    let mut buf = vec![0u8; BUFFER];
+    loop {
+        if closed.load(Ordering::Relaxed) {
+            break;
+        }
+        match from.read(&mut buf) {
+            Ok(0) => {
+                let _ = to.shutdown(Shutdown::Write);
+                return;
+            }
+            Ok(n) if send(&mut to, &buf[..n], closed) => {}
+            Ok(_) => break,
+            Err(e) if again(&e) => {}
+            Err(_) => break,
+        }
+    }
+    let _ = from.shutdown(Shutdown::Both);
+    let _ = to.shutdown(Shutdown::Both);
+}
+
+/// Writes all of `data`, unless the peer fails or the listener closes first.
+fn send(to: &mut TcpStream, mut data: &[u8], closed: &AtomicBool) -> bool {
+    while !data.is_empty() {
+        if closed.load(Ordering::Relaxed) {
+            return false;
+        }
+        match to.write(data) {
+            Ok(0) => return false,
+            Ok(n) => data = &data[n..],
+            Err(e) if again(&e) => {}
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+/// A timed-out or interrupted call: look at the listener and try again.
+fn again(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted)
+}
