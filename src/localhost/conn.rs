@@ -5,7 +5,7 @@
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
@@ -17,6 +17,29 @@ const WAKE_EVERY: Duration = Duration::from_secs(1);
 const BUFFER: usize = 128 * 1024;
 /// Each connection thread's stack: it holds only its frames (the buffer is on the heap).
 const STACK: usize = 256 * 1024;
+/// The most connections carried at once (two threads each): past it a new one is closed at
+/// once, so that a local client opening connections without end cannot exhaust the unit's
+/// tasks or descriptors, which the proxy needs for its own work.
+pub const MAX_CONNECTIONS: usize = 1024;
+
+/// Connections carried now.
+static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// One of [`ACTIVE`], given back when the connection ends however it ends.
+struct Slot;
+
+impl Slot {
+    fn take() -> Option<Slot> {
+        let taken = ACTIVE.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < MAX_CONNECTIONS).then_some(n + 1));
+        taken.ok().map(|_| Slot)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        ACTIVE.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// What an accepted connection is carried to.
 pub struct Carry {
@@ -28,17 +51,21 @@ pub struct Carry {
     pub closed: Arc<AtomicBool>,
 }
 
-/// Carries `client` to its endpoint on threads of its own; a thread that cannot start drops
-/// the connection, which the client sees closed.
-pub fn spawn(client: TcpStream, carry: Carry) {
+/// Carries `client` to its endpoint on threads of its own; past [`MAX_CONNECTIONS`], or
+/// when a thread cannot start, the connection is dropped, which the client sees closed.
+/// Whether it was taken.
+pub fn spawn(client: TcpStream, carry: Carry) -> bool {
+    let Some(slot) = Slot::take() else { return false };
     let started = thread::Builder::new().name("localhost-conn".into()).stack_size(STACK).spawn(move || {
+        let _slot = slot;
         if let Err(e) = run(client, &carry) {
             log::debug!("localhost NodePort connection of {} to {}: {e}", carry.service, carry.endpoint);
         }
     });
-    if let Err(e) = started {
+    if let Err(e) = &started {
         log::warn!("localhost NodePort connection dropped: no thread for it: {e}");
     }
+    started.is_ok()
 }
 
 fn run(client: TcpStream, carry: &Carry) -> io::Result<()> {

@@ -36,7 +36,16 @@ impl Proxy {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
         let (tx, rx) = mpsc::channel();
-        let state = State { poll, metrics, rx, stop, open: BTreeMap::new(), failed: BTreeMap::new(), next: 0 };
+        let state = State {
+            poll,
+            metrics,
+            rx,
+            stop,
+            open: BTreeMap::new(),
+            failed: BTreeMap::new(),
+            next: 0,
+            full: Full::default(),
+        };
         state.count();
         std::thread::Builder::new().name("localhost-nodeports".into()).spawn(move || state.run())?;
         Ok(Proxy { wanted: tx, waker })
@@ -106,6 +115,7 @@ struct State {
     /// Ports wanted but not bound: what they serve and when to try again.
     failed: BTreeMap<Port, (Spec, Instant)>,
     next: usize,
+    full: Full,
 }
 
 impl State {
@@ -124,7 +134,7 @@ impl State {
             }
             let ready: BTreeSet<Token> = events.iter().map(|e| e.token()).filter(|t| *t != WAKE).collect();
             for l in self.open.values_mut().filter(|l| ready.contains(&l.token)) {
-                accept_all(l);
+                accept_all(l, &mut self.full);
             }
             self.retry_failed();
         }
@@ -221,14 +231,39 @@ fn address((family, port): Port) -> SocketAddr {
     }
 }
 
+/// Connections turned away at [`conn::MAX_CONNECTIONS`]: logged once a minute at most.
+#[derive(Default)]
+struct Full {
+    turned_away: u64,
+    logged: Option<Instant>,
+}
+
+impl Full {
+    fn note(&mut self, service: &str) {
+        self.turned_away += 1;
+        if self.logged.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+            log::warn!(
+                "localhost NodePorts: {} connections at once, the most carried; {} turned away since the last \
+                 warning (the latest to {service})",
+                conn::MAX_CONNECTIONS,
+                self.turned_away
+            );
+            self.turned_away = 0;
+            self.logged = Some(Instant::now());
+        }
+    }
+}
+
 /// Takes every waiting connection (the poll says a listener is ready once per arrival).
-fn accept_all(l: &mut Listener) {
+fn accept_all(l: &mut Listener, full: &mut Full) {
     loop {
         match l.socket.accept() {
             Ok((client, _)) => {
                 let Some(endpoint) = l.pick.next(Instant::now()) else { return };
                 let carry = Carry { endpoint, service: l.pick.spec.service.clone(), closed: l.closed.clone() };
-                conn::spawn(std::net::TcpStream::from(client), carry);
+                if !conn::spawn(std::net::TcpStream::from(client), carry) {
+                    full.note(&l.pick.spec.service);
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
