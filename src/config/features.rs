@@ -1,18 +1,18 @@
 //! `--feature-gates` and the file's `featureGates`: the gates kube-proxy knows, parsed and
 //! checked as its feature gate does (locked gates set away from their default are refused;
-//! unknown names, which upstream refuses, are warned about and ignored), with `AllAlpha` and `AllBeta` setting every alpha or beta gate not set
-//! by name, as upstream's.
+//! unknown names, which upstream refuses, are warned about and ignored), with `AllAlpha` and
+//! `AllBeta` setting every alpha or beta gate not set by name, as upstream's.
 //!
-//! The list (`gates.list`) is Kubernetes 1.37's registry where upstream's sources could be read
-//! (the staging libraries' gates, the scheduler's, the gates kube-proxy reads, and the
-//! `pkg/features` gates the website's 1.37 pages show new or changed); the rest of
-//! `pkg/features` is 1.36's names with 1.35's specs (the newest copy of that file here), five
-//! gates' stages inferred. Its comments say which is which. Of the gates
-//! the proxy code reads, AllowServiceExternalIPs can be changed (off: Services' `externalIPs`
-//! are not served, `Config::external_ips`), KubeProxyIPVS off refuses `mode: ipvs` as kube-proxy
-//! does, ComponentStatusz and ComponentFlagz serve `/statusz` and `/flagz`; the others
-//! (`PreferSameTrafficDistribution`, `NFTablesProxyMode`, ...) are GA and locked on, which is
-//! what this proxy implements.
+//! The list (`gates.list`) is generated, never edited: `tools/gen-gates` takes each gate's
+//! newest spec at or below Kubernetes 1.37 from upstream's versioned specs as kept in
+//! `tools/gates/upstream-specs.txt` (which says where each was read), and a test fails when the
+//! list is not what the specs give (`generate.rs`). Its comments name each section's source.
+//! Of the gates the proxy code reads, AllowServiceExternalIPs can be changed (off: Services'
+//! `externalIPs` are not served, `Config::external_ips`), KubeProxyIPVS off refuses `mode: ipvs`
+//! as kube-proxy does, ComponentStatusz and ComponentFlagz serve `/statusz` and `/flagz`; the
+//! others (`PreferSameTrafficDistribution`, `NFTablesProxyMode`, ...) are GA and locked on,
+//! which is what this proxy implements. NFTablesNetlink (beta, on in 1.37) is taken either way
+//! and changes nothing: this proxy always reads its nftables state over netlink.
 
 use std::collections::BTreeMap;
 
@@ -173,6 +173,9 @@ impl FeatureGates {
 }
 
 #[cfg(test)]
+mod generate;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -219,12 +222,16 @@ mod tests {
             ("NFTablesNetlink", Stage::Beta, true),
             // Beta and on since 1.36.
             ("StrictIPCIDRValidation", Stage::Beta, true),
+            // client-go's: on since 1.35; the API server's 429 instead of an etcd read, 1.37.
+            ("WatchListClient", Stage::Beta, true),
+            ("ConsistentListFromCacheSkipTimeoutFallback", Stage::Alpha, false),
         ];
         for (name, stage, default) in want {
             let g = gate(name).unwrap_or_else(|| panic!("{name} unknown"));
             assert_eq!((g.stage, g.default), (stage, default), "{name}");
         }
         assert!(gate("APIServerTracing").is_none(), "removed from the apiserver's gates in 1.37");
+        assert!(gate("ServiceTrafficDistribution").is_none(), "removed in 1.36");
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod dataplane_cidrs;
 mod dataplane_detect;
 mod dataplane_edges;
 mod dataplane_policy;
+mod dataplane_topology;
 mod debug;
 mod emulator;
 mod explain;
