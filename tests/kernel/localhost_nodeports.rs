@@ -11,6 +11,7 @@ use crate::common::kernel_available;
 use crate::common::net::{Probe, Proto, http_get, in_netns, probe};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -194,4 +195,64 @@ fn a_port_another_process_holds_is_counted_logged_and_taken_once_free() {
     assert!(answers(&c.node, "127.0.0.1:30071"), "the port was not taken once free: {}", d.logged());
     let log = d.stop();
     assert_eq!(log.matches("cannot listen").count(), 1, "logged once while it lasted: {log}");
+}
+
+/// Lifts this process's open-files limit to its hard limit (the test holds a thousand
+/// connections).
+fn more_files() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit with a valid, owned rlimit.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        lim.rlim_cur = lim.rlim_max;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+}
+
+#[test]
+fn a_local_client_opening_connections_without_end_is_held_at_the_cap() {
+    if !kernel_available() {
+        return;
+    }
+    more_files();
+    let c = Cluster::new(1, 1);
+    // An endpoint that takes every connection and never answers: each one stays carried.
+    let pod = c.pod_named("pod-1").ns.name.clone();
+    let hold = in_netns(&pod, || std::net::TcpListener::bind("0.0.0.0:9000").expect("bind"));
+    let kept = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = kept.clone();
+    std::thread::spawn(move || hold.incoming().flatten().for_each(|s| keep.lock().unwrap().push(s)));
+    let mut objects = objects(&c);
+    let mut held = nodeport(&c, "held", ["172.30.0.73", "fd00:172:30::73"], 30073, &["pod-1"], json!({}));
+    held[0]["spec"]["ports"][0]["targetPort"] = json!(9000);
+    held[1]["ports"] = json!([{"name": "http", "port": 9000, "protocol": "TCP"}]);
+    held[2]["ports"] = held[1]["ports"].clone();
+    objects.extend(held);
+    let path = write_manifests(&c, objects);
+    let d = Daemon::start(&c.node, &path, &[LOCALHOST, GATE], &[]);
+    assert!(answers(&c.node, "127.0.0.1:30071"), "never served: {}", d.logged());
+    let cap = kube_nftproxy::localhost::conn::MAX_CONNECTIONS;
+    let crowd: Vec<std::net::TcpStream> = in_netns(&c.node.name, || {
+        (0..cap + 20).map(|_| std::net::TcpStream::connect("127.0.0.1:30073").expect("connect")).collect()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let closed = crowd
+        .iter()
+        .filter(|s| {
+            s.set_nonblocking(true).expect("nonblocking");
+            let open = matches!((&**s).read(&mut [0u8; 1]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+            !open
+        })
+        .count();
+    assert_eq!(closed, 20, "past the cap, closed at once; below it, carried");
+    assert!(d.logs_within(&format!("{cap} connections at once, the most carried"), Duration::from_secs(2)));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", d.pid())).unwrap();
+    let threads: usize = status.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap().trim().parse().unwrap();
+    assert!(threads <= 2 * cap + 30, "{threads} threads for {cap} connections");
+    // The clients go, then the endpoint closes its side (a connection is carried until both
+    // sides have ended, as through the kernel's NAT): the slots are free again.
+    drop(crowd);
+    kept.lock().unwrap().clear();
+    assert!(answers(&c.node, "[::1]:30071"), "served again once the crowd left: {}", d.logged());
+    d.stop();
 }
