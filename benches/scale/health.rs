@@ -7,7 +7,7 @@
 use crate::common::daemon::{Daemon, wait_for, write_list};
 use crate::common::net::in_netns;
 use crate::common::{Netns, Scratch};
-use crate::observe::{LogTail, is_sync, ms_between, percentile, round2, rss_mb};
+use crate::observe::{LogTail, is_sync, median_row, ms_between, percentile, round2, rss_mb, threads};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -81,11 +81,6 @@ fn check(port: u16) -> Option<(u16, f64)> {
     s.read_to_string(&mut text).ok()?;
     let code = text.split_whitespace().nth(1)?.parse().ok()?;
     Some((code, start.elapsed().as_secs_f64() * 1e3))
-}
-
-fn threads(pid: i32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|n| n.trim().parse().ok()).unwrap_or(f64::NAN)
 }
 
 /// Starts the daemon over `services` Services and waits for its first sync (and, with
@@ -172,11 +167,7 @@ fn under_a_crowd(services: u32) -> (Vec<f64>, usize) {
 
 /// Prints the combined runs as a table.
 pub fn print(r: &Value) {
-    let f = |v: &Value| v.as_f64().map_or("-".to_string(), |x| format!("{x}"));
-    let row = |name: &str, path: &[&str]| {
-        let pick = |which: &str| path.iter().fold(&r[which], |v, k| &v[*k]).clone();
-        println!("| {name} | {} ({}–{}) |", f(&pick("median")), f(&pick("min")), f(&pick("max")));
-    };
+    let row = |name: &str, path: &[&str]| median_row(r, name, path);
     let services = r["median"]["services"].as_f64().unwrap_or_default();
     println!("\nhealth-check node ports: {services:.0} Local services, {} runs, median (lowest–highest)\n", r["runs"]);
     println!("| measure | value |\n|---|---|");

@@ -8,7 +8,7 @@
 use crate::common::daemon::{Daemon, wait_for, write_list};
 use crate::common::net::{in_netns, spawn_in_netns};
 use crate::common::{Netns, Scratch};
-use crate::observe::{round2, rss_mb};
+use crate::observe::{median_row, round2, rss_mb, threads};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -106,11 +106,6 @@ fn start(ns: &Netns, path: &std::path::Path, extra: &[&str], ready: impl Fn() ->
     (d, took)
 }
 
-fn threads(pid: i32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|n| n.trim().parse().ok()).unwrap_or(f64::NAN)
-}
-
 /// Per-connection milliseconds and connections per second of each path, alternating.
 fn connections(ns: &str, port: u16) -> Value {
     let local: SocketAddr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -162,11 +157,7 @@ pub fn run(services: u32) -> Value {
 
 /// Prints the combined runs as a table.
 pub fn print(r: &Value) {
-    let f = |v: &Value| v.as_f64().map_or("-".to_string(), |x| format!("{x}"));
-    let row = |name: &str, path: &[&str]| {
-        let pick = |which: &str| path.iter().fold(&r[which], |v, k| &v[*k]).clone();
-        println!("| {name} | {} ({}–{}) |", f(&pick("median")), f(&pick("min")), f(&pick("max")));
-    };
+    let row = |name: &str, path: &[&str]| median_row(r, name, path);
     let services = r["median"]["services"].as_f64().unwrap_or_default();
     println!("\nlocalhost NodePorts: {services:.0} NodePort services, {} runs, median (lowest–highest)\n", r["runs"]);
     println!("| measure | value |\n|---|---|");

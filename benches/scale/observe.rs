@@ -239,6 +239,20 @@ pub fn share(before: f64, after: f64, wall: Duration) -> f64 {
     round2((after - before) / wall.as_secs_f64() * 100.0)
 }
 
+/// The threads `pid` runs now.
+pub fn threads(pid: i32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|n| n.trim().parse().ok()).unwrap_or(f64::NAN)
+}
+
+/// Prints one table row of combined runs (`runs::combine`): the figure at `path`, as the
+/// median (lowest–highest).
+pub fn median_row(r: &Value, name: &str, path: &[&str]) {
+    let f = |v: &Value| v.as_f64().map_or("-".to_string(), |x| format!("{x}"));
+    let pick = |which: &str| path.iter().fold(&r[which], |v, k| &v[*k]).clone();
+    println!("| {name} | {} ({}–{}) |", f(&pick("median")), f(&pick("min")), f(&pick("max")));
+}
+
 pub fn rss_mb(pid: i32) -> f64 {
     status_mb(pid, "VmRSS:")
 }
