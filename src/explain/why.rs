@@ -19,11 +19,58 @@ const DISPATCH: [MapName; 5] = [
     MapName::FirewallIps,
 ];
 
+/// What serves a connection to a loopback address on a NodePort, which the rules leave alone
+/// (`crate::localhost`): the userspace listener, or why there is none.
+fn localhost_nodeport(e: &Explanation, model: &Model, cfg: &Config) -> Option<(&'static str, String)> {
+    let (ip, port) = (e.query.to.ip(), e.query.to.port());
+    let tcp = e.query.protocol == crate::model::Protocol::Tcp;
+    if !ip.is_loopback() || e.kind != super::SourceKind::Node {
+        return None;
+    }
+    let node_port = |sp: &&ServicePort| sp.node_port == Some(port) && sp.name.protocol == e.query.protocol;
+    let sp = model.services.values().flatten().find(node_port)?;
+    let family = Family::of(&ip);
+    let listening = crate::localhost::families(cfg).contains(&family) && tcp;
+    let exact = ip == std::net::Ipv4Addr::LOCALHOST || ip == std::net::Ipv6Addr::LOCALHOST;
+    let gate = crate::config::features::LOCALHOST_NODE_PORTS;
+    let text = if listening && exact {
+        let mut view = crate::localhost::LocalhostView::new(vec![family]);
+        view.update(model, &cfg.node_name, true, std::iter::empty());
+        match view.wanted().remove(&(family, port)) {
+            Some(spec) => {
+                let pick =
+                    if spec.affinity.is_some() { "the pinned one (ClientIP affinity)" } else { "picked at random" };
+                format!(
+                    "{ip}:{port} is a localhost NodePort of {}: the proxy's listener takes the connection and opens \
+                     its own to one of {} endpoints, {pick}",
+                    spec.service,
+                    spec.endpoints.len()
+                )
+            }
+            None => {
+                format!("NodePort {port} of {} has no endpoint it may use, so no listener on {ip}: refused", sp.name)
+            }
+        }
+    } else if listening {
+        format!("localhost NodePorts listen on 127.0.0.1 and ::1 alone, not {ip}")
+    } else if !tcp {
+        format!("NodePort {port} of {} is {}: localhost NodePorts are TCP alone", sp.name, e.query.protocol)
+    } else {
+        format!(
+            "NodePort {port} of {} is not served on {ip}: localhost NodePorts need nodePortAddresses `localhost` \
+             and --feature-gates={gate}=true",
+            sp.name
+        )
+    };
+    Some(("localhost-nodeport", text))
+}
+
 /// One reason, with a stable name for scripts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reason {
     /// Its name (`no-service`, `no-endpoints`, `traffic-policy`, `source-ranges`,
-    /// `cluster-ip-port`, `service-cidr`, `affinity`, `scheduler`, `masquerade`).
+    /// `cluster-ip-port`, `service-cidr`, `affinity`, `scheduler`, `masquerade`,
+    /// `localhost-nodeport`).
     pub kind: &'static str,
     /// For people.
     pub text: String,
@@ -74,6 +121,7 @@ pub fn fill(e: &mut Explanation, model: &Model, cfg: &Config) {
     let element_in =
         |set: MapName| steps.iter().any(|s| matches!(s, Step::Element { set: s, .. } if *s == set.to_string()));
     let rejected = e.outcomes.iter().any(|o| o.fate == Fate::Rejected);
+    let localhost = if e.service.is_none() { localhost_nodeport(e, model, cfg) } else { None };
     let mut add = |kind, text: String| e.reasons.push(super::Reason { kind, text });
     let to = format!("{}/{}", e.query.to, e.query.protocol);
     if e.service.is_none() {
@@ -85,6 +133,8 @@ pub fn fill(e: &mut Explanation, model: &Model, cfg: &Config) {
             );
         } else if ran_in(chain::CLUSTER_IPS_CHECK) {
             add("service-cidr", format!("{} is in a ServiceCIDR, but no Service holds it: dropped", e.query.to.ip()));
+        } else if let Some((kind, text)) = localhost {
+            add(kind, text);
         } else {
             add("no-service", format!("no Service serves {to} on this node: the proxy leaves the packet alone"));
         }

@@ -387,3 +387,31 @@ fn the_data_plane_check_fails_when_the_kernel_disagrees() {
     let text = why.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(text.contains("predicted dnat"), "{text}");
 }
+
+#[test]
+fn a_localhost_nodeport_is_named_with_what_serves_it_or_why_nothing_does() {
+    let why = |to: &str, extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-nftproxy"))
+            .args(["explain", "--hostname-override=node-a", "--output=json", "--from=node", "--manifests"])
+            .arg(crate::common::root().join("examples/cluster"))
+            .args(["--to", to])
+            .args(extra)
+            .env("RUST_LOG", "error")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let reasons = j["reasons"].as_array().cloned().unwrap_or_default();
+        let of_kind = reasons.iter().find(|r| r["kind"] == "localhost-nodeport").cloned();
+        of_kind.map(|r| r["text"].as_str().unwrap_or_default().to_string()).unwrap_or_else(|| format!("{j}"))
+    };
+    let on = ["--nodeport-addresses=primary,localhost", "--feature-gates=KubeProxyNFTablesLocalhostNodePorts=true"];
+    let served = why("127.0.0.1:30080", &on);
+    assert!(served.contains("is a localhost NodePort of shop/web:http") && served.contains("3 endpoints"), "{served}");
+    let v6 = why("[::1]:30080", &on);
+    assert!(v6.contains("localhost NodePort") || v6.contains("no endpoint it may use"), "{v6}");
+    let other = why("127.0.0.2:30080", &on);
+    assert!(other.contains("127.0.0.1 and ::1 alone"), "{other}");
+    let off = why("127.0.0.1:30080", &[]);
+    assert!(off.contains("need nodePortAddresses `localhost` and --feature-gates="), "{off}");
+}
