@@ -2,11 +2,11 @@
 //! threads until both sides have ended, either fails, or its listener closes. An end of one
 //! direction is passed on as a half close, as a kernel NAT would leave it.
 
+use super::workers;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::thread;
 use std::time::Duration;
 
 /// How long a connection waits for its endpoint to answer (upstream's dial timeout).
@@ -15,8 +15,6 @@ pub const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
 const WAKE_EVERY: Duration = Duration::from_secs(1);
 /// Bytes carried per read: enough for a full-speed loopback connection.
 const BUFFER: usize = 128 * 1024;
-/// Each connection thread's stack: it holds only its frames (the buffer is on the heap).
-const STACK: usize = 256 * 1024;
 /// The most connections carried at once (two threads each): past it a new one is closed at
 /// once, so that a local client opening connections without end cannot exhaust the unit's
 /// tasks or descriptors, which the proxy needs for its own work.
@@ -51,24 +49,26 @@ pub struct Carry {
     pub closed: Arc<AtomicBool>,
 }
 
-/// Carries `client` to its endpoint on threads of its own; past [`MAX_CONNECTIONS`], or
-/// when a thread cannot start, the connection is dropped, which the client sees closed.
-/// Whether it was taken.
+/// Carries `client` to its endpoint on two threads ([`super::workers`]); past
+/// [`MAX_CONNECTIONS`], or when no thread can start, the connection is dropped, which the
+/// client sees closed. Whether it was taken.
 pub fn spawn(client: TcpStream, carry: Carry) -> bool {
     let Some(slot) = Slot::take() else { return false };
-    let started = thread::Builder::new().name("localhost-conn".into()).stack_size(STACK).spawn(move || {
-        let _slot = slot;
-        if let Err(e) = run(client, &carry) {
+    let job = move || {
+        if let Err(e) = run(client, &carry, Arc::new(slot)) {
             log::debug!("localhost NodePort connection of {} to {}: {e}", carry.service, carry.endpoint);
         }
-    });
+    };
+    let started = workers::run(Box::new(job));
     if let Err(e) = &started {
         log::warn!("localhost NodePort connection dropped: no thread for it: {e}");
     }
     started.is_ok()
 }
 
-fn run(client: TcpStream, carry: &Carry) -> io::Result<()> {
+/// Dials the endpoint and carries the connection, one direction here and the other on a
+/// second thread; `slot` is given back when both have ended.
+fn run(client: TcpStream, carry: &Carry, slot: Arc<Slot>) -> io::Result<()> {
     // Accepted from a poll, the socket is non-blocking; its threads block, bounded.
     client.set_nonblocking(false)?;
     let backend = TcpStream::connect_timeout(&carry.endpoint, DIAL_TIMEOUT)?;
@@ -79,13 +79,13 @@ fn run(client: TcpStream, carry: &Carry) -> io::Result<()> {
         s.set_write_timeout(Some(WAKE_EVERY))?;
     }
     let (back_from, back_to) = (backend.try_clone()?, client.try_clone()?);
-    let closed = carry.closed.clone();
-    let back = thread::Builder::new()
-        .name("localhost-conn".into())
-        .stack_size(STACK)
-        .spawn(move || pump(back_from, back_to, &closed))?;
+    let (closed, back_slot) = (carry.closed.clone(), slot.clone());
+    workers::run(Box::new(move || {
+        pump(back_from, back_to, &closed);
+        drop(back_slot);
+    }))?;
     pump(client, backend, &carry.closed);
-    let _ = back.join();
+    drop(slot);
     Ok(())
 }
 

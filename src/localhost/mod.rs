@@ -11,6 +11,7 @@
 
 pub mod conn;
 pub mod proxy;
+pub mod workers;
 
 use crate::config::Config;
 use crate::model::{Family, Model, ObjectKey, Protocol};

@@ -153,3 +153,23 @@ fn a_closed_listener_ends_its_connections_and_a_dead_endpoint_closes_the_client(
     client.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
     assert!(matches!(client.read(&mut buf), Ok(0) | Err(_)), "a refused dial left the client open");
 }
+
+#[test]
+fn an_idle_thread_takes_the_next_job_instead_of_a_new_one() {
+    use std::sync::mpsc;
+    let (tx, rx) = mpsc::channel();
+    let ran = |tx: mpsc::Sender<std::thread::ThreadId>| Box::new(move || tx.send(std::thread::current().id()).unwrap());
+    super::workers::run(ran(tx.clone())).unwrap();
+    let first = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    // Other tests' connections may take it first; one of a few jobs lands on it again.
+    std::thread::sleep(Duration::from_millis(50));
+    let again: Vec<_> = (0..8)
+        .map(|_| {
+            super::workers::run(ran(tx.clone())).unwrap();
+            let id = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+            std::thread::sleep(Duration::from_millis(10));
+            id
+        })
+        .collect();
+    assert!(again.contains(&first), "no thread was used twice: {first:?} then {again:?}");
+}
