@@ -16,6 +16,7 @@ mod ratelimit;
 mod reflector;
 mod retry;
 mod watch;
+mod watchlist;
 
 pub use client::{ApiError, Client, ClientError};
 pub use kubeconfig::{

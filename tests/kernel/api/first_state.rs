@@ -1,0 +1,135 @@
+//! How the daemon gets its first state, through a real kernel: by WatchList in protobuf and in
+//! JSON (no list; no token of the rate limit, nor timed); from a server refusing WatchList by
+//! a list, asking for a WatchList again at its next listing; and a WatchList cut before its
+//! bookmark removes nothing from the node.
+
+use super::*;
+
+/// The resources the daemon follows.
+const RESOURCES: [&str; 4] = ["services", "endpointslices", "nodes", "servicecidrs"];
+
+/// The emulator's counter of `verb` requests of `resource`.
+fn count(emu: &Emulator, verb: &str, resource: &str) -> u64 {
+    emu.stats()["requests"][verb][resource].as_u64().unwrap_or(0)
+}
+
+/// Whether the node's IPv4 table holds ClusterIP `ip` (not before the table is there).
+fn in_kernel(c: &Cluster, ip: &str) -> bool {
+    let out = c.node.run(&["nft", "list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp"], "");
+    out.status.success() && String::from_utf8_lossy(&out.stdout).contains(&format!("{ip} . 80"))
+}
+
+#[test]
+fn the_first_state_comes_by_watch_list_in_protobuf_and_json_and_no_list() {
+    if !kernel_available() {
+        return;
+    }
+    let (c, emu) = serving_web(2, 1);
+    let twin = Netns::new("twin");
+    let formats = [("application/vnd.kubernetes.protobuf", "172.30.0.41"), ("application/json", "172.30.0.42")];
+    for (i, (media, ip)) in formats.into_iter().enumerate() {
+        let (content, metrics) =
+            (format!("--kube-api-content-type={media}"), format!("--metrics-bind-address={METRICS}"));
+        let flags = [content.as_str(), metrics.as_str()];
+        // The dry runs of the previous round listed: this daemon's requests are counted from here.
+        let before: Vec<(u64, u64)> =
+            RESOURCES.iter().map(|r| (count(&emu, "watchlist", r), count(&emu, "list", r))).collect();
+        let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &flags, &[]);
+        let served = wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1");
+        assert!(served.is_some(), "{media}: never served:\n{}", d.logged());
+        // The stream goes on as the watch: a new Service arrives on it.
+        emu.apply(&Value::Array(svc(&c, &format!("new-{i}"), ip, &["pod-2"])));
+        let followed = wait_for(Duration::from_secs(5), || who(&c.client, &format!("{ip}:80")) == "pod-2");
+        assert!(followed.is_some(), "{media}: the change did not follow:\n{}", d.logged());
+        for (resource, (streamed, listed)) in RESOURCES.iter().zip(before) {
+            let (now_streamed, now_listed) = (count(&emu, "watchlist", resource), count(&emu, "list", resource));
+            assert_eq!(now_streamed, streamed + 1, "{media}: {resource}: {}", emu.stats());
+            assert_eq!(now_listed, listed, "{media}: {resource} listed: {}", emu.stats());
+        }
+        assert!(d.logged().contains(" services in ") && d.logged().contains(", by WatchList)"), "{}", d.logged());
+        // Watches take no token and are not timed, as client-go's: four opened, none throttled.
+        let scrape = crate::common::net::http_get(&c.node.name, METRICS, "/metrics").map(|r| r.2).unwrap_or_default();
+        let series = format!("rest_client_requests_total{{code=\"200\",host=\"{API_ADDR}\",method=\"GET\"}}");
+        assert_eq!(sample(&scrape, &series), 4.0, "{media}: {scrape}");
+        let limited = format!("rest_client_rate_limiter_duration_seconds_count{{host=\"{API_ADDR}\",verb=\"GET\"}}");
+        assert_eq!(sample(&scrape, &limited), 0.0, "{media}: {scrape}");
+        assert_converges(&c, &emu, &twin, &d, media, Duration::from_secs(5));
+        d.stop();
+    }
+    let media = emu.stats()["media"].clone();
+    assert!(media["application/vnd.kubernetes.protobuf"].as_u64() >= Some(4), "{media}");
+}
+
+#[test]
+fn a_server_refusing_watch_list_is_listed_and_asked_for_a_watch_list_again_at_the_next_listing() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(2, 1);
+    let emu = Emulator::start(Some(&c.remote.name), API_ADDR, None, &["--bookmark-interval", "1s", "--no-watch-list"]);
+    emu.apply(&Value::Array([vec![Cluster::node_object()], web(&c, &["pod-1"])].concat()));
+    let twin = Netns::new("twin");
+    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &[], &[]);
+    let served = wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1");
+    assert!(served.is_some(), "never served:\n{}", d.logged());
+    for resource in RESOURCES {
+        assert_eq!(count(&emu, "watchlist", resource), 1, "{resource}: {}", emu.stats());
+        assert_eq!(count(&emu, "list", resource), 1, "{resource}: {}", emu.stats());
+    }
+    assert_eq!(emu.stats()["status"]["422"], 4, "{}", emu.stats());
+    assert!(d.logged().contains("the server does not stream the listing"), "{}", d.logged());
+    emu.apply(&Value::Array(svc(&c, "api", "172.30.0.41", &["pod-2"])));
+    let followed = wait_for(Duration::from_secs(5), || who(&c.client, "172.30.0.41:80") == "pod-2");
+    assert!(followed.is_some(), "the watch after the list did not follow:\n{}", d.logged());
+    // The server turns WatchList on. The Service `api` (not its slice, whose deletion would
+    // show) is deleted where the watch cannot see it; the listing its expiry calls for is a
+    // WatchList again, and removes it.
+    emu.fault(&json!({"watch_list": true}));
+    emu.fault(&json!({"resource": "services", "stall": true}));
+    emu.delete(&svc(&c, "api", "172.30.0.41", &[])[0]);
+    emu.fault(&json!({"resource": "services", "expire": true}));
+    let gone = wait_for(Duration::from_secs(10), || !in_kernel(&c, "172.30.0.41"));
+    assert!(gone.is_some(), "the Service deleted meanwhile stayed:\n{}", d.logged());
+    assert_eq!(count(&emu, "watchlist", "services"), 2, "{}", emu.stats());
+    assert_eq!(count(&emu, "list", "services"), 1, "{}", emu.stats());
+    assert_converges(&c, &emu, &twin, &d, "after the WatchList", Duration::from_secs(5));
+    d.stop();
+}
+
+#[test]
+fn a_watch_list_cut_before_its_bookmark_removes_nothing_from_the_node() {
+    if !kernel_available() {
+        return;
+    }
+    let (c, emu) = serving_web(2, 1);
+    let ips: Vec<String> = (1..=5).map(|i| format!("172.30.1.{i}")).collect();
+    for (i, ip) in ips.iter().enumerate() {
+        emu.apply(&Value::Array(svc(&c, &format!("gen-{i}"), ip, &["pod-1"])));
+    }
+    let twin = Netns::new("twin");
+    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &[], &[]);
+    let all = || ips.iter().all(|ip| in_kernel(&c, ip)) && in_kernel(&c, "172.30.0.40");
+    assert!(wait_for(Duration::from_secs(10), all).is_some(), "never served:\n{}", d.logged());
+    // The Service gen-0 (not its slice) goes where the watch cannot see it; the WatchList its
+    // expiry calls for is cut after one of the six Services, twice. Until one reaches
+    // its bookmark, every Service stays in the kernel: the five not sent again, and gen-0,
+    // whose deletion only a whole listing shows.
+    emu.fault(&json!({"resource": "services", "stall": true}));
+    emu.delete(&svc(&c, "gen-0", &ips[0], &[])[0]);
+    emu.fault(&json!({"cut_watch_list": {"resource": "services", "after": 1, "count": 2}}));
+    emu.fault(&json!({"resource": "services", "expire": true}));
+    let started = Instant::now();
+    // The first, the two cut, and the whole one.
+    while count(&emu, "watchlist", "services") < 4 {
+        assert!(started.elapsed() < Duration::from_secs(20), "no whole WatchList: {}\n{}", emu.stats(), d.logged());
+        assert!(all(), "a cut WatchList removed a Service:\n{}", d.logged());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let gone = wait_for(Duration::from_secs(5), || !in_kernel(&c, &ips[0]));
+    assert!(gone.is_some(), "the whole WatchList did not remove gen-0:\n{}", d.logged());
+    assert!(ips[1..].iter().all(|ip| in_kernel(&c, ip)), "{}", d.logged());
+    assert_eq!(who(&c.client, "172.30.1.2:80"), "pod-1");
+    assert_eq!(count(&emu, "list", "services"), 0, "{}", emu.stats());
+    assert_converges(&c, &emu, &twin, &d, "after the cuts", Duration::from_secs(5));
+    d.stop();
+}
