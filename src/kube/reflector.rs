@@ -311,7 +311,8 @@ impl Reflector {
 
     /// Sleeps up to `d`, waking early on stop.
     fn sleep(&self, d: Duration) {
-        let until = Instant::now() + d;
+        let now = Instant::now();
+        let until = now.checked_add(d).unwrap_or(now + super::retry::MAX_RETRY_AFTER);
         while !self.stopped() {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {

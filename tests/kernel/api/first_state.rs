@@ -1,7 +1,8 @@
 //! How the daemon gets its first state, through a real kernel: by WatchList in protobuf and in
 //! JSON (no list; no token of the rate limit, nor timed); from a server refusing WatchList by
-//! a list, asking for a WatchList again at its next listing; and a WatchList cut before its
-//! bookmark removes nothing from the node.
+//! a list, asking for a WatchList again at its next listing; a WatchList cut before its
+//! bookmark removes nothing from the node; and a 429's `Retry-After` waited out before the
+//! next request, on a list, on a WatchList and on the Starting Event.
 
 use super::*;
 
@@ -131,5 +132,49 @@ fn a_watch_list_cut_before_its_bookmark_removes_nothing_from_the_node() {
     assert_eq!(who(&c.client, "172.30.1.2:80"), "pod-1");
     assert_eq!(count(&emu, "list", "services"), 0, "{}", emu.stats());
     assert_converges(&c, &emu, &twin, &d, "after the cuts", Duration::from_secs(5));
+    d.stop();
+}
+
+#[test]
+fn a_429_retry_after_is_waited_out_before_the_next_request_on_a_list_a_watch_list_and_the_event() {
+    if !kernel_available() {
+        return;
+    }
+    let (c, emu) = serving_web(2, 1);
+    let cases = [
+        ("list", 4, "--feature-gates=WatchListClient=false"),
+        ("watchlist", 3, "--feature-gates=WatchListClient=true"),
+    ];
+    for (verb, secs, gate) in cases {
+        // 1.37's ConsistentListFromCacheSkipTimeoutFallback answers 429 where it read etcd.
+        emu.fault(&json!({"fail": {"status": 429, "retry_after": secs, "verb": verb, "resource": "services"}}));
+        let from = emu.requests("services").len();
+        let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &[gate], &[]);
+        // Asked twice: refused, then again once the wait is out (the previous round's rules
+        // still serve meanwhile, so serving says nothing of this daemon).
+        let asked = wait_for(Duration::from_secs(secs + 10), || emu.requests("services").len() >= from + 2);
+        assert!(asked.is_some(), "{verb}: not asked again: {:?}\n{}", emu.requests("services"), d.logged());
+        let listed = d.logs_within(" services in ", Duration::from_secs(5));
+        let served = wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1");
+        assert!(listed && served.is_some(), "{verb}: never listed:\n{}", d.logged());
+        let seen = emu.requests("services");
+        let seen = &seen[from..];
+        assert!(seen.len() >= 2 && seen[..2].iter().all(|r| r.1 == verb), "{verb}: {seen:?}");
+        let waited = seen[1].0 - seen[0].0;
+        assert!(waited >= secs * 1000, "{verb}: asked again {waited} ms after a Retry-After of {secs} s: {seen:?}");
+        assert!(waited < secs * 1000 + 1500, "{verb}: {waited} ms: the wait is the server's, not the backoff's");
+        let log = d.stop();
+        assert!(log.contains(&format!("retrying in {secs}.0s")), "{verb}:\n{log}");
+    }
+    // The Starting Event, retried once after 3 s, waits longer when the server says so.
+    emu.fault(&json!({"fail": {"status": 429, "retry_after": 5, "verb": "create", "resource": "events"}}));
+    let from = emu.requests("events").len();
+    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &[], &[]);
+    let posted = wait_for(Duration::from_secs(20), || emu.requests("events").len() >= from + 2);
+    assert!(posted.is_some(), "the Event was not posted again: {:?}\n{}", emu.requests("events"), d.logged());
+    let seen = emu.requests("events");
+    let waited = seen[from + 1].0 - seen[from].0;
+    assert!((5000..6500).contains(&waited), "the Event was posted again {waited} ms after a Retry-After of 5 s");
+    assert!(d.logs_within("recorded the Starting event", Duration::from_secs(5)), "{}", d.logged());
     d.stop();
 }
