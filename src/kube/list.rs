@@ -50,9 +50,6 @@ impl Reflector {
     /// Lists every object (page by page where `from` pages) and replaces what this resource
     /// delivered before.
     pub(super) fn list(&mut self, from: ListFrom) -> Result<(), ApiError> {
-        if self.listed {
-            self.count(|m| &m.relists);
-        }
         let started = Instant::now();
         let _pass = crate::skips::pass(&format!("listing {}", self.resource.name));
         let mut seen = HashSet::with_capacity(self.known.len());

@@ -183,6 +183,9 @@ impl Reflector {
             format!("?watch=true&allowWatchBookmarks=true&resourceVersion={}{}", escape(&self.rv), self.selectors());
         let stream = self.open(&query)?;
         *opened = Some((stream.opened, stream.timeout));
+        // A watch opened is a sign of life (a WatchList's is its bookmark, as a list's is its
+        // last page).
+        self.lived();
         self.follow(stream)
     }
 
@@ -195,7 +198,6 @@ impl Reflector {
         let path = format!("{}{query}&timeoutSeconds={}", self.resource.path, timeout.as_secs());
         let started = Instant::now();
         let body = self.shared.client.watch(&path, idle)?;
-        self.lived();
         let proto = protobuf::is_protobuf(body.mime_type());
         let reader = std::io::BufReader::new(Deadline { inner: body.into_reader(), until: None });
         Ok(Stream { reader, proto, idle, timeout, started, opened: Instant::now(), events: 0, line: Vec::new() })

@@ -69,6 +69,10 @@ impl Reflector {
     /// Lists from `from`: by WatchList where enabled (the stream, past its initial events, is
     /// the next step to follow), else, or where the server refuses it, by a list.
     pub(super) fn relist(&mut self, from: &ListFrom) -> Result<Next, ApiError> {
+        // One relist, whichever way it goes.
+        if self.listed {
+            self.count(|m| &m.relists);
+        }
         if self.shared.settings.watch_list {
             match self.watch_list(from) {
                 Ok(stream) => return Ok(Next::Follow(Box::new(stream))),
@@ -89,11 +93,6 @@ impl Reflector {
     /// Streams the state from `from` and replaces what the resource delivered with it; the
     /// stream, to follow as the watch.
     fn watch_list(&mut self, from: &ListFrom) -> Result<Stream, Unstreamed> {
-        if self.listed {
-            self.count(|m| &m.relists);
-        }
-        // The stream goes on as the watch: the next watch opened is a restart.
-        self.watched = true;
         let started = Instant::now();
         let _pass = crate::skips::pass(&format!("listing {}", self.resource.name));
         let mut stream = self.open(&query(from, &self.selectors())).map_err(unstreamed)?;
@@ -112,6 +111,8 @@ impl Reflector {
         };
         stream.set_deadline(None);
         self.replace(seen, batch, rv, started, ", by WatchList");
+        // The stream goes on as the watch: the next watch opened is a restart.
+        self.watched = true;
         Ok(stream)
     }
 
@@ -126,8 +127,7 @@ impl Reflector {
         batch: &mut Vec<ObjectChange>,
     ) -> Result<String, Unstreamed> {
         let name = self.resource.name;
-        let cut =
-            |what: String| Unstreamed::Failed(ApiError::Transport(format!("listing {name} by WatchList: {what}")));
+        let err = |what: &str| ApiError::Transport(format!("listing {name} by WatchList: {what}"));
         loop {
             // A stream that is not one of events is no WatchList (client-go lists then).
             let got = self.next_event(s).map_err(Unstreamed::Refused)?;
@@ -136,19 +136,16 @@ impl Reflector {
                 Got::Blank => continue,
                 _ if Instant::now() >= deadline => {
                     let what = format!("no end of the initial events within {INITIAL_EVENTS_LIMIT:?}");
-                    return Err(Unstreamed::Refused(ApiError::Transport(format!(
-                        "listing {name} by WatchList: {what}"
-                    ))));
+                    return Err(Unstreamed::Refused(err(&what)));
                 }
                 Got::End | Got::Broken(_) if s.events == 0 && s.started.elapsed() < VERY_SHORT_WATCH => {
-                    let what = "the server ended the stream at once";
-                    return Err(Unstreamed::Refused(ApiError::Transport(format!(
-                        "listing {name} by WatchList: {what}"
-                    ))));
+                    return Err(Unstreamed::Refused(err("the server ended the stream at once")));
                 }
-                Got::End => return Err(cut("the stream ended before its bookmark".into())),
-                Got::Silent => return Err(cut("the stream went silent before its bookmark".into())),
-                Got::Broken(e) => return Err(cut(format!("the stream broke before its bookmark ({e})"))),
+                Got::End => return Err(Unstreamed::Failed(err("the stream ended before its bookmark"))),
+                Got::Silent => return Err(Unstreamed::Failed(err("the stream went silent before its bookmark"))),
+                Got::Broken(e) => {
+                    return Err(Unstreamed::Failed(err(&format!("the stream broke before its bookmark ({e})"))));
+                }
             };
             if let Some(rv) = self.initial_event(event, seen, batch)? {
                 return Ok(rv);

@@ -70,18 +70,29 @@ fn a_server_refusing_watch_list_is_listed_and_asked_for_a_watch_list_again_at_th
     let emu = Emulator::start(Some(&c.remote.name), API_ADDR, None, &["--bookmark-interval", "1s", "--no-watch-list"]);
     emu.apply(&Value::Array([vec![Cluster::node_object()], web(&c, &["pod-1"])].concat()));
     let twin = Netns::new("twin");
-    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &[], &[]);
+    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &[&format!("--metrics-bind-address={METRICS}")], &[]);
     let served = wait_for(Duration::from_secs(10), || who(&c.client, "172.30.0.40:80") == "pod-1");
     assert!(served.is_some(), "never served:\n{}", d.logged());
     for resource in RESOURCES {
         assert_eq!(count(&emu, "watchlist", resource), 1, "{resource}: {}", emu.stats());
         assert_eq!(count(&emu, "list", resource), 1, "{resource}: {}", emu.stats());
     }
+    let relists = || {
+        let scrape = crate::common::net::http_get(&c.node.name, METRICS, "/metrics").map(|r| r.2).unwrap_or_default();
+        sample(&scrape, "kube_nftproxy_relists_total{resource=\"services\"}")
+    };
+    assert_eq!(relists(), 0.0, "a first listing is no relist, whichever way it went");
     assert_eq!(emu.stats()["status"]["422"], 4, "{}", emu.stats());
     assert!(d.logged().contains("the server does not stream the listing"), "{}", d.logged());
     emu.apply(&Value::Array(svc(&c, "api", "172.30.0.41", &["pod-2"])));
     let followed = wait_for(Duration::from_secs(5), || who(&c.client, "172.30.0.41:80") == "pod-2");
     assert!(followed.is_some(), "the watch after the list did not follow:\n{}", d.logged());
+    // A relist while it still refuses: the WatchList asked for again, then a list; one relist.
+    emu.fault(&json!({"resource": "services", "expire": true}));
+    let relisted = wait_for(Duration::from_secs(10), || count(&emu, "list", "services") == 2);
+    assert!(relisted.is_some(), "no relist: {}\n{}", emu.stats(), d.logged());
+    assert_eq!(count(&emu, "watchlist", "services"), 2, "asked for again: {}", emu.stats());
+    assert!(wait_for(Duration::from_secs(2), || relists() == 1.0).is_some(), "{} relists", relists());
     // The server turns WatchList on. The Service `api` (not its slice, whose deletion would
     // show) is deleted where the watch cannot see it; the listing its expiry calls for is a
     // WatchList again, and removes it.
@@ -91,8 +102,9 @@ fn a_server_refusing_watch_list_is_listed_and_asked_for_a_watch_list_again_at_th
     emu.fault(&json!({"resource": "services", "expire": true}));
     let gone = wait_for(Duration::from_secs(10), || !in_kernel(&c, "172.30.0.41"));
     assert!(gone.is_some(), "the Service deleted meanwhile stayed:\n{}", d.logged());
-    assert_eq!(count(&emu, "watchlist", "services"), 2, "{}", emu.stats());
-    assert_eq!(count(&emu, "list", "services"), 1, "{}", emu.stats());
+    assert_eq!(count(&emu, "watchlist", "services"), 3, "{}", emu.stats());
+    assert_eq!(count(&emu, "list", "services"), 2, "{}", emu.stats());
+    assert_eq!(relists(), 2.0, "one relist each");
     assert_converges(&c, &emu, &twin, &d, "after the WatchList", Duration::from_secs(5));
     d.stop();
 }
