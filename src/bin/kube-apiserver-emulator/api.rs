@@ -93,7 +93,10 @@ pub fn route(app: &App, req: &Request, listener: Listener) -> Reply {
             Some(Failure::Slow(pace)) => {
                 return match handle(app, req, &target, verb) {
                     Ok(Reply::Done(resp)) | Err(resp) => Reply::Done(Response { pace: Some(pace), ..failed(resp) }),
-                    Ok(reply) => reply,
+                    Ok(Reply::Watch(mut w)) => {
+                        w.pace = Some(pace);
+                        Reply::Watch(w)
+                    }
                 };
             }
             None => {}
@@ -296,6 +299,7 @@ fn watch_request(app: &App, req: &Request, t: &Target) -> Result<WatchRequest, R
         timeout,
         initial_events,
         cut_after: None,
+        pace: None,
     })
 }
 

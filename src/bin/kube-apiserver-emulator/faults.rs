@@ -32,7 +32,8 @@ struct FailRule {
     as_event: bool,
     /// Answer 200 with a Status body carrying `status` (for a list: not the list asked for).
     in_200: bool,
-    /// Send the real answer, one byte per this many milliseconds (`status` 200).
+    /// Send the real answer (a list, or a watch stream), one byte per this many milliseconds
+    /// (`status` 200).
     byte_every_ms: Option<u64>,
 }
 
@@ -40,7 +41,7 @@ struct FailRule {
 pub enum Failure {
     /// Answer this instead.
     Answer(Response),
-    /// Answer as usual, one byte at a time with this pause.
+    /// Answer as usual (a watch stream too), one byte at a time with this pause.
     Slow(std::time::Duration),
 }
 

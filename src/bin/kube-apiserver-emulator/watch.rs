@@ -47,6 +47,8 @@ pub struct WatchRequest {
     /// A WatchList cut (a fault): the connection breaks after this many initial objects, or
     /// at the end of them if fewer, before the bookmark.
     pub cut_after: Option<usize>,
+    /// A trickle (a fault): the stream's body written one byte at a time with this pause.
+    pub pace: Option<Duration>,
 }
 
 /// Whether the connection can serve another request after the stream.
@@ -311,6 +313,13 @@ impl Stream<'_> {
     }
 
     fn flush(&mut self) -> io::Result<()> {
+        if let Some(pace) = self.req.pace {
+            for byte in std::mem::take(&mut self.out) {
+                self.conn.io.write_all(&[byte])?;
+                self.conn.io.flush()?;
+                std::thread::sleep(pace);
+            }
+        }
         if !self.out.is_empty() {
             self.conn.io.write_all(&self.out)?;
             self.out.clear();

@@ -1,6 +1,6 @@
 //! A misbehaving API server followed by the daemon: watches refused (WatchLists too),
-//! redirects, endless lines, trickling lists, a dead connection; never a loop, memory bounded,
-//! `/livez` told.
+//! redirects, endless lines, trickling lists and WatchLists, a dead connection; never a loop,
+//! memory bounded, `/livez` told.
 
 use super::*;
 
@@ -154,6 +154,28 @@ fn a_list_trickling_in_is_logged_and_given_up_after_a_minute() {
     assert!(d.logs_within(slow, Duration::from_secs(15)), "a slow list went unlogged:\n{}", d.logged());
     assert!(serves(&c, "pod-1", Duration::from_secs(70)).is_some(), "the slow list was not retried:\n{}", d.logged());
     assert!(d.logged().contains("a page took longer than 60s"), "{}", d.logged());
+    d.stop();
+}
+
+#[test]
+fn a_watch_list_trickling_in_is_listed_instead_after_a_minute() {
+    if !kernel_available() {
+        return;
+    }
+    let (c, emu) = api_cluster(&[]);
+    // One byte a second: the first event alone would take minutes. As a server that ignores
+    // sendInitialEvents (and never sends the bookmark), it is listed after the bound.
+    emu.fault(&json!({"fail": {"status": 200, "byte_every_ms": 1000, "resource": "services", "verb": "watchlist"}}));
+    let started = std::time::Instant::now();
+    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &[], &[]);
+    assert!(serves(&c, "pod-1", Duration::from_secs(80)).is_some(), "never listed instead:\n{}", d.logged());
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(60), "listed after {took:?}, before the bound");
+    let log = d.logged();
+    assert!(log.contains("no end of the initial events within 60s") && log.contains("listing instead"), "{log}");
+    let stats = emu.stats();
+    assert_eq!(stats["requests"]["list"]["services"], 1, "{stats}");
+    assert_eq!(stats["requests"]["list"]["endpointslices"].as_u64(), None, "the others streamed: {stats}");
     d.stop();
 }
 
