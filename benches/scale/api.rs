@@ -230,7 +230,8 @@ fn isolated(rig: &Rig, mon: &mut Monitor, changes: &mut Changes, n: u32) -> Valu
 }
 
 /// Requests the API server saw, per verb and resource, from `/emulator/stats`: a first
-/// listing (resourceVersion=0) is one request, as a watch cache answers it whole.
+/// listing is one WatchList (counted with the watches too), or where that is off one list
+/// (resourceVersion=0), as a watch cache answers it whole.
 fn requests(emu: &Emulator) -> Value {
     let s = emu.stats();
     let resources = ["services", "endpointslices", "nodes", "servicecidrs"];
@@ -247,7 +248,7 @@ fn requests(emu: &Emulator) -> Value {
         .as_object()
         .map(|m| m.iter().filter(|(k, _)| !k.starts_with('2')).filter_map(|(_, v)| v.as_u64()).sum())
         .unwrap_or(0);
-    json!({"lists": pick("list"), "watch": pick("watch"),
+    json!({"lists": pick("list"), "watch": pick("watch"), "watchlist": pick("watchlist"),
            "get": s["requests"]["get"].clone(),
            "errors": errors, "open_watches": s["openWatches"].clone()})
 }

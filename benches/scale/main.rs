@@ -20,8 +20,11 @@
 //! services, or N (`start.rs`). Every full run also measures issue 25's schedulers against
 //! their baselines (`schedulers.rs`; `-- --schedulers-only` runs that part alone).
 //! Every full run also measures what `trace` costs a node (`tracing.rs`; `-- --tracing-only`
-//! runs that part alone), and what localhost NodePorts cost against the primary address
-//! (`localhost.rs`; `-- --localhost-only` runs that part alone).
+//! runs that part alone), what localhost NodePorts cost against the primary address
+//! (`localhost.rs`; `-- --localhost-only` runs that part alone), and a daemon's first state
+//! at 30k services by LIST and by WatchList, in protobuf and JSON: the bytes the API server
+//! sent and the daemon's peak memory (`first_state.rs`; `-- --first-state-only` runs that
+//! part alone).
 //! `-- --cases-only` runs the cases alone and prints their table (to compare build profiles).
 
 mod api;
@@ -32,6 +35,7 @@ mod common;
 use common::{synth, verify};
 mod conntrack;
 mod diff;
+mod first_state;
 mod health;
 mod latency;
 mod latency_pairs;
@@ -91,7 +95,7 @@ fn in_child(args: &[String]) -> Value {
 
 /// The flags that start a run or a child part of one; with none of them, this target was run
 /// as a test (`cargo test --all-targets`) and only says how to run it.
-const MODES: [&str; 24] = [
+const MODES: [&str; 26] = [
     "--bench",
     "--case",
     "--latency",
@@ -116,6 +120,8 @@ const MODES: [&str; 24] = [
     "--tracing-only",
     "--localhost",
     "--localhost-only",
+    "--first-state",
+    "--first-state-only",
 ];
 
 /// The command line past its mode (`--bench` dropped), and what it sets for every part.
@@ -263,6 +269,8 @@ fn daemon_part(o: &Opts) -> bool {
         wire::run(&daemon_case)
     } else if o.has("--tracing") {
         tracing::run(&daemon_case)
+    } else if o.has("--first-state") {
+        first_state::run(&daemon_case)
     } else if o.has("--health") {
         health::run(if smoke { 50 } else { health::SERVICES })
     } else if o.has("--localhost") {
@@ -309,6 +317,8 @@ fn part_alone(o: &Opts, statics: Option<&musl::Binaries>) -> bool {
         wire::print(&each("--wire"));
     } else if o.has("--tracing-only") {
         tracing::print(&each("--tracing"));
+    } else if o.has("--first-state-only") {
+        first_state::print(&each("--first-state"));
     } else if o.has("--health-only") {
         health::print(&runs::combine(&each("--health")));
     } else if o.has("--localhost-only") {
@@ -350,6 +360,7 @@ fn full_run(o: &Opts, statics: Option<&musl::Binaries>, machine: &Value) {
     let mut scheds = Vec::new();
     let mut traces = Vec::new();
     let mut localhosts = Vec::new();
+    let mut firsts = Vec::new();
     let large = if o.smoke { "1000" } else { "30000" };
     let daemon_case = o.daemon_case();
     // Runs interleave the cases, so a slow spell on the machine does not land on one case.
@@ -369,6 +380,7 @@ fn full_run(o: &Opts, statics: Option<&musl::Binaries>, machine: &Value) {
         wires.push(in_child(&o.child_args(&["--wire"])));
         traces.push(in_child(&o.child_args(&["--tracing"])));
         localhosts.push(in_child(&o.child_args(&["--localhost"])));
+        firsts.push(in_child(&o.child_args(&["--first-state"])));
         scheds.push(schedulers::run_once(&o.child_args(&[])));
         if let Some(bins) = statics {
             musls.push(musl::run(&daemon_case, bins, run));
@@ -384,6 +396,7 @@ fn full_run(o: &Opts, statics: Option<&musl::Binaries>, machine: &Value) {
     wire::print(&wires);
     tracing::print(&traces);
     localhost::print(&runs::combine(&localhosts));
+    first_state::print(&firsts);
     schedulers::print(&scheds);
     if !musls.is_empty() {
         musl::print(&runs::combine(&musls));

@@ -37,6 +37,10 @@ pub const COMPONENT_STATUSZ: &str = "ComponentStatusz";
 /// The gate that serves `/flagz` (beta, on since 1.36).
 pub const COMPONENT_FLAGZ: &str = "ComponentFlagz";
 
+/// The gate of client-go's WatchList (beta, on since 1.35): each reflector's first state comes
+/// from a watch streaming it (`sendInitialEvents=true`) instead of a list.
+pub const WATCH_LIST_CLIENT: &str = "WatchListClient";
+
 /// The gate the alpha logging options (`--log-*-split-stream`, `--log-*-info-buffer-size`) need.
 pub const LOGGING_ALPHA_OPTIONS: &str = "LoggingAlphaOptions";
 

@@ -80,7 +80,7 @@ pub enum Command {
 
 /// How the API server is reached (the `--kube-api-*` flags, `--kubeconfig`, `--master`).
 ///
-/// Its last five fields are also `kube::Settings`: `config` sits below `kube` (which takes
+/// Its last six fields are also `kube::Settings`: `config` sits below `kube` (which takes
 /// `ContentType` from here) so cannot name kube's type, and kube's carries client-go's
 /// defaults for callers that have no flags (tests, the emulator's followers). They are copied
 /// in one place, `kube::Settings::from`.
@@ -100,6 +100,9 @@ pub struct ApiSettings {
     pub burst: u32,
     /// The encoding asked for.
     pub content_type: ContentType,
+    /// Whether the first state (and every relist) is streamed as a watch, client-go's
+    /// WatchList (gate `WatchListClient`), falling back to a list where the server refuses.
+    pub watch_list: bool,
 }
 
 /// Timing of the sync loop.
@@ -186,6 +189,7 @@ impl Run {
                 qps: flags.kube_api_qps,
                 burst: u32::try_from(flags.kube_api_burst).unwrap_or_default(),
                 content_type,
+                watch_list: flags.feature_gates.enabled(features::WATCH_LIST_CLIENT),
             },
             periods: Periods {
                 min_sync: flags.min_sync_period,

@@ -254,12 +254,8 @@ impl Client {
             let message = "the API server answered with a redirect, which is not followed".to_string();
             return Err(ApiError::Status { code, reason: String::new(), message, retry_after: None });
         }
-        let retry_after = resp
-            .headers()
-            .get("Retry-After")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+        let retry_after =
+            resp.headers().get("Retry-After").and_then(|v| v.to_str().ok()).and_then(super::retry::retry_after);
         let body = resp.into_body();
         let mime = body.mime_type().map(str::to_string);
         let mut bytes = Vec::new();

@@ -175,6 +175,29 @@ pub(super) fn meta(item: &Item) -> MetaFields {
     }
 }
 
+/// Whether a bookmark's object says the WatchList's initial events end here (its annotation
+/// [`INITIAL_EVENTS_ANNOTATION_KEY`](super::INITIAL_EVENTS_ANNOTATION_KEY) is `"true"`).
+pub(super) fn initial_events_end(item: &Item) -> bool {
+    #[derive(Default, Deserialize)]
+    struct Annotated {
+        #[serde(default)]
+        metadata: Annotations,
+    }
+    #[derive(Default, Deserialize)]
+    struct Annotations {
+        #[serde(default)]
+        annotations: std::collections::HashMap<String, String>,
+    }
+    let key = super::INITIAL_EVENTS_ANNOTATION_KEY;
+    let value = match item {
+        Item::Json(raw) => {
+            serde_json::from_str::<Annotated>(raw.get()).ok().and_then(|mut a| a.metadata.annotations.remove(key))
+        }
+        Item::Proto(raw) => protobuf::annotation(raw, key),
+    };
+    value.as_deref() == Some("true")
+}
+
 /// The Status an ERROR event carries; empty where unreadable.
 pub(super) fn status(item: &Item) -> Status {
     match item {
@@ -292,6 +315,22 @@ mod tests {
         }
         let nameless = r#"{"kind":"Service","metadata":{"name":7,"labels":5}}"#;
         assert!(matches!(object(ObjectKind::Service, &json(nameless), "node-a", None), Decoded::Nameless(_)));
+    }
+
+    #[test]
+    fn only_the_annotated_bookmark_ends_the_initial_events() {
+        let key = crate::kube::INITIAL_EVENTS_ANNOTATION_KEY;
+        let ends = |text: String| initial_events_end(&json(&text));
+        let annotated =
+            |a: &str| format!(r#"{{"kind":"Service","metadata":{{"resourceVersion":"9","annotations":{a}}}}}"#);
+        assert!(ends(annotated(&format!(r#"{{"{key}":"true"}}"#))));
+        assert!(!ends(annotated(&format!(r#"{{"{key}":"false"}}"#))));
+        assert!(!ends(annotated(r#"{"other":"true"}"#)));
+        assert!(!ends(annotated("5")), "annotations that are not a map end nothing");
+        assert!(!ends(r#"{"metadata":{"resourceVersion":"9"}}"#.into()), "a periodic bookmark");
+        let proto = |a: &[(&str, &str)]| Item::Proto(protobuf::annotated("", "", "9", a));
+        assert!(initial_events_end(&proto(&[("a", "b"), (key, "true")])));
+        assert!(!initial_events_end(&proto(&[])) && !initial_events_end(&proto(&[(key, "")])));
     }
 
     #[test]

@@ -21,7 +21,8 @@ pub const VERB: &str = "create";
 /// The `reportingController` of the daemon's Events.
 pub const CONTROLLER: &str = "kube-nftproxy";
 
-/// The wait before the one retry of a failure that may pass (no answer, 5xx, 429).
+/// The wait before the one retry of a failure that may pass (no answer, 5xx, 429), unless the
+/// server asked for longer (`Retry-After`).
 const RETRY_AFTER: Duration = Duration::from_secs(3);
 
 /// How the Event fared, for the log line.
@@ -54,7 +55,8 @@ pub fn starting(node_name: &str, now: SystemTime) -> Value {
     })
 }
 
-/// Posts `event`, retrying once after [`RETRY_AFTER`] when the failure may pass; every
+/// Posts `event`, retrying once after [`RETRY_AFTER`] (or the server's `Retry-After`, if
+/// longer) when the failure may pass; every
 /// request is bounded by the client's timeouts.
 pub fn record(client: &Client, event: &Value, stop: &AtomicBool) -> Outcome {
     let first = match client.post(PATH, event) {
@@ -63,8 +65,12 @@ pub fn record(client: &Client, event: &Value, stop: &AtomicBool) -> Outcome {
         Err(e) if !transient(&e) => return Outcome::Failed(e),
         Err(e) => e,
     };
-    log::debug!("recording the Starting event failed ({first}); trying once more in {RETRY_AFTER:?}");
-    if !sleep_unless_stopped(stop, RETRY_AFTER) {
+    let wait = match &first {
+        ApiError::Status { retry_after: Some(asked), .. } => (*asked).clamp(RETRY_AFTER, super::retry::MAX_RETRY_AFTER),
+        _ => RETRY_AFTER,
+    };
+    log::debug!("recording the Starting event failed ({first}); trying once more in {wait:?}");
+    if !sleep_unless_stopped(stop, wait) {
         return Outcome::Stopped;
     }
     match client.post(PATH, event) {

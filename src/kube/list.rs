@@ -23,7 +23,7 @@ const LIST_PAGE_LIMIT: Duration = Duration::from_secs(60);
 const SLOW_LIST_PAGE: Duration = Duration::from_secs(10);
 
 /// Changes sent to the inbox in one go while listing.
-const BATCH: usize = 500;
+pub(super) const BATCH: usize = 500;
 
 /// The most a list page's body may hold: a whole first listing comes in one page (the watch
 /// cache ignores the limit), about 8 MB at 30,000 Services without managed fields, many
@@ -50,9 +50,6 @@ impl Reflector {
     /// Lists every object (page by page where `from` pages) and replaces what this resource
     /// delivered before.
     pub(super) fn list(&mut self, from: ListFrom) -> Result<(), ApiError> {
-        if self.listed {
-            self.count(|m| &m.relists);
-        }
         let started = Instant::now();
         let _pass = crate::skips::pass(&format!("listing {}", self.resource.name));
         let mut seen = HashSet::with_capacity(self.known.len());
@@ -66,6 +63,21 @@ impl Reflector {
                 return Err(e);
             }
         };
+        self.replace(seen, batch, rv, started, "");
+        Ok(())
+    }
+
+    /// Replaces what this resource delivered with the state a listing begun at `started` found
+    /// (`how`, for the log line): the objects in `seen` (their last changes in `batch`, the
+    /// rest sent on already), the others deleted, at resourceVersion `rv`.
+    pub(super) fn replace(
+        &mut self,
+        seen: HashSet<ObjectKey>,
+        batch: Vec<ObjectChange>,
+        rv: String,
+        started: Instant,
+        how: &str,
+    ) {
         self.shared.inbox.send_all(batch);
         let kind = self.resource.kind;
         let gone: Vec<ObjectChange> = self
@@ -75,12 +87,12 @@ impl Reflector {
             .map(|k| ObjectChange::deleted(&(kind, k.clone())))
             .collect();
         self.shared.inbox.send_all(gone);
-        log::info!("listed {} {} in {:?} (resourceVersion {rv})", seen.len(), self.resource.name, started.elapsed());
+        let (n, name) = (seen.len(), self.resource.name);
+        log::info!("listed {n} {name} in {:?} (resourceVersion {rv}{how})", started.elapsed());
         self.known = seen;
         self.rv = rv;
         self.lived();
         self.mark_listed();
-        Ok(())
     }
 
     /// Reads every page, each object decoded, its key put in `seen` and its change sent on

@@ -16,6 +16,7 @@ mod ratelimit;
 mod reflector;
 mod retry;
 mod watch;
+mod watchlist;
 
 pub use client::{ApiError, Client, ClientError};
 pub use kubeconfig::{
@@ -41,6 +42,10 @@ pub enum Error {
     #[error(transparent)]
     Api(#[from] ApiError),
 }
+
+/// The annotation of the bookmark that ends a WatchList's initial events, `"true"` there
+/// (apimachinery's `InitialEventsAnnotationKey`).
+pub const INITIAL_EVENTS_ANNOTATION_KEY: &str = "k8s.io/initial-events-end";
 
 /// Source names (for the inbox's first-listing rule) of the resources the proxy must have
 /// listed before it applies anything.

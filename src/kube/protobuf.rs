@@ -140,6 +140,12 @@ pub fn names(raw: &[u8]) -> Option<(String, String, String)> {
     Some((m.namespace.unwrap_or_default(), m.name.unwrap_or_default(), m.resource_version.unwrap_or_default()))
 }
 
+/// The value of annotation `key` of an object's message, read from its metadata's
+/// annotations alone (a bookmark's: the one ending a WatchList's initial events carries one).
+pub fn annotation(raw: &[u8], key: &str) -> Option<String> {
+    meta::AnnotationsOnly::decode(raw).ok()?.metadata?.annotations.remove(key)
+}
+
 /// Decodes an object's message of `kind` into the type the JSON path yields.
 pub fn object(kind: ObjectKind, raw: &[u8]) -> Result<ApiObject, ProtoError> {
     let bad = ProtoError::Malformed;
@@ -210,11 +216,18 @@ pub fn status_body(code: u16, reason: &str, message: &str) -> Vec<u8> {
 /// An object's message holding only its namespace, name and resourceVersion (every kind numbers
 /// its metadata 1, so this is a message of any kind): a bookmark's object.
 pub fn metadata_only(namespace: &str, name: &str, rv: &str) -> Vec<u8> {
+    annotated(namespace, name, rv, &[])
+}
+
+/// [`metadata_only`] with `annotations` too (the bookmark that ends a WatchList's initial
+/// events carries one).
+pub fn annotated(namespace: &str, name: &str, rv: &str, annotations: &[(&str, &str)]) -> Vec<u8> {
     let some = |s: &str| (!s.is_empty()).then(|| s.to_string());
     let metadata = meta::ObjectMeta {
         namespace: some(namespace),
         name: some(name),
         resource_version: some(rv),
+        annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         ..Default::default()
     };
     meta::Named { metadata: Some(metadata) }.encode_to_vec()

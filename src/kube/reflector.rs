@@ -1,5 +1,6 @@
-//! One reflector thread per resource, as client-go's reflector does it: list (paged, from the
-//! watch cache with `resourceVersion=0`), then watch from the list's resourceVersion with
+//! One reflector thread per resource, as client-go's reflector does it: list (by WatchList,
+//! `watchlist.rs`, or paged from the watch cache with `resourceVersion=0` where the server
+//! refuses it or the gate is off), then watch from the list's resourceVersion with
 //! bookmarks, resuming from the last resourceVersion seen whenever a watch ends. A 410 (too
 //! old, or an expired `continue`) relists and replaces what this resource delivered, so
 //! whatever was deleted meanwhile goes; like every other failure, after a backoff with
@@ -57,18 +58,22 @@ pub struct Settings {
     /// The encoding asked for (kube-proxy's `clientConnection.contentType`); answers are read
     /// in whichever encoding the server chose.
     pub content_type: ContentType,
+    /// Whether each listing is first asked for as a watch streaming the state, client-go's
+    /// WatchList (gate `WatchListClient`); a server that refuses it is listed instead.
+    pub watch_list: bool,
 }
 
 impl Default for Settings {
     fn default() -> Settings {
-        // client-go's page size and watch timeouts (5 to 10 minutes); kube-proxy's rate limit
-        // and content type.
+        // client-go's page size, watch timeouts (5 to 10 minutes) and WatchList (on since
+        // 1.35); kube-proxy's rate limit and content type.
         Settings {
             page_size: 500,
             watch_timeout: Duration::from_secs(300),
             qps: super::ratelimit::DEFAULT_QPS,
             burst: super::ratelimit::DEFAULT_BURST,
             content_type: ContentType::default(),
+            watch_list: true,
         }
     }
 }
@@ -82,6 +87,7 @@ impl From<&ApiSettings> for Settings {
             qps: api.qps,
             burst: api.burst,
             content_type: api.content_type,
+            watch_list: api.watch_list,
         }
     }
 }
@@ -148,6 +154,8 @@ pub struct Reflector {
     pub(super) listed: bool,
     /// Whether a watch was opened before (the next is a restart).
     pub(super) watched: bool,
+    /// Whether the server refused a WatchList before (the next refusal is not news).
+    pub(super) watch_list_refused: bool,
     backoff: Backoff,
     /// The last sign of life of this resource's feed (a page listed, a watch opened, a line
     /// read): when the feed is lost, changes may be waiting unseen since then.
@@ -156,8 +164,12 @@ pub struct Reflector {
 
 /// What to do after a step.
 pub(super) enum Next {
+    /// Open a watch from the last resourceVersion.
     Watch,
+    /// List again.
     Relist,
+    /// Follow this stream (a WatchList's, past its initial events) as the watch.
+    Follow(Box<super::watch::Stream>),
 }
 
 /// What to do after a failure.
@@ -182,6 +194,7 @@ impl Reflector {
             rv: String::new(),
             listed: false,
             watched: false,
+            watch_list_refused: false,
             backoff: Backoff::default(),
             alive: SystemTime::now(),
         }
@@ -197,9 +210,12 @@ impl Reflector {
         let mut next = Next::Relist;
         let mut from = ListFrom::Cache;
         while !self.stopped() {
-            let result = match next {
-                Next::Relist => self.list(from.clone()).map(|()| Next::Watch),
-                Next::Watch => self.watch(),
+            let step = std::mem::replace(&mut next, Next::Watch);
+            let failed_list = matches!(step, Next::Relist);
+            let result = match step {
+                Next::Relist => self.relist(&from),
+                Next::Watch => self.watch(None),
+                Next::Follow(stream) => self.watch(Some(*stream)),
             };
             let e = match result {
                 Ok(n) => {
@@ -210,7 +226,8 @@ impl Reflector {
                 Err(ApiError::Stopped) => return,
                 Err(e) => e,
             };
-            let failed_list = matches!(next, Next::Relist);
+            // After a wait, the step that failed is taken again.
+            next = if failed_list { Next::Relist } else { Next::Watch };
             match self.recover(&e) {
                 Recovery::Relist => {
                     // As client-go's: a watch that expired lists at the last resourceVersion
@@ -294,7 +311,8 @@ impl Reflector {
 
     /// Sleeps up to `d`, waking early on stop.
     fn sleep(&self, d: Duration) {
-        let until = Instant::now() + d;
+        let now = Instant::now();
+        let until = now.checked_add(d).unwrap_or(now + super::retry::MAX_RETRY_AFTER);
         while !self.stopped() {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {

@@ -1,7 +1,7 @@
 //! Waiting after a failed request, as client-go's reflector does: from 800 ms doubling up to
 //! 30 s, each wait stretched by a random part of itself so that many nodes do not retry in
 //! step, starting over after two quiet minutes or once the caller says it recovered; a
-//! server's `Retry-After` is honoured. And
+//! server's `Retry-After` is waited exactly, never less (up to an hour). And
 //! logging failures without flooding: a new kind of failure is logged, repeats only now and then.
 
 use super::client::ApiError;
@@ -16,8 +16,12 @@ const CAP: Duration = Duration::from_secs(30);
 /// A spell without failures after which waits start over from [`INITIAL`].
 const RESET_AFTER: Duration = Duration::from_secs(120);
 
-/// The longest `Retry-After` honoured (a server asking for more is asked again sooner).
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+/// The longest `Retry-After` honoured. Up to it, a server is asked again no sooner than it
+/// said (a 429 from 1.37's `ConsistentListFromCacheSkipTimeoutFallback`, or from priority and
+/// fairness, says when its cache or its queue will have room). client-go waits whatever it is
+/// told; a server asking for more than an hour is misconfigured, and is asked again after an
+/// hour rather than leaving the node's rules unfollowed for a day on one bad header.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
 /// How often a failure that keeps recurring is logged again.
 const REMIND_EVERY: Duration = Duration::from_secs(300);
@@ -64,6 +68,17 @@ impl Backoff {
             _ => jittered,
         }
     }
+}
+
+/// A `Retry-After` header's wait, as client-go reads it: whole seconds (a date or a negative
+/// number is not read, and the usual backoff applies); a number too large to hold is the
+/// longest wait honoured.
+pub(super) fn retry_after(header: &str) -> Option<Duration> {
+    let v = header.trim();
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(v.parse().map_or(MAX_RETRY_AFTER, Duration::from_secs))
 }
 
 /// Logs failures once per kind, reminding now and then while they recur.
@@ -123,7 +138,7 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_is_honoured_within_bounds() {
+    fn retry_after_is_waited_exactly_and_never_less_up_to_an_hour() {
         let mut b = Backoff::default();
         let busy = |secs| ApiError::Status {
             code: 429,
@@ -132,7 +147,21 @@ mod tests {
             retry_after: Some(Duration::from_secs(secs)),
         };
         assert_eq!(b.failed(&busy(7)), Duration::from_secs(7));
+        // Past the backoff's own cap, and far past what was once a five-minute bound.
+        for secs in [45, 600, 3599, 3600] {
+            assert_eq!(b.failed(&busy(secs)), Duration::from_secs(secs), "Retry-After: {secs}");
+        }
         assert_eq!(b.failed(&busy(0)), INITIAL, "a server asking for no wait still gets the floor");
-        assert_eq!(b.failed(&busy(86_400)), MAX_RETRY_AFTER);
+        assert_eq!(b.failed(&busy(86_400)), MAX_RETRY_AFTER, "a day is a misconfigured server's");
+    }
+
+    #[test]
+    fn retry_after_is_read_in_whole_seconds() {
+        assert_eq!(retry_after(" 120 "), Some(Duration::from_secs(120)));
+        assert_eq!(retry_after("0"), Some(Duration::ZERO));
+        assert_eq!(retry_after("99999999999999999999999"), Some(MAX_RETRY_AFTER), "too large to hold");
+        for unread in ["", "-5", "1.5", "Wed, 21 Oct 2015 07:28:00 GMT"] {
+            assert_eq!(retry_after(unread), None, "{unread:?}");
+        }
     }
 }

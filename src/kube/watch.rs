@@ -21,7 +21,7 @@ const BOOKMARK_SILENCE: Duration = Duration::from_secs(75);
 
 /// A watch that ends this soon without an event counts as a failure, so a server that
 /// closes every watch at once is not asked again in a loop.
-const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
+pub(super) const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
 
 /// The longest watch line or frame (one event) read. etcd stores objects of at most about
 /// 1.5 MiB (its default request limit), and an event is one object plus a few dozen bytes, so ten
@@ -85,6 +85,12 @@ fn read_line(reader: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<L
     }
 }
 
+/// Whether a JSON line that is no event is one the stream ended inside of: no newline, and
+/// JSON that breaks off (a whole object that is no event, a Status, is not cut short).
+fn cut_short(line: &[u8]) -> bool {
+    line.last() != Some(&b'\n') && serde_json::from_slice::<serde::de::IgnoredAny>(line).is_err_and(|e| e.is_eof())
+}
+
 /// Reads the next protobuf frame into `frame`, as [`read_line`] reads a line.
 fn read_frame(reader: &mut impl BufRead, frame: &mut Vec<u8>) -> std::io::Result<Line> {
     Ok(match protobuf::read_frame(reader, frame, MAX_LINE)? {
@@ -94,13 +100,72 @@ fn read_frame(reader: &mut impl BufRead, frame: &mut Vec<u8>) -> std::io::Result
     })
 }
 
+/// What reading a stream found next.
+pub(super) enum Got {
+    /// An event.
+    Event(Event),
+    /// A blank line (JSON streams may have them).
+    Blank,
+    /// The server ended the stream.
+    End,
+    /// Nothing arrived for the stream's idle bound.
+    Silent,
+    /// The stream broke (reset, cut, or past its deadline).
+    Broken(ureq::Error),
+}
+
+/// An open watch stream, read line by line (JSON) or frame by frame (protobuf).
+pub(super) struct Stream {
+    reader: std::io::BufReader<Deadline<ureq::BodyReader<'static>>>,
+    proto: bool,
+    /// How long it may stay silent.
+    idle: Duration,
+    /// The `timeoutSeconds` asked for.
+    timeout: Duration,
+    /// When it was asked for (a server may hold the headers back until its first event).
+    pub(super) started: Instant,
+    /// When the server accepted it.
+    pub(super) opened: Instant,
+    /// Events read from it so far.
+    pub(super) events: usize,
+    /// The line or frame being read, kept from one to the next.
+    line: Vec<u8>,
+}
+
+impl Stream {
+    /// Reads from now on give up once `deadline` (if any) is past, however the bytes trickle in.
+    pub(super) fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.reader.get_mut().until = deadline;
+    }
+}
+
+/// A reader that fails once its deadline is past, so that a server trickling bytes cannot
+/// hold a read (each of which the idle bound ends) for ever.
+struct Deadline<R> {
+    inner: R,
+    until: Option<Instant>,
+}
+
+impl<R: std::io::Read> std::io::Read for Deadline<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.until.is_some_and(|t| Instant::now() >= t) {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "past the stream's deadline"));
+        }
+        self.inner.read(buf)
+    }
+}
+
 impl Reflector {
-    /// Watches from the last resourceVersion until the stream ends; what ends it decides
-    /// whether the next step watches again or relists. Until the next watch opens or list
-    /// completes, the resource counts as stale since its last sign of life.
-    pub(super) fn watch(&mut self) -> Result<Next, ApiError> {
-        let mut opened = None;
-        let result = self.follow(&mut opened);
+    /// Follows `stream` (the WatchList's, past its initial events), or a watch opened from the
+    /// last resourceVersion, until the stream ends; what ends it decides whether the next step
+    /// watches again or relists. Until the next watch opens or list completes, the resource
+    /// counts as stale since its last sign of life.
+    pub(super) fn watch(&mut self, stream: Option<Stream>) -> Result<Next, ApiError> {
+        let mut opened = stream.as_ref().map(|s| (s.opened, s.timeout));
+        let result = match stream {
+            Some(s) => self.follow(s),
+            None => self.open_watch(&mut opened),
+        };
         self.shared.inbox.stale(self.resource.name, self.alive);
         if opened.is_some_and(|(at, timeout): (Instant, Duration)| at.elapsed() >= RECOVERED_AFTER.min(timeout)) {
             self.recovered();
@@ -108,73 +173,106 @@ impl Reflector {
         result
     }
 
-    /// Watches until the stream ends; `opened` is when the server accepted the watch, and the
-    /// `timeoutSeconds` it asked for.
-    fn follow(&mut self, opened: &mut Option<(Instant, Duration)>) -> Result<Next, ApiError> {
+    /// Opens a watch from the last resourceVersion and follows it; `opened` is when the server
+    /// accepted it, and the `timeoutSeconds` it asked for.
+    fn open_watch(&mut self, opened: &mut Option<(Instant, Duration)>) -> Result<Next, ApiError> {
         if std::mem::replace(&mut self.watched, true) {
             self.count(|m| &m.watch_restarts);
         }
-        let base = self.shared.settings.watch_timeout.as_secs().max(1);
-        let timeout = base + fastrand::u64(0..base);
-        let query = format!(
-            "?watch=true&allowWatchBookmarks=true&timeoutSeconds={timeout}&resourceVersion={}{}",
-            escape(&self.rv),
-            self.selectors()
-        );
-        let idle = (Duration::from_secs(timeout) + WATCH_IDLE_MARGIN).min(BOOKMARK_SILENCE);
-        let started = Instant::now();
-        let _pass = crate::skips::windowed(&format!("watching {}", self.resource.name), SKIPS_WINDOW);
-        let body = self.shared.client.watch(&format!("{}{query}", self.resource.path), idle)?;
-        *opened = Some((Instant::now(), Duration::from_secs(timeout)));
+        let query =
+            format!("?watch=true&allowWatchBookmarks=true&resourceVersion={}{}", escape(&self.rv), self.selectors());
+        let stream = self.open(&query)?;
+        *opened = Some((stream.opened, stream.timeout));
+        // A watch opened is a sign of life (a WatchList's is its bookmark, as a list's is its
+        // last page).
         self.lived();
+        self.follow(stream)
+    }
+
+    /// Opens the watch of `query` (`?watch=true&…`, without its `timeoutSeconds`): a random
+    /// timeout between the settings' and twice it, as client-go's reflector asks.
+    pub(super) fn open(&mut self, query: &str) -> Result<Stream, ApiError> {
+        let base = self.shared.settings.watch_timeout.as_secs().max(1);
+        let timeout = Duration::from_secs(base + fastrand::u64(0..base));
+        let idle = (timeout + WATCH_IDLE_MARGIN).min(BOOKMARK_SILENCE);
+        let path = format!("{}{query}&timeoutSeconds={}", self.resource.path, timeout.as_secs());
+        let started = Instant::now();
+        let body = self.shared.client.watch(&path, idle)?;
         let proto = protobuf::is_protobuf(body.mime_type());
-        let (unit, mut reader) = (if proto { "frame" } else { "line" }, std::io::BufReader::new(body.into_reader()));
-        let mut line = Vec::new();
-        let mut events = 0usize;
-        loop {
-            let read = if proto { read_frame(&mut reader, &mut line) } else { read_line(&mut reader, &mut line) };
-            match read {
-                Ok(Line::End) => {
-                    // The server closing the stream cleanly is a sign of life too.
-                    self.alive = SystemTime::now();
-                    break;
-                }
-                Ok(Line::Read) => self.alive = SystemTime::now(),
-                Ok(Line::TooLong) => {
-                    return Err(ApiError::Decode(format!(
-                        "watching {}: a {unit} longer than {} MiB, taken as a broken stream",
-                        self.resource.name,
-                        MAX_LINE >> 20
-                    )));
-                }
-                Err(e) => {
-                    let e = ureq::Error::from(e);
-                    if matches!(e, ureq::Error::Timeout(_)) {
-                        log::warn!("{}: the watch stayed silent for {idle:?}; reopening it", self.resource.name);
-                        return Ok(Next::Watch);
+        let reader = std::io::BufReader::new(Deadline { inner: body.into_reader(), until: None });
+        Ok(Stream { reader, proto, idle, timeout, started, opened: Instant::now(), events: 0, line: Vec::new() })
+    }
+
+    /// Reads the next event of `s` (or what ended it). A line or frame past [`MAX_LINE`], or
+    /// one that is not an event, is an error.
+    pub(super) fn next_event(&mut self, s: &mut Stream) -> Result<Got, ApiError> {
+        let read = if s.proto { read_frame(&mut s.reader, &mut s.line) } else { read_line(&mut s.reader, &mut s.line) };
+        let unit = if s.proto { "frame" } else { "line" };
+        match read {
+            Ok(Line::End) => {
+                // The server closing the stream cleanly is a sign of life too.
+                self.alive = SystemTime::now();
+                Ok(Got::End)
+            }
+            Ok(Line::TooLong) => Err(ApiError::Decode(format!(
+                "watching {}: a {unit} longer than {} MiB, taken as a broken stream",
+                self.resource.name,
+                MAX_LINE >> 20
+            ))),
+            Err(e) => match ureq::Error::from(e) {
+                ureq::Error::Timeout(_) => Ok(Got::Silent),
+                e => Ok(Got::Broken(e)),
+            },
+            Ok(Line::Read) => {
+                self.alive = SystemTime::now();
+                match self.parse(s.proto, &s.line) {
+                    Ok(Some(event)) => {
+                        s.events += 1;
+                        Ok(Got::Event(event))
                     }
-                    // A stream that served a while and then broke (reset, cut) is a watch that
-                    // ended, as client-go takes it: watch again at once. One that breaks at
-                    // once is a failure, so a server that always does it is not asked in a loop.
-                    if events > 0 || started.elapsed() >= VERY_SHORT_WATCH {
-                        log::info!("{}: the watch broke ({e}); watching again", self.resource.name);
-                        return Ok(Next::Watch);
+                    Ok(None) => Ok(Got::Blank),
+                    // The stream ended inside an event (a connection cut mid-line): a broken
+                    // stream, as client-go's decoder takes an unexpected end, not a line that
+                    // is no event (a protobuf frame cut short is already an error).
+                    Err(_) if !s.proto && cut_short(&s.line) => {
+                        let cut =
+                            std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the stream ended inside an event");
+                        Ok(Got::Broken(ureq::Error::Io(cut)))
                     }
-                    return Err(ApiError::Transport(format!("watching {}: {e}", self.resource.name)));
+                    Err(e) => Err(e),
                 }
             }
-            let Some(event) = self.parse(proto, &line)? else { continue };
-            self.event(event)?;
-            events += 1;
+        }
+    }
+
+    /// Follows `s` until it ends, delivering each event as it arrives.
+    fn follow(&mut self, mut s: Stream) -> Result<Next, ApiError> {
+        let _pass = crate::skips::windowed(&format!("watching {}", self.resource.name), SKIPS_WINDOW);
+        let name = self.resource.name;
+        loop {
+            match self.next_event(&mut s)? {
+                Got::Event(event) => self.event(event)?,
+                Got::Blank => {}
+                Got::End => break,
+                Got::Silent => {
+                    log::warn!("{name}: the watch stayed silent for {:?}; reopening it", s.idle);
+                    return Ok(Next::Watch);
+                }
+                // A stream that served a while and then broke (reset, cut) is a watch that
+                // ended, as client-go takes it: watch again at once. One that breaks at once
+                // is a failure, so a server that always does it is not asked in a loop.
+                Got::Broken(e) if s.events > 0 || s.started.elapsed() >= VERY_SHORT_WATCH => {
+                    log::info!("{name}: the watch broke ({e}); watching again");
+                    return Ok(Next::Watch);
+                }
+                Got::Broken(e) => return Err(ApiError::Transport(format!("watching {name}: {e}"))),
+            }
             if self.stopped() {
                 break;
             }
         }
-        if events == 0 && started.elapsed() < VERY_SHORT_WATCH && !self.stopped() {
-            return Err(ApiError::Transport(format!(
-                "watching {}: the server ended the watch at once",
-                self.resource.name
-            )));
+        if s.events == 0 && s.started.elapsed() < VERY_SHORT_WATCH && !self.stopped() {
+            return Err(ApiError::Transport(format!("watching {name}: the server ended the watch at once")));
         }
         Ok(Next::Watch)
     }
@@ -197,7 +295,7 @@ impl Reflector {
     /// Handles one watch event. One whose object is not of the watched kind (a Status in an
     /// `ADDED`, say) changes nothing: the stream is taken as broken, and watched again after
     /// a backoff from the last good resourceVersion.
-    fn event(&mut self, event: Event) -> Result<(), ApiError> {
+    pub(super) fn event(&mut self, event: Event) -> Result<(), ApiError> {
         if event.foreign(self.resource.kind) {
             return Err(ApiError::Decode(format!(
                 "watching {}: a {:?} event whose object is a {:?}, not a {}; watching again",
@@ -234,7 +332,7 @@ impl Reflector {
         Ok(())
     }
 
-    fn advance(&mut self, rv: String) {
+    pub(super) fn advance(&mut self, rv: String) {
         if !rv.is_empty() {
             self.rv = rv;
         }
@@ -266,5 +364,13 @@ mod tests {
         assert_eq!(line.len(), MAX_LINE);
         read_line(&mut reader, &mut line).unwrap();
         assert!(line.capacity() <= KEEP_CAPACITY, "the buffer is shrunk after a large line");
+    }
+
+    #[test]
+    fn only_a_line_that_breaks_off_is_a_cut_stream() {
+        assert!(cut_short(br#"{"type":"MODIFIED","obj"#));
+        assert!(!cut_short(br#"{"kind":"Status","code":500}"#), "whole, though no event");
+        assert!(!cut_short(b"this is not JSON {\n"), "garbage with its newline");
+        assert!(!cut_short(b"garbage"), "not JSON at all");
     }
 }

@@ -116,6 +116,19 @@ impl Emulator {
         request(&plain_agent(), "GET", &format!("{}{path}", self.control), None)
     }
 
+    /// The requests of `resource` the emulator saw on its API listener, oldest first (its
+    /// latest 2,000 over every resource): when (ms since the epoch), the verb (`watchlist`
+    /// for a WatchList), and the path and query.
+    pub fn requests(&self, resource: &str) -> Vec<(u64, String, String)> {
+        let all = self.list("/emulator/requests");
+        let field = |r: &Value, k: &str| r[k].as_str().unwrap_or_default().to_string();
+        let all = all.as_array().cloned().unwrap_or_default();
+        all.iter()
+            .filter(|r| r["resource"] == resource)
+            .map(|r| (r["atMs"].as_u64().unwrap_or(0), field(r, "verb"), field(r, "target")))
+            .collect()
+    }
+
     /// The rv of the last write, from stats.
     pub fn rv(&self) -> u64 {
         self.stats()["resourceVersion"].as_str().and_then(|s| s.parse().ok()).expect("resourceVersion")

@@ -18,6 +18,7 @@ mod credentials;
 mod distributions;
 mod dry_runs;
 mod faults;
+mod first_state;
 mod reporting;
 
 /// Where the emulator listens: the remote node's address, as a control plane off the node.
@@ -145,10 +146,12 @@ fn the_daemon_follows_the_api_server_through_a_real_kernel() {
     emu.apply(&Value::Array(annotated));
     std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(syncs(&d.logged()), before, "an annotation caused a sync:\n{}", d.logged());
-    // One list per resource, then watches only (before the dry runs below list too).
+    // One WatchList per resource, its stream followed as the watch since, and no list
+    // (before the dry runs below list).
     let stats = emu.stats();
-    for resource in ["services", "endpointslices", "nodes"] {
-        assert_eq!(stats["requests"]["list"][resource], 1, "{resource} listed more than once: {stats}");
+    for resource in ["services", "endpointslices", "nodes", "servicecidrs"] {
+        assert_eq!(stats["requests"]["watchlist"][resource], 1, "{resource}: {stats}");
+        assert_eq!(stats["requests"]["list"][resource].as_u64(), None, "{resource} listed: {stats}");
     }
     let twin = Netns::new("twin");
     assert_converges(&c, &emu, &twin, &d, "after the changes", Duration::from_secs(5));

@@ -1,7 +1,8 @@
 //! The API-server emulator's protocol, against the running binary: paging at a snapshot,
 //! selectors, watch replay and transitions, bookmarks, timeouts, compaction, every fault switch,
 //! authentication, stats, Events written and read back, protobuf to clients that prefer it
-//! (a JSON and a protobuf client delivering the same objects), and (when installed) real kubectl.
+//! (a JSON and a protobuf client delivering the same objects), WatchList served, refused and
+//! cut, and (when installed) real kubectl.
 
 use crate::common::emulator::{Emulator, Item, RawWatch, plain_agent, request, request_with, tls_agent};
 use serde_json::{Value, json};
@@ -10,6 +11,20 @@ use std::time::{Duration, Instant};
 mod clients;
 mod faults;
 mod lists_watches;
+mod watch_list;
+
+/// The first `kubectl` on PATH (tests/run installs Debian's `kubernetes-client` where none
+/// is). In CI a missing kubectl fails the test, so the emulator is always checked by a real
+/// client; elsewhere the test says why it skips.
+fn kubectl() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path).map(|d| d.join("kubectl")).find(|k| k.is_file());
+    if found.is_none() {
+        assert!(std::env::var_os("CI").is_none(), "kubectl is not installed: tests/run installs it");
+        println!("kubectl not installed; skipping");
+    }
+    found
+}
 
 fn svc(ns: &str, name: &str, labels: Value, cluster_ip: &str) -> Value {
     json!({"apiVersion":"v1","kind":"Service","metadata":{"name":name,"namespace":ns,"labels":labels},

@@ -1,5 +1,5 @@
 //! The tests that need neither root nor a kernel: the model, topology, configuration and
-//! kubeconfig, the manifests watcher, the sync loop through the in-memory `Kernel`, the golden
+//! kubeconfig, the manifests watcher, the API reflectors' WatchList, the sync loop through the in-memory `Kernel`, the golden
 //! dry runs and their incremental replays, and the debug views as data. One binary, so the
 //! crate is linked once for all of them.
 
@@ -17,4 +17,5 @@ mod manifests;
 mod model;
 mod sync_loop;
 mod topology;
+mod watch_list;
 mod watcher;

@@ -1,7 +1,8 @@
 //! The sources' watchers. The manifests source's: what it delivers to the sync thread as files
 //! change, and what it holds back when input is bad (nothing is lost). The API source's
-//! reflectors against the emulator: paced by the client-side rate limit (lists, relists), never
-//! slowed on a watch stream, and stopped promptly while they wait for a token.
+//! reflectors against the emulator, listing by LIST (the `WatchListClient` gate off; WatchList
+//! is in `watch_list.rs`): paced by the client-side rate limit (lists, relists), never slowed
+//! on a watch stream, and stopped promptly while they wait for a token.
 
 use crate::common::Scratch;
 use crate::common::emulator::Emulator;
@@ -158,7 +159,7 @@ fn a_path_that_appears_after_start_is_read() {
 }
 
 /// `n` Services with a slice each (one endpoint), and this Node, as one array for the emulator.
-fn api_objects(n: usize) -> serde_json::Value {
+pub(crate) fn api_objects(n: usize) -> serde_json::Value {
     let mut items = vec![serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"},
         "status": {"addresses": [{"type": "InternalIP", "address": "192.168.1.1"}]}})];
     for i in 0..n {
@@ -176,15 +177,15 @@ fn api_objects(n: usize) -> serde_json::Value {
 
 /// The reflectors of node-a following `emu` with `settings`: their shared state, threads and
 /// inbox, and when the client (and so its rate limit's bucket) was made.
-struct Reflectors {
-    shared: Arc<kube::Shared>,
+pub(crate) struct Reflectors {
+    pub(crate) shared: Arc<kube::Shared>,
     threads: Vec<std::thread::JoinHandle<()>>,
-    inbox: Arc<Inbox>,
-    made: Instant,
+    pub(crate) inbox: Arc<Inbox>,
+    pub(crate) made: Instant,
 }
 
 impl Reflectors {
-    fn start(emu: &Emulator, settings: kube::Settings) -> Reflectors {
+    pub(crate) fn start(emu: &Emulator, settings: kube::Settings) -> Reflectors {
         let cfg = kube::from_kubeconfig(&emu.kubeconfig(), None).expect("kubeconfig");
         let inbox = Arc::new(Inbox::default());
         let made = Instant::now();
@@ -196,7 +197,7 @@ impl Reflectors {
     }
 
     /// Sets the stop flag; how long until every reflector thread ended (panics past 5 s).
-    fn stop(self) -> Duration {
+    pub(crate) fn stop(self) -> Duration {
         let asked = Instant::now();
         self.shared.stop.store(true, Ordering::SeqCst);
         for t in self.threads {
@@ -211,7 +212,7 @@ impl Reflectors {
 }
 
 /// List requests (pages) the emulator answered, over every resource; and watches opened.
-fn requests(emu: &Emulator) -> (u64, u64) {
+pub(crate) fn requests(emu: &Emulator) -> (u64, u64) {
     let stats = emu.stats();
     let sum = |verb: &str| {
         stats["requests"][verb].as_object().map_or(0, |m| m.values().filter_map(serde_json::Value::as_u64).sum())
@@ -227,7 +228,7 @@ fn a_relist_storm_is_paced_by_the_rate_limit_and_a_stop_ends_the_wait_at_once() 
     // and in pages of 5 one round is some 16 requests.
     emu.fault(&serde_json::json!({"fail": {"status": 410, "verb": "watch", "count": 1_000_000}}));
     let before = requests(&emu).0;
-    let settings = kube::Settings { page_size: 5, qps: 1.0, burst: 2, ..kube::Settings::default() };
+    let settings = kube::Settings { page_size: 5, qps: 1.0, burst: 2, watch_list: false, ..kube::Settings::default() };
     let r = Reflectors::start(&emu, settings);
     std::thread::sleep(Duration::from_secs(5));
     let (lists, t) = (requests(&emu).0 - before, r.made.elapsed().as_secs_f64());
@@ -251,7 +252,7 @@ fn a_watch_that_expired_lists_once_at_its_last_resource_version_and_a_refused_li
     // asks for what is not older than the last resourceVersion seen, unpaged (a watch cache
     // answers it in one request), not the latest state in pages of 5 (six requests here).
     emu.fault(&serde_json::json!({"fail": {"status": 410, "verb": "watch", "resource": "services", "count": 1}}));
-    let settings = kube::Settings { page_size: 5, ..kube::Settings::default() };
+    let settings = kube::Settings { page_size: 5, watch_list: false, ..kube::Settings::default() };
     let r = Reflectors::start(&emu, settings);
     let rewatched = Instant::now();
     while watches(&emu) < 2 {
@@ -277,7 +278,7 @@ fn a_watch_that_expired_lists_once_at_its_last_resource_version_and_a_refused_li
 fn a_watch_stream_is_not_slowed_by_the_rate_limit() {
     let emu = Emulator::start(None, "127.0.0.1:0", None, &[]);
     emu.apply(&api_objects(0));
-    let settings = kube::Settings { qps: 1.0, burst: 2, ..kube::Settings::default() };
+    let settings = kube::Settings { qps: 1.0, burst: 2, watch_list: false, ..kube::Settings::default() };
     let r = Reflectors::start(&emu, settings);
     // Four first lists on a bucket of two: the last waits two seconds for its token.
     let mut listed = 0;

@@ -10,6 +10,7 @@ use crate::selectors::Selector;
 use crate::stats::Stats;
 use crate::store::{Mode, Store, StoreError, with_kind};
 use crate::watch::WatchRequest;
+use crate::watchlist::{self, Start};
 use crate::{control, discovery, events, list, openapi, proto};
 use serde_json::Value;
 use std::time::Duration;
@@ -85,19 +86,28 @@ pub fn route(app: &App, req: &Request, listener: Listener) -> Reply {
     // A protobuf client gets its failures as protobuf Statuses too.
     let failed = |resp: Response| if proto::wanted(req) { proto::status(resp) } else { resp };
     if listener == Listener::Api {
-        app.stats.request(verb, target.res.plural);
-        match app.faults.take(target.res.plural, verb, &req.target) {
+        let watch_list = verb == "watch" && watchlist::asked(req);
+        app.stats.request(verb, target.res.plural, &req.target, watch_list);
+        match app.faults.take(target.res.plural, verb, watch_list, &req.target) {
             Some(Failure::Answer(failure)) => return failed(failure).into(),
             Some(Failure::Slow(pace)) => {
                 return match handle(app, req, &target, verb) {
                     Ok(Reply::Done(resp)) | Err(resp) => Reply::Done(Response { pace: Some(pace), ..failed(resp) }),
-                    Ok(reply) => reply,
+                    Ok(Reply::Watch(mut w)) => {
+                        w.pace = Some(pace);
+                        Reply::Watch(w)
+                    }
                 };
             }
             None => {}
         }
     }
     match handle(app, req, &target, verb) {
+        // Like the other faults, a cut is for the API listener's WatchLists alone.
+        Ok(Reply::Watch(mut w)) if listener == Listener::Api && w.initial_events => {
+            w.cut_after = app.faults.take_cut(target.res.plural);
+            Reply::Watch(w)
+        }
         Ok(reply) => reply,
         Err(resp) => failed(resp).into(),
     }
@@ -236,6 +246,7 @@ fn resource_version(req: &Request) -> Result<Option<u64>, Response> {
 fn list_reply(app: &App, req: &Request, t: &Target) -> Result<Reply, Response> {
     let selector = selector(app, req, t)?;
     resource_version(req)?;
+    watchlist::check_list(req)?;
     let limit = match req.param("limit").unwrap_or("") {
         "" => 0,
         v => v.parse().map_err(|_| bad(&format!("invalid limit: {v}")))?,
@@ -264,14 +275,31 @@ fn watch_request(app: &App, req: &Request, t: &Target) -> Result<WatchRequest, R
         "" => app.min_request_timeout.mul_f64(1.0 + fastrand::f64()),
         v => Duration::from_secs(v.parse().map_err(|_| bad(&format!("invalid timeoutSeconds: {v}")))?),
     };
+    let start = watchlist::watch_start(req, app.faults.serves_watch_list())?;
+    let asked = resource_version(req)?;
+    let current = app.store.versions().0;
+    let since = match start {
+        Start::Plain => asked,
+        // The state now, once the store has what was asked for (a watch cache waits a few
+        // seconds for it, then gives up as here).
+        Start::InitialEvents => match asked {
+            Some(rv) if rv > current => return Err(watchlist::too_large(rv, current)),
+            _ => None,
+        },
+        Start::NoInitialEvents => Some(asked.unwrap_or(current)),
+    };
+    let initial_events = start == Start::InitialEvents;
     Ok(WatchRequest {
         res: t.res,
         namespace: t.namespace.clone(),
         selector: selector(app, req, t)?,
-        since: resource_version(req)?,
+        since,
         bookmarks: req.param("allowWatchBookmarks") == Some("true"),
         proto: proto::wanted(req) && proto::served(t.res),
         timeout,
+        initial_events,
+        cut_after: None,
+        pace: None,
     })
 }
 

@@ -5,10 +5,19 @@ use rustix::net::RecvFlags;
 use rustls::{ServerConnection, StreamOwned};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// The byte stream of a connection.
-pub enum Io {
+/// The byte stream of a connection, counting what is written to it (before TLS: the HTTP
+/// bytes a client reads).
+pub struct Io {
+    stream: Stream,
+    sent: Option<Arc<AtomicU64>>,
+}
+
+/// The stream under [`Io`].
+enum Stream {
     /// Plain HTTP.
     Plain(TcpStream),
     /// HTTPS.
@@ -17,25 +26,29 @@ pub enum Io {
 
 impl Read for Io {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Io::Plain(s) => s.read(buf),
-            Io::Tls(s) => s.read(buf),
+        match &mut self.stream {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
         }
     }
 }
 
 impl Write for Io {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Io::Plain(s) => s.write(buf),
-            Io::Tls(s) => s.write(buf),
+        let n = match &mut self.stream {
+            Stream::Plain(s) => s.write(buf)?,
+            Stream::Tls(s) => s.write(buf)?,
+        };
+        if let Some(sent) = &self.sent {
+            sent.fetch_add(n as u64, Ordering::Relaxed);
         }
+        Ok(n)
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Io::Plain(s) => s.flush(),
-            Io::Tls(s) => s.flush(),
+        match &mut self.stream {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
         }
     }
 }
@@ -49,21 +62,22 @@ pub struct Conn {
 }
 
 impl Conn {
-    /// Wraps an accepted socket; `tls` makes it HTTPS.
-    pub fn new(tcp: TcpStream, tls: Option<ServerConnection>) -> io::Result<Conn> {
+    /// Wraps an accepted socket; `tls` makes it HTTPS; what is written to it is added to
+    /// `sent`, if given.
+    pub fn new(tcp: TcpStream, tls: Option<ServerConnection>, sent: Option<Arc<AtomicU64>>) -> io::Result<Conn> {
         let raw = tcp.try_clone()?;
-        let io = match tls {
-            Some(server) => Io::Tls(Box::new(StreamOwned::new(server, tcp))),
-            None => Io::Plain(tcp),
+        let stream = match tls {
+            Some(server) => Stream::Tls(Box::new(StreamOwned::new(server, tcp))),
+            None => Stream::Plain(tcp),
         };
-        Ok(Conn { io, tcp: raw })
+        Ok(Conn { io: Io { stream, sent }, tcp: raw })
     }
 
     /// Whether the client presented a certificate the verifier accepted (chained to the CA).
     pub fn has_client_cert(&self) -> bool {
-        match &self.io {
-            Io::Tls(s) => s.conn.peer_certificates().is_some_and(|c| !c.is_empty()),
-            Io::Plain(_) => false,
+        match &self.io.stream {
+            Stream::Tls(s) => s.conn.peer_certificates().is_some_and(|c| !c.is_empty()),
+            Stream::Plain(_) => false,
         }
     }
 

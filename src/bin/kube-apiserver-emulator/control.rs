@@ -1,4 +1,5 @@
-//! The `/emulator/*` control endpoints: bulk apply and delete, faults, and stats.
+//! The `/emulator/*` control endpoints: bulk apply and delete, faults, stats, and the latest
+//! requests.
 
 use crate::api::{App, bad, store_error};
 use crate::http::{Request, Response};
@@ -8,6 +9,7 @@ use serde_json::{Value, json};
 /// Handles `/emulator/{rest}`.
 pub fn handle(app: &App, req: &Request, rest: &str) -> Response {
     match (req.method.as_str(), rest) {
+        ("GET", "requests") => Response::json(200, app.stats.recent().to_string().into_bytes()),
         ("GET", "stats") => {
             let (rv, compacted) = app.store.versions();
             let open = app.store.lock().watchers.counts();

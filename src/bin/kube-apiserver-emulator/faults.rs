@@ -1,12 +1,14 @@
-//! Fault injection: the `/emulator/faults` switches, and the armed "fail the next N requests"
-//! rules (an error status, a redirect, a watch that opens with a 410 ERROR event, a Status
-//! answered with 200, or a list written slowly).
+//! Fault injection: the `/emulator/faults` switches (WatchList served or refused among them),
+//! and the armed "fail the next N requests" rules (an error status, a redirect, a watch that
+//! opens with a 410 ERROR event, a Status answered with 200, or a list written slowly), and
+//! the next WatchLists cut before their bookmark.
 
 use crate::http::{Response, reason_for, status_body};
 use crate::store::Store;
 use crate::watchers::{DropMode, WatchMsg};
 use serde_json::Value;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A fault request the emulator does not understand.
 #[derive(Debug, thiserror::Error)]
@@ -30,7 +32,8 @@ struct FailRule {
     as_event: bool,
     /// Answer 200 with a Status body carrying `status` (for a list: not the list asked for).
     in_200: bool,
-    /// Send the real answer, one byte per this many milliseconds (`status` 200).
+    /// Send the real answer (a list, or a watch stream), one byte per this many milliseconds
+    /// (`status` 200).
     byte_every_ms: Option<u64>,
 }
 
@@ -38,25 +41,59 @@ struct FailRule {
 pub enum Failure {
     /// Answer this instead.
     Answer(Response),
-    /// Answer as usual, one byte at a time with this pause.
+    /// Answer as usual (a watch stream too), one byte at a time with this pause.
     Slow(std::time::Duration),
 }
 
-/// The armed request failures.
+/// Cut the next `count` WatchLists (of `resource`, or any) after `after` initial objects.
+#[derive(Debug, Clone)]
+struct CutRule {
+    resource: Option<String>,
+    after: usize,
+    count: u64,
+}
+
+/// The armed request failures, and the switches requests read.
 #[derive(Debug, Default)]
 pub struct Faults {
     rules: Mutex<Vec<FailRule>>,
+    cuts: Mutex<Vec<CutRule>>,
+    /// WatchList refused (the `WatchList` gate off).
+    no_watch_list: AtomicBool,
 }
 
 impl Faults {
-    /// If a rule matches this request (`target`: its path and query as sent), uses one of its
-    /// count and returns what to do instead of answering as usual.
-    pub fn take(&self, plural: &str, verb: &str, target: &str) -> Option<Failure> {
+    /// Serves WatchList (`true`) or refuses it as a server with the gate off.
+    pub fn serve_watch_list(&self, on: bool) {
+        self.no_watch_list.store(!on, Ordering::SeqCst);
+    }
+
+    /// Whether WatchList is served.
+    pub fn serves_watch_list(&self) -> bool {
+        !self.no_watch_list.load(Ordering::SeqCst)
+    }
+
+    /// If a cut is armed for WatchLists of `plural`, uses one of its count: after how many
+    /// initial objects to cut.
+    pub fn take_cut(&self, plural: &str) -> Option<usize> {
+        let mut cuts = self.cuts.lock().unwrap_or_else(|e| e.into_inner());
+        let i = cuts.iter().position(|c| c.count > 0 && c.resource.as_deref().is_none_or(|p| p == plural))?;
+        cuts[i].count -= 1;
+        let after = cuts[i].after;
+        cuts.retain(|c| c.count > 0);
+        log::info!("fault: cutting a WatchList of {plural} after {after} objects");
+        Some(after)
+    }
+
+    /// If a rule matches this request (`target`: its path and query as sent; a rule for verb
+    /// `watchlist` matches only the watches that are WatchLists, one for `watch` every watch),
+    /// uses one of its count and returns what to do instead of answering as usual.
+    pub fn take(&self, plural: &str, verb: &str, watch_list: bool, target: &str) -> Option<Failure> {
         let mut rules = self.rules.lock().unwrap_or_else(|e| e.into_inner());
         let i = rules.iter().position(|r| {
             r.count > 0
                 && r.resource.as_deref().is_none_or(|p| p == plural)
-                && r.verb.as_deref().is_none_or(|v| v == verb)
+                && r.verb.as_deref().is_none_or(|v| v == verb || (v == "watchlist" && watch_list))
         })?;
         let rule = &mut rules[i];
         rule.count -= 1;
@@ -107,8 +144,19 @@ impl Faults {
                 }
                 "endless" => store.signal(Some(plural(value)?), &WatchMsg::Endless),
                 "fail" => self.arm(value)?,
+                "watch_list" => self.serve_watch_list(value.as_bool().unwrap_or(true)),
+                "cut_watch_list" => {
+                    let after = value["after"].as_u64().ok_or_else(|| FaultError::Unknown(value.to_string()))?;
+                    let cut = CutRule {
+                        resource: value["resource"].as_str().map(str::to_string),
+                        after: usize::try_from(after).unwrap_or(usize::MAX),
+                        count: value["count"].as_u64().unwrap_or(1),
+                    };
+                    self.cuts.lock().unwrap_or_else(|e| e.into_inner()).push(cut);
+                }
                 "clear" if value.as_bool() == Some(true) => {
-                    self.rules.lock().unwrap_or_else(|e| e.into_inner()).clear()
+                    self.rules.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                    self.cuts.lock().unwrap_or_else(|e| e.into_inner()).clear();
                 }
                 _ => return Err(FaultError::Unknown(format!("{key}: {value}"))),
             }

@@ -22,6 +22,7 @@ mod store;
 mod tls;
 mod watch;
 mod watchers;
+mod watchlist;
 
 use anyhow::Context;
 use clap::Parser;
@@ -78,6 +79,10 @@ struct Flags {
     /// does; by default such a list is answered whole, as the watch cache answers it.
     #[arg(long)]
     no_watch_cache: bool,
+    /// Refuse WatchList (`sendInitialEvents`) with 422, as a server with its `WatchList` gate
+    /// off, or one before 1.27, does (the `watch_list` fault switch turns it on and off later).
+    #[arg(long)]
+    no_watch_list: bool,
     /// The resourceVersion before the first write.
     #[arg(long, default_value_t = 1000)]
     start_resource_version: u64,
@@ -109,10 +114,12 @@ fn main() -> anyhow::Result<()> {
         let n = manifests::load(path, &catalog, &store).context("loading manifests")?;
         log::info!("loaded {n} objects from {}", path.display());
     }
+    let faults = faults::Faults::default();
+    faults.serve_watch_list(!flags.no_watch_list);
     let app = Arc::new(api::App {
         store,
         catalog,
-        faults: faults::Faults::default(),
+        faults,
         stats: stats::Stats::default(),
         bookmark_interval: flags.bookmark_interval,
         min_request_timeout: flags.min_request_timeout,

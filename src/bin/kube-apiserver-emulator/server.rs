@@ -87,7 +87,9 @@ fn connection(app: &App, tcp: TcpStream, mode: &Mode) {
         },
         _ => None,
     };
-    let mut conn = match Conn::new(tcp, tls) {
+    // What the API listener sends is counted (the benchmark's bytes per first state).
+    let sent = (!matches!(mode, Mode::Control)).then(|| app.stats.sent.clone());
+    let mut conn = match Conn::new(tcp, tls, sent) {
         Ok(c) => c,
         Err(e) => return log::warn!("connection from {peer}: {e}"),
     };

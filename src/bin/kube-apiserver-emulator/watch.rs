@@ -1,5 +1,8 @@
-//! Watch streams: the initial replay, live events filtered with selector transitions, bookmarks,
-//! the timeout, and the stream-level faults (drop, stall, expire, malformed, garbage).
+//! Watch streams: the initial replay (or state, ending a WatchList's with its bookmark), live
+//! events filtered with selector transitions, bookmarks, the timeout, and the stream-level
+//! faults (drop, stall, expire, malformed, garbage, a WatchList cut before its bookmark).
+
+mod faults;
 
 use crate::conn::Conn;
 use crate::history::{Change, Event, Obj};
@@ -39,6 +42,13 @@ pub struct WatchRequest {
     pub timeout: Duration,
     /// Stream protobuf frames instead of JSON lines.
     pub proto: bool,
+    /// A WatchList's: the initial state ends with the bookmark saying so (bookmarks allowed).
+    pub initial_events: bool,
+    /// A WatchList cut (a fault): the connection breaks after this many initial objects, or
+    /// at the end of them if fewer, before the bookmark.
+    pub cut_after: Option<usize>,
+    /// A trickle (a fault): the stream's body written one byte at a time with this pause.
+    pub pace: Option<Duration>,
 }
 
 /// Whether the connection can serve another request after the stream.
@@ -117,13 +127,25 @@ impl Stream<'_> {
         write_stream_head(&mut self.conn.io, proto::stream_type(self.req.proto))?;
         match initial {
             Initial::State(objs) => {
+                let mut sent = 0;
                 for o in objs.unwrap_or_default() {
+                    if self.req.cut_after.is_some_and(|n| sent >= n) {
+                        break;
+                    }
                     if self.selected(&o) {
                         self.send("ADDED", &o)?;
+                        sent += 1;
                     }
                     if self.out.len() > FLUSH_AT {
                         self.flush()?;
                     }
+                }
+                if self.req.cut_after.is_some() {
+                    return self.drop_stream(DropMode::Abrupt);
+                }
+                if self.req.initial_events && self.req.bookmarks {
+                    let rv = self.last_rv;
+                    self.bookmark(rv, true);
                 }
             }
             Initial::Replay(events) => {
@@ -199,10 +221,10 @@ impl Stream<'_> {
 
     fn item(&mut self, item: Item) -> io::Result<Option<End>> {
         match item {
-            Item::Bookmark(rv) if !self.stalled => self.bookmark(rv)?,
+            Item::Bookmark(rv) if !self.stalled => self.bookmark(rv, false),
             Item::Finish(rv) => {
                 if self.req.bookmarks {
-                    self.bookmark(rv)?;
+                    self.bookmark(rv, false);
                 }
                 return self.finish().map(Some);
             }
@@ -285,54 +307,19 @@ impl Stream<'_> {
         Ok(())
     }
 
-    fn bookmark(&mut self, rv: u64) -> io::Result<()> {
-        if self.req.proto {
-            self.frame("BOOKMARK", protobuf::metadata_only("", "", &rv.to_string()));
-            return Ok(());
-        }
-        let res = self.req.res;
-        let obj = format!(
-            r#"{{"kind":"{}","apiVersion":"{}","metadata":{{"resourceVersion":"{rv}"}}}}"#,
-            res.kind,
-            res.api_version()
-        );
-        self.line("BOOKMARK", obj.as_bytes())
-    }
-
-    fn malformed(&mut self) -> io::Result<()> {
-        let res = self.req.res;
-        if self.req.proto {
-            let ns = if res.namespaced { "default" } else { "" };
-            let mut raw = protobuf::metadata_only(ns, "emulator-malformed", &self.last_rv.to_string());
-            // Field 2 (every kind's second part) as a number where a message belongs.
-            raw.extend_from_slice(&[0x10, 0x07]);
-            self.frame("MODIFIED", raw);
-            return Ok(());
-        }
-        let ns = if res.namespaced { r#""namespace":"default","# } else { "" };
-        let (field, bad) = res.malformed;
-        let obj = format!(
-            r#"{{"kind":"{}","apiVersion":"{}","metadata":{{{ns}"name":"emulator-malformed","resourceVersion":"{}"}},"{field}":{bad}}}"#,
-            res.kind,
-            res.api_version(),
-            self.last_rv
-        );
-        self.line("MODIFIED", obj.as_bytes())
-    }
-
-    fn foreign(&mut self, ns: &str, name: &str) -> io::Result<()> {
-        let rv = self.last_rv.to_string();
-        if self.req.proto {
-            let status = protobuf::seal("v1", "Status", protobuf::metadata_only(ns, name, &rv));
-            chunk(&mut self.out, &protobuf::watch_frame("DELETED", status));
-            return Ok(());
-        }
-        let meta = serde_json::json!({"namespace": ns, "name": name, "resourceVersion": rv});
-        let obj = serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": meta, "status": "Failure"});
-        self.line("DELETED", obj.to_string().as_bytes())
+    /// A bookmark at `rv`; `initial_events_end` ends a WatchList's initial events.
+    fn bookmark(&mut self, rv: u64, initial_events_end: bool) {
+        chunk(&mut self.out, &crate::watchlist::bookmark(self.req.res, rv, initial_events_end, self.req.proto));
     }
 
     fn flush(&mut self) -> io::Result<()> {
+        if let Some(pace) = self.req.pace {
+            for byte in std::mem::take(&mut self.out) {
+                self.conn.io.write_all(&[byte])?;
+                self.conn.io.flush()?;
+                std::thread::sleep(pace);
+            }
+        }
         if !self.out.is_empty() {
             self.conn.io.write_all(&self.out)?;
             self.out.clear();
@@ -351,47 +338,6 @@ impl Stream<'_> {
         let msg = format!("too old resource version: {} ({})", self.last_rv, compacted.max(self.last_rv + 1));
         chunk(&mut self.out, &error_event(&msg, self.req.proto));
         self.finish()
-    }
-
-    /// Starts an event whose line never ends; cuts the connection after [`ENDLESS_LIMIT`]
-    /// bytes, or when the client gives up.
-    fn endless(&mut self) -> io::Result<End> {
-        if self.req.proto {
-            // A frame announcing 4 GiB, of which the bytes below are the start.
-            chunk(&mut self.out, &[0xff; 4]);
-        } else {
-            chunk(&mut self.out, br#"{"type":"MODIFIED","object":{"padding":""#);
-        }
-        self.flush()?;
-        let mut block = Vec::new();
-        chunk(&mut block, &[b'a'; 64 * 1024]);
-        let mut sent = 0;
-        while sent < ENDLESS_LIMIT {
-            if self.conn.io.write_all(&block).is_err() {
-                return Ok(End::Close);
-            }
-            sent += 64 * 1024;
-        }
-        self.conn.shutdown();
-        Ok(End::Close)
-    }
-
-    fn drop_stream(&mut self, mode: DropMode) -> io::Result<End> {
-        match mode {
-            DropMode::Clean => self.finish(),
-            DropMode::Abrupt => {
-                // A chunk header promising more bytes than ever arrive.
-                self.out.extend_from_slice(b"400\r\n{\"type\":\"MODIFIED\",\"obj");
-                self.flush()?;
-                self.conn.shutdown();
-                Ok(End::Close)
-            }
-            DropMode::Reset => {
-                self.flush()?;
-                self.conn.arm_reset();
-                Ok(End::Close)
-            }
-        }
     }
 }
 

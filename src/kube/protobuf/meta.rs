@@ -92,6 +92,21 @@ pub(crate) struct Naming {
     pub resource_version: Option<String>,
 }
 
+/// Just an object's annotations (a bookmark's: the one that ends a WatchList's initial events
+/// says so in one), the rest of it skipped unread.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct AnnotationsOnly {
+    #[prost(message, optional, tag = "1")]
+    pub metadata: Option<Annotations>,
+}
+
+/// The annotations of `meta.v1.ObjectMeta`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct Annotations {
+    #[prost(btree_map = "string, string", tag = "12")]
+    pub annotations: BTreeMap<String, String>,
+}
+
 /// `meta.v1.Time` (and `MicroTime`, numbered alike).
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct Time {

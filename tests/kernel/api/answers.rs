@@ -1,5 +1,5 @@
 //! Answers that are not what was asked for, and faults in a burst: a Status answered with 200
-//! to a relist, or a watch event whose object is another kind, changes nothing in the kernel
+//! to a relist (its WatchList and its list), or a watch event whose object is another kind, changes nothing in the kernel
 //! (in JSON and in protobuf), and the node follows again as soon as the server does; seven
 //! recovered faults in 40 s leave the node following within seconds, not blind for a minute.
 
@@ -30,9 +30,10 @@ fn a_status_in_place_of_a_list_or_an_object_changes_nothing() {
         // Short watches, so that a fault meets a watch soon after it is opened too.
         let d = following(&c, &emu, &twin, &["--watch-timeout=2s", content_type]);
         let before = table(&c);
-        // The next two lists of Services are answered 200 with a Status; a 410 makes the
-        // daemon list again.
-        let status = json!({"status": 500, "in_200": true, "verb": "list", "resource": "services", "count": 2});
+        // A 410 makes the daemon list again, and the next two requests for Services (the
+        // WatchList, then the list it falls back to, as client-go's does on an answer that is
+        // not a stream of events) are answered 200 with a Status.
+        let status = json!({"status": 500, "in_200": true, "resource": "services", "count": 2});
         emu.fault(&json!({"fail": status, "resource": "services", "expire": true}));
         let refused = wait_for(Duration::from_secs(15), || d.logged().contains("a Status, not a list"));
         assert!(refused.is_some(), "{content_type}: the Status was not reported:\n{}", d.logged());

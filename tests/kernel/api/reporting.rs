@@ -53,9 +53,12 @@ fn every_api_request_shows_in_client_gos_rest_client_metrics() {
         return;
     }
     let (c, emu) = serving_web(2, 1);
-    // The first watch of Services is answered 410: counted with that code, then a relist.
+    // The first watch of Services is answered 410: counted with that code, then a relist. By
+    // lists (the WatchList gate off), which are timed and take tokens; WatchLists, which are
+    // neither, are in first_state.rs.
     emu.fault(&json!({"fail": {"status": 410, "verb": "watch", "resource": "services", "count": 1}}));
-    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &[&format!("--metrics-bind-address={METRICS}")], &[]);
+    let flags = [&format!("--metrics-bind-address={METRICS}"), "--feature-gates=WatchListClient=false"];
+    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &flags, &[]);
     let scrape = || crate::common::net::http_get(&c.node.name, METRICS, "/metrics").map(|r| r.2).unwrap_or_default();
     let requests = |code: &str, method: &str| {
         format!("rest_client_requests_total{{code=\"{code}\",host=\"{API_ADDR}\",method=\"{method}\"}}")

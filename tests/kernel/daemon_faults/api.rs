@@ -1,5 +1,6 @@
-//! A misbehaving API server followed by the daemon: watches refused, redirects, endless lines,
-//! trickling lists, a dead connection; never a loop, memory bounded, `/livez` told.
+//! A misbehaving API server followed by the daemon: watches refused (WatchLists too),
+//! redirects, endless lines, trickling lists and WatchLists, a dead connection; never a loop,
+//! memory bounded, `/livez` told.
 
 use super::*;
 
@@ -39,11 +40,12 @@ fn a_server_refusing_every_watch_is_listed_a_few_times_not_in_a_loop() {
         json!({"status": 504, "verb": "watch", "count": 1_000_000}),
         json!({"status": 410, "as_event": true, "verb": "watch", "count": 1_000_000}),
     ];
+    // By lists (the WatchList gate off); a server refusing every WatchList is below.
     for refusal in refusals {
         emu.fault(&json!({"fail": refusal}));
         let before = lists(&emu);
         let started = std::time::Instant::now();
-        let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &[], &[]);
+        let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &["--feature-gates=WatchListClient=false"], &[]);
         assert!(serves(&c, "pod-1", Duration::from_secs(8)).is_some(), "{refusal}: never served:\n{}", d.logged());
         std::thread::sleep(Duration::from_secs(10).saturating_sub(started.elapsed()));
         let log = d.stop();
@@ -53,6 +55,21 @@ fn a_server_refusing_every_watch_is_listed_a_few_times_not_in_a_loop() {
         assert!((8..=16).contains(&listed), "{refusal}: {listed} lists in about ten seconds:\n{log}");
         emu.fault(&json!({"clear": true}));
     }
+    // Every WatchList answered 410 (too old, which no real server says of the latest state):
+    // each asks again for the latest state after the same backoff, never in a loop.
+    let streamed = |emu: &Emulator| {
+        let stats = emu.stats();
+        stats["requests"]["watchlist"].as_object().map_or(0, |m| m.values().filter_map(Value::as_u64).sum())
+    };
+    emu.fault(&json!({"fail": {"status": 410, "verb": "watchlist", "count": 1_000_000}}));
+    let (before, listed) = (streamed(&emu), lists(&emu));
+    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &[], &[]);
+    std::thread::sleep(Duration::from_secs(10));
+    let log = d.stop();
+    let asked = streamed(&emu) - before;
+    assert!((8..=16).contains(&asked), "{asked} WatchLists in about ten seconds:\n{log}");
+    assert_eq!(lists(&emu), listed, "a 410 asks for the WatchList again, not a list:\n{log}");
+    emu.fault(&json!({"clear": true}));
 }
 
 #[test]
@@ -132,11 +149,33 @@ fn a_list_trickling_in_is_logged_and_given_up_after_a_minute() {
     }
     let (c, emu) = api_cluster(&[]);
     emu.fault(&json!({"fail": {"status": 200, "byte_every_ms": 1000, "resource": "services", "verb": "list"}}));
-    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &[], &[]);
+    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &["--feature-gates=WatchListClient=false"], &[]);
     let slow = "listing services: a page is taking longer than 10s";
     assert!(d.logs_within(slow, Duration::from_secs(15)), "a slow list went unlogged:\n{}", d.logged());
     assert!(serves(&c, "pod-1", Duration::from_secs(70)).is_some(), "the slow list was not retried:\n{}", d.logged());
     assert!(d.logged().contains("a page took longer than 60s"), "{}", d.logged());
+    d.stop();
+}
+
+#[test]
+fn a_watch_list_trickling_in_is_listed_instead_after_a_minute() {
+    if !kernel_available() {
+        return;
+    }
+    let (c, emu) = api_cluster(&[]);
+    // One byte a second: the first event alone would take minutes. As a server that ignores
+    // sendInitialEvents (and never sends the bookmark), it is listed after the bound.
+    emu.fault(&json!({"fail": {"status": 200, "byte_every_ms": 1000, "resource": "services", "verb": "watchlist"}}));
+    let started = std::time::Instant::now();
+    let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &[], &[]);
+    assert!(serves(&c, "pod-1", Duration::from_secs(80)).is_some(), "never listed instead:\n{}", d.logged());
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(60), "listed after {took:?}, before the bound");
+    let log = d.logged();
+    assert!(log.contains("no end of the initial events within 60s") && log.contains("listing instead"), "{log}");
+    let stats = emu.stats();
+    assert_eq!(stats["requests"]["list"]["services"], 1, "{stats}");
+    assert_eq!(stats["requests"]["list"]["endpointslices"].as_u64(), None, "the others streamed: {stats}");
     d.stop();
 }
 
