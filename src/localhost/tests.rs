@@ -159,17 +159,14 @@ fn an_idle_thread_takes_the_next_job_instead_of_a_new_one() {
     use std::sync::mpsc;
     let (tx, rx) = mpsc::channel();
     let ran = |tx: mpsc::Sender<std::thread::ThreadId>| Box::new(move || tx.send(std::thread::current().id()).unwrap());
-    super::workers::run(ran(tx.clone())).unwrap();
-    let first = rx.recv_timeout(Duration::from_secs(5)).unwrap();
-    // Other tests' connections may take it first; one of a few jobs lands on it again.
-    std::thread::sleep(Duration::from_millis(50));
-    let again: Vec<_> = (0..8)
+    // One job at a time: each finds the thread of the one before (or another test's) idle.
+    let ids: std::collections::HashSet<_> = (0..8)
         .map(|_| {
             super::workers::run(ran(tx.clone())).unwrap();
             let id = rx.recv_timeout(Duration::from_secs(5)).unwrap();
-            std::thread::sleep(Duration::from_millis(10));
+            std::thread::sleep(Duration::from_millis(20));
             id
         })
         .collect();
-    assert!(again.contains(&first), "no thread was used twice: {first:?} then {again:?}");
+    assert!(ids.len() <= 3, "eight jobs one after another took {} threads: {ids:?}", ids.len());
 }
