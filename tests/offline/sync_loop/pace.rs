@@ -156,9 +156,12 @@ fn each_change_is_counted_under_what_held_it() {
         synced(&fake, 6);
     });
     let count = |r: &str| waits(&m, r).get_sample_count();
-    // The second change came to an idle loop after a partial sync was measured: gathered.
-    let counts = (count("none"), count("gather"), count("cost"), count("retry"));
-    assert_eq!(counts, (1, 1, 1, 1), "pace: {}", count("pace"));
+    // The second change came to an idle loop after a partial sync was measured: gathered, or,
+    // when a loaded machine held the loop's thread past the few milliseconds of the gather
+    // window, taken at once (`a_service_and_its_slice_a_moment_apart_take_one_sync` tests the
+    // gathering itself).
+    let counts = (count("none") + count("gather"), count("cost"), count("retry"), count("pace"));
+    assert_eq!(counts, (2, 1, 1, 0), "none {}, gather {}", count("none"), count("gather"));
     assert!(waits(&m, "cost").get_sample_sum() >= 0.09, "{:?}", waits(&m, "cost"));
     assert!(waits(&m, "retry").get_sample_sum() >= 0.99, "{:?}", waits(&m, "retry"));
 }
