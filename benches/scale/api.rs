@@ -34,6 +34,11 @@ const ISOLATED_GAP: Duration = Duration::from_millis(50);
 const CHURN_BATCH: u32 = 10;
 const CHURN_TICK: Duration = Duration::from_millis(100);
 
+/// The steady churn: the same rate, one change at a time, as a cluster-wide rollout delivers
+/// them (the batches above coalesce ten changes into one sync for free).
+const STEADY_BATCH: u32 = 1;
+const STEADY_TICK: Duration = Duration::from_millis(10);
+
 /// A new Service + EndpointSlice pair every this many churn ticks (2.5 a second).
 const CHURN_PAIR_TICKS: u32 = 4;
 
@@ -152,24 +157,24 @@ fn live(rig: &Rig, mon: &mut Monitor, changes: &mut Changes) {
     std::thread::sleep(Duration::from_secs(2));
 }
 
-/// The churn: `CHURN_BATCH` changes every `CHURN_TICK` for `secs`, on a daemon with default
-/// flags; `on_tick` runs after each tick's post.
+/// The churn: `batch` changes every `tick` for `secs`, on a daemon with default flags;
+/// `on_tick` runs after each tick's post.
 fn churn(
     (rig, d, log): (&Rig, &Daemon, &LogTail),
     mon: &mut Monitor,
     changes: &mut Changes,
-    secs: u32,
+    (batch, tick_every, secs): (u32, Duration, u32),
     mut on_tick: impl FnMut(u32),
 ) -> Value {
     let mut posted: Vec<(String, Instant)> = Vec::new();
     let from_line = log.lines().len();
     let (cpu0, emu0) = (cpu_s(d.pid()), cpu_s(rig.emu.pid()).0);
     let start = Instant::now();
-    let ticks = secs * (Duration::from_secs(1).as_millis() / CHURN_TICK.as_millis()) as u32;
+    let ticks = secs * (Duration::from_secs(1).as_millis() / tick_every.as_millis()) as u32;
     for tick in 0..ticks {
-        let due = start + CHURN_TICK * tick;
+        let due = start + tick_every * tick;
         std::thread::sleep(due.saturating_duration_since(Instant::now()));
-        let (slices, ips): (Vec<Value>, Vec<String>) = (0..CHURN_BATCH).map(|_| changes.next()).unzip();
+        let (slices, ips): (Vec<Value>, Vec<String>) = (0..batch).map(|_| changes.next()).unzip();
         let at = Instant::now();
         post(&rig.emu, slices);
         posted.extend(ips.into_iter().map(|ip| (ip, at)));
@@ -288,11 +293,19 @@ pub fn run(case: &Case, sizes: Sizes) -> Value {
     let one = isolated(&rig, &mut mon, &mut changes, sizes.isolated);
     eprintln!("api: isolated {one}");
     d2.stop();
+    // 7. The steady churn's baseline in the same run: the pace's bound alone, no share aimed at.
+    let (d3, log3, _, _, _) = rig.daemon(&["--sync-share=1"]);
+    std::thread::sleep(Duration::from_secs(2));
+    let steady = (STEADY_BATCH, STEADY_TICK, sizes.churn_s);
+    let unaimed = churn((&rig, &d3, &log3), &mut mon, &mut changes, steady, |_| {});
+    eprintln!("api: steady churn, the bound alone {unaimed}");
+    d3.stop();
     json!({"services": case.services, "endpoints": case.endpoints,
            "start": {"ms": start_ms, "following_ms": following, "all_listed_ms": all_listed,
                      "listed": listings(&lines, spawned), "sync": first},
            "restart": restart, "isolated": one, "pairs_isolated": followed["pairs_isolated"],
-           "churn": followed["churn"], "all_at_once": followed["all_at_once"],
+           "churn": followed["churn"], "steady_churn": followed["steady_churn"], "steady_churn_unaimed": unaimed,
+           "all_at_once": followed["all_at_once"],
            "change_wait": followed["change_wait"], "rss_start_mb": rss_start,
            "rss_after_churn_mb": followed["rss_after_churn_mb"], "requests": served, "covered_s": covered_s,
            "warnings": warnings, "warning_lines": warning_lines, "debug_views": views})
@@ -315,20 +328,23 @@ fn follow_changes(
     eprintln!("api: isolated pairs {pairs_isolated}");
     std::thread::sleep(Duration::from_secs(2));
     let from = pairs.all.len();
-    let mut churned = churn((rig, d, log), &mut mon, changes, sizes.churn_s, |tick| {
+    let mut churned = churn((rig, d, log), &mut mon, changes, (CHURN_BATCH, CHURN_TICK, sizes.churn_s), |tick| {
         if tick % CHURN_PAIR_TICKS == 0 {
             pairs.post(&rig.emu, &mut prober);
         }
     });
     churned["pairs"] = pairs.figures(from, &mut mon, &prober, Duration::from_secs(5));
     eprintln!("api: churn {churned}");
+    std::thread::sleep(Duration::from_secs(3));
+    let steady = churn((rig, d, log), &mut mon, changes, (STEADY_BATCH, STEADY_TICK, sizes.churn_s), |_| {});
+    eprintln!("api: steady churn {steady}");
     let waits_after_churn = latency_pairs::change_wait(&rig.ns.name);
     std::thread::sleep(Duration::from_secs(3));
     let rss_after = rss_mb(d.pid());
     let all = latency_pairs::all_at_once(&rig.ns.name, &rig.emu, log, &mut mon, changes.all());
     eprintln!("api: every slice at once {all}");
     let waits_after_all = latency_pairs::change_wait(&rig.ns.name);
-    let v = json!({"pairs_isolated": pairs_isolated, "churn": churned, "all_at_once": all,
+    let v = json!({"pairs_isolated": pairs_isolated, "churn": churned, "steady_churn": steady, "all_at_once": all,
                    "change_wait": {"after_churn": waits_after_churn, "after_all": waits_after_all},
                    "rss_after_churn_mb": rss_after});
     (v, mon)

@@ -60,6 +60,7 @@ pub fn effective(flags: &Flags) -> Value {
     config["kubeNftproxy"] = json!({
         "manifests": flags.manifests.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
         "fullSyncPeriod": go_duration(flags.full_sync_period),
+        "syncShare": flags.sync_share,
         "nftTimeout": go_duration(flags.nft_timeout),
         "cleanupKubeProxyAtStart": flags.cleanup_kube_proxy_at_start,
         "serviceProxyName": flags.service_proxy_name.clone().unwrap_or_default(),

@@ -125,6 +125,10 @@ impl FileSettings {
         let own = &f.kube_nftproxy;
         set!(m, manifests, text(&own.manifests).map(|p| Some(PathBuf::from(p))));
         set!(m, full_sync_period, nonzero(own.full_sync_period));
+        let share = checked(("kubeNftproxy.syncShare", "must be above 0 and at most 1"), own.sync_share, |v| {
+            (v > 0.0 && v <= 1.0).then_some(v)
+        })?;
+        set!(m, sync_share, share);
         set!(m, nft_timeout, nonzero(own.nft_timeout));
         set!(m, cleanup_kube_proxy_at_start, own.cleanup_kube_proxy_at_start);
         let name = text(&own.service_proxy_name).map(|n| parse_service_proxy_name(&n).map(Some));

@@ -6,7 +6,7 @@ use super::compat::NoEffect;
 use super::features::FeatureGates;
 use super::values::{
     parse_duration, parse_go_bool, parse_healthz_bind, parse_metrics_bind, parse_period, parse_proxy_mode,
-    parse_service_proxy_name, parse_vmodule,
+    parse_service_proxy_name, parse_share, parse_vmodule,
 };
 use clap::Parser;
 use std::path::PathBuf;
@@ -158,6 +158,12 @@ pub struct Flags {
     /// Interval of full syncs that replace the tables whole, repairing any drift.
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_period, help_heading = NFTABLES)]
     pub full_sync_period: Duration,
+    /// The share of one core syncs aim for while changes keep coming: each sync is followed by
+    /// a rest that keeps syncing within it, so a steady stream of changes is applied several
+    /// at a time, while an isolated change still goes at once. Below the min-sync-period's
+    /// bound; 1 leaves that bound alone.
+    #[arg(long, value_name = "SHARE", default_value = "0.08", value_parser = parse_share, help_heading = NFTABLES)]
+    pub sync_share: f64,
     /// Longest a helper command may run before it is killed: `nft --version` (at most 10s; the
     /// version is only logged) and `iptables-legacy-save` (looking for kube-proxy's legacy
     /// chains). Syncs and the takeover go over netlink and run none.

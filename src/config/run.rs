@@ -115,6 +115,8 @@ pub struct Periods {
     pub sync: Duration,
     /// Interval of full syncs that repair drift.
     pub full_sync: Duration,
+    /// The share of one core syncs aim for while changes keep coming (`--sync-share`).
+    pub share: f64,
 }
 
 /// Where the HTTP endpoints are served (none: off).
@@ -195,6 +197,7 @@ impl Run {
                 min_sync: flags.min_sync_period,
                 sync: flags.sync_period,
                 full_sync: flags.full_sync_period,
+                share: flags.sync_share,
             },
             serve: Serve {
                 healthz: flags.healthz_bind_address.0,

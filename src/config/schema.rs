@@ -130,6 +130,7 @@ pub(super) struct Logging {
 pub(super) struct Own {
     pub(super) manifests: Option<String>,
     pub(super) full_sync_period: Option<GoDuration>,
+    pub(super) sync_share: Option<f64>,
     pub(super) nft_timeout: Option<GoDuration>,
     pub(super) cleanup_kube_proxy_at_start: Option<bool>,
     pub(super) service_proxy_name: Option<String>,

@@ -148,7 +148,7 @@ conntrack: {maxPerCore: 0, min: 7, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeou
 clientConnection: {kubeconfig: /etc/kube-nftproxy/kubeconfig}
 oomScoreAdj: -500
 logging: {verbosity: 4}
-kubeNftproxy: {manifests: /etc/m, fullSyncPeriod: 2h, nftTimeout: 10s, cleanupKubeProxyAtStart: false}
+kubeNftproxy: {manifests: /etc/m, fullSyncPeriod: 2h, syncShare: 0.2, nftTimeout: 10s, cleanupKubeProxyAtStart: false}
 "#;
     let (f, unknown) = load(&file("every", text), &[]).unwrap();
     assert!(unknown.is_empty(), "{unknown:?}");
@@ -177,6 +177,7 @@ kubeNftproxy: {manifests: /etc/m, fullSyncPeriod: 2h, nftTimeout: 10s, cleanupKu
     assert_eq!(f.manifests, Some(PathBuf::from("/etc/m")));
     assert_eq!((f.full_sync_period, f.nft_timeout), (Duration::from_secs(7200), Duration::from_secs(10)));
     assert!(!f.cleanup_kube_proxy_at_start);
+    assert_eq!(f.sync_share, 0.2);
     let cfg = Config::from_flags(&f).unwrap();
     assert_eq!(cfg.detect_local, DetectLocal::BridgeInterface("cbr0".into()));
     assert_eq!(cfg.masquerade_mark, 1 << 5);
@@ -371,4 +372,21 @@ fn nodeport_addresses_take_upstreams_keywords_and_localhost_asks_for_both_loopba
     let (f, _) = load_from(["kube-nftproxy", "--hostname-override=n", "--nodeport-addresses=localhost"]).unwrap();
     let cfg = Config::from_flags(&f).unwrap();
     assert!(!cfg.nodeport_addresses.primary && !cfg.localhost_nodeports, "the gate is off by default: {cfg:?}");
+}
+
+#[test]
+fn the_sync_share_is_a_share_of_one_core() {
+    assert_eq!(defaults().sync_share, 0.08);
+    for (given, share) in [("0.5", 0.5), ("1", 1.0), ("8%", 0.08), (" 25 % ", 0.25)] {
+        let (f, _) = load_from(["kube-nftproxy", &format!("--sync-share={given}")]).unwrap();
+        assert!((f.sync_share - share).abs() < 1e-12, "{given}: {}", f.sync_share);
+    }
+    for bad in ["0", "-0.1", "1.5", "150%", "much"] {
+        let e = load_from(["kube-nftproxy", &format!("--sync-share={bad}")]).unwrap_err().to_string();
+        assert!(e.contains("share of one core"), "{bad}: {e}");
+    }
+    let text =
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nkubeNftproxy: {syncShare: 2}\n";
+    let e = load(&file("share", text), &[]).unwrap_err().to_string();
+    assert!(e.contains("kubeNftproxy.syncShare"), "{e}");
 }

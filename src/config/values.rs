@@ -179,6 +179,19 @@ pub fn parse_period(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// A share of one core: above zero, at most one (`0.08`, or `8%`).
+pub fn parse_share(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let value = match t.strip_suffix('%') {
+        Some(pct) => pct.trim().parse::<f64>().map(|p| p / 100.0),
+        None => t.parse::<f64>(),
+    };
+    match value {
+        Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
+        _ => Err(format!("{s:?}: a share of one core above 0 and at most 1 (0.08, or 8%)")),
+    }
+}
+
 /// Whether `name` is a DNS-1123 subdomain, as Kubernetes requires of node names.
 pub fn valid_node_name(name: &str) -> bool {
     name.len() <= 253 && name.split('.').all(crate::model::is_dns_label)

@@ -102,7 +102,7 @@ impl<K: Kernel> Syncer<K> {
             dirty: true,
             force_full: true,
             refresh: false,
-            pace: Pace::new(periods.min_sync, now),
+            pace: Pace::new(periods.min_sync, now).aiming_at(periods.share),
             last_full: now,
             retry: RetryPace::new(periods.min_sync, periods.sync),
             refused: families::Refused::new(periods.min_sync, periods.sync),

@@ -83,13 +83,25 @@ pub(super) struct Pace {
     measured: bool,
     /// What the last partial sync that sent something cost.
     partial: Duration,
+    /// The busy share aimed for while changes keep coming (`--sync-share`), when below the
+    /// period's bound.
+    aim: f64,
 }
 
 impl Pace {
     pub(super) fn new(period: Duration, now: Instant) -> Pace {
         let full = period.mul_f64(MIN_FULL_COST_PER_PERIOD);
         let credit = full.as_secs_f64() * BANKED_FULL_SYNCS;
-        Pace { period, full, credit, at: now, measured: false, partial: Duration::ZERO }
+        Pace { period, full, credit, at: now, measured: false, partial: Duration::ZERO, aim: 1.0 }
+    }
+
+    /// Aims the pace at `share` of one core while changes keep coming: each sync earns a rest
+    /// of its cost × (1 − share) / share once the bank is spent, so a steady stream of changes
+    /// goes out several to a sync instead of one each, and the first changes after a quiet
+    /// spell still go at once from the bank.
+    pub(super) fn aiming_at(mut self, share: f64) -> Pace {
+        self.aim = share.clamp(f64::MIN_POSITIVE, 1.0);
+        self
     }
 
     /// How long a change that arrives to an idle loop may be held for the ones that follow it:
@@ -102,10 +114,10 @@ impl Pace {
         if self.period.is_zero() { Duration::ZERO } else { (self.partial / 2).min(GATHER_MAX) }
     }
 
-    /// The busy share the pace allows: F / (F + P).
+    /// The busy share the pace allows: F / (F + P), or the share aimed at when lower.
     pub(super) fn share(&self) -> f64 {
         let f = self.full.as_secs_f64();
-        f / (f + self.period.as_secs_f64())
+        (f / (f + self.period.as_secs_f64())).min(self.aim)
     }
 
     /// The most that can be banked.
@@ -211,6 +223,38 @@ mod tests {
         // The bound, plus the 400 ms banked at the start spread over the minute.
         assert!(share <= pace.share() + 0.4 / 60.0 + 1e-3, "share {share}");
         assert!(syncs <= 1320, "{syncs} syncs");
+    }
+
+    /// Changes one every 10 ms for a minute, each sync as soon as the pace allows and costing
+    /// 4 ms plus 0.1 ms a change: the busy share, the syncs, and the longest a change waited.
+    fn steady_stream(pace: &mut Pace, start: Instant) -> (f64, usize, Duration) {
+        let arrivals: Vec<Instant> = (0..6000).map(|i| start + MS * 10 * i).collect();
+        let (mut t, mut next, mut busy, mut syncs, mut longest) = (start, 0, Duration::ZERO, 0, Duration::ZERO);
+        while next < arrivals.len() {
+            t = t.max(arrivals[next]).max(pace.next_allowed());
+            let taken = arrivals[next..].iter().take_while(|a| **a <= t).count();
+            longest = longest.max(t - arrivals[next]);
+            let cost = MS * 4 + Duration::from_micros(100) * taken as u32;
+            pace.charge(t, t + cost, false, true);
+            (t, next, busy, syncs) = (t + cost, next + taken, busy + cost, syncs + 1);
+        }
+        (busy.as_secs_f64() / (t - start).as_secs_f64(), syncs, longest)
+    }
+
+    #[test]
+    fn a_steady_stream_of_changes_is_coalesced_to_the_share_aimed_at() {
+        // At 30k services a full sync costs about 350 ms: the period's bound alone lets syncs
+        // take 26 % of the time, one sync a change.
+        let (mut unaimed, start) = measured(MS * 350);
+        let (share, syncs, _) = steady_stream(&mut unaimed, start);
+        assert!(share > 0.25 && syncs > 3000, "without an aim: {share} busy, {syncs} syncs");
+        let (pace, start) = measured(MS * 350);
+        let mut aimed = pace.aiming_at(0.08);
+        let (share, syncs, longest) = steady_stream(&mut aimed, start);
+        // The aim, plus the 700 ms bank spent at the start.
+        assert!(share <= 0.08 + 0.7 / 60.0 + 1e-3, "busy {share}");
+        assert!(syncs < 1500, "{syncs} syncs for 6,000 changes");
+        assert!(longest <= MS * 60, "a change waited {longest:?}");
     }
 
     #[test]

@@ -232,8 +232,12 @@ fn change(v: Value) -> ObjectChange {
 /// A loop over `fake` with metrics, past its first (good) sync of one Local Service.
 fn synced_loop(fake: &Fake) -> (Syncer<Fake>, Inbox, Arc<Metrics>) {
     let cfg = Config::from_flags(&Flags::parse_from(["kube-nftproxy", "--hostname-override=node-a"])).unwrap();
-    let periods =
-        Periods { min_sync: Duration::ZERO, sync: Duration::from_secs(30), full_sync: Duration::from_secs(3600) };
+    let periods = Periods {
+        min_sync: Duration::ZERO,
+        sync: Duration::from_secs(30),
+        full_sync: Duration::from_secs(3600),
+        share: 1.0,
+    };
     let m = Arc::new(Metrics::new().unwrap());
     let mut syncer = Syncer::new(cfg, periods, fake.clone(), &["manifests"])
         .with_observers(Observers::default().with_metrics(m.clone()));

@@ -182,7 +182,7 @@ fn config() -> Config {
 }
 
 fn periods(min_sync: Duration) -> Periods {
-    Periods { min_sync, sync: Duration::from_secs(30), full_sync: Duration::from_secs(3600) }
+    Periods { min_sync, sync: Duration::from_secs(30), full_sync: Duration::from_secs(3600), share: 1.0 }
 }
 
 fn change(v: Value) -> ObjectChange {
@@ -303,6 +303,7 @@ fn the_loop_sleeps_when_nothing_can_be_done() {
         min_sync: Duration::from_secs(1),
         sync: Duration::from_secs(30),
         full_sync: Duration::from_millis(10),
+        share: 1.0,
     };
     // Each full sync costs 20 ms: the share of a 1 s period is 50 / 1050 (a full sync counts as
     // at least 50 ms), so one earns a rest of 400 ms.

@@ -119,33 +119,42 @@ fn pair_rows(m: &Value) -> Vec<ApiRow> {
     rows
 }
 
-/// The churn: its rate, syncs, event to kernel, and CPU.
+/// Both churns (`churn`: ten changes together every 100 ms; `steady_churn`: one every 10 ms):
+/// rate, syncs, event to kernel, and CPU.
 fn churn_rows(m: &Value) -> Vec<ApiRow> {
-    let churn_s = m["churn"]["seconds"].as_f64().unwrap_or(0.0);
-    vec![
-        api_row(
-            format!(
-                "churn: changes ({:.0}/s for {churn_s:.0} s)",
-                m["churn"]["changes"].as_f64().unwrap_or(0.0) / churn_s.max(1.0)
+    let mut rows = Vec::new();
+    let churns = [
+        ("churn", "churn"),
+        ("steady_churn", "steady churn, one by one"),
+        ("steady_churn_unaimed", "the same, --sync-share=1 (baseline)"),
+    ];
+    for (key, name) in churns {
+        let secs = m[key]["seconds"].as_f64().unwrap_or(0.0);
+        let per_s = m[key]["changes"].as_f64().unwrap_or(0.0) / secs.max(1.0);
+        let row = |label: &str, k: &'static str, target| api_row(format!("{name}: {label}"), &[key, k], target);
+        rows.extend([
+            row(&format!("changes ({per_s:.0}/s for {secs:.0} s)"), "changes", Target::None),
+            row("syncs (min-sync-period 1 s)", "syncs", Target::None),
+            row("sync time median, ms (logged)", "sync_ms_median", Target::None),
+            row("sync time max, ms (logged)", "sync_ms_max", Target::None),
+            row("event → kernel p50, ms", "p50_ms", Target::Max(30.0)),
+            row("event → kernel p99, ms", "p99_ms", Target::Max(100.0)),
+            row("event → kernel max, ms", "max_ms", Target::None),
+            row("never in the kernel", "missing", Target::Equal(0.0)),
+            row(
+                "daemon CPU, % of one core",
+                "daemon_cpu_pct",
+                match key {
+                    "churn" => Target::Max(15.0),
+                    "steady_churn" => Target::Max(10.0),
+                    _ => Target::None,
+                },
             ),
-            &["churn", "changes"],
-            Target::None,
-        ),
-        api_row("churn: syncs (min-sync-period 1 s)".into(), &["churn", "syncs"], Target::None),
-        api_row("churn: sync time median, ms (logged)".into(), &["churn", "sync_ms_median"], Target::None),
-        api_row("churn: sync time max, ms (logged)".into(), &["churn", "sync_ms_max"], Target::None),
-        api_row("churn: event → kernel p50, ms".into(), &["churn", "p50_ms"], Target::Max(30.0)),
-        api_row("churn: event → kernel p99, ms".into(), &["churn", "p99_ms"], Target::Max(100.0)),
-        api_row("churn: event → kernel max, ms".into(), &["churn", "max_ms"], Target::None),
-        api_row("churn: never in the kernel".into(), &["churn", "missing"], Target::Equal(0.0)),
-        api_row("churn: daemon CPU, % of one core".into(), &["churn", "daemon_cpu_pct"], Target::Max(15.0)),
-        api_row(
-            "churn: daemon's children (nft) CPU, % of one core".into(),
-            &["churn", "daemon_children_cpu_pct"],
-            Target::None,
-        ),
-        api_row("churn: emulator CPU, % of one core".into(), &["churn", "emulator_cpu_pct"], Target::None),
-    ]
+            row("daemon's children (nft) CPU, % of one core", "daemon_children_cpu_pct", Target::None),
+            row("emulator CPU, % of one core", "emulator_cpu_pct", Target::None),
+        ]);
+    }
+    rows
 }
 
 /// Every slice changed in one post: until the kernel has the last, and the syncs it took.

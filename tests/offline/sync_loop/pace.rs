@@ -221,3 +221,45 @@ fn a_change_set_touching_many_services_is_rendered_from_scratch_and_sent_as_the_
     assert_eq!(shape, [(Resync::Replace, "Replaced"), (Resync::Changes, "Patched"), (Resync::Changes, "Rebuilt")]);
     assert_eq!(calls[2].endpoints.iter().filter(|e| e.contains("10.102.")).count(), 1300, "every change applied");
 }
+
+/// Changes one every 10 ms for 3 s to a loop whose full sync costs 200 ms and partial ones
+/// 4 ms, aiming at `share` of a core: the syncs of the last second (the bank of two full
+/// syncs is spent by then), and how long after it was sent the last change was applied.
+fn steady_stream(share: f64) -> (usize, Duration) {
+    let fake = Fake::default();
+    fake.with(|s| s.costs = (MS * 200, MS * 4));
+    let (syncer, inbox) = listed(&fake, Periods { share, ..periods(Duration::from_secs(1)) }, 3);
+    let mut result = (0, Duration::ZERO);
+    running(syncer, &inbox, || {
+        first_sync_and_rest(&fake);
+        let start = Instant::now();
+        let mut at_two_seconds = 0;
+        for g in 1..=300u32 {
+            std::thread::sleep((start + MS * 10 * g).saturating_duration_since(Instant::now()));
+            // Endpoint 10.1.(g % 200 + 1).(g % 3 + 1): the last is 10.1.101.1.
+            inbox.send(slice(g % 3, g % 200 + 1));
+            if g == 200 {
+                at_two_seconds = fake.calls().len();
+            }
+        }
+        let last = Instant::now();
+        let applied = || fake.calls().last().is_some_and(|c| c.endpoints.iter().any(|e| e.contains("10.1.101.1")));
+        while !applied() {
+            assert!(last.elapsed() < Duration::from_secs(5), "the last change was never applied");
+            std::thread::sleep(MS);
+        }
+        result = (fake.calls().len() - at_two_seconds, last.elapsed());
+    });
+    result
+}
+
+#[test]
+fn a_steady_stream_of_changes_one_by_one_is_coalesced_to_the_share_aimed_at() {
+    // The bound alone, F / (F + P) = 17 %: a 4 ms sync rests 20 ms, about 40 syncs a second.
+    let (unaimed, _) = steady_stream(1.0);
+    // Aimed at 5 %: it rests 76 ms, about 12 a second.
+    let (aimed, drained) = steady_stream(0.05);
+    assert!(unaimed >= 25, "{unaimed} syncs in the last second without an aim");
+    assert!(aimed * 2 < unaimed, "{aimed} syncs aimed, {unaimed} not, in the last second");
+    assert!(drained < MS * 300, "the last change was applied {drained:?} after it was sent");
+}
