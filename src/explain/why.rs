@@ -35,7 +35,9 @@ fn localhost_nodeport(e: &Explanation, model: &Model, cfg: &Config) -> Option<(&
     let gate = crate::config::features::LOCALHOST_NODE_PORTS;
     let text = if listening && exact {
         let mut view = crate::localhost::LocalhostView::new(vec![family]);
-        view.update(model, &cfg.node_name, true, std::iter::empty());
+        // The Service that has the port alone: not the whole cluster for one question.
+        let key: crate::model::ObjectKey = (sp.name.namespace.clone(), sp.name.name.clone());
+        view.update(model, &cfg.node_name, false, [key].iter());
         match view.wanted().remove(&(family, port)) {
             Some(spec) => {
                 let pick =

@@ -41,23 +41,11 @@ impl LocalView {
         all: bool,
         touched: impl Iterator<Item = &'k ObjectKey>,
     ) -> bool {
-        let mut changed = false;
-        if all {
-            // Every Service, without copying 30k keys: the ones gone first, then the rest.
-            let gone: Vec<ObjectKey> =
-                self.services.keys().filter(|k| !model.services.contains_key(*k)).cloned().collect();
-            for key in &gone {
-                changed |= self.refresh(model, node, key);
-            }
-            for key in model.services.keys() {
-                changed |= self.refresh(model, node, key);
-            }
-        } else {
-            for key in touched {
-                changed |= self.refresh(model, node, key);
-            }
-        }
-        changed
+        let gone: Vec<ObjectKey> = match all {
+            true => self.services.keys().filter(|k| !model.services.contains_key(*k)).cloned().collect(),
+            false => Vec::new(),
+        };
+        model.refresh_services(all, &gone, touched, |key| self.refresh(model, node, key))
     }
 
     /// Brings one Service up to `model`; whether its health-check port or answer changed.

@@ -70,20 +70,11 @@ impl LocalhostView {
         all: bool,
         touched: impl Iterator<Item = &'k ObjectKey>,
     ) -> bool {
-        let mut changed = false;
-        if all {
-            let before = self.services.len();
-            self.services.retain(|k, _| model.services.contains_key(k));
-            changed |= before != self.services.len();
-            for key in model.services.keys() {
-                changed |= self.refresh(model, node, key);
-            }
-        } else {
-            for key in touched {
-                changed |= self.refresh(model, node, key);
-            }
-        }
-        changed
+        let gone: Vec<ObjectKey> = match all {
+            true => self.services.keys().filter(|k| !model.services.contains_key(*k)).cloned().collect(),
+            false => Vec::new(),
+        };
+        model.refresh_services(all, &gone, touched, |key| self.refresh(model, node, key))
     }
 
     fn refresh(&mut self, model: &Model, node: &str, key: &ObjectKey) -> bool {

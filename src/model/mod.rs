@@ -351,6 +351,30 @@ impl ApiObject {
 }
 
 impl Model {
+    /// Brings a per-Service view up to the model: `refresh` each Service in `touched`, or with
+    /// `all` each of `gone` (the view's Services the model no longer has), then every Service.
+    /// Whether any refresh said its Service changed.
+    pub fn refresh_services<'k>(
+        &self,
+        all: bool,
+        gone: &[ObjectKey],
+        touched: impl Iterator<Item = &'k ObjectKey>,
+        mut refresh: impl FnMut(&ObjectKey) -> bool,
+    ) -> bool {
+        let mut changed = false;
+        if all {
+            // Every Service without copying 30k keys: only the gone ones were collected.
+            for key in gone.iter().chain(self.services.keys()) {
+                changed |= refresh(key);
+            }
+        } else {
+            for key in touched {
+                changed |= refresh(key);
+            }
+        }
+        changed
+    }
+
     /// A model of `objects` for node `node_name`, and the objects refused on the way (each
     /// refused object is left out; the rest are kept).
     pub fn from_objects(objects: &[ApiObject], node_name: &str) -> (Model, Vec<ObjectError>) {
