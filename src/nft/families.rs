@@ -160,6 +160,7 @@ fn merge(a: SyncReport, b: SyncReport) -> SyncReport {
     SyncReport {
         kind,
         bytes: a.bytes + b.bytes,
+        transactions: a.transactions + b.transactions,
         script,
         deleted_chains: a.deleted_chains + b.deleted_chains,
         unsure: a.unsure || b.unsure,
@@ -172,6 +173,7 @@ fn nothing() -> SyncReport {
     SyncReport {
         kind: SyncKind::Unchanged,
         bytes: 0,
+        transactions: 0,
         script: String::new(),
         deleted_chains: 0,
         unsure: false,

@@ -12,24 +12,26 @@ use crate::netlink::TableObject;
 use crate::render::{self, Foreign, Found, MapName, Ruleset, TABLE_NAME};
 
 impl Applier {
-    /// Brings the tables of `scope` to `desired` whatever they hold: refreshes them in place
-    /// when they exist (tampering included: whatever someone else added goes), replaces them
-    /// when they do not or the refresh fails.
+    /// Brings the tables of `scope` to `desired` whatever they hold: builds them in stages
+    /// when none serves packets yet (`staged`), refreshes them in place when they do
+    /// (tampering included: whatever someone else added goes), replaces them in one
+    /// transaction when the refresh fails.
     pub(super) fn full(
         &mut self,
         desired: &Ruleset,
         scope: &[Family],
         deleted_chains: usize,
     ) -> Result<SyncReport, NftError> {
-        if self.tables_exist(scope)? {
-            match self.refresh(desired, scope, deleted_chains) {
-                Ok(report) => return Ok(report),
-                // A family refused before is retried quietly: the sync loop said it once.
-                Err(e) if scope.iter().all(|f| self.refused.contains(f)) => {
-                    log::debug!("rewriting the tables in place failed again, replacing them: {e}")
-                }
-                Err(e) => log::warn!("rewriting the tables in place failed, replacing them: {e}"),
+        if !self.serving(scope)? {
+            return self.staged(desired, scope, deleted_chains);
+        }
+        match self.refresh(desired, scope, deleted_chains) {
+            Ok(report) => return Ok(report),
+            // A family refused before is retried quietly: the sync loop said it once.
+            Err(e) if scope.iter().all(|f| self.refused.contains(f)) => {
+                log::debug!("rewriting the tables in place failed again, replacing them: {e}")
             }
+            Err(e) => log::warn!("rewriting the tables in place failed, replacing them: {e}"),
         }
         let script = render::full_sync_script_of(desired, &self.node, scope)?;
         let mut batch = Batch::new();
@@ -41,7 +43,7 @@ impl Applier {
     }
 
     /// Forgets the sets of `scope`'s tables, which a full sync declares anew.
-    fn forget(&mut self, scope: &[Family]) {
+    pub(super) fn forget(&mut self, scope: &[Family]) {
         for family in scope {
             self.schema.forget(*family);
         }
@@ -91,25 +93,18 @@ impl Applier {
         let (bytes, lines) = batch.finish_with_lines();
         let unsure = self.quietly(&bytes).map_err(|e| lines.explain(e, &script))?;
         self.schema.sent();
-        Ok(SyncReport { kind, bytes: bytes.len(), script, deleted_chains, unsure, refused: Vec::new() })
+        let transactions = 1;
+        Ok(SyncReport { kind, bytes: bytes.len(), transactions, script, deleted_chains, unsure, refused: Vec::new() })
     }
 
     /// Sends `batch` with the guard's notifications paused; true when another process
     /// committed meanwhile (the generation moved by more than our one transaction).
     fn quietly(&self, batch: &[u8]) -> Result<bool, NftError> {
-        let send = || {
+        self.counting(|| {
             self.own.add(self.sender.port()?);
-            self.sender.send(batch).map(|()| 1)
-        };
-        let Some(quiet) = &self.quiet else {
-            send()?;
-            return Ok(false);
-        };
-        let mut sock = netlink::Socket::open()?;
-        let before = sock.generation()?;
-        let ours = quiet.during(send)?;
-        let after = sock.generation()?;
-        Ok(after.wrapping_sub(before) != ours)
+            self.sender.send(batch)?;
+            Ok(1)
+        })
     }
 
     /// What each of our tables holds that a refresh must know of: what someone else added
@@ -149,17 +144,6 @@ impl Applier {
             all.push(found);
         }
         Ok(all)
-    }
-
-    /// Whether a table of `scope` exists.
-    fn tables_exist(&self, scope: &[Family]) -> Result<bool, NftError> {
-        let mut sock = netlink::Socket::open()?;
-        for family in scope {
-            if sock.table_exists(netlink::NfFamily::from(*family), TABLE_NAME)? {
-                return Ok(true);
-            }
-        }
-        Ok(false)
     }
 }
 

@@ -15,10 +15,12 @@ pub mod guard;
 pub mod kdiff;
 pub mod owners;
 mod report;
+mod staged;
 pub mod wire;
 
 pub use error::NftError;
 pub use report::{Resync, SyncKind, SyncReport};
+pub use staged::STAGE_ELEMENTS;
 
 use crate::model::Family;
 use crate::netlink;
@@ -150,6 +152,7 @@ impl Applier {
                 let report = SyncReport {
                     kind: SyncKind::Unchanged,
                     bytes: 0,
+                    transactions: 0,
                     script: String::new(),
                     deleted_chains,
                     unsure: false,
@@ -171,7 +174,8 @@ impl Applier {
         }
         let bytes = part.batch.len();
         let script = part.script;
-        Ok(SyncReport { kind: SyncKind::Partial, bytes, script, deleted_chains, unsure: false, refused: Vec::new() })
+        let (kind, transactions) = (SyncKind::Partial, 1);
+        Ok(SyncReport { kind, bytes, transactions, script, deleted_chains, unsure: false, refused: Vec::new() })
     }
 
     /// The partial transaction for `update`, for the tables of `scope`.

@@ -22,8 +22,10 @@ pub enum SyncKind {
 pub struct SyncReport {
     /// Kind of transaction.
     pub kind: SyncKind,
-    /// The batch's size.
+    /// The batch's size (all of them, for a staged build).
     pub bytes: usize,
+    /// The transactions it took: one, or none when nothing was sent; a staged build's stages.
+    pub transactions: u32,
     /// The script compiled into it: a partial sync's with its elements, a full sync's without
     /// (they go from the ruleset straight into the batch).
     pub script: String,

@@ -182,11 +182,32 @@ pub(crate) fn element(b: &mut Vec<u8>, e: &Laid) {
     }
 }
 
+/// The elements a finished batch adds, and the messages they are in.
+#[cfg(test)]
+pub(crate) fn element_count(bytes: &[u8]) -> (usize, usize) {
+    use crate::netlink::attr;
+    let (mut rest, mut elements, mut messages) = (bytes, 0, 0);
+    while rest.len() >= 16 {
+        let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        let kind = u16::from_ne_bytes([rest[4], rest[5]]);
+        if kind == (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWSETELEM {
+            messages += 1;
+            let body = &rest[16..len];
+            // A length field that wrapped would end the list early and read its elements as
+            // attributes of the message: the strict reader refuses that or counts too few.
+            let attrs = attr::all(&body[4..]).expect("every length field holds its attribute's whole size");
+            let list = attr::get(&attrs, NFTA_SET_ELEM_LIST_ELEMENTS).expect("an element list");
+            elements += attr::all(list).expect("elements").len();
+        }
+        rest = &rest[len..];
+    }
+    (elements, messages)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::Protocol;
-    use crate::netlink::attr;
     use std::sync::Arc;
 
     #[test]
@@ -203,21 +224,7 @@ mod tests {
         batch.elements(Family::V6, "t", &MapName::ServiceIps, true, entries.iter().map(|(k, v)| (k, v)));
         let bytes = batch.finish();
         assert!(bytes.len() > 2 * usize::from(u16::MAX), "the test needs elements worth several lists");
-        let (mut rest, mut elements, mut messages) = (&bytes[..], 0, 0);
-        while rest.len() >= 16 {
-            let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-            let kind = u16::from_ne_bytes([rest[4], rest[5]]);
-            if kind == (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWSETELEM {
-                messages += 1;
-                let body = &rest[16..len];
-                // A length field that wrapped would end the list early and read its elements as
-                // attributes of the message: the strict reader refuses that or counts too few.
-                let attrs = attr::all(&body[4..]).expect("every length field holds its attribute's whole size");
-                let list = attr::get(&attrs, NFTA_SET_ELEM_LIST_ELEMENTS).expect("an element list");
-                elements += attr::all(list).expect("elements").len();
-            }
-            rest = &rest[len..];
-        }
+        let (elements, messages) = element_count(&bytes);
         assert_eq!(elements, 300);
         assert!(messages >= 3, "{messages} messages");
     }

@@ -45,7 +45,7 @@ use crate::model::{Family, Model, NodeInfo, Protocol};
 use askama::Template;
 use ipnet::IpNet;
 use std::net::IpAddr;
-use templates::{EndpointMapDecl, FullSync, LbChain, TableView};
+use templates::{EndpointMapDecl, FullSync, Hooks, LbChain, TableView};
 
 /// Rendering failed; only a template that cannot be written out does that.
 #[derive(Debug, thiserror::Error)]
@@ -268,6 +268,20 @@ pub fn full_sync_script_of(ruleset: &Ruleset, node: &str, families: &[Family]) -
     render_template(&sync, "full-sync.nft")
 }
 
+/// A first sync in stages (`nft::Applier`'s staged build), as two scripts without elements:
+/// the tables of `families` replaced with their base chains empty, so that nothing reaches
+/// the rest yet, and then the base chains' rules alone, which hook the finished tables in
+/// at once.
+pub fn staged_scripts(ruleset: &Ruleset, node: &str, families: &[Family]) -> Result<(String, String), RenderError> {
+    let mut tables = table_views(ruleset, true, families);
+    for t in &mut tables {
+        t.hooks = false;
+    }
+    let body = render_template(&FullSync { node, refresh: false, tables }, "full-sync.nft")?;
+    let hooks = render_template(&Hooks { node, tables: table_views(ruleset, true, families) }, "hooks.nft")?;
+    Ok((body, hooks))
+}
+
 /// What a refresh finds in one of our tables: what someone else added, and which of our
 /// maps (`MapName`s) are there.
 #[derive(Debug, Clone, Default)]
@@ -321,6 +335,7 @@ fn table_views<'a>(ruleset: &'a Ruleset, without_elements: bool, families: &[Fam
                 without_elements,
                 foreign: Vec::new(),
                 recreate: Vec::new(),
+                hooks: true,
             }
         })
         .collect()

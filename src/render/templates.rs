@@ -152,6 +152,9 @@ pub struct TableView<'a> {
     pub foreign: Vec<(&'static str, u64)>,
     /// Our maps the kernel holds, deleted by a refresh before it declares them again.
     pub recreate: Vec<String>,
+    /// The base chains hold their rules (a staged build declares them empty, and adds their
+    /// rules last, alone).
+    pub hooks: bool,
 }
 
 impl TableView<'_> {
@@ -174,6 +177,16 @@ pub struct FullSync<'a> {
     pub node: &'a str,
     /// Rewrite the rules of tables in place (`flush table`) rather than replace them.
     pub refresh: bool,
+    /// One view per family.
+    pub tables: Vec<TableView<'a>>,
+}
+
+/// `hooks.nft`: the base chains alone, the last stage of a staged build.
+#[derive(Template)]
+#[template(path = "hooks.nft")]
+pub struct Hooks<'a> {
+    /// Node name, for the header.
+    pub node: &'a str,
     /// One view per family.
     pub tables: Vec<TableView<'a>>,
 }

@@ -142,10 +142,11 @@ impl<K: Kernel> Syncer<K> {
         if report.kind != SyncKind::Unchanged {
             let (services, endpoints) = (self.model.services.len(), self.model.endpoint_count());
             log::info!(
-                "{:?} sync: {services} services, {endpoints} endpoints; sent {} elements, {} bytes in {took:?} (render {render:?}, apply {apply:?}){}",
+                "{:?} sync: {services} services, {endpoints} endpoints; sent {} elements, {} bytes{} in {took:?} (render {render:?}, apply {apply:?}){}",
                 s.kind,
                 s.elements,
                 s.bytes,
+                staged_note(report.transactions),
                 wait_note(waited)
             );
         }
@@ -180,6 +181,11 @@ impl<K: Kernel> Syncer<K> {
         self.force_full = false;
         self.refresh = false;
     }
+}
+
+/// The log line's note of a sync sent in several transactions (a staged build).
+fn staged_note(transactions: u32) -> String {
+    if transactions > 1 { format!(" ({transactions} transactions)") } else { String::new() }
 }
 
 /// The log line's note of the longest wait among the changes a sync applied, and why.

@@ -65,6 +65,22 @@ pub fn who(ns: &Netns, dst: &str) -> String {
 }
 
 /// The `web` service at 172.30.0.40:80 with endpoints on `pods`.
+/// Services `bulk-N` for `range`, each with five endpoints on node-b (addresses nothing
+/// answers on): bulk for a big table.
+pub fn bulk(range: std::ops::Range<u32>) -> Vec<Value> {
+    let mut objects = Vec::new();
+    for i in range {
+        let ip = format!("172.31.{}.{}", i / 250, i % 250 + 1);
+        let spec = json!({"clusterIP": ip, "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
+        let name = format!("bulk-{i}");
+        let eps: Vec<Value> =
+            (1..=5).map(|e| json!({"addresses": [format!("10.5.{}.{e}", i % 250)], "nodeName": "node-b"})).collect();
+        objects.push(service(&name, spec, json!({})));
+        objects.push(slice(&name, false, "TCP", eps));
+    }
+    objects
+}
+
 pub fn web_on(c: &Cluster, pods: &[&str]) -> Vec<Value> {
     let spec = json!({"clusterIP": "172.30.0.40", "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
     let eps = pods.iter().map(|p| endpoint(c.pod_named(p), false, json!({}))).collect();

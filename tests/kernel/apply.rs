@@ -1,7 +1,7 @@
 //! Applying to a real kernel: partial syncs are small and take effect, a failed transaction
 //! changes nothing, tampering is repaired, restarts keep traffic flowing, cleanup is complete.
 
-use crate::common::check::{web_on as web, who};
+use crate::common::check::{bulk, web_on as web, who};
 use crate::common::cluster::{Cluster, ECHO_PORT, service, slice};
 use crate::common::net::in_netns;
 use crate::common::owner::TableOwner;
@@ -10,9 +10,9 @@ use crate::common::{Netns, kernel_available};
 use clap::Parser;
 use kube_nftproxy::config::{Config, Flags};
 use kube_nftproxy::model::{Family, Model};
-use kube_nftproxy::netlink::Socket;
-use kube_nftproxy::nft::{Applier, OwnPorts, Resync, SyncKind, SyncReport};
-use kube_nftproxy::render::Update;
+use kube_nftproxy::netlink::{NfFamily, Socket};
+use kube_nftproxy::nft::{Applier, OwnPorts, Resync, STAGE_ELEMENTS, SyncKind, SyncReport};
+use kube_nftproxy::render::{MapName, Update};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;

@@ -9,7 +9,7 @@
 //!
 //! Needs root, `ip netns`, `nft` and `iptables-nft` (see `tests/kernel/cleanup.rs`).
 
-use crate::common::check::{probe_during, web_on, who};
+use crate::common::check::{bulk, probe_during, web_on, who};
 use crate::common::cluster::{Cluster, ECHO_PORT, endpoint, service, slice};
 use crate::common::daemon::{Daemon, wait_for, write_manifests};
 use crate::common::layouts::{ipsets, iptables_available, ipvs_tools_available, load, state};
@@ -83,8 +83,13 @@ fn first(events: &str, prefix: &str) -> Option<usize> {
 /// client connects to it every 10 ms; waits until the log holds `done`, then until the
 /// prober's window ends. Returns the daemon's log and the prober's failures.
 fn start_under_traffic(c: &Cluster, extra: &[&str], done: &str) -> (String, Vec<String>) {
+    start_with_under_traffic(c, web_on(c, &["pod-1"]), extra, done)
+}
+
+/// As [`start_under_traffic`], the daemon serving `objects`.
+fn start_with_under_traffic(c: &Cluster, objects: Vec<Value>, extra: &[&str], done: &str) -> (String, Vec<String>) {
     assert_eq!(who(&c.client, WEB), "pod-1", "kube-proxy's rules do not serve the service before the daemon starts");
-    let manifests = write_manifests(c, web_on(c, &["pod-1"]));
+    let manifests = write_manifests(c, objects);
     let window = Duration::from_secs(6);
     let started = Instant::now();
     let prober = probe_during(&c.client, WEB, window);
@@ -157,6 +162,22 @@ fn nftables_mode_table_is_taken_over_without_a_failed_connection() {
     assert!(failures.is_empty(), "connections failed while the daemon took over: {failures:?}\n{log}");
     let tables = c.node.nft(&["list", "tables"]);
     assert!(!tables.contains("kube-proxy\n"), "kube-proxy's table stayed:\n{tables}");
+    assert_eq!(who(&c.client, WEB), "pod-1");
+}
+
+#[test]
+fn a_big_first_sync_staged_over_kube_proxys_rules_fails_no_connection() {
+    if !crate::common::kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    load(&c.node, &["nftables-web.nft"], true);
+    // 25,000 elements and more: the elements take two transactions of their own.
+    let objects = [web_on(&c, &["pod-1"]), bulk(0..3500)].concat();
+    let (log, failures) = start_with_under_traffic(&c, objects, &[], "removed nftables table `ip kube-proxy`");
+    assert!(failures.is_empty(), "connections failed while the daemon built its tables: {failures:?}\n{log}");
+    let staged = log.lines().find(|l| l.contains("Full sync:")).unwrap_or_default();
+    assert!(staged.contains(" (4 transactions)"), "the first sync was not staged as expected: {staged}");
     assert_eq!(who(&c.client, WEB), "pod-1");
 }
 

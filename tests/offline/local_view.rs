@@ -206,7 +206,15 @@ impl Kernel for Fake {
             return Err(NftError::Rejected { message: "fake failure".into(), line: None });
         }
         let kind = if resync == Resync::Changes { SyncKind::Partial } else { SyncKind::Full };
-        Ok(SyncReport { kind, bytes: 0, script: String::new(), deleted_chains: 0, unsure: false, refused: vec![] })
+        Ok(SyncReport {
+            kind,
+            bytes: 0,
+            transactions: 1,
+            script: String::new(),
+            deleted_chains: 0,
+            unsure: false,
+            refused: vec![],
+        })
     }
     fn cleanup_due(&self) -> Option<Instant> {
         None

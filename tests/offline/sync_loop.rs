@@ -130,7 +130,15 @@ impl Kernel for Fake {
                 _ => SyncKind::Full,
             };
             let script = s.script.clone();
-            Ok(SyncReport { kind, bytes: script.len(), script, deleted_chains: 0, unsure: false, refused })
+            Ok(SyncReport {
+                kind,
+                bytes: script.len(),
+                transactions: 1,
+                script,
+                deleted_chains: 0,
+                unsure: false,
+                refused,
+            })
         })
     }
 

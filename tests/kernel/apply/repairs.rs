@@ -1,5 +1,6 @@
 //! Full syncs over tables someone changed: refreshed in place keeping affinity, foreign objects
-//! deleted by handle, a hooked chain of ours undone, a big table repaired in one transaction.
+//! deleted by handle, a hooked chain of ours undone, a big first sync staged unseen by
+//! packets, a big table repaired in one transaction.
 
 use super::*;
 
@@ -43,8 +44,36 @@ fn a_refresh_rewrites_rules_and_maps_in_place_and_keeps_affinity() {
     }
 }
 
+/// What the node's IPv4 table showed at each ruleset generation a sampler saw: whether its
+/// `nat-prerouting` chain had a rule, and how many elements `service-ips` held.
+fn sample_while(ns: &Netns, stop: Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<Vec<(bool, usize)>> {
+    let name = ns.name.clone();
+    std::thread::spawn(move || {
+        in_netns(&name, || {
+            let mut sock = Socket::open().expect("socket");
+            let (mut seen, mut last) = (Vec::new(), None);
+            loop {
+                // Read before the sample, so the last sample is of the finished table.
+                let stopping = stop.load(std::sync::atomic::Ordering::SeqCst);
+                let g = sock.generation().expect("generation");
+                let hooked = sock.rule_count(NfFamily::Ip, "kube-nftproxy", "nat-prerouting").expect("rules");
+                let elements = sock.elements(NfFamily::Ip, "kube-nftproxy", "service-ips").expect("elements").len();
+                // Kept only when nothing committed while the two were read.
+                if sock.generation().expect("generation") == g && last != Some(g) {
+                    seen.push((hooked.unwrap_or(0) > 0, elements));
+                    last = Some(g);
+                }
+                if stopping {
+                    break;
+                }
+            }
+            seen
+        })
+    })
+}
+
 #[test]
-fn a_big_first_sync_is_one_transaction_and_a_big_table_is_repaired_in_place() {
+fn a_big_first_sync_is_staged_unseen_by_packets_and_a_big_table_is_repaired_in_place() {
     if !kernel_available() {
         return;
     }
@@ -54,9 +83,21 @@ fn a_big_first_sync_is_one_transaction_and_a_big_table_is_repaired_in_place() {
     let mut proxy = Proxy::new(node_a_config());
     let generation = || in_netns(&c.node.name, || Socket::open().and_then(|mut s| s.generation())).unwrap();
     let before = generation();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = sample_while(&c.node, stop.clone());
     let report = sync(&c.node, &mut proxy, &objects, false).unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let seen = sampler.join().expect("sampler");
     assert_eq!(report.kind, SyncKind::Full);
-    assert_eq!(generation().wrapping_sub(before), 1, "a first sync of >10k elements is one transaction");
+    // The table, its elements in transactions of a bounded size, then the hooks' rules.
+    let elements = proxy.ruleset().element_count();
+    assert_eq!(report.transactions as usize, 2 + elements.div_ceil(STAGE_ELEMENTS), "{elements} elements");
+    assert_eq!(generation().wrapping_sub(before), report.transactions, "one generation per stage, none else");
+    // No packet met a half-built table: whenever the hooks had rules, every element was in.
+    let all = proxy.ruleset().tables[0].elements[&MapName::ServiceIps].len();
+    let early: Vec<_> = seen.iter().filter(|(hooked, n)| *hooked && *n != all).collect();
+    assert!(early.is_empty(), "packets were let into a table holding part of its {all} elements: {early:?}");
+    assert!(seen.iter().any(|(hooked, _)| *hooked), "the sampler never saw the finished table: {seen:?}");
     assert!(!report.script.contains("add element"), "the elements go from the ruleset, not from text");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
     // The kernel holds what `nft -f` builds from the dry run's text.
@@ -126,21 +167,6 @@ fn a_map_grown_or_shrunk_past_a_size_by_a_change_is_declared_as_a_fresh_render_d
     let report = sync(&c.node, &mut proxy, &small[..small.len() - 2], false).unwrap();
     assert_eq!(report.kind, SyncKind::Partial, "a change that keeps every size is partial");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
-}
-
-/// Services `bulk-N` for `range`, each with five endpoints.
-fn bulk(range: std::ops::Range<u32>) -> Vec<Value> {
-    let mut objects = Vec::new();
-    for i in range {
-        let ip = format!("172.31.{}.{}", i / 250, i % 250 + 1);
-        let spec = json!({"clusterIP": ip, "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
-        let name = format!("bulk-{i}");
-        let eps: Vec<Value> =
-            (1..=5).map(|e| json!({"addresses": [format!("10.5.{}.{e}", i % 250)], "nodeName": "node-b"})).collect();
-        objects.push(service(&name, spec, json!({})));
-        objects.push(slice(&name, false, "TCP", eps));
-    }
-    objects
 }
 
 /// Chains and a set named to break or extend a script that pasted kernel names into it

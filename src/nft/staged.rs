@@ -1,0 +1,196 @@
+//! The full sync of tables that serve no packet yet (a first start, or a staged build that
+//! failed half-way), in bounded transactions: the tables with their base chains empty, then
+//! the elements some thousands to a transaction, then the base chains' rules alone, which
+//! lead packets into the finished tables at once. Nothing reaches the rest before that last,
+//! small transaction, so a packet sees no rule of ours or all of them; meanwhile no
+//! transaction holds the kernel's nf_tables commit mutex for long, and every other process
+//! changing nftables (a CNI plugin, firewalld) gets its turn between two of ours.
+
+use super::compile::compile;
+use super::wire::{Batch, Lines};
+use super::{Applier, NftError, SyncKind, SyncReport};
+use crate::model::Family;
+use crate::netlink;
+use crate::render::{self, MapName, Ruleset, TABLE_NAME};
+
+/// Elements per transaction of a staged build. The kernel takes about a microsecond per
+/// element it adds, under the commit mutex: 16,384 hold it some 15 ms, well under the 50 ms
+/// another nftables user should wait at most.
+pub const STAGE_ELEMENTS: usize = 16_384;
+
+/// One transaction of a staged build: its batch, and the script its messages came from.
+struct Stage {
+    bytes: Vec<u8>,
+    lines: Lines,
+    script: String,
+}
+
+impl Applier {
+    /// Whether a table of `scope` serves packets: has a base chain with a rule. One that does
+    /// not (a staged build cut short) is built again in stages.
+    pub(super) fn serving(&self, scope: &[Family]) -> Result<bool, NftError> {
+        let mut sock = netlink::Socket::open()?;
+        for family in scope {
+            let fam = netlink::NfFamily::from(*family);
+            if !sock.table_exists(fam, TABLE_NAME)? {
+                continue;
+            }
+            for chain in sock.chain_listings(fam, TABLE_NAME)?.into_iter().filter(|c| c.hook.is_some()) {
+                if sock.rule_count(fam, TABLE_NAME, &chain.name)?.unwrap_or(0) > 0 {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Builds the tables of `scope` in stages (the module's comment says how), with the
+    /// guard's notifications paused throughout. A failed stage leaves the tables unhooked:
+    /// whatever served packets before (nothing of ours) still does, and the next full sync
+    /// builds them again from the start.
+    pub(super) fn staged(
+        &mut self,
+        desired: &Ruleset,
+        scope: &[Family],
+        deleted_chains: usize,
+    ) -> Result<SyncReport, NftError> {
+        let (body, hooks) = render::staged_scripts(desired, &self.node, scope)?;
+        self.forget(scope);
+        let mut stages = vec![self.compiled(body.clone())?];
+        for batch in element_batches(desired, scope, STAGE_ELEMENTS) {
+            let (bytes, lines) = batch.finish_with_lines();
+            stages.push(Stage { bytes, lines, script: String::new() });
+        }
+        stages.push(self.compiled(hooks.clone())?);
+        let sizes: Vec<usize> = stages.iter().map(|s| s.bytes.len()).collect();
+        let unsure = self.quietly_each(&stages)?;
+        self.schema.sent();
+        self.stale.retain(|(f, _), _| !scope.contains(f));
+        let script = format!("{body}\n{hooks}");
+        log::debug!("staged build: {} transactions, {} bytes", sizes.len(), sizes.iter().sum::<usize>());
+        let (bytes, transactions) = (sizes.iter().sum(), sizes.len() as u32);
+        Ok(SyncReport {
+            kind: SyncKind::Full,
+            bytes,
+            transactions,
+            script,
+            deleted_chains,
+            unsure,
+            refused: Vec::new(),
+        })
+    }
+
+    /// `script` compiled into a stage of its own.
+    fn compiled(&mut self, script: String) -> Result<Stage, NftError> {
+        let mut batch = Batch::new();
+        compile(&script, &mut self.schema, &mut batch)?;
+        let (bytes, lines) = batch.finish_with_lines();
+        Ok(Stage { bytes, lines, script })
+    }
+
+    /// Sends `stages` in order, each its own transaction, with the guard's notifications
+    /// paused; stops at the first the kernel refuses. True when another process committed
+    /// meanwhile (the generation moved by more than our transactions).
+    fn quietly_each(&self, stages: &[Stage]) -> Result<bool, NftError> {
+        let mut refused = None;
+        let send = || -> Result<u32, NftError> {
+            self.own.add(self.sender.port()?);
+            let mut sent = 0;
+            for stage in stages {
+                if let Err(e) = self.sender.send(&stage.bytes) {
+                    refused = Some(stage.lines.explain(e, &stage.script));
+                    break;
+                }
+                sent += 1;
+            }
+            Ok(sent)
+        };
+        let unsure = self.counting(send)?;
+        match refused {
+            Some(e) => Err(e),
+            None => Ok(unsure),
+        }
+    }
+
+    /// Runs `send` (which returns how many transactions it committed) with the guard's
+    /// notifications paused; true when the ruleset generation moved by more than that.
+    pub(super) fn counting(&self, send: impl FnOnce() -> Result<u32, NftError>) -> Result<bool, NftError> {
+        let Some(quiet) = &self.quiet else {
+            send()?;
+            return Ok(false);
+        };
+        let mut sock = netlink::Socket::open()?;
+        let before = sock.generation()?;
+        let ours = quiet.during(send)?;
+        let after = sock.generation()?;
+        Ok(after.wrapping_sub(before) != ours)
+    }
+}
+
+/// The elements of `desired`'s tables of `scope`, in batches of at most `budget` elements,
+/// endpoint maps first (as a full sync orders them).
+fn element_batches(desired: &Ruleset, scope: &[Family], budget: usize) -> Vec<Batch> {
+    let mut maps: Vec<MapName> = MapName::all();
+    maps.sort_by_key(|m| !matches!(m, MapName::Endpoints(..) | MapName::NodeportEndpoints(..)));
+    let (mut out, mut batch, mut room) = (Vec::new(), Batch::new(), budget);
+    for t in desired.tables.iter().filter(|t| scope.contains(&t.family)) {
+        for map in &maps {
+            let Some(entries) = t.elements.get(map) else { continue };
+            let mut entries = entries.iter().map(|(k, e)| (k, &e.value)).peekable();
+            while entries.peek().is_some() {
+                let take = entries.by_ref().take(room);
+                let before = room;
+                let mut counted = 0;
+                batch.elements(t.family, TABLE_NAME, map, true, take.inspect(|_| counted += 1));
+                room = before - counted;
+                if room == 0 {
+                    out.push(std::mem::take(&mut batch));
+                    room = budget;
+                }
+            }
+        }
+    }
+    if room < budget {
+        out.push(batch);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Model, Protocol};
+    use crate::render::{Key, Value};
+    use std::net::{IpAddr, Ipv4Addr};
+
+    /// An empty cluster's ruleset, its IPv4 table given `n` ClusterIPs (two elements each).
+    fn ruleset(n: u32) -> Ruleset {
+        let flags = <crate::config::Flags as clap::Parser>::parse_from(["kube-nftproxy", "--hostname-override=n"]);
+        let cfg = crate::config::Config::from_flags(&flags).expect("config");
+        let mut r = render::render(&Model::default(), &cfg).expect("render");
+        let owner = std::sync::Arc::from("ns/svc:p");
+        let t = r.tables.iter_mut().find(|t| t.family == Family::V4).expect("an IPv4 table");
+        for i in 0..n {
+            let ip = IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i));
+            t.insert(MapName::ClusterIps, Key::Ip(ip), Value::None, &owner);
+            t.insert(MapName::ServiceIps, Key::IpProtoPort(ip, Protocol::Tcp, 80), Value::Goto("c".into()), &owner);
+        }
+        r
+    }
+
+    fn counts(batches: Vec<Batch>) -> Vec<usize> {
+        batches.into_iter().map(|b| crate::nft::wire::element_count(&b.finish()).0).collect()
+    }
+
+    #[test]
+    fn elements_go_in_batches_of_the_budget_across_maps() {
+        let r = ruleset(25);
+        let v4 = [Family::V4];
+        assert_eq!(counts(element_batches(&r, &v4, 20)), vec![20, 20, 10]);
+        assert_eq!(counts(element_batches(&r, &v4, 50)), vec![50]);
+        let small = counts(element_batches(&r, &v4, 7));
+        assert_eq!(small.iter().sum::<usize>(), 50);
+        assert!(small.iter().all(|n| *n <= 7), "{small:?}");
+        assert!(counts(element_batches(&r, &[Family::V6], 20)).iter().all(|n| *n == 0));
+    }
+}
