@@ -37,6 +37,12 @@ impl TableDiff<'_> {
             && self.delete_sets.is_empty()
     }
 
+    /// How many elements it deletes and adds.
+    pub fn element_count(&self) -> usize {
+        self.delete_elements.values().map(Vec::len).sum::<usize>()
+            + self.add_elements.values().map(Vec::len).sum::<usize>()
+    }
+
     /// Whether nothing changed.
     pub fn is_empty(&self) -> bool {
         self.chains_and_sets_unchanged() && self.delete_elements.is_empty() && self.add_elements.is_empty()

@@ -47,6 +47,9 @@ pub enum NftError {
         /// The refused message's sequence number in the batch.
         seq: u32,
     },
+    /// Another process kept changing our tables while a refresh read them.
+    #[error("our tables changed while they were read, {0} times in a row")]
+    Unsettled(u32),
     /// The daemon is stopping; the run was ended.
     #[error("stopped: the daemon is shutting down")]
     Stopped,

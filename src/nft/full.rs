@@ -49,16 +49,26 @@ impl Applier {
         }
     }
 
-    /// Rewrites every rule in place, deletes whatever someone else added to the tables, and
-    /// declares every map of ours anew (sized for its elements) and fills it; the affinity
-    /// sets stay, with their entries: the periodic full sync, and the repair of the tables.
-    /// Only the tables of `scope` are touched.
+    /// Brings the tables of `scope`, which serve packets, to `desired`: sends what differs
+    /// from what they hold (`reconcile`), or, when that cannot be told as changes, rewrites
+    /// them in place. The periodic full sync, a restart over our own tables, and the repair
+    /// of the tables.
     pub(super) fn refresh(
         &mut self,
         desired: &Ruleset,
         scope: &[Family],
         deleted_chains: usize,
     ) -> Result<SyncReport, NftError> {
+        match self.reconcile(desired, scope, deleted_chains)? {
+            Some(report) => Ok(report),
+            None => self.rewrite(desired, scope, deleted_chains),
+        }
+    }
+
+    /// Rewrites every rule in place, deletes whatever someone else added to the tables, and
+    /// declares every map of ours anew (sized for its elements) and fills it; the affinity
+    /// sets stay, with their entries. Only the tables of `scope` are touched.
+    fn rewrite(&mut self, desired: &Ruleset, scope: &[Family], deleted_chains: usize) -> Result<SyncReport, NftError> {
         let found = self.found(desired, scope)?;
         let script = render::refresh_script(desired, &self.node, scope, &found)?;
         let mut batch = Batch::new();
@@ -94,7 +104,16 @@ impl Applier {
         let unsure = self.quietly(&bytes).map_err(|e| lines.explain(e, &script))?;
         self.schema.sent();
         let transactions = 1;
-        Ok(SyncReport { kind, bytes: bytes.len(), transactions, script, deleted_chains, unsure, refused: Vec::new() })
+        Ok(SyncReport {
+            kind,
+            bytes: bytes.len(),
+            elements: None,
+            transactions,
+            script,
+            deleted_chains,
+            unsure,
+            refused: Vec::new(),
+        })
     }
 
     /// Sends `batch` with the guard's notifications paused; true when another process

@@ -14,6 +14,7 @@ mod full;
 pub mod guard;
 pub mod kdiff;
 pub mod owners;
+mod reconcile;
 mod report;
 mod staged;
 pub mod wire;
@@ -153,6 +154,7 @@ impl Applier {
                     kind: SyncKind::Unchanged,
                     bytes: 0,
                     transactions: 0,
+                    elements: None,
                     script: String::new(),
                     deleted_chains,
                     unsure: false,
@@ -162,6 +164,11 @@ impl Applier {
             }
             Plan::Partial(part) => part,
         };
+        self.send_partial(part, SyncKind::Partial, deleted_chains)
+    }
+
+    /// Sends `part` as one transaction, and notes the chains it left stale or took back.
+    fn send_partial(&mut self, part: Partial, kind: SyncKind, deleted_chains: usize) -> Result<SyncReport, NftError> {
         self.own.add(self.sender.port()?);
         self.sender.send(&part.batch).map_err(|e| part.lines.explain(e, &part.compiled))?;
         self.schema.sent();
@@ -172,10 +179,17 @@ impl Applier {
         for chain in &part.reused {
             self.stale.remove(chain);
         }
-        let bytes = part.batch.len();
-        let script = part.script;
-        let (kind, transactions) = (SyncKind::Partial, 1);
-        Ok(SyncReport { kind, bytes, transactions, script, deleted_chains, unsure: false, refused: Vec::new() })
+        let (bytes, script, transactions) = (part.batch.len(), part.script, 1);
+        Ok(SyncReport {
+            kind,
+            bytes,
+            elements: None,
+            transactions,
+            script,
+            deleted_chains,
+            unsure: false,
+            refused: Vec::new(),
+        })
     }
 
     /// The partial transaction for `update`, for the tables of `scope`.
@@ -211,21 +225,26 @@ impl Applier {
             return Ok(Plan::Nothing);
         }
         let families: Vec<Family> = desired.tables.iter().filter(ours).map(|t| t.family).collect();
+        Ok(Plan::Partial(self.partial(&diffs, &families)?))
+    }
+
+    /// The one transaction that makes the changes `diffs` (of the tables of `families`).
+    fn partial(&mut self, diffs: &[diff::TableDiff<'_>], families: &[Family]) -> Result<Partial, NftError> {
         let mut flushed = Vec::new();
         let mut reused = Vec::new();
-        for (d, family) in diffs.iter().zip(&families) {
+        for (d, family) in diffs.iter().zip(families) {
             flushed.extend(d.stale.iter().map(|c| (*family, c.to_string())));
             reused.extend(d.rewrite.iter().map(|(c, _)| (*family, c.to_string())));
         }
-        let (head, tail) = diff::partial_scripts(&diffs)?;
+        let (head, tail) = diff::partial_scripts(diffs)?;
         let mut batch = wire::Batch::new();
         compile::compile(&head, &mut self.schema, &mut batch)?;
-        diff::element_ops(&mut batch, &diffs, &families);
+        diff::element_ops(&mut batch, diffs, families);
         compile::compile_after(&tail, head.lines().count(), &mut self.schema, &mut batch)?;
-        let script = diff::partial_script(&diffs)?;
+        let script = diff::partial_script(diffs)?;
         let compiled = head.lines().chain(tail.lines()).collect::<Vec<_>>().join("\n");
         let (batch, lines) = batch.finish_with_lines();
-        Ok(Plan::Partial(Partial { script, batch, lines, compiled, flushed, reused }))
+        Ok(Partial { script, batch, lines, compiled, flushed, reused })
     }
 
     /// Whether a map of `desired`'s tables of `scope` would be declared with another size

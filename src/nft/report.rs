@@ -24,6 +24,9 @@ pub struct SyncReport {
     pub kind: SyncKind,
     /// The batch's size (all of them, for a staged build).
     pub bytes: usize,
+    /// The elements it sent, when the applier counted them: a refresh that sent only what
+    /// differed. Otherwise every element for a full sync, the update's for a partial one.
+    pub elements: Option<usize>,
     /// The transactions it took: one, or none when nothing was sent; a staged build's stages.
     pub transactions: u32,
     /// The script compiled into it: a partial sync's with its elements, a full sync's without

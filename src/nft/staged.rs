@@ -73,6 +73,7 @@ impl Applier {
             kind: SyncKind::Full,
             bytes,
             transactions,
+            elements: None,
             script,
             deleted_chains,
             unsure,

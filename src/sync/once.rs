@@ -67,6 +67,7 @@ impl<K: Kernel> Syncer<K> {
                 // What the kernel was sent: every element when it synced fully, whatever
                 // the update was.
                 let elements = match &result {
+                    Ok(r) if let Some(n) = r.elements => n,
                     Ok(r) if matches!(r.kind, SyncKind::Full | SyncKind::Refresh) => rendered.ruleset().element_count(),
                     _ => update.elements(rendered.ruleset()),
                 };
@@ -147,7 +148,7 @@ impl<K: Kernel> Syncer<K> {
                 s.elements,
                 s.bytes,
                 staged_note(report.transactions),
-                wait_note(waited)
+                wait_note(waited) + held_note(report)
             );
         }
         self.last = Some((report.kind, took, end));
@@ -163,15 +164,20 @@ impl<K: Kernel> Syncer<K> {
         {
             then();
         }
-        // Another process committed while notifications were paused: what it changed is
-        // unknown, so sync fully again; after a few such collisions in a row (a busy
-        // neighbour), settle for the cheap check instead of syncing fully forever.
+        // Another process committed while notifications were paused: whether it touched our
+        // tables is unknown, so the next sync compares them with the kernel's (a refresh,
+        // which sends only what differs: usually nothing, a neighbour changed its own table).
+        // After a few such collisions in a row (a refresh that had to rewrite in place, with
+        // notifications paused again, beside a busy neighbour), settle for the cheap check.
         if report.unsure {
             self.unsure_streak += 1;
             if self.unsure_streak <= MAX_UNSURE_RESYNCS || !self.kernel.tables_look_intact() {
-                log::info!("another process changed nftables during the full sync; syncing fully again");
+                log::info!(
+                    "another process committed to nftables during the full sync; comparing our tables with the kernel's"
+                );
                 self.dirty = true;
-                self.force_full = true;
+                self.force_full = false;
+                self.refresh = true;
                 return;
             }
         } else if full {
@@ -186,6 +192,15 @@ impl<K: Kernel> Syncer<K> {
 /// The log line's note of a sync sent in several transactions (a staged build).
 fn staged_note(transactions: u32) -> String {
     if transactions > 1 { format!(" ({transactions} transactions)") } else { String::new() }
+}
+
+/// The log line's note of a refresh that found nothing to send.
+fn held_note(report: &SyncReport) -> &'static str {
+    if report.kind == SyncKind::Refresh && report.transactions == 0 {
+        "; the tables held what they should, nothing sent"
+    } else {
+        ""
+    }
 }
 
 /// The log line's note of the longest wait among the changes a sync applied, and why.

@@ -43,23 +43,26 @@ fn tampering_is_repaired_within_two_seconds() {
     assert!(took.is_some(), "a deleted element was not restored within 2 s");
     let log = child.stop();
     // A change that lands while notifications are paused for the repair's own full sync is
-    // caught by the generation check instead ("syncing fully again").
-    let repairs = log.matches("restoring the tables").count() + log.matches("syncing fully again").count();
+    // caught by the generation check instead ("comparing our tables with the kernel's").
+    let repairs = log.matches("restoring the tables").count() + log.matches("comparing our tables").count();
     assert!(repairs >= 2, "both repairs must come from detected tampering:\n{log}");
 }
 
 #[test]
-fn the_periodic_full_sync_refreshes_in_place_unnoticed_by_the_guard() {
+fn the_periodic_full_sync_over_intact_tables_compares_and_sends_nothing() {
     if !kernel_available() {
         return;
     }
     let (c, _, child) = serving_web(&["--full-sync-period=1s"]);
-    let refreshes = || child.logged().matches("Refresh sync").count();
+    // Over tables that hold what they should, a refresh compares and sends nothing.
+    let refreshes = || child.logged().matches("the tables held what they should, nothing sent").count();
     assert!(wait_for(Duration::from_secs(5), || refreshes() >= 2).is_some(), "no periodic refreshes within 5 s");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
     let log = child.stop();
+    let sent = log.lines().filter(|l| l.contains("Refresh sync") && !l.contains("nothing sent")).count();
+    assert_eq!(sent, 0, "a refresh sent something to tables that held what they should:\n{log}");
     assert!(!log.contains("restoring the tables"), "the guard took our own refresh for tampering:\n{log}");
-    assert!(!log.contains("syncing fully again"), "the refresh's commits were not all counted:\n{log}");
+    assert!(!log.contains("comparing our tables"), "the refresh's commits were not all counted:\n{log}");
 }
 
 #[test]

@@ -83,14 +83,19 @@ fn first(events: &str, prefix: &str) -> Option<usize> {
 /// client connects to it every 10 ms; waits until the log holds `done`, then until the
 /// prober's window ends. Returns the daemon's log and the prober's failures.
 fn start_under_traffic(c: &Cluster, extra: &[&str], done: &str) -> (String, Vec<String>) {
-    start_with_under_traffic(c, web_on(c, &["pod-1"]), extra, done)
+    start_with_under_traffic(c, web_on(c, &["pod-1"]), extra, Duration::from_secs(6), done)
 }
 
-/// As [`start_under_traffic`], the daemon serving `objects`.
-fn start_with_under_traffic(c: &Cluster, objects: Vec<Value>, extra: &[&str], done: &str) -> (String, Vec<String>) {
+/// As [`start_under_traffic`], the daemon serving `objects`, probes running for `window`.
+fn start_with_under_traffic(
+    c: &Cluster,
+    objects: Vec<Value>,
+    extra: &[&str],
+    window: Duration,
+    done: &str,
+) -> (String, Vec<String>) {
     assert_eq!(who(&c.client, WEB), "pod-1", "kube-proxy's rules do not serve the service before the daemon starts");
     let manifests = write_manifests(c, objects);
-    let window = Duration::from_secs(6);
     let started = Instant::now();
     let prober = probe_during(&c.client, WEB, window);
     std::thread::sleep(Duration::from_millis(300));
@@ -174,7 +179,9 @@ fn a_big_first_sync_staged_over_kube_proxys_rules_fails_no_connection() {
     load(&c.node, &["nftables-web.nft"], true);
     // 25,000 elements and more: the elements take two transactions of their own.
     let objects = [web_on(&c, &["pod-1"]), bulk(0..3500)].concat();
-    let (log, failures) = start_with_under_traffic(&c, objects, &[], "removed nftables table `ip kube-proxy`");
+    // Its manifests take a while to read on a loaded machine: the probes run long enough.
+    let window = Duration::from_secs(20);
+    let (log, failures) = start_with_under_traffic(&c, objects, &[], window, "removed nftables table `ip kube-proxy`");
     assert!(failures.is_empty(), "connections failed while the daemon built its tables: {failures:?}\n{log}");
     let staged = log.lines().find(|l| l.contains("Full sync:")).unwrap_or_default();
     assert!(staged.contains(" (4 transactions)"), "the first sync was not staged as expected: {staged}");

@@ -210,6 +210,7 @@ impl Kernel for Fake {
             kind,
             bytes: 0,
             transactions: 1,
+            elements: None,
             script: String::new(),
             deleted_chains: 0,
             unsure: false,

@@ -65,6 +65,8 @@ struct Shared {
     unchanged: bool,
     /// Syncs begun (a blocked one included).
     entered: usize,
+    /// Full syncs still to report that another process committed meanwhile.
+    unsure_full: usize,
 }
 
 /// An in-memory kernel: records syncs, fails or blocks on request.
@@ -130,13 +132,16 @@ impl Kernel for Fake {
                 _ => SyncKind::Full,
             };
             let script = s.script.clone();
+            let unsure = kind == SyncKind::Full && s.unsure_full > 0;
+            s.unsure_full -= usize::from(unsure);
             Ok(SyncReport {
                 kind,
                 bytes: script.len(),
                 transactions: 1,
+                elements: None,
                 script,
                 deleted_chains: 0,
-                unsure: false,
+                unsure,
                 refused,
             })
         })
@@ -329,6 +334,31 @@ fn the_loop_sleeps_when_nothing_can_be_done() {
     assert!(turns < 20, "the loop turned {turns} times in 0.6 s");
     let syncs = fake.calls().len();
     assert!((2..=7).contains(&syncs), "{syncs} syncs in 0.3 s");
+}
+
+#[test]
+fn a_full_sync_another_process_committed_during_is_checked_by_a_refresh_and_a_busy_neighbour_is_not_chased() {
+    let fake = Fake::default();
+    fake.with(|s| s.unsure_full = 1);
+    let (mut syncer, inbox) = listed(&fake, periods(Duration::ZERO), 2);
+    turn(&mut syncer, &inbox);
+    for _ in 0..3 {
+        syncer.sync_if_due();
+    }
+    let kinds: Vec<Resync> = fake.calls().iter().map(|c| c.resync).collect();
+    // The refresh compares the tables with the kernel's and sends what differs: not a
+    // replacement, and once sure, nothing more.
+    assert_eq!(kinds, [Resync::Replace, Resync::Refresh], "after an unsure full sync");
+    // Every full sync unsure (refreshes that had to rewrite in place, notifications paused,
+    // beside a neighbour committing all the time): a few checks, then the cheap one settles.
+    fake.with(|s| s.unsure_full = usize::MAX);
+    inbox.request(|r| r.refresh = true);
+    turn(&mut syncer, &inbox);
+    for _ in 0..10 {
+        syncer.sync_if_due();
+    }
+    let refreshes = fake.calls().iter().skip(2).filter(|c| c.resync == Resync::Refresh).count();
+    assert_eq!(refreshes, 4, "the requested refresh and three checks: {:?}", fake.calls().len());
 }
 
 #[test]

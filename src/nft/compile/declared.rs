@@ -68,8 +68,14 @@ impl Declared {
 /// What `script` leaves declared: its tables' chains, rules and named sets, as the batch it
 /// compiles to would create them.
 pub fn declared(script: &str) -> Result<Declared, CompileError> {
-    let (mut batch, mut schema) = (Batch::new(), Schema::default());
-    let mut out = Out { record: Some(Declared::default()), ..Out::new(&mut batch, &mut schema, 0) };
+    declared_with(script, &mut Schema::default())
+}
+
+/// As [`declared`], learning the script's sets into `schema` as compiling it for the kernel
+/// would (a refresh that sends only differences compiles them against those sets).
+pub fn declared_with(script: &str, schema: &mut Schema) -> Result<Declared, CompileError> {
+    let mut batch = Batch::new();
+    let mut out = Out { record: Some(Declared::default()), ..Out::new(&mut batch, schema, 0) };
     out.script(script)?;
     Ok(out.record.unwrap_or_default().with_text(script))
 }

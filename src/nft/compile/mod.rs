@@ -16,7 +16,7 @@ mod rule;
 mod set;
 
 pub use crate::netlink::SetSpec;
-pub(crate) use declared::{Declared, DeclaredChain, DeclaredRule, DeclaredTable, declared};
+pub(crate) use declared::{Declared, DeclaredChain, DeclaredRule, DeclaredTable, declared, declared_with};
 pub use expr::Data;
 pub(crate) use expr::Expr;
 pub(crate) use read_back::{ReadExpr, read_back};

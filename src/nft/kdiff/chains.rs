@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 
 /// A chain as the kernel holds it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) struct KernelChain {
+pub(crate) struct KernelChain {
     /// Its hook, for a base chain.
     pub hook: Option<Hook>,
     /// Its rules' expressions, in order.
@@ -47,7 +47,7 @@ pub(super) fn anon_name(mut elements: Vec<(Vec<u8>, u32, Option<Data>)>) -> Stri
 }
 
 /// A desired chain's rules as the kernel would list them.
-pub(super) fn desired_rules(chain: &DeclaredChain) -> Vec<Vec<ReadExpr>> {
+pub(crate) fn desired_rules(chain: &DeclaredChain) -> Vec<Vec<ReadExpr>> {
     chain
         .rules
         .iter()

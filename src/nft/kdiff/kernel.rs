@@ -25,7 +25,7 @@ pub(crate) struct KernelTable {
 }
 
 /// Reads `family`'s table; `None` when there is none.
-pub(super) fn read(sock: &mut Socket, family: Family) -> io::Result<Option<KernelTable>> {
+pub(crate) fn read(sock: &mut Socket, family: Family) -> io::Result<Option<KernelTable>> {
     let fam = NfFamily::from(family);
     if !sock.table_exists(fam, TABLE_NAME)? {
         return Ok(None);

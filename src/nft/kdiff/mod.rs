@@ -13,7 +13,11 @@ mod report;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use chains::{KernelChain, desired_rules};
+pub(crate) use elements::as_held;
 pub use handles::{HeldRule, RuleNames};
+pub(crate) use kernel::{KernelTable, read as read_table};
+pub(crate) use read_map::{ReadMap, read_map};
 pub use report::{Change, Kind, Object, Report, ServiceChanges, Summary};
 
 use crate::model::Family;
@@ -22,7 +26,6 @@ use crate::nft::compile::{self, CompileError, Declared, DeclaredTable};
 use crate::render::{self, RenderError, Ruleset, Table};
 use chains::ChainDiff;
 use elements::{MapDiff, Owned, Owners};
-use kernel::KernelTable;
 use std::collections::BTreeMap;
 
 /// How many times the tables are read again when another process changed them meanwhile.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 /// One map's elements as read: those in the desired state's terms, and the rest.
 #[derive(Debug, Default)]
-pub(super) struct ReadMap {
+pub(crate) struct ReadMap {
     /// Elements that read back exactly.
     pub known: Vec<(Key, Value)>,
     /// Elements no sync writes in this form.
@@ -22,7 +22,7 @@ pub(super) struct ReadMap {
 }
 
 /// Reads `elements` of `map` in a table of `family`.
-pub(super) fn read_map(family: Family, map: MapName, elements: Vec<Element>) -> ReadMap {
+pub(crate) fn read_map(family: Family, map: MapName, elements: Vec<Element>) -> ReadMap {
     if map == MapName::ServiceCidrs {
         return read_ranges(family, elements);
     }

@@ -11,6 +11,49 @@ fn add_stray_chain(ns: &Netns, hook: &str) {
 }
 
 #[test]
+fn a_refresh_sends_only_what_differs_from_the_kernels_tables_in_one_transaction() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(2, 0);
+    let mut objects = web(&c, &["pod-1", "pod-2"]);
+    objects[0]["spec"]["sessionAffinity"] = json!("ClientIP");
+    objects.extend(bulk(0..300));
+    let mut proxy = Proxy::new(node_a_config());
+    sync(&c.node, &mut proxy, &objects, false).unwrap();
+    let first = who(&c.client, "172.30.0.40:80");
+    let clean = sorted_lines(c.node.nft(&["list", "ruleset"]));
+    let generation = || in_netns(&c.node.name, || Socket::open().and_then(|mut s| s.generation())).unwrap();
+    // Over tables that hold what they should, nothing is sent.
+    let before = generation();
+    let update = proxy.render();
+    let idle = proxy.apply(&c.node.name, &update, Resync::Refresh).unwrap();
+    assert_eq!((idle.kind, idle.transactions, idle.elements), (SyncKind::Refresh, 0, Some(0)));
+    assert_eq!(generation(), before, "a refresh of intact tables committed something");
+    // Drift nobody reported, of the kinds a partial transaction mends: an element gone, a
+    // stray element, a stray rule in a chain of ours.
+    let chain = proxy.ruleset().tables[0].chains.keys().find(|c| c.starts_with("lb-")).expect("an lb- chain").clone();
+    c.node.nft(&["delete", "element", "ip", "kube-nftproxy", "service-ips", "{ 172.30.0.40 . tcp . 80 }"]);
+    c.node.nft(&["add", "element", "ip", "kube-nftproxy", "cluster-ips", "{ 172.30.9.9 }"]);
+    c.node.nft(&["insert", "rule", "ip", "kube-nftproxy", &chain, "drop"]);
+    let before = generation();
+    let update = proxy.render();
+    let mended = proxy.apply(&c.node.name, &update, Resync::Refresh).unwrap();
+    assert_eq!((mended.kind, mended.transactions), (SyncKind::Refresh, 1));
+    assert_eq!(mended.elements, Some(2), "one element added, one deleted:\n{}", mended.script);
+    assert!(mended.script.contains(&format!("flush chain ip kube-nftproxy {chain}")), "{}", mended.script);
+    assert_eq!(generation().wrapping_sub(before), 1);
+    let refreshed = c.node.nft(&["list", "ruleset"]);
+    assert!(refreshed.contains(" expires "), "the affinity entry was lost:\n{refreshed}");
+    let without_affinity =
+        |v: Vec<String>| -> Vec<String> { v.into_iter().filter(|l| !l.contains("expires")).collect() };
+    assert_eq!(without_affinity(sorted_lines(refreshed)), without_affinity(clean), "the refresh left drift behind");
+    for _ in 0..5 {
+        assert_eq!(who(&c.client, "172.30.0.40:80"), first, "affinity must survive a refresh");
+    }
+}
+
+#[test]
 fn a_refresh_rewrites_rules_and_maps_in_place_and_keeps_affinity() {
     if !kernel_available() {
         return;

@@ -1,0 +1,232 @@
+//! A refresh that sends only what differs: the tables are read over netlink (dumps, which do
+//! not take the kernel's commit mutex), compared with the desired state as `--dry-run --diff`
+//! compares them, and the difference goes out as one partial transaction: usually nothing,
+//! after a restart or a periodic refresh over tables that hold what they should. What a
+//! partial transaction cannot express (our fixed chains or a set declaration changed, an
+//! object someone else added, an element in a form no sync writes) is left to the rewrite in
+//! place, which the caller falls back to.
+
+use super::diff::TableDiff;
+use super::kdiff::{self, KernelTable, ReadMap};
+use super::{Applier, NftError, SyncKind, SyncReport};
+use crate::model::Family;
+use crate::netlink::{Event, NfFamily, Socket};
+use crate::nft::compile::{self, DeclaredTable};
+use crate::render::{self, Key, MapName, Ruleset, TABLE_NAME, Table, Value, words};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+/// Reads of the tables begun again because another process changed them meanwhile.
+const READ_ATTEMPTS: u32 = 4;
+
+/// One family's table as the kernel holds it: chains, sets, and its maps' elements read
+/// back into the desired state's terms.
+struct Held {
+    table: KernelTable,
+    maps: BTreeMap<MapName, ReadMap>,
+}
+
+impl Applier {
+    /// Brings the tables of `scope`, which exist, to `desired` by sending only what differs
+    /// from what they hold. `None` when the difference is not one a partial transaction can
+    /// express (nothing was sent); the caller rewrites the tables in place then.
+    pub(super) fn reconcile(
+        &mut self,
+        desired: &Ruleset,
+        scope: &[Family],
+        deleted_chains: usize,
+    ) -> Result<Option<SyncReport>, NftError> {
+        let script = render::full_sync_script_of(desired, &self.node, scope)?;
+        let mut schema = compile::Schema::default();
+        let declared = compile::declared_with(&script, &mut schema)?;
+        let Some(held) = read_settled(scope)? else { return Ok(None) };
+        let mut diffs = Vec::new();
+        let mut families = Vec::new();
+        for t in desired.tables.iter().filter(|t| scope.contains(&t.family)) {
+            let (Some(decl), Some(h)) = (declared.tables.get(&t.family), held.get(&t.family)) else {
+                return Ok(None);
+            };
+            match table_diff(t, decl, h) {
+                Ok(d) => diffs.push(d),
+                Err(why) => {
+                    log::info!("refresh: {why} in the {} table; rewriting it in place", words(t.family).fam);
+                    return Ok(None);
+                }
+            }
+            families.push(t.family);
+        }
+        // The tables hold the desired sets now, whether or not anything is sent.
+        self.schema = schema;
+        self.schema.sent();
+        let elements = diffs.iter().map(TableDiff::element_count).sum();
+        if diffs.iter().all(TableDiff::is_empty) {
+            let (kind, script, refused) = (SyncKind::Refresh, String::new(), Vec::new());
+            let elements = Some(0);
+            return Ok(Some(SyncReport {
+                kind,
+                bytes: 0,
+                elements,
+                transactions: 0,
+                script,
+                deleted_chains,
+                unsure: false,
+                refused,
+            }));
+        }
+        let part = self.partial(&diffs, &families)?;
+        let report = self.send_partial(part, SyncKind::Refresh, deleted_chains)?;
+        Ok(Some(SyncReport { elements: Some(elements), ..report }))
+    }
+}
+
+/// The tables of `scope` as the kernel holds them, read while no other process changed
+/// them (a change to another table, a neighbour's, does not count); `None` when one is
+/// missing.
+fn read_settled(scope: &[Family]) -> Result<Option<BTreeMap<Family, Held>>, NftError> {
+    let mut sock = Socket::open()?;
+    for _ in 0..READ_ATTEMPTS {
+        let monitor = Socket::monitor()?;
+        let mut held = BTreeMap::new();
+        for family in scope {
+            let Some(table) = kdiff::read_table(&mut sock, *family)? else { return Ok(None) };
+            let maps = table.maps.iter().map(|(m, e)| (*m, kdiff::read_map(*family, *m, e.clone()))).collect();
+            held.insert(*family, Held { table, maps });
+        }
+        if !ours_changed(&monitor)? {
+            return Ok(Some(held));
+        }
+        log::debug!("our tables changed while they were read; reading them again");
+    }
+    Err(NftError::Unsettled(READ_ATTEMPTS))
+}
+
+/// Whether the notifications `monitor` queued name one of our tables (or were lost).
+fn ours_changed(monitor: &Socket) -> Result<bool, NftError> {
+    loop {
+        let events = monitor.events(Duration::ZERO)?;
+        if events.is_empty() {
+            return Ok(false);
+        }
+        for event in events {
+            match event {
+                Event::Object { family, table, .. } if is_ours(family, &table) => return Ok(true),
+                Event::Overrun => return Ok(true),
+                Event::Object { .. } | Event::Generation { .. } => {}
+            }
+        }
+    }
+}
+
+fn is_ours(family: u8, table: &str) -> bool {
+    table == TABLE_NAME && (family == NfFamily::Ip as u8 || family == NfFamily::Ip6 as u8)
+}
+
+/// What differs between table `t` (declared as `decl`) and what the kernel holds, as a
+/// partial transaction's changes; `Err` says why no partial transaction can express it.
+fn table_diff<'a>(t: &'a Table, decl: &'a DeclaredTable, held: &'a Held) -> Result<TableDiff<'a>, String> {
+    let mut d = TableDiff { fam: words(t.family).fam, ..TableDiff::default() };
+    chains_diff(t, decl, &held.table, &mut d)?;
+    sets_diff(t, decl, &held.table, &mut d)?;
+    for map in MapName::all() {
+        let want = t.elements.get(&map);
+        let have = held.maps.get(&map);
+        if let Some(raw) = have.map(|h| h.raw.len()).filter(|n| *n > 0) {
+            return Err(format!("{raw} elements of {map} in a form no sync writes"));
+        }
+        elements_diff(map, want, have, &mut d);
+    }
+    Ok(d)
+}
+
+/// Chains: ours that differ are rewritten, missing ones added, ours no longer used flushed
+/// (deleted later, as a partial sync leaves them).
+fn chains_diff<'a>(
+    t: &'a Table,
+    decl: &DeclaredTable,
+    held: &'a KernelTable,
+    d: &mut TableDiff<'a>,
+) -> Result<(), String> {
+    for (name, chain) in &decl.chains {
+        let want = kdiff::KernelChain { hook: chain.hook.clone(), rules: kdiff::desired_rules(chain) };
+        let same = held.chains.get(name) == Some(&want);
+        match t.chains.get_key_value(name) {
+            Some((name, text)) if !same => {
+                if !held.chains.contains_key(name) {
+                    d.new_chains.push(name);
+                }
+                d.rewrite.push((name, text));
+            }
+            Some(_) => {}
+            None if !same => return Err(format!("chain {name} differs")),
+            None => {}
+        }
+    }
+    for name in held.chains.keys().filter(|n| !decl.chains.contains_key(*n)) {
+        if !render::named_ours(name) {
+            return Err(format!("a chain someone else added ({name:?})"));
+        }
+        if held.chains[name].hook.is_some() {
+            return Err(format!("chain {name} is hooked"));
+        }
+        d.stale.push(name);
+    }
+    Ok(())
+}
+
+/// Sets and maps: declarations must match; affinity sets come and go as a partial sync
+/// makes them.
+fn sets_diff<'a>(
+    t: &'a Table,
+    decl: &DeclaredTable,
+    held: &'a KernelTable,
+    d: &mut TableDiff<'a>,
+) -> Result<(), String> {
+    for (name, want) in &decl.sets {
+        match held.sets.get(name).map(crate::netlink::SetSpec::as_sent) {
+            Some(have) if have == *want => {}
+            Some(_) => return Err(format!("set {name} is declared otherwise")),
+            None => match t.affinity_maps.get_key_value(name) {
+                Some((name, _)) => d.new_sets.push(name),
+                None => return Err(format!("set {name} is missing")),
+            },
+        }
+    }
+    let maps: Vec<String> = MapName::all().iter().map(MapName::to_string).collect();
+    for name in held.sets.keys().filter(|n| !decl.sets.contains_key(*n)) {
+        if !render::named_ours(name) && !maps.contains(name) {
+            return Err(format!("a set someone else added ({name:?})"));
+        }
+        // Ours, no longer used (a scheduler's maps after it changed): deleted after the rules
+        // that used it are gone.
+        d.delete_sets.push(name);
+    }
+    Ok(())
+}
+
+/// One map's elements: those the kernel lacks or holds with another value are added (after
+/// the other value's deletion), those it holds beyond the desired ones deleted.
+fn elements_diff<'a>(
+    map: MapName,
+    want: Option<&'a BTreeMap<Key, render::Entry>>,
+    have: Option<&'a ReadMap>,
+    d: &mut TableDiff<'a>,
+) {
+    let held: HashMap<&Key, &Value> = have.map(|h| h.known.iter().map(|(k, v)| (k, v)).collect()).unwrap_or_default();
+    let mut wanted = BTreeSet::new();
+    for (key, entry) in want.into_iter().flatten() {
+        wanted.insert(key);
+        match held.get(key) {
+            Some(v) if **v == kdiff::as_held(&entry.value) => {}
+            Some(_) => {
+                d.delete_elements.entry(map).or_default().push(key);
+                d.add_elements.entry(map).or_default().push((key, &entry.value));
+            }
+            None => d.add_elements.entry(map).or_default().push((key, &entry.value)),
+        }
+    }
+    for (key, _) in have.map(|h| h.known.as_slice()).unwrap_or_default() {
+        if !wanted.contains(key) {
+            d.delete_elements.entry(map).or_default().push(key);
+        }
+    }
+}
