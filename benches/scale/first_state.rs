@@ -104,10 +104,7 @@ pub fn run(case: &Case) -> Value {
 /// Prints runs combined: median (lowest–highest) of each figure, LIST first as the baseline.
 pub fn print(runs: &[Value]) {
     let c = super::runs::combine(runs);
-    let cell = |key: &str, figure: &str| {
-        let at = |which: &str| c[which][key][figure].as_f64().unwrap_or(f64::NAN);
-        format!("{} ({}–{})", at("median"), at("min"), at("max"))
-    };
+    let cell = |key: &str, figure: &str| super::runs::spread(&c, &[key, figure]);
     println!(
         "first state at {} services ({} runs; median (lowest–highest); LIST is the baseline):",
         c["median"]["services"].as_f64().unwrap_or(0.0) as u64,
@@ -124,7 +121,5 @@ pub fn print(runs: &[Value]) {
             cell(key, "first_sync_ms")
         );
     }
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
-    let _ = std::fs::create_dir_all(&dir);
-    let _ = std::fs::write(dir.join("first-state.json"), json!({"combined": c, "runs": runs}).to_string());
+    super::runs::write("first-state.json", &json!({"combined": c, "runs": runs}));
 }

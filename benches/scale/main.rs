@@ -19,6 +19,9 @@
 //! `-- --api-start-only [N]` times a daemon's start through the API server at 30k and 100k
 //! services, or N (`start.rs`). Every full run also measures issue 25's schedulers against
 //! their baselines (`schedulers.rs`; `-- --schedulers-only` runs that part alone).
+//! `-- --neighbour-only [N]` measures how long another nftables user's commits wait while the
+//! daemon syncs, restarts and refreshes at 100k services, or N (`neighbour.rs`; not part of a
+//! full run).
 //! Every full run also measures what `trace` costs a node (`tracing.rs`; `-- --tracing-only`
 //! runs that part alone), what localhost NodePorts cost against the primary address
 //! (`localhost.rs`; `-- --localhost-only` runs that part alone), and a daemon's first state
@@ -42,6 +45,7 @@ mod latency_pairs;
 mod localhost;
 mod measure;
 mod musl;
+mod neighbour;
 mod observe;
 mod refused;
 mod report;
@@ -54,6 +58,7 @@ mod views;
 mod wire;
 
 use kube_nftproxy::config::Config;
+use runs::in_child;
 use serde_json::Value;
 use std::time::Duration;
 use synth::Case;
@@ -85,17 +90,9 @@ fn config() -> Config {
     Config::from_flags(&flags).expect("config")
 }
 
-/// Runs `args` in a child process of this benchmark and returns the JSON it prints last.
-fn in_child(args: &[String]) -> Value {
-    let out = std::process::Command::new(std::env::current_exe().expect("exe")).args(args).output().expect("child");
-    assert!(out.status.success(), "bench child {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(text.lines().last().unwrap_or("{}")).expect("child output")
-}
-
 /// The flags that start a run or a child part of one; with none of them, this target was run
 /// as a test (`cargo test --all-targets`) and only says how to run it.
-const MODES: [&str; 26] = [
+const MODES: [&str; 28] = [
     "--bench",
     "--case",
     "--latency",
@@ -122,6 +119,8 @@ const MODES: [&str; 26] = [
     "--localhost-only",
     "--first-state",
     "--first-state-only",
+    "--neighbour",
+    "--neighbour-only",
 ];
 
 /// The command line past its mode (`--bench` dropped), and what it sets for every part.
@@ -252,9 +251,19 @@ fn in_process(o: &Opts) -> bool {
     false
 }
 
-/// The parts that run the daemon at the daemon's own case, one in this process (or, for
-/// `--api-start-only`, its runs in children). Whether `o` asked for one.
+/// The parts that run the daemon at the daemon's own case, one in this process, or at N
+/// services (`runs::sized_part`). Whether `o` asked for one.
 fn daemon_part(o: &Opts) -> bool {
+    // `--api-start N`: one daemon start at N services through the API server (`start.rs`);
+    // `--api-start-only [N]`: `runs` of them at N, or at 30k and 100k. The same for another
+    // nftables user's waits (`neighbour.rs`) at N, or 100k.
+    let (api_start, neighbour): (runs::Sized, runs::Sized) =
+        ((start::run, start::print), (neighbour::run, neighbour::print));
+    if runs::sized_part(&o.args, o.runs, ("--api-start", "--api-start-only"), &start::SIZES, api_start)
+        || runs::sized_part(&o.args, o.runs, ("--neighbour", "--neighbour-only"), &[neighbour::SERVICES], neighbour)
+    {
+        return true;
+    }
     let (args, smoke) = (&o.args, o.smoke);
     let daemon_case = o.daemon_case();
     let r = if o.has("--churn") {
@@ -280,17 +289,6 @@ fn daemon_part(o: &Opts) -> bool {
         let r = api::idle(&daemon_case, secs);
         eprintln!("{}", serde_json::to_string_pretty(&r).expect("json"));
         r
-    } else if let Some(i) = args.iter().position(|a| a == "--api-start") {
-        // `--api-start N`: one daemon start at N services through the API server (`start.rs`);
-        // `--api-start-only [N]`: `runs` of them at N, or at 30k and 100k.
-        start::run(args.get(i + 1).and_then(|n| n.parse().ok()).expect("--api-start N"))
-    } else if let Some(i) = args.iter().position(|a| a == "--api-start-only") {
-        let sizes = args.get(i + 1).and_then(|n| n.parse().ok()).map_or(start::SIZES.to_vec(), |n| vec![n]);
-        for n in sizes {
-            let all: Vec<Value> = (0..o.runs).map(|_| in_child(&["--api-start".into(), n.to_string()])).collect();
-            start::print(&all);
-        }
-        return true;
     } else {
         return false;
     };

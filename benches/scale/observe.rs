@@ -50,10 +50,15 @@ impl LogTail {
 
     /// Waits up to `limit` for a line matching `f` at or after line `from`; its time and text.
     pub fn wait(&self, from: usize, limit: Duration, f: impl Fn(&str) -> bool) -> Option<(Instant, String)> {
+        self.position(from, limit, f).map(|i| self.lines.lock().expect("lines")[i].clone())
+    }
+
+    /// Waits up to `limit` for a line matching `f` at or after line `from`; its index.
+    pub fn position(&self, from: usize, limit: Duration, f: impl Fn(&str) -> bool) -> Option<usize> {
         let start = Instant::now();
         while start.elapsed() < limit {
-            if let Some(hit) = self.lines.lock().expect("lines").iter().skip(from).find(|(_, l)| f(l)) {
-                return Some(hit.clone());
+            if let Some(i) = self.lines.lock().expect("lines").iter().skip(from).position(|(_, l)| f(l)) {
+                return Some(from + i);
             }
             std::thread::sleep(Duration::from_millis(1));
         }

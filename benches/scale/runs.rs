@@ -1,7 +1,42 @@
 //! Repeated runs: every figure of a case is taken over several runs and reported as the
-//! median with its spread (lowest to highest), so a table can be checked on another machine.
+//! median with its spread (lowest to highest), so a table can be checked on another machine;
+//! each run in a child process of its own, so its peak memory and leftovers are its own.
 
 use serde_json::{Map, Value, json};
+
+/// Runs `args` in a child process of this benchmark and returns the JSON it prints last.
+pub fn in_child(args: &[String]) -> Value {
+    let out = std::process::Command::new(std::env::current_exe().expect("exe")).args(args).output().expect("child");
+    assert!(out.status.success(), "bench child {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.lines().last().unwrap_or("{}")).expect("child output")
+}
+
+/// A part measured at N services: one run at N, and the runs at one size printed combined.
+pub type Sized = (fn(u32) -> Value, fn(&[Value]));
+
+/// A part measured at N services, given the command line `args`: `CHILD N` runs it once with
+/// `run` and prints its JSON; `ONLY [N]` runs `runs` children at N, or at each of `sizes`,
+/// and prints each size's with `print`. Whether `args` asked for it.
+pub fn sized_part(
+    args: &[String],
+    runs: usize,
+    (child, only): (&str, &str),
+    sizes: &[u32],
+    (run, print): Sized,
+) -> bool {
+    let size_after = |i: usize| args.get(i + 1).and_then(|n| n.parse::<u32>().ok());
+    if let Some(i) = args.iter().position(|a| a == child) {
+        println!("{}", run(size_after(i).unwrap_or_else(|| panic!("{child} N"))));
+    } else if let Some(i) = args.iter().position(|a| a == only) {
+        for n in size_after(i).map_or(sizes.to_vec(), |n| vec![n]) {
+            print(&(0..runs).map(|_| in_child(&[child.into(), n.to_string()])).collect::<Vec<_>>());
+        }
+    } else {
+        return false;
+    }
+    true
+}
 
 /// Picks one number out of a run's values (sorted ascending).
 type Pick = fn(&[f64]) -> f64;
@@ -56,6 +91,21 @@ pub fn combine(runs: &[Value]) -> Value {
 pub fn combine_lists(runs: &[Value]) -> Vec<Value> {
     let len = runs.iter().filter_map(Value::as_array).map(Vec::len).min().unwrap_or(0);
     (0..len).map(|i| combine(&runs.iter().map(|r| r[i].clone()).collect::<Vec<_>>())).collect()
+}
+
+/// The figure at `path` of combined runs (`combine`) as "median (lowest–highest)"; "-" for
+/// one missing.
+pub fn spread(c: &Value, path: &[&str]) -> String {
+    let at = |which: &str| path.iter().fold(&c[which], |v, p| &v[*p]).as_f64().map_or("-".into(), |x| x.to_string());
+    format!("{} ({}–{})", at("median"), at("min"), at("max"))
+}
+
+/// Writes `value` as `target/bench/NAME`, for comparing with later runs; a failure to write
+/// only loses that file, the figures are printed anyway.
+pub fn write(name: &str, value: &Value) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::write(dir.join(name), value.to_string());
 }
 
 /// What anyone comparing figures needs to know of the machine, read before the first run.

@@ -26,7 +26,7 @@ const API_LISTEN: &str = "192.168.1.254:6443";
 pub const SIZES: [u32; 2] = [30_000, 100_000];
 
 /// How long the first sync may take before the run is given up.
-const FIRST_SYNC_LIMIT: Duration = Duration::from_secs(180);
+pub(super) const FIRST_SYNC_LIMIT: Duration = Duration::from_secs(180);
 
 /// The lists the daemon reads first, in protobuf as it asks for them.
 const WARMED: [&str; 2] = ["/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices"];
@@ -57,20 +57,48 @@ fn at(lines: &[(Instant, String)], spawned: Instant, what: &str) -> Option<f64> 
     lines.iter().find(|(_, l)| l.contains(what)).map(|(t, _)| ms_between(spawned, *t))
 }
 
+/// A node-like namespace and the emulator in its gateway, loaded with N services × 5
+/// endpoints and warmed (see `warm_up`): where a daemon is started through the API server.
+pub(super) struct Stage {
+    /// The API server (dropped first: it runs in the namespace's gateway).
+    pub emu: Emulator,
+    /// The manifest's directory.
+    _dir: Scratch,
+    /// The node's namespace.
+    pub ns: Netns,
+    /// What the emulator serves.
+    pub case: Case,
+    /// How long warming the emulator took (ms); `None` when left cold.
+    pub warm_ms: Option<f64>,
+}
+
+impl Stage {
+    /// The stage for `services` services, its namespace and scratch directory named by `tag`.
+    pub(super) fn new(services: u32, tag: &str) -> Stage {
+        let case = Case { name: format!("{}k x 5", services / 1000), services, endpoints: 5, mix: false };
+        let dir = Scratch::new(tag);
+        let manifest = dir.0.join("cluster.json");
+        super::churn::write_manifest(&case, 0, &manifest);
+        let ns = Netns::node_like(tag);
+        let t = Instant::now();
+        let emu = Emulator::start(Some(&ns.gateway().name), API_LISTEN, Some(&manifest), &[]);
+        eprintln!("{tag}: emulator ready with {services} services in {:?}", t.elapsed());
+        // KNP_BENCH_COLD=1 leaves the emulator cold, its first encoding in the daemon's lists.
+        let warm_ms = std::env::var_os("KNP_BENCH_COLD").is_none().then(|| warm_up(&ns, &emu));
+        Stage { emu, _dir: dir, ns, case, warm_ms }
+    }
+
+    /// Starts a daemon with default flags following the emulator.
+    pub(super) fn daemon(&self) -> Daemon {
+        Daemon::start_api(&self.ns, &self.emu.kubeconfig(), &[], &[])
+    }
+}
+
 /// One start at `services` services × 5 endpoints; one JSON object.
 pub fn run(services: u32) -> Value {
-    let case = Case { name: format!("{}k x 5", services / 1000), services, endpoints: 5, mix: false };
-    let dir = Scratch::new("startbench");
-    let manifest = dir.0.join("cluster.json");
-    super::churn::write_manifest(&case, 0, &manifest);
-    let ns = Netns::node_like("startbench");
-    let t = Instant::now();
-    let emu = Emulator::start(Some(&ns.gateway().name), API_LISTEN, Some(&manifest), &[]);
-    eprintln!("api-start: emulator ready with {services} services in {:?}", t.elapsed());
-    // KNP_BENCH_COLD=1 leaves the emulator cold, its first encoding in the daemon's lists.
-    let warm_ms = std::env::var_os("KNP_BENCH_COLD").is_none().then(|| warm_up(&ns, &emu));
+    let stage = Stage::new(services, "startbench");
     let spawned = Instant::now();
-    let d = Daemon::start_api(&ns, &emu.kubeconfig(), &[], &[]);
+    let d = stage.daemon();
     let log = LogTail::start(&d.log);
     let Some((synced, line)) = log.wait(0, FIRST_SYNC_LIMIT, is_sync) else {
         panic!("the daemon never synced:\n{}", d.logged());
@@ -89,9 +117,9 @@ pub fn run(services: u32) -> Value {
     eprintln!("api-start: first sync {start_ms} ms after spawning: {}", line.trim());
     let log_text = d.stop();
     let warnings: Vec<&str> = log_text.lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
-    drop(emu);
-    drop(dir);
-    json!({"services": services, "endpoints": case.endpoints, "start_ms": start_ms,
+    let (endpoints, warm_ms) = (stage.case.endpoints, stage.warm_ms);
+    drop(stage);
+    json!({"services": services, "endpoints": endpoints, "start_ms": start_ms,
            "following_ms": at(&lines, spawned, "following the API server"),
            "listed": listings(&lines, spawned), "all_listed_ms": all_listed,
            "filing_ms": filing, "render_ms": sync["render_ms"], "apply_ms": sync["apply_ms"],
@@ -102,10 +130,7 @@ pub fn run(services: u32) -> Value {
 /// Prints runs at one size combined: median (lowest–highest) of each part.
 pub fn print(runs: &[Value]) {
     let c = super::runs::combine(runs);
-    let cell = |path: &[&str]| {
-        let at = |which: &str| path.iter().fold(&c[which], |v, p| &v[*p]).as_f64().unwrap_or(f64::NAN);
-        format!("{} ({}–{})", at("median"), at("min"), at("max"))
-    };
+    let cell = |path: &[&str]| super::runs::spread(&c, path);
     println!("daemon start through the API server ({} runs; median (lowest–highest), ms after spawning):", runs.len());
     println!(
         "| services | first sync done | following | services listed | slices listed | nodes listed | all listed | filing | render | apply | RSS after MB | peak RSS MB |"
@@ -132,8 +157,6 @@ pub fn print(runs: &[Value]) {
         cell(&["listed", "endpointslices", "took_ms"]),
         cell(&["listed", "nodes", "took_ms"])
     );
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
-    let _ = std::fs::create_dir_all(&dir);
     let name = format!("api-start-{}.json", c["median"]["services"]);
-    let _ = std::fs::write(dir.join(name), json!({"combined": c, "runs": runs}).to_string());
+    super::runs::write(&name, &json!({"combined": c, "runs": runs}));
 }

@@ -167,10 +167,7 @@ pub fn run(case: &Case) -> Value {
 /// Prints the runs combined: median and spread of every figure, per format.
 pub fn print(runs: &[Value]) {
     let c = super::runs::combine(runs);
-    let cell = |path: &[&str]| {
-        let at = |which: &str| path.iter().fold(&c[which], |v, p| &v[*p]).as_f64().unwrap_or(f64::NAN);
-        format!("{} ({}–{})", at("median"), at("min"), at("max"))
-    };
+    let cell = |path: &[&str]| super::runs::spread(&c, path);
     println!(
         "wire formats at {} ({} runs; median (lowest–highest)):",
         c["median"]["case"].as_str().unwrap_or("?"),
@@ -191,7 +188,5 @@ pub fn print(runs: &[Value]) {
             cell(&[name, "watch", "decode_us_per_event"]),
         );
     }
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
-    let _ = std::fs::create_dir_all(&dir);
-    let _ = std::fs::write(dir.join("wire.json"), c.to_string());
+    super::runs::write("wire.json", &c);
 }
