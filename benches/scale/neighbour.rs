@@ -13,9 +13,10 @@
 //! - `restart`: the daemon stopped and a new one started over the rules it left, to its first
 //!   sync.
 //!
-//! A phase ends at the last of the daemon's full syncs in a row: a commit of the probe's
-//! during a full sync makes the daemon sync fully again ("another process changed nftables"),
-//! and those syncs are the phase's too. Per phase: the waits' worst, p99 and p50, the
+//! A phase ends at the last of the daemon's syncs in a row: a commit of the probe's during a
+//! full sync makes the daemon check its tables with a refresh ("another process committed to
+//! nftables during the full sync"), and those syncs are the phase's too; a refresh that found
+//! nothing to send is not counted as a full sync. Per phase: the waits' worst, p99 and p50, the
 //! commits, our full syncs and the phase's length. `-- --neighbour N` runs it once at N
 //! services × 5 endpoints; `-- --neighbour-only [N]` three times at N (100k by default),
 //! written to `target/bench/neighbour-N.json`.
@@ -56,9 +57,9 @@ const PHASES: [&str; 4] = ["idle", "first sync", "refresh", "restart"];
 /// Where the commits outside every phase are filed: the daemon idle.
 const BETWEEN: &str = "between";
 
-/// The daemon's note that a commit of another process during its full sync makes it sync
-/// fully again.
-const RESYNC: &str = "another process changed nftables";
+/// The daemon's note that another process committed during its full sync, which it checks
+/// by a refresh (a comparison with the kernel's tables, sending what differs).
+const RESYNC: &str = "another process committed to nftables during the full sync";
 
 /// The probe's addresses: 10.200.0.0/16 counted up, so every commit adds a new element.
 const FIRST_ADDRESS: u32 = u32::from_be_bytes([10, 200, 0, 0]);
@@ -155,7 +156,10 @@ fn settle(name: &'static str, log: &LogTail, from: usize, start: Instant) -> Pha
     }
     let lines = log.lines();
     let seen = &lines[from..=last];
-    let full = |l: &str| is_sync(l) && matches!(sync_figures(l)["kind"].as_str(), Some("Full" | "Refresh"));
+    // A refresh that found nothing to send held no lock: a check, not a full sync.
+    let full = |l: &str| {
+        is_sync(l) && !l.contains("nothing sent") && matches!(sync_figures(l)["kind"].as_str(), Some("Full" | "Refresh"))
+    };
     Phase {
         name,
         start,
