@@ -158,7 +158,9 @@ fn settle(name: &'static str, log: &LogTail, from: usize, start: Instant) -> Pha
     let seen = &lines[from..=last];
     // A refresh that found nothing to send held no lock: a check, not a full sync.
     let full = |l: &str| {
-        is_sync(l) && !l.contains("nothing sent") && matches!(sync_figures(l)["kind"].as_str(), Some("Full" | "Refresh"))
+        is_sync(l)
+            && !l.contains("nothing sent")
+            && matches!(sync_figures(l)["kind"].as_str(), Some("Full" | "Refresh"))
     };
     Phase {
         name,

@@ -59,7 +59,7 @@ impl Applier {
         scope: &[Family],
         deleted_chains: usize,
     ) -> Result<SyncReport, NftError> {
-        match self.reconcile(desired, scope, deleted_chains)? {
+        match self.reconcile(desired, scope, deleted_chains, true)? {
             Some(report) => Ok(report),
             None => self.rewrite(desired, scope, deleted_chains),
         }

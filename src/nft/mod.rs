@@ -145,6 +145,7 @@ impl Applier {
             Resync::Replace => Plan::Full,
             // Stale chains stay listed: the refresh flushed them again; they are deleted later.
             Resync::Refresh => return self.refresh(desired, scope, deleted_chains),
+            Resync::Check => return self.check(desired, scope, deleted_chains),
             Resync::Changes => self.plan(desired, update, scope)?,
         };
         let part = match plan {

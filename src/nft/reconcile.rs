@@ -27,26 +27,47 @@ struct Held {
 }
 
 impl Applier {
+    /// After a full sync during which another process committed unseen: compares the
+    /// chains and sets of the tables of `scope` with the kernel's (not the elements, whose
+    /// dump is what makes a refresh cost) and mends what differs; refreshes them when a
+    /// partial transaction cannot.
+    pub(super) fn check(
+        &mut self,
+        desired: &Ruleset,
+        scope: &[Family],
+        deleted_chains: usize,
+    ) -> Result<SyncReport, NftError> {
+        match self.reconcile(desired, scope, deleted_chains, false)? {
+            Some(report) => Ok(report),
+            None => self.refresh(desired, scope, deleted_chains),
+        }
+    }
+
     /// Brings the tables of `scope`, which exist, to `desired` by sending only what differs
-    /// from what they hold. `None` when the difference is not one a partial transaction can
-    /// express (nothing was sent); the caller rewrites the tables in place then.
+    /// from what they hold (the maps' elements too when `elements` says so). `None` when the
+    /// difference is not one a partial transaction can express (nothing was sent); the
+    /// caller rewrites the tables in place then.
     pub(super) fn reconcile(
         &mut self,
         desired: &Ruleset,
         scope: &[Family],
         deleted_chains: usize,
+        elements: bool,
     ) -> Result<Option<SyncReport>, NftError> {
+        let started = std::time::Instant::now();
         let script = render::full_sync_script_of(desired, &self.node, scope)?;
         let mut schema = compile::Schema::default();
         let declared = compile::declared_with(&script, &mut schema)?;
-        let Some(held) = read_settled(scope)? else { return Ok(None) };
+        let compiled = started.elapsed();
+        let Some(held) = read_settled(scope, elements)? else { return Ok(None) };
+        let read = started.elapsed() - compiled;
         let mut diffs = Vec::new();
         let mut families = Vec::new();
         for t in desired.tables.iter().filter(|t| scope.contains(&t.family)) {
             let (Some(decl), Some(h)) = (declared.tables.get(&t.family), held.get(&t.family)) else {
                 return Ok(None);
             };
-            match table_diff(t, decl, h) {
+            match table_diff(t, decl, h, elements) {
                 Ok(d) => diffs.push(d),
                 Err(why) => {
                     log::info!("refresh: {why} in the {} table; rewriting it in place", words(t.family).fam);
@@ -55,6 +76,10 @@ impl Applier {
             }
             families.push(t.family);
         }
+        log::debug!(
+            "refresh: compiled in {compiled:?}, read in {read:?}, compared in {:?}",
+            started.elapsed() - compiled - read
+        );
         // The tables hold the desired sets now, whether or not anything is sent.
         self.schema = schema;
         self.schema.sent();
@@ -82,14 +107,15 @@ impl Applier {
 /// The tables of `scope` as the kernel holds them, read while no other process changed
 /// them (a change to another table, a neighbour's, does not count); `None` when one is
 /// missing.
-fn read_settled(scope: &[Family]) -> Result<Option<BTreeMap<Family, Held>>, NftError> {
+fn read_settled(scope: &[Family], elements: bool) -> Result<Option<BTreeMap<Family, Held>>, NftError> {
     let mut sock = Socket::open()?;
     for _ in 0..READ_ATTEMPTS {
         let monitor = Socket::monitor()?;
         let mut held = BTreeMap::new();
         for family in scope {
-            let Some(table) = kdiff::read_table(&mut sock, *family)? else { return Ok(None) };
-            let maps = table.maps.iter().map(|(m, e)| (*m, kdiff::read_map(*family, *m, e.clone()))).collect();
+            let Some(mut table) = kdiff::read_table(&mut sock, *family, elements)? else { return Ok(None) };
+            let read = std::mem::take(&mut table.maps);
+            let maps = read.into_iter().map(|(m, e)| (m, kdiff::read_map(*family, m, e))).collect();
             held.insert(*family, Held { table, maps });
         }
         if !ours_changed(&monitor)? {
@@ -123,11 +149,16 @@ fn is_ours(family: u8, table: &str) -> bool {
 
 /// What differs between table `t` (declared as `decl`) and what the kernel holds, as a
 /// partial transaction's changes; `Err` says why no partial transaction can express it.
-fn table_diff<'a>(t: &'a Table, decl: &'a DeclaredTable, held: &'a Held) -> Result<TableDiff<'a>, String> {
+fn table_diff<'a>(
+    t: &'a Table,
+    decl: &'a DeclaredTable,
+    held: &'a Held,
+    elements: bool,
+) -> Result<TableDiff<'a>, String> {
     let mut d = TableDiff { fam: words(t.family).fam, ..TableDiff::default() };
     chains_diff(t, decl, &held.table, &mut d)?;
     sets_diff(t, decl, &held.table, &mut d)?;
-    for map in MapName::all() {
+    for map in MapName::all().into_iter().filter(|_| elements) {
         let want = t.elements.get(&map);
         let have = held.maps.get(&map);
         if let Some(raw) = have.map(|h| h.raw.len()).filter(|n| *n > 0) {

@@ -50,6 +50,9 @@ pub enum Resync {
     /// Rewrite every rule and element in place: the periodic full sync, repairing drift that
     /// no notification reported.
     Refresh,
+    /// Compare the tables' chains and sets (not their elements) with the kernel's and mend
+    /// what differs: after a full sync during which another process committed, unseen.
+    Check,
     /// Bring the tables back whatever they hold, after tampering or a failure: a refresh in
     /// place where they exist (everything someone else added goes), else a replacement.
     Replace,

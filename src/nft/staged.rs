@@ -25,6 +25,35 @@ struct Stage {
     script: String,
 }
 
+impl Stage {
+    /// This stage cut into several, a message `alone` picks in a stage of its own.
+    fn cut(self, alone: impl Fn(u16, &[u8]) -> bool) -> Vec<Stage> {
+        let Stage { bytes, lines, script } = self;
+        let parts = super::wire::split(&bytes, alone);
+        parts.into_iter().map(|bytes| Stage { bytes, lines: lines.clone(), script: script.clone() }).collect()
+    }
+}
+
+/// Whether a message declares a named map or set with a size: the kernel allocates and zeroes
+/// its whole hash table in the transaction (at 100k Services, the endpoint map's is 8 MB,
+/// some 35 ms), so each goes in a transaction of its own.
+fn sized_map(kind: u16, body: &[u8]) -> bool {
+    use crate::netlink::abi::{
+        NFNL_SUBSYS_NFTABLES, NFT_MSG_NEWSET, NFT_SET_ANONYMOUS, NFTA_SET_DESC, NFTA_SET_DESC_SIZE, NFTA_SET_FLAGS,
+    };
+    use crate::netlink::attr::{all, get};
+    if kind != (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWSET || body.len() < 4 {
+        return false;
+    }
+    let Ok(attrs) = all(&body[4..]) else { return false };
+    let flags = get(&attrs, NFTA_SET_FLAGS)
+        .and_then(|f| f.get(..4))
+        .map_or(0, |f| u32::from_be_bytes([f[0], f[1], f[2], f[3]]));
+    let sized =
+        get(&attrs, NFTA_SET_DESC).and_then(|d| all(d).ok()).is_some_and(|d| get(&d, NFTA_SET_DESC_SIZE).is_some());
+    flags & NFT_SET_ANONYMOUS == 0 && sized
+}
+
 impl Applier {
     /// Whether a table of `scope` serves packets: has a base chain with a rule. One that does
     /// not (a staged build cut short) is built again in stages.
@@ -56,7 +85,7 @@ impl Applier {
     ) -> Result<SyncReport, NftError> {
         let (body, hooks) = render::staged_scripts(desired, &self.node, scope)?;
         self.forget(scope);
-        let mut stages = vec![self.compiled(body.clone())?];
+        let mut stages = self.compiled(body.clone())?.cut(sized_map);
         for batch in element_batches(desired, scope, STAGE_ELEMENTS) {
             let (bytes, lines) = batch.finish_with_lines();
             stages.push(Stage { bytes, lines, script: String::new() });
@@ -98,10 +127,12 @@ impl Applier {
             self.own.add(self.sender.port()?);
             let mut sent = 0;
             for stage in stages {
+                let t = std::time::Instant::now();
                 if let Err(e) = self.sender.send(&stage.bytes) {
                     refused = Some(stage.lines.explain(e, &stage.script));
                     break;
                 }
+                log::trace!("staged build: transaction {sent} of {} bytes took {:?}", stage.bytes.len(), t.elapsed());
                 sent += 1;
             }
             Ok(sent)
@@ -177,6 +208,32 @@ mod tests {
             t.insert(MapName::ServiceIps, Key::IpProtoPort(ip, Protocol::Tcp, 80), Value::Goto("c".into()), &owner);
         }
         r
+    }
+
+    /// The messages of a finished batch: (type, body).
+    fn messages(bytes: &[u8]) -> Vec<(u16, Vec<u8>)> {
+        crate::netlink::msg::messages(bytes).map(|m| (m.kind, m.body.to_vec())).collect()
+    }
+
+    #[test]
+    fn each_sized_map_is_declared_in_a_transaction_of_its_own() {
+        // 5,000 ClusterIPs: `cluster-ips` and `service-ips` are declared with a size.
+        let r = ruleset(5000);
+        let (body, _) = render::staged_scripts(&r, "n", &[Family::V4]).expect("scripts");
+        let mut batch = Batch::new();
+        compile(&body, &mut crate::nft::compile::Schema::default(), &mut batch).expect("compiles");
+        let whole = batch.finish();
+        let parts = super::super::wire::split(&whole, sized_map);
+        let alone: Vec<&Vec<u8>> = parts.iter().filter(|p| messages(p).iter().any(|(k, b)| sized_map(*k, b))).collect();
+        assert_eq!(alone.len(), 2, "two sized maps");
+        assert!(alone.iter().all(|p| messages(p).len() == 3), "begin, the declaration, end");
+        // Every message once, in order, between markers of each part's own.
+        let inner = |b: &[u8]| {
+            let m = messages(b);
+            m[1..m.len() - 1].to_vec()
+        };
+        assert_eq!(parts.iter().flat_map(|p| inner(p)).collect::<Vec<_>>(), inner(&whole));
+        assert!(parts.len() >= 4, "before, each map, after: {}", parts.len());
     }
 
     fn counts(batches: Vec<Batch>) -> Vec<usize> {

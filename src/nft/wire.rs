@@ -144,8 +144,42 @@ impl Batch {
     }
 }
 
+/// Cuts finished `batch` into several, the messages in order, each with begin and end
+/// markers of its own: a message `alone` picks (by its type and body) goes in a batch of its
+/// own, the messages between two such together. Messages keep their sequence numbers, so the
+/// batch's `Lines` still name the script line of a refused one.
+pub fn split(batch: &[u8], alone: impl Fn(u16, &[u8]) -> bool) -> Vec<Vec<u8>> {
+    let mut messages = Vec::new();
+    let mut rest = batch;
+    while rest.len() >= 16 {
+        let len = (u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize).clamp(16, rest.len());
+        messages.push(&rest[..len]);
+        rest = &rest[len..];
+    }
+    let (Some(begin), Some(end)) = (messages.first().copied(), messages.last().copied()) else {
+        return vec![batch.to_vec()];
+    };
+    let inner = &messages[1..messages.len().saturating_sub(1).max(1)];
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    let mut open: Option<Vec<u8>> = None;
+    for m in inner {
+        let kind = u16::from_ne_bytes([m[4], m[5]]);
+        if alone(kind, &m[16..]) {
+            out.extend(open.take());
+            out.push([begin, m].concat());
+        } else {
+            open.get_or_insert_with(|| begin.to_vec()).extend_from_slice(m);
+        }
+    }
+    out.extend(open);
+    for b in &mut out {
+        b.extend_from_slice(end);
+    }
+    out
+}
+
 /// Which script line each message of a batch came from.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Lines(Vec<(u32, u32)>);
 
 impl Lines {

@@ -52,6 +52,8 @@ pub struct Syncer<K: Kernel> {
     force_full: bool,
     /// A full sync that rewrites everything in place is due.
     refresh: bool,
+    /// The tables' chains and sets are to be compared with the kernel's (`Resync::Check`).
+    check: bool,
     pace: Pace,
     last_full: Instant,
     /// Retries of failed syncs.
@@ -102,6 +104,7 @@ impl<K: Kernel> Syncer<K> {
             dirty: true,
             force_full: true,
             refresh: false,
+            check: false,
             pace: Pace::new(periods.min_sync, now).aiming_at(periods.share),
             last_full: now,
             retry: RetryPace::new(periods.min_sync, periods.sync),

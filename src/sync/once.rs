@@ -126,7 +126,14 @@ impl<K: Kernel> Syncer<K> {
         if many {
             log::debug!("{touched} of {} services changed: rendering them all again", self.model.services.len());
         }
-        (if self.refresh { Resync::Refresh } else { Resync::Changes }, many)
+        let resync = if self.refresh {
+            Resync::Refresh
+        } else if self.check {
+            Resync::Check
+        } else {
+            Resync::Changes
+        };
+        (resync, many)
     }
 
     /// Notes a sync that went through, in one info line; `(render, apply)` is how long each
@@ -164,20 +171,19 @@ impl<K: Kernel> Syncer<K> {
         {
             then();
         }
-        // Another process committed while notifications were paused: whether it touched our
-        // tables is unknown, so the next sync compares them with the kernel's (a refresh,
-        // which sends only what differs: usually nothing, a neighbour changed its own table).
-        // After a few such collisions in a row (a refresh that had to rewrite in place, with
-        // notifications paused again, beside a busy neighbour), settle for the cheap check.
+        // Another process committed while notifications were paused: most often a neighbour
+        // changing its own table. The next sync compares our tables' chains and sets with the
+        // kernel's (`Resync::Check`: cheap, no lock held) and mends what differs. After a few
+        // such collisions in a row (checks that had to rewrite in place, notifications paused
+        // again, beside a busy neighbour), settle for the cheap intactness check.
         if report.unsure {
             self.unsure_streak += 1;
             if self.unsure_streak <= MAX_UNSURE_RESYNCS || !self.kernel.tables_look_intact() {
                 log::info!(
-                    "another process committed to nftables during the full sync; comparing our tables with the kernel's"
+                    "another process committed to nftables during the full sync; checking our tables' chains and sets"
                 );
                 self.dirty = true;
-                self.force_full = false;
-                self.refresh = true;
+                (self.force_full, self.refresh, self.check) = (false, false, true);
                 return;
             }
         } else if full {
@@ -186,6 +192,7 @@ impl<K: Kernel> Syncer<K> {
         self.dirty = false;
         self.force_full = false;
         self.refresh = false;
+        self.check = false;
     }
 }
 

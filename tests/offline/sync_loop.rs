@@ -337,7 +337,7 @@ fn the_loop_sleeps_when_nothing_can_be_done() {
 }
 
 #[test]
-fn a_full_sync_another_process_committed_during_is_checked_by_a_refresh_and_a_busy_neighbour_is_not_chased() {
+fn a_full_sync_another_process_committed_during_is_checked_not_replaced_and_a_busy_neighbour_is_not_chased() {
     let fake = Fake::default();
     fake.with(|s| s.unsure_full = 1);
     let (mut syncer, inbox) = listed(&fake, periods(Duration::ZERO), 2);
@@ -346,9 +346,9 @@ fn a_full_sync_another_process_committed_during_is_checked_by_a_refresh_and_a_bu
         syncer.sync_if_due();
     }
     let kinds: Vec<Resync> = fake.calls().iter().map(|c| c.resync).collect();
-    // The refresh compares the tables with the kernel's and sends what differs: not a
-    // replacement, and once sure, nothing more.
-    assert_eq!(kinds, [Resync::Replace, Resync::Refresh], "after an unsure full sync");
+    // The check compares the tables' chains and sets with the kernel's and mends what
+    // differs: not a replacement, and once sure, nothing more.
+    assert_eq!(kinds, [Resync::Replace, Resync::Check], "after an unsure full sync");
     // Every full sync unsure (refreshes that had to rewrite in place, notifications paused,
     // beside a neighbour committing all the time): a few checks, then the cheap one settles.
     fake.with(|s| s.unsure_full = usize::MAX);
@@ -357,8 +357,9 @@ fn a_full_sync_another_process_committed_during_is_checked_by_a_refresh_and_a_bu
     for _ in 0..10 {
         syncer.sync_if_due();
     }
-    let refreshes = fake.calls().iter().skip(2).filter(|c| c.resync == Resync::Refresh).count();
-    assert_eq!(refreshes, 4, "the requested refresh and three checks: {:?}", fake.calls().len());
+    let kinds: Vec<Resync> = fake.calls().iter().skip(2).map(|c| c.resync).collect();
+    let checks = [Resync::Check; 3];
+    assert_eq!(kinds, [&[Resync::Refresh][..], &checks].concat(), "the requested refresh and three checks");
 }
 
 #[test]

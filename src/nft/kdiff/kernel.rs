@@ -26,6 +26,12 @@ pub(crate) struct KernelTable {
 
 /// Reads `family`'s table; `None` when there is none.
 pub(crate) fn read(sock: &mut Socket, family: Family) -> io::Result<Option<KernelTable>> {
+    read_with(sock, family, true)
+}
+
+/// As [`read`], the maps' elements only when `elements` says so (a dump of a big map costs the
+/// kernel time that grows with its square: it walks the map from the start for every message).
+pub(crate) fn read_with(sock: &mut Socket, family: Family, elements: bool) -> io::Result<Option<KernelTable>> {
     let fam = NfFamily::from(family);
     if !sock.table_exists(fam, TABLE_NAME)? {
         return Ok(None);
@@ -39,7 +45,7 @@ pub(crate) fn read(sock: &mut Socket, family: Family) -> io::Result<Option<Kerne
         let Some(chain) = table.chains.get_mut(&rule.chain) else { continue };
         chain.rules.push(rule_exprs(&rule, &anon));
     }
-    for map in MapName::all() {
+    for map in MapName::all().into_iter().filter(|_| elements) {
         let name = map.to_string();
         if table.sets.contains_key(&name) {
             table.maps.insert(map, sock.elements(fam, TABLE_NAME, &name)?);

@@ -16,7 +16,7 @@ mod tests;
 pub(crate) use chains::{KernelChain, desired_rules};
 pub(crate) use elements::as_held;
 pub use handles::{HeldRule, RuleNames};
-pub(crate) use kernel::{KernelTable, read as read_table};
+pub(crate) use kernel::{KernelTable, read_with as read_table};
 pub(crate) use read_map::{ReadMap, read_map};
 pub use report::{Change, Kind, Object, Report, ServiceChanges, Summary};
 

@@ -54,6 +54,31 @@ fn a_refresh_sends_only_what_differs_from_the_kernels_tables_in_one_transaction(
 }
 
 #[test]
+fn a_check_mends_chains_without_reading_elements_and_a_refresh_mends_the_rest() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(1, 0);
+    let objects = [web(&c, &["pod-1"]), bulk(0..50)].concat();
+    let mut proxy = Proxy::new(node_a_config());
+    sync(&c.node, &mut proxy, &objects, false).unwrap();
+    let clean = sorted_lines(c.node.nft(&["list", "ruleset"]));
+    let chain = proxy.ruleset().tables[0].chains.keys().find(|c| c.starts_with("lb-")).expect("an lb- chain").clone();
+    c.node.nft(&["insert", "rule", "ip", "kube-nftproxy", &chain, "drop"]);
+    c.node.nft(&["delete", "element", "ip", "kube-nftproxy", "cluster-ips", "{ 172.30.0.40 }"]);
+    let update = proxy.render();
+    let checked = proxy.apply(&c.node.name, &update, Resync::Check).unwrap();
+    assert_eq!((checked.kind, checked.transactions, checked.elements), (SyncKind::Refresh, 1, Some(0)));
+    let listed = c.node.nft(&["list", "ruleset"]);
+    assert!(!listed.contains("drop\n\t\tdnat"), "the stray rule stayed:\n{listed}");
+    assert_ne!(sorted_lines(listed), clean, "a check reads no element, so the missing one stays missing");
+    let update = proxy.render();
+    let refreshed = proxy.apply(&c.node.name, &update, Resync::Refresh).unwrap();
+    assert_eq!((refreshed.transactions, refreshed.elements), (1, Some(1)));
+    assert_eq!(sorted_lines(c.node.nft(&["list", "ruleset"])), clean);
+}
+
+#[test]
 fn a_refresh_rewrites_rules_and_maps_in_place_and_keeps_affinity() {
     if !kernel_available() {
         return;
@@ -132,9 +157,14 @@ fn a_big_first_sync_is_staged_unseen_by_packets_and_a_big_table_is_repaired_in_p
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let seen = sampler.join().expect("sampler");
     assert_eq!(report.kind, SyncKind::Full);
-    // The table, its elements in transactions of a bounded size, then the hooks' rules.
+    // The table (each map declared with a size alone, between the rest), its elements in
+    // transactions of a bounded size, then the hooks' rules.
     let elements = proxy.ruleset().element_count();
-    assert_eq!(report.transactions as usize, 2 + elements.div_ceil(STAGE_ELEMENTS), "{elements} elements");
+    let t = &proxy.ruleset().tables[0];
+    let sized = MapName::all().into_iter().filter(|m| t.declared_size(*m).is_some()).count();
+    assert_eq!(sized, 1, "the endpoint map alone is big enough for a size");
+    let expected = 1 + 2 * sized + elements.div_ceil(STAGE_ELEMENTS) + 1;
+    assert_eq!(report.transactions as usize, expected, "{elements} elements");
     assert_eq!(generation().wrapping_sub(before), report.transactions, "one generation per stage, none else");
     // No packet met a half-built table: whenever the hooks had rules, every element was in.
     let all = proxy.ruleset().tables[0].elements[&MapName::ServiceIps].len();
@@ -162,14 +192,14 @@ fn a_big_first_sync_is_staged_unseen_by_packets_and_a_big_table_is_repaired_in_p
     assert_eq!(redefined.kind, SyncKind::Refresh, "a redefined map is declared anew in place");
     assert!(sorted_lines(c.node.nft(&["list", "ruleset"])) == staged, "the refresh left drift behind");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
-    // The endpoint map's 10,500 elements were declared room for 16,384; growing past that
+    // The endpoint map's 10,500 elements were declared room for 24,576; growing past that
     // takes a full sync, which declares it anew, larger.
     let sized = |ns: &Netns| ns.nft(&["list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp"]);
-    assert!(sized(&c.node).contains("size 16384"), "{}", sized(&c.node).chars().take(300).collect::<String>());
-    objects.extend(bulk(2100..3300));
+    assert!(sized(&c.node).contains("size 24576"), "{}", sized(&c.node).chars().take(300).collect::<String>());
+    objects.extend(bulk(2100..5000));
     let grown = sync(&c.node, &mut proxy, &objects, false).unwrap();
-    assert_eq!(grown.kind, SyncKind::Refresh, "16,500 endpoint slots do not fit a map declared for 16,384");
-    assert!(sized(&c.node).contains("size 32768"), "{}", sized(&c.node).chars().take(300).collect::<String>());
+    assert_eq!(grown.kind, SyncKind::Refresh, "25,000 endpoint slots do not fit a map declared for 24,576");
+    assert!(sized(&c.node).contains("size 49152"), "{}", sized(&c.node).chars().take(300).collect::<String>());
     let smaller = sync(&c.node, &mut proxy, &objects[..objects.len() - 200], false).unwrap();
     assert_eq!(smaller.kind, SyncKind::Partial, "shrinking fits");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
@@ -200,7 +230,7 @@ fn a_map_grown_or_shrunk_past_a_size_by_a_change_is_declared_as_a_fresh_render_d
     let grown = [small.clone(), bulk(700..900)].concat();
     let report = sync(&c.node, &mut proxy, &grown, false).unwrap();
     assert_ne!(report.kind, SyncKind::Partial, "a map cannot be resized in place");
-    assert!(head(&c.node).contains("size 8192"), "{}", head(&c.node));
+    assert!(head(&c.node).contains("size 12288"), "{}", head(&c.node));
     assert_eq!(head(&c.node), fresh(&grown));
     // Shrunk back below it: declared without a size again.
     let report = sync(&c.node, &mut proxy, &small, false).unwrap();
