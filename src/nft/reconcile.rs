@@ -13,7 +13,7 @@ use crate::model::Family;
 use crate::netlink::{Event, NfFamily, Socket};
 use crate::nft::compile::{self, DeclaredTable};
 use crate::render::{self, Key, MapName, Ruleset, TABLE_NAME, Table, Value, words};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Reads of the tables begun again because another process changed them meanwhile.
@@ -235,29 +235,83 @@ fn sets_diff<'a>(
 }
 
 /// One map's elements: those the kernel lacks or holds with another value are added (after
-/// the other value's deletion), those it holds beyond the desired ones deleted.
+/// the other value's deletion), those it holds beyond the desired ones deleted. Both sides are
+/// walked in key order, once (at 30k Services a refresh compares 216,000 elements).
 fn elements_diff<'a>(
     map: MapName,
     want: Option<&'a BTreeMap<Key, render::Entry>>,
     have: Option<&'a ReadMap>,
     d: &mut TableDiff<'a>,
 ) {
-    let held: HashMap<&Key, &Value> = have.map(|h| h.known.iter().map(|(k, v)| (k, v)).collect()).unwrap_or_default();
-    let mut wanted = BTreeSet::new();
+    let mut held: Vec<&(Key, Value)> = have.map(|h| h.known.iter().collect()).unwrap_or_default();
+    held.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let mut held = held.into_iter().peekable();
+    let add = |d: &mut TableDiff<'a>, key: &'a Key, value: &'a Value| {
+        d.add_elements.entry(map).or_default().push((key, value))
+    };
     for (key, entry) in want.into_iter().flatten() {
-        wanted.insert(key);
-        match held.get(key) {
-            Some(v) if **v == kdiff::as_held(&entry.value) => {}
-            Some(_) => {
-                d.delete_elements.entry(map).or_default().push(key);
-                d.add_elements.entry(map).or_default().push((key, &entry.value));
+        while let Some((k, _)) = held.next_if(|(k, _)| k < key) {
+            d.delete_elements.entry(map).or_default().push(k);
+        }
+        match held.next_if(|(k, _)| k == key) {
+            Some((_, v)) if held_as(&entry.value, v) => {}
+            Some((k, _)) => {
+                d.delete_elements.entry(map).or_default().push(k);
+                add(d, key, &entry.value);
             }
-            None => d.add_elements.entry(map).or_default().push((key, &entry.value)),
+            None => add(d, key, &entry.value),
         }
     }
-    for (key, _) in have.map(|h| h.known.as_slice()).unwrap_or_default() {
-        if !wanted.contains(key) {
-            d.delete_elements.entry(map).or_default().push(key);
-        }
+    for (k, _) in held {
+        d.delete_elements.entry(map).or_default().push(k);
+    }
+}
+
+/// Whether the kernel's `held` is `want` as the kernel keeps it: its comment cut to the
+/// length the kernel stores.
+fn held_as(want: &Value, held: &Value) -> bool {
+    let cut = |w: &str, h: &str| render::comment(w) == h;
+    match (want, held) {
+        (Value::Dispatch(c, w), Value::Dispatch(hc, h)) => c == hc && cut(w, h),
+        (Value::Drop(w), Value::Drop(h)) | (Value::Reject(w), Value::Reject(h)) => cut(w, h),
+        _ => want == held,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::sync::Arc;
+
+    fn ip(n: u8) -> Key {
+        Key::Ip(IpAddr::V4(Ipv4Addr::new(10, 0, 0, n)))
+    }
+
+    #[test]
+    fn elements_are_compared_in_key_order_values_as_the_kernel_keeps_them() {
+        let owner: Arc<str> = Arc::from(format!("ns/{}:p", "n".repeat(300)));
+        let entry = |value: Value| render::Entry { value, owner: owner.clone(), refs: 1 };
+        let drop = |o: &str| Value::Drop(Arc::from(o));
+        let want: BTreeMap<Key, render::Entry> = [
+            (ip(1), entry(Value::None)),
+            (ip(2), entry(drop("a"))),
+            (ip(3), entry(Value::Drop(owner.clone()))),
+            (ip(5), entry(Value::None)),
+        ]
+        .into_iter()
+        .collect();
+        // The kernel: 2 with another value, 3 with its comment cut, 4 extra, 1 and 5 missing
+        // (listed out of order, as a dump lists them).
+        let cut = Value::Drop(Arc::from(render::comment(&owner)));
+        let have = ReadMap { known: vec![(ip(4), Value::None), (ip(3), cut), (ip(2), drop("b"))], raw: vec![] };
+        let mut d = TableDiff::default();
+        elements_diff(MapName::ClusterIps, Some(&want), Some(&have), &mut d);
+        let deleted: Vec<&Key> = d.delete_elements[&MapName::ClusterIps].clone();
+        let added: Vec<&Key> = d.add_elements[&MapName::ClusterIps].iter().map(|(k, _)| *k).collect();
+        assert_eq!(deleted, [&ip(2), &ip(4)]);
+        assert_eq!(added, [&ip(1), &ip(2), &ip(5)]);
+        assert!(held_as(&Value::Drop(owner.clone()), &Value::Drop(Arc::from(render::comment(&owner)))));
+        assert!(!held_as(&drop("a"), &drop("b")));
     }
 }

@@ -114,7 +114,7 @@ fn named_owner(value: &Value) -> Option<String> {
 }
 
 /// A desired value as the kernel holds it: its owner cut to a comment's length.
-pub(crate) fn as_held(value: &Value) -> Value {
+fn as_held(value: &Value) -> Value {
     let cut = |o: &Arc<str>| Arc::from(comment(o));
     match value {
         Value::Dispatch(c, o) => Value::Dispatch(c.clone(), cut(o)),

@@ -14,7 +14,6 @@ mod report;
 mod tests;
 
 pub(crate) use chains::{KernelChain, desired_rules};
-pub(crate) use elements::as_held;
 pub use handles::{HeldRule, RuleNames};
 pub(crate) use kernel::{KernelTable, read_with as read_table};
 pub(crate) use read_map::{ReadMap, read_map};

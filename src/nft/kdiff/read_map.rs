@@ -39,8 +39,12 @@ pub(crate) fn read_map(family: Family, map: MapName, elements: Vec<Element>) -> 
 fn read_one(family: Family, map: MapName, e: &Element) -> Option<(Key, Value)> {
     let key = key(family, map, &e.key, e.key_end.as_deref())?;
     let value = value(e)?;
-    let listed = Element { expires_ms: None, ..e.clone() };
-    (element::elements(&key, Some(&value)) == [listed]).then_some((key, value))
+    // Compared field by field, the timeout aside, rather than against a copy: a refresh reads
+    // every element of the table this way.
+    let laid = element::elements(&key, Some(&value));
+    let same = matches!(laid.as_slice(), [l] if l.key == e.key && l.key_end == e.key_end && l.flags == e.flags
+        && l.data == e.data && l.comment == e.comment);
+    same.then_some((key, value))
 }
 
 /// The value of a map element (or none, for a set's), in the form a sync writes.
