@@ -111,6 +111,8 @@ pub struct Applier {
     /// The sizes the kernel's maps were declared with at the last full sync: a partial sync
     /// may not pass them.
     sizes: BTreeMap<(Family, MapName), u32>,
+    /// The tables being read ahead of the first sync (`reading_ahead`).
+    ahead: Option<reconcile::ReadAhead>,
 }
 
 impl Applier {
@@ -120,7 +122,30 @@ impl Applier {
         let schema = compile::Schema::default();
         let (stale, sizes, sweeper) = (BTreeMap::new(), BTreeMap::new(), affinity::Sweeper::default());
         let (in_sync, refused) = (BTreeSet::new(), BTreeSet::new());
-        Applier { node: node.to_string(), in_sync, refused, stale, own, quiet: None, sender, schema, sweeper, sizes }
+        let ahead = None;
+        Applier {
+            node: node.to_string(),
+            in_sync,
+            refused,
+            stale,
+            own,
+            quiet: None,
+            sender,
+            schema,
+            sweeper,
+            sizes,
+            ahead,
+        }
+    }
+
+    /// Starts reading the tables now, on a thread of its own, for the first sync to compare
+    /// against: over the tables an earlier run left, that read overlaps listing the cluster.
+    pub fn reading_ahead(mut self) -> Applier {
+        match reconcile::ReadAhead::start() {
+            Ok(ahead) => self.ahead = Some(ahead),
+            Err(e) => log::debug!("cannot read the tables ahead: {e}"),
+        }
+        self
     }
 
     /// Pauses the guard's notifications around full syncs.
@@ -259,6 +284,12 @@ impl Applier {
         desired.tables.iter().filter(|t| scope.contains(&t.family)).any(|t| {
             MapName::all().into_iter().any(|map| self.sizes.get(&(t.family, map)).copied() != t.declared_size(map))
         })
+    }
+
+    /// The endpoint slots the tables held when they were read ahead of the first sync (see
+    /// `reading_ahead`), for the first render to keep.
+    pub fn held_slots(&mut self) -> Option<Ruleset> {
+        self.ahead.as_mut()?.slots()
     }
 
     /// When the oldest stale chain may be deleted.

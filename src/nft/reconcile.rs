@@ -21,9 +21,85 @@ const READ_ATTEMPTS: u32 = 4;
 
 /// One family's table as the kernel holds it: chains, sets, and its maps' elements read
 /// back into the desired state's terms.
-struct Held {
+pub(super) struct Held {
     table: KernelTable,
     maps: BTreeMap<MapName, ReadMap>,
+}
+
+/// Our tables as the kernel holds them, by family.
+type Tables = BTreeMap<Family, Held>;
+
+/// Both tables as the kernel held them, read on a thread of their own while the daemon lists
+/// the cluster: a restart's first render keeps the endpoint slots they hold, and its first
+/// sync compares against them instead of reading them then (at 30k Services the read is about
+/// as long as the listing). A monitor socket opened before the read tells whether our tables
+/// changed since.
+pub(super) struct ReadAhead {
+    monitor: Socket,
+    read: Option<std::thread::JoinHandle<Result<Option<Tables>, NftError>>>,
+    held: Option<Tables>,
+}
+
+impl ReadAhead {
+    /// Starts reading both tables, elements included.
+    pub(super) fn start() -> std::io::Result<ReadAhead> {
+        let monitor = Socket::monitor()?;
+        let read =
+            std::thread::Builder::new().name("nft-read-ahead".into()).spawn(|| read_settled(&Family::ALL, true))?;
+        Ok(ReadAhead { monitor, read: Some(read), held: None })
+    }
+
+    /// Waits for the read to end; what it read, if it read both tables whole.
+    fn wait(&mut self) -> Option<&Tables> {
+        if let Some(read) = self.read.take() {
+            self.held = match read.join() {
+                Ok(Ok(held)) => held,
+                Ok(Err(e)) => {
+                    log::debug!("reading the tables ahead failed: {e}");
+                    None
+                }
+                Err(_) => None,
+            };
+        }
+        self.held.as_ref()
+    }
+
+    /// The endpoint slots the tables held, as a ruleset of endpoint maps alone: what a first
+    /// render keeps, so that it differs from the tables only by what changed meanwhile.
+    pub(super) fn slots(&mut self) -> Option<Ruleset> {
+        let fixed = render::Fixed {
+            mark: 0,
+            local: render::Detector::None,
+            nodeport_all: false,
+            drop_unallocated: false,
+            turns: false,
+        };
+        let owner: std::sync::Arc<str> = std::sync::Arc::from("");
+        let mut tables = Vec::new();
+        for (family, held) in self.wait()? {
+            let mut t = Table::new(*family, fixed.clone());
+            for (map, read) in
+                held.maps.iter().filter(|(m, _)| matches!(m, MapName::Endpoints(..) | MapName::NodeportEndpoints(..)))
+            {
+                let entries = read
+                    .known
+                    .iter()
+                    .map(|(k, v)| (k.clone(), render::Entry { value: v.clone(), owner: owner.clone(), refs: 1 }));
+                t.elements.insert(*map, entries.collect());
+            }
+            tables.push(t);
+        }
+        Some(Ruleset { tables })
+    }
+
+    /// What was read, if it was read whole and our tables did not change since.
+    fn finish(mut self) -> Option<Tables> {
+        self.wait();
+        match ours_changed(&self.monitor) {
+            Ok(false) => self.held,
+            _ => None,
+        }
+    }
 }
 
 impl Applier {
@@ -59,7 +135,14 @@ impl Applier {
         let mut schema = compile::Schema::default();
         let declared = compile::declared_with(&script, &mut schema)?;
         let compiled = started.elapsed();
-        let Some(held) = read_settled(scope, elements)? else { return Ok(None) };
+        let ahead = self.ahead.take().filter(|_| elements && scope == Family::ALL).and_then(ReadAhead::finish);
+        let held = match ahead {
+            Some(held) => held,
+            None => match read_settled(scope, elements)? {
+                Some(held) => held,
+                None => return Ok(None),
+            },
+        };
         let read = started.elapsed() - compiled;
         let mut diffs = Vec::new();
         let mut families = Vec::new();
@@ -107,7 +190,7 @@ impl Applier {
 /// The tables of `scope` as the kernel holds them, read while no other process changed
 /// them (a change to another table, a neighbour's, does not count); `None` when one is
 /// missing.
-fn read_settled(scope: &[Family], elements: bool) -> Result<Option<BTreeMap<Family, Held>>, NftError> {
+fn read_settled(scope: &[Family], elements: bool) -> Result<Option<Tables>, NftError> {
     let mut sock = Socket::open()?;
     for _ in 0..READ_ATTEMPTS {
         let monitor = Socket::monitor()?;

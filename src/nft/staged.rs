@@ -83,6 +83,9 @@ impl Applier {
         scope: &[Family],
         deleted_chains: usize,
     ) -> Result<SyncReport, NftError> {
+        // Nothing of ours to compare with; its monitor would make the kernel describe every
+        // element of the build to it.
+        self.ahead = None;
         let (body, hooks) = render::staged_scripts(desired, &self.node, scope)?;
         self.forget(scope);
         let mut stages = self.compiled(body.clone())?.cut(sized_map);

@@ -21,6 +21,10 @@ pub trait Kernel {
         resync: Resync,
         hold: &[Family],
     ) -> Result<SyncReport, NftError>;
+    /// What the tables an earlier run left held, as far as a first render keeps it (the
+    /// endpoint slots), so that the first sync over them sends only what changed; `None`
+    /// when nothing was read.
+    fn held_slots(&mut self) -> Option<Ruleset>;
     /// When chains left stale by earlier syncs may be deleted; `None` when none wait.
     fn cleanup_due(&self) -> Option<Instant>;
     /// Deletes the stale chains whose delay has passed; returns how many.
@@ -42,6 +46,10 @@ impl Kernel for Applier {
         hold: &[Family],
     ) -> Result<SyncReport, NftError> {
         self.sync_families(desired, update, resync, hold)
+    }
+
+    fn held_slots(&mut self) -> Option<Ruleset> {
+        Applier::held_slots(self)
     }
 
     fn cleanup_due(&self) -> Option<Instant> {

@@ -57,8 +57,10 @@ impl<K: Kernel> Syncer<K> {
             changes.absorb(earlier);
         }
         let (resync, rebuild) = self.resync(&changes);
-        let result = render_changes(&self.model, &mut self.rendered, &self.cfg, &changes, rebuild).and_then(
-            |(rendered, update)| {
+        // The first render keeps the endpoint slots of tables an earlier run left.
+        let held = if self.rendered.is_none() { self.kernel.held_slots() } else { None };
+        let result = render_changes(&self.model, &mut self.rendered, &self.cfg, (&changes, held.as_ref()), rebuild)
+            .and_then(|(rendered, update)| {
                 rendered_at = Instant::now();
                 let now: BTreeSet<String> = rendered.ruleset().warnings().cloned().collect();
                 crate::skips::warn_each("this sync", now.difference(&self.reported));
@@ -73,8 +75,7 @@ impl<K: Kernel> Syncer<K> {
                 };
                 applied = Some((matches!(update, Update::Replaced | Update::Rebuilt(_)), elements));
                 result
-            },
-        );
+            });
         let end = Instant::now();
         let (full, sent) = match &result {
             Ok(r) => (matches!(r.kind, SyncKind::Full | SyncKind::Refresh), r.kind != SyncKind::Unchanged),
@@ -219,18 +220,19 @@ fn wait_note(waited: &[(Duration, WaitReason)]) -> String {
 }
 
 /// Brings the rendered state up to the model: the Services in `changes` are rendered again,
-/// or everything when `rebuild` says so or nothing was rendered yet (or rendering failed).
+/// or everything when `rebuild` says so or nothing was rendered yet (or rendering failed;
+/// then endpoints keep the slots `held` gives them).
 fn render_changes<'s>(
     model: &Model,
     slot: &'s mut Option<Rendered>,
     cfg: &Config,
-    changes: &Changes,
+    (changes, held): (&Changes, Option<&crate::render::Ruleset>),
     rebuild: bool,
 ) -> Result<(&'s Rendered, Update), NftError> {
     let (rendered, update) = match slot.take() {
         Some(mut r) if rebuild => r.rebuild(model, cfg).map(|u| (r, u))?,
         Some(mut r) => r.update(model, cfg, changes).map(|u| (r, u))?,
-        None => (Rendered::build(model, cfg, None)?, Update::Replaced),
+        None => (Rendered::build(model, cfg, held)?, Update::Replaced),
     };
     Ok((slot.insert(rendered), update))
 }

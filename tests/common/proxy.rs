@@ -66,7 +66,9 @@ impl Proxy {
         match &mut self.rendered {
             Some(r) => r.update(&self.model, &self.cfg, &changes).expect("render"),
             None => {
-                self.rendered = Some(Rendered::build(&self.model, &self.cfg, None).expect("render"));
+                // As the sync loop's first render: the endpoint slots of tables read ahead.
+                let held = self.applier.held_slots();
+                self.rendered = Some(Rendered::build(&self.model, &self.cfg, held.as_ref()).expect("render"));
                 Update::Replaced
             }
         }

@@ -217,6 +217,10 @@ impl Kernel for Fake {
             refused: vec![],
         })
     }
+    fn held_slots(&mut self) -> Option<Ruleset> {
+        None
+    }
+
     fn cleanup_due(&self) -> Option<Instant> {
         None
     }

@@ -147,6 +147,10 @@ impl Kernel for Fake {
         })
     }
 
+    fn held_slots(&mut self) -> Option<Ruleset> {
+        None
+    }
+
     fn cleanup_due(&self) -> Option<Instant> {
         self.with(|s| {
             s.turns += 1;

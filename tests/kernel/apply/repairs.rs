@@ -54,6 +54,44 @@ fn a_refresh_sends_only_what_differs_from_the_kernels_tables_in_one_transaction(
 }
 
 #[test]
+fn tables_read_ahead_are_compared_unless_they_changed_since() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(3, 0);
+    let mut first = Proxy::new(node_a_config());
+    sync(&c.node, &mut first, &[web(&c, &["pod-1", "pod-2"]), bulk(0..50)].concat(), false).unwrap();
+    // A partial sync keeps pod-2's slot and gives pod-3 pod-1's: not the address order a
+    // fresh render numbers slots in.
+    let objects = [web(&c, &["pod-2", "pod-3"]), bulk(0..50)].concat();
+    assert_eq!(sync(&c.node, &mut first, &objects, false).unwrap().kind, SyncKind::Partial);
+    let clean = sorted_lines(c.node.nft(&["list", "ruleset"]));
+    let generation = || in_netns(&c.node.name, || Socket::open().and_then(|mut s| s.generation())).unwrap();
+    // A second run over the first's tables, as a restart: read ahead, then its first render
+    // keeps their slots and its first sync finds nothing to send.
+    let restart = |c: &Cluster| {
+        let mut p = Proxy::new(node_a_config());
+        let fresh = std::mem::replace(&mut p.applier, Applier::new("node-a", Arc::new(OwnPorts::default())));
+        p.applier = in_netns(&c.node.name, || fresh.reading_ahead());
+        p
+    };
+    let mut second = restart(&c);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = generation();
+    let report = sync(&c.node, &mut second, &objects, false).unwrap();
+    assert_eq!((report.kind, report.transactions), (SyncKind::Refresh, 0), "{}", report.script);
+    assert_eq!(generation(), before);
+    // Someone deletes an element after the read ahead: the notification makes the first sync
+    // read the tables again, and mend them.
+    let mut third = restart(&c);
+    std::thread::sleep(Duration::from_millis(300));
+    c.node.nft(&["delete", "element", "ip", "kube-nftproxy", "cluster-ips", "{ 172.30.0.40 }"]);
+    let report = sync(&c.node, &mut third, &objects, false).unwrap();
+    assert_eq!((report.kind, report.transactions, report.elements), (SyncKind::Refresh, 1, Some(1)));
+    assert_eq!(sorted_lines(c.node.nft(&["list", "ruleset"])), clean);
+}
+
+#[test]
 fn a_check_mends_chains_without_reading_elements_and_a_refresh_mends_the_rest() {
     if !kernel_available() {
         return;
