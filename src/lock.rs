@@ -57,7 +57,7 @@ pub fn holder(addr: &SocketAddr) -> Option<Holder> {
 
 /// Waits until this instance owns the tables, checking every `poll`; gives up (`Ok(None)`)
 /// when `give_up` says so. The handover needs nothing else: the previous owner leaves its
-/// rules in place when it stops, and the new one replaces them in one transaction.
+/// rules in place when it stops, and the new one sends what differs from them in one transaction.
 pub fn own(poll: Duration, give_up: impl Fn() -> bool) -> io::Result<Option<Owner>> {
     let mut said = None::<Instant>;
     loop {

@@ -275,7 +275,7 @@ enum Event {
 /// Starts the `signals` thread. Signals are handled, not blocked, so children start with
 /// default dispositions and an empty mask.
 /// - SIGTERM, SIGINT: stop (running children are ended), leaving the rules in place;
-/// - SIGHUP: rewrite the tables in place now (a full sync);
+/// - SIGHUP: a refresh now (the tables compared with the kernel's, what differs sent);
 /// - SIGUSR1: log a summary of the state;
 /// - SIGUSR2, SIGALRM: logged and ignored (their default would end the daemon silently).
 fn spawn_signal_thread(inbox: Arc<Inbox>, stop: Arc<AtomicBool>, events: Sender<Event>) -> Result<(), RunError> {
@@ -294,7 +294,9 @@ fn spawn_signal_thread(inbox: Arc<Inbox>, stop: Arc<AtomicBool>, events: Sender<
                         let _ = events.send(Event::Stopping);
                     }
                     SIGHUP => {
-                        log::info!("received SIGHUP; rewriting the tables in place");
+                        log::info!(
+                            "received SIGHUP; refreshing the tables (compared with the kernel's, what differs sent)"
+                        );
                         inbox.request(|r| r.refresh = true);
                     }
                     SIGUSR1 => inbox.request(|r| r.summary = true),

@@ -155,7 +155,8 @@ pub struct Flags {
     /// The feature gates in force: every `--feature-gates` merged, or the file's `featureGates`.
     #[arg(skip)]
     pub feature_gates: FeatureGates,
-    /// Interval of full syncs that replace the tables whole, repairing any drift.
+    /// Interval of refreshes: the tables read and compared with what they should hold, and
+    /// what differs sent, repairing any drift.
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_period, help_heading = NFTABLES)]
     pub full_sync_period: Duration,
     /// The share of one core syncs aim for while changes keep coming: each sync is followed by

@@ -207,6 +207,30 @@ mod tests {
         ApiObject::from_json(svc).unwrap().unwrap()
     }
 
+    fn slice(name: &str, service: &str, addresses: &[&str]) -> ApiObject {
+        let eps: Vec<_> = addresses.iter().map(|a| json!({"addresses": [a]})).collect();
+        let s = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": name, "namespace": "ns", "labels": {"kubernetes.io/service-name": service}},
+            "addressType": "IPv4", "ports": [{"port": 80}], "endpoints": eps});
+        ApiObject::from_json(s).unwrap().unwrap()
+    }
+
+    #[test]
+    fn the_endpoint_count_follows_slices_replaced_moved_and_deleted() {
+        let mut model = Model::default();
+        model.apply(&slice("a-1", "a", &["10.0.0.1", "10.0.0.2"]), "node-a").unwrap();
+        model.apply(&slice("a-2", "a", &["10.0.0.3"]), "node-a").unwrap();
+        model.apply(&slice("b-1", "b", &["10.0.1.1"]), "node-a").unwrap();
+        assert_eq!(model.endpoint_count(), 4);
+        model.apply(&slice("a-1", "a", &["10.0.0.1"]), "node-a").unwrap();
+        assert_eq!(model.endpoint_count(), 3, "a slice replaced by a smaller one");
+        model.apply(&slice("a-2", "b", &["10.0.1.2", "10.0.1.3"]), "node-a").unwrap();
+        assert_eq!(model.endpoint_count(), 4, "a slice moved to another Service");
+        model.delete_slice(&("ns".into(), "b-1".into()));
+        model.delete_slice(&("ns".into(), "gone".into()));
+        assert_eq!(model.endpoint_count(), 3);
+    }
+
     #[test]
     fn external_ips_are_dropped_from_services_filed_before_and_after_the_gate_is_off() {
         let mut model = Model::default();

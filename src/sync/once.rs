@@ -59,7 +59,7 @@ impl<K: Kernel> Syncer<K> {
         let (resync, rebuild) = self.resync(&changes);
         // The first render keeps the endpoint slots of tables an earlier run left.
         let held = if self.rendered.is_none() { self.kernel.held_slots() } else { None };
-        let result = render_changes(&self.model, &mut self.rendered, &self.cfg, (&changes, held.as_ref()), rebuild)
+        let result = render_changes(&self.model, &mut self.rendered, &self.cfg, &changes, rebuild, held.as_ref())
             .and_then(|(rendered, update)| {
                 rendered_at = Instant::now();
                 let now: BTreeSet<String> = rendered.ruleset().warnings().cloned().collect();
@@ -226,8 +226,9 @@ fn render_changes<'s>(
     model: &Model,
     slot: &'s mut Option<Rendered>,
     cfg: &Config,
-    (changes, held): (&Changes, Option<&crate::render::Ruleset>),
+    changes: &Changes,
     rebuild: bool,
+    held: Option<&crate::render::Ruleset>,
 ) -> Result<(&'s Rendered, Update), NftError> {
     let (rendered, update) = match slot.take() {
         Some(mut r) if rebuild => r.rebuild(model, cfg).map(|u| (r, u))?,

@@ -290,8 +290,8 @@ fn a_second_instance_waits_and_takes_over_without_a_gap() {
     std::thread::sleep(Duration::from_millis(300));
     first.stop();
     assert!(second.logs_within("taking over", Duration::from_secs(3)), "{}", second.logged());
-    // Its first sync rewrites the first instance's tables in place (a refresh): what logs it
-    // is the same for every kind of sync.
+    // Its first sync compares the first instance's tables with what it would write and sends
+    // the difference (a refresh): what logs it is the same for every kind of sync.
     assert!(second.logs_within(" endpoints; sent ", Duration::from_secs(3)), "{}", second.logged());
     let failures = prober.join().unwrap();
     assert!(failures.is_empty(), "connections failed during the handover: {failures:?}");
