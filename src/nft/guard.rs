@@ -90,7 +90,8 @@ pub fn spawn(
     Ok((handle, quiet))
 }
 
-fn is_ours(family: u8, table: &str) -> bool {
+/// Whether a notification's table is one of ours.
+pub(super) fn is_ours(family: u8, table: &str) -> bool {
     table == TABLE_NAME && (family == NfFamily::Ip as u8 || family == NfFamily::Ip6 as u8)
 }
 

@@ -14,6 +14,7 @@ mod full;
 pub mod guard;
 pub mod kdiff;
 pub mod owners;
+mod read;
 mod reconcile;
 mod report;
 mod staged;
@@ -112,7 +113,7 @@ pub struct Applier {
     /// may not pass them.
     sizes: BTreeMap<(Family, MapName), u32>,
     /// The tables being read ahead of the first sync (`reading_ahead`).
-    ahead: Option<reconcile::ReadAhead>,
+    ahead: Option<read::ReadAhead>,
 }
 
 impl Applier {
@@ -141,7 +142,7 @@ impl Applier {
     /// Starts reading the tables now, on a thread of its own, for the first sync to compare
     /// against: over the tables an earlier run left, that read overlaps listing the cluster.
     pub fn reading_ahead(mut self) -> Applier {
-        match reconcile::ReadAhead::start() {
+        match read::ReadAhead::start() {
             Ok(ahead) => self.ahead = Some(ahead),
             Err(e) => log::debug!("cannot read the tables ahead: {e}"),
         }

@@ -8,99 +8,12 @@
 
 use super::diff::TableDiff;
 use super::kdiff::{self, KernelTable, ReadMap};
+use super::read::{Held, ReadAhead, read_settled};
 use super::{Applier, NftError, SyncKind, SyncReport};
 use crate::model::Family;
-use crate::netlink::{Event, NfFamily, Socket};
 use crate::nft::compile::{self, DeclaredTable};
-use crate::render::{self, Key, MapName, Ruleset, TABLE_NAME, Table, Value, words};
+use crate::render::{self, Key, MapName, Ruleset, Table, Value, words};
 use std::collections::BTreeMap;
-use std::time::Duration;
-
-/// Reads of the tables begun again because another process changed them meanwhile.
-const READ_ATTEMPTS: u32 = 4;
-
-/// One family's table as the kernel holds it: chains, sets, and its maps' elements read
-/// back into the desired state's terms.
-pub(super) struct Held {
-    table: KernelTable,
-    maps: BTreeMap<MapName, ReadMap>,
-}
-
-/// Our tables as the kernel holds them, by family.
-type Tables = BTreeMap<Family, Held>;
-
-/// Both tables as the kernel held them, read on a thread of their own while the daemon lists
-/// the cluster: a restart's first render keeps the endpoint slots they hold, and its first
-/// sync compares against them instead of reading them then (at 30k Services the read is about
-/// as long as the listing). A monitor socket opened before the read tells whether our tables
-/// changed since.
-pub(super) struct ReadAhead {
-    monitor: Socket,
-    read: Option<std::thread::JoinHandle<Result<Option<Tables>, NftError>>>,
-    held: Option<Tables>,
-}
-
-impl ReadAhead {
-    /// Starts reading both tables, elements included.
-    pub(super) fn start() -> std::io::Result<ReadAhead> {
-        let monitor = Socket::monitor()?;
-        let read =
-            std::thread::Builder::new().name("nft-read-ahead".into()).spawn(|| read_settled(&Family::ALL, true))?;
-        Ok(ReadAhead { monitor, read: Some(read), held: None })
-    }
-
-    /// Waits for the read to end; what it read, if it read both tables whole.
-    fn wait(&mut self) -> Option<&Tables> {
-        if let Some(read) = self.read.take() {
-            self.held = match read.join() {
-                Ok(Ok(held)) => held,
-                Ok(Err(e)) => {
-                    log::debug!("reading the tables ahead failed: {e}");
-                    None
-                }
-                Err(_) => None,
-            };
-        }
-        self.held.as_ref()
-    }
-
-    /// The endpoint slots the tables held, as a ruleset of endpoint maps alone: what a first
-    /// render keeps, so that it differs from the tables only by what changed meanwhile.
-    pub(super) fn slots(&mut self) -> Option<Ruleset> {
-        let fixed = render::Fixed {
-            mark: 0,
-            local: render::Detector::None,
-            nodeport_all: false,
-            drop_unallocated: false,
-            turns: false,
-        };
-        let owner: std::sync::Arc<str> = std::sync::Arc::from("");
-        let mut tables = Vec::new();
-        for (family, held) in self.wait()? {
-            let mut t = Table::new(*family, fixed.clone());
-            for (map, read) in
-                held.maps.iter().filter(|(m, _)| matches!(m, MapName::Endpoints(..) | MapName::NodeportEndpoints(..)))
-            {
-                let entries = read
-                    .known
-                    .iter()
-                    .map(|(k, v)| (k.clone(), render::Entry { value: v.clone(), owner: owner.clone(), refs: 1 }));
-                t.elements.insert(*map, entries.collect());
-            }
-            tables.push(t);
-        }
-        Some(Ruleset { tables })
-    }
-
-    /// What was read, if it was read whole and our tables did not change since.
-    fn finish(mut self) -> Option<Tables> {
-        self.wait();
-        match ours_changed(&self.monitor) {
-            Ok(false) => self.held,
-            _ => None,
-        }
-    }
-}
 
 impl Applier {
     /// After a full sync during which another process committed unseen: compares the
@@ -185,49 +98,6 @@ impl Applier {
         let report = self.send_partial(part, SyncKind::Refresh, deleted_chains)?;
         Ok(Some(SyncReport { elements: Some(elements), ..report }))
     }
-}
-
-/// The tables of `scope` as the kernel holds them, read while no other process changed
-/// them (a change to another table, a neighbour's, does not count); `None` when one is
-/// missing.
-fn read_settled(scope: &[Family], elements: bool) -> Result<Option<Tables>, NftError> {
-    let mut sock = Socket::open()?;
-    for _ in 0..READ_ATTEMPTS {
-        let monitor = Socket::monitor()?;
-        let mut held = BTreeMap::new();
-        for family in scope {
-            let Some(mut table) = kdiff::read_table(&mut sock, *family, elements)? else { return Ok(None) };
-            let read = std::mem::take(&mut table.maps);
-            let maps = read.into_iter().map(|(m, e)| (m, kdiff::read_map(*family, m, e))).collect();
-            held.insert(*family, Held { table, maps });
-        }
-        if !ours_changed(&monitor)? {
-            return Ok(Some(held));
-        }
-        log::debug!("our tables changed while they were read; reading them again");
-    }
-    Err(NftError::Unsettled(READ_ATTEMPTS))
-}
-
-/// Whether the notifications `monitor` queued name one of our tables (or were lost).
-fn ours_changed(monitor: &Socket) -> Result<bool, NftError> {
-    loop {
-        let events = monitor.events(Duration::ZERO)?;
-        if events.is_empty() {
-            return Ok(false);
-        }
-        for event in events {
-            match event {
-                Event::Object { family, table, .. } if is_ours(family, &table) => return Ok(true),
-                Event::Overrun => return Ok(true),
-                Event::Object { .. } | Event::Generation { .. } => {}
-            }
-        }
-    }
-}
-
-fn is_ours(family: u8, table: &str) -> bool {
-    table == TABLE_NAME && (family == NfFamily::Ip as u8 || family == NfFamily::Ip6 as u8)
 }
 
 /// What differs between table `t` (declared as `decl`) and what the kernel holds, as a
