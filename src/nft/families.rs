@@ -144,7 +144,7 @@ fn from_kernel(e: &NftError) -> bool {
 
 /// One report for two transactions: of the kind of the one that sent something, or of both
 /// kinds, the lesser (full only if both were).
-fn merge(a: SyncReport, b: SyncReport) -> SyncReport {
+pub(super) fn merge(a: SyncReport, b: SyncReport) -> SyncReport {
     let full = |k: SyncKind| matches!(k, SyncKind::Full | SyncKind::Refresh);
     let kind = match (a.kind, b.kind) {
         (x, y) if x == y => x,

@@ -171,7 +171,13 @@ impl Applier {
             Resync::Replace => Plan::Full,
             // Stale chains stay listed: the refresh flushed them again; they are deleted later.
             Resync::Refresh => return self.refresh(desired, scope, deleted_chains),
-            Resync::Check => return self.check(desired, scope, deleted_chains),
+            Resync::Check => {
+                // The changes the sync carries go as a partial sync would send them; the check
+                // reads no element, so it cannot.
+                let changes = self.try_sync(desired, update, Resync::Changes, scope)?;
+                let checked = self.check(desired, scope, 0)?;
+                return Ok(families::merge(changes, checked));
+            }
             Resync::Changes => self.plan(desired, update, scope)?,
         };
         let part = match plan {

@@ -6,8 +6,8 @@
 use super::NftError;
 use super::kdiff::{self, KernelTable, ReadMap};
 use crate::model::Family;
-use crate::netlink::{Event, Socket};
-use crate::render::{self, MapName, Ruleset, Table};
+use crate::netlink::{Event, NfFamily, Socket, TableObject};
+use crate::render::{self, MapName, Ruleset, TABLE_NAME, Table};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -21,6 +21,9 @@ pub(super) struct Held {
     pub table: KernelTable,
     /// The maps' elements in the desired state's terms.
     pub maps: BTreeMap<MapName, ReadMap>,
+    /// Flowtables and stateful objects (counters, quotas, ct helpers…) in the table: never
+    /// ours, so someone else's.
+    pub stateful: usize,
 }
 
 /// Our tables as the kernel holds them, by family.
@@ -111,7 +114,10 @@ pub(super) fn read_settled(scope: &[Family], elements: bool) -> Result<Option<Ta
             let Some(mut table) = kdiff::read_table(&mut sock, *family, elements)? else { return Ok(None) };
             let read = std::mem::take(&mut table.maps);
             let maps = read.into_iter().map(|(m, e)| (m, kdiff::read_map(*family, m, e))).collect();
-            held.insert(*family, Held { table, maps });
+            let objects = sock.table_objects(NfFamily::from(*family), TABLE_NAME)?;
+            let stateful =
+                objects.iter().filter(|o| matches!(o.kind, TableObject::Flowtable | TableObject::Stateful(_))).count();
+            held.insert(*family, Held { table, maps, stateful });
         }
         if !ours_changed(&monitor)? {
             return Ok(Some(held));

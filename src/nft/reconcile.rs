@@ -51,9 +51,15 @@ impl Applier {
         let ahead = self.ahead.take().filter(|_| elements && scope == Family::ALL).and_then(ReadAhead::finish);
         let held = match ahead {
             Some(held) => held,
-            None => match read_settled(scope, elements)? {
-                Some(held) => held,
-                None => return Ok(None),
+            None => match read_settled(scope, elements) {
+                Ok(Some(held)) => held,
+                Ok(None) => return Ok(None),
+                // Someone keeps changing our tables: rewrite them in place, as a repair.
+                Err(NftError::Unsettled(n)) => {
+                    log::info!("refresh: our tables changed while they were read, {n} times; rewriting them in place");
+                    return Ok(None);
+                }
+                Err(e) => return Err(e),
             },
         };
         let read = started.elapsed() - compiled;
@@ -77,7 +83,7 @@ impl Applier {
             started.elapsed() - compiled - read
         );
         // The tables hold the desired sets now, whether or not anything is sent.
-        self.schema = schema;
+        self.schema.adopt(schema, scope);
         self.schema.sent();
         let elements = diffs.iter().map(TableDiff::element_count).sum();
         if diffs.iter().all(TableDiff::is_empty) {
@@ -109,6 +115,9 @@ fn table_diff<'a>(
     elements: bool,
 ) -> Result<TableDiff<'a>, String> {
     let mut d = TableDiff { fam: words(t.family).fam, ..TableDiff::default() };
+    if held.stateful > 0 {
+        return Err(format!("{} flowtables or stateful objects someone else added", held.stateful));
+    }
     chains_diff(t, decl, &held.table, &mut d)?;
     sets_diff(t, decl, &held.table, &mut d)?;
     for map in MapName::all().into_iter().filter(|_| elements) {
@@ -134,6 +143,9 @@ fn chains_diff<'a>(
         let want = kdiff::KernelChain { hook: chain.hook.clone(), rules: kdiff::desired_rules(chain) };
         let same = held.chains.get(name) == Some(&want);
         match t.chains.get_key_value(name) {
+            Some((name, _)) if held.chains.get(name).is_some_and(|c| c.hook.is_some() && chain.hook.is_none()) => {
+                return Err(format!("chain {name} is hooked"));
+            }
             Some((name, text)) if !same => {
                 if !held.chains.contains_key(name) {
                     d.new_chains.push(name);

@@ -96,6 +96,13 @@ impl Schema {
         self.sets.retain(|(f, _), _| *f != family);
     }
 
+    /// Takes `families`' sets from `other` (a schema learned from their declarations), keeping
+    /// the other families' as they are.
+    pub fn adopt(&mut self, other: Schema, families: &[Family]) {
+        self.sets.retain(|(f, _), _| !families.contains(f));
+        self.sets.extend(other.sets.into_iter().filter(|((f, _), _)| families.contains(f)));
+    }
+
     /// The batch went to the kernel: its sets are known there by name from now on.
     pub fn sent(&mut self) {
         for info in self.sets.values_mut() {
