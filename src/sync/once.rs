@@ -69,7 +69,7 @@ impl<K: Kernel> Syncer<K> {
                 // What the kernel was sent: every element when it synced fully, whatever
                 // the update was.
                 let elements = match &result {
-                    Ok(r) if let Some(n) = r.elements => n,
+                    Ok(SyncReport { elements: Some(n), .. }) => *n,
                     Ok(r) if matches!(r.kind, SyncKind::Full | SyncKind::Refresh) => rendered.ruleset().element_count(),
                     _ => update.elements(rendered.ruleset()),
                 };
