@@ -21,7 +21,8 @@
 //! their baselines (`schedulers.rs`; `-- --schedulers-only` runs that part alone).
 //! `-- --neighbour-only [N]` measures how long another nftables user's commits wait while the
 //! daemon syncs, restarts and refreshes at 100k services, or N (`neighbour.rs`; not part of a
-//! full run).
+//! full run). `-- --dispatch-only` measures what the dispatch by endpoint count costs a new
+//! connection, 64 counts in use against one (`dispatch.rs`; not part of a full run).
 //! Every full run also measures what `trace` costs a node (`tracing.rs`; `-- --tracing-only`
 //! runs that part alone), what localhost NodePorts cost against the primary address
 //! (`localhost.rs`; `-- --localhost-only` runs that part alone), and a daemon's first state
@@ -38,6 +39,7 @@ mod common;
 use common::{synth, verify};
 mod conntrack;
 mod diff;
+mod dispatch;
 mod first_state;
 mod health;
 mod latency;
@@ -92,7 +94,7 @@ fn config() -> Config {
 
 /// The flags that start a run or a child part of one; with none of them, this target was run
 /// as a test (`cargo test --all-targets`) and only says how to run it.
-const MODES: [&str; 28] = [
+const MODES: [&str; 30] = [
     "--bench",
     "--case",
     "--latency",
@@ -121,6 +123,8 @@ const MODES: [&str; 28] = [
     "--first-state-only",
     "--neighbour",
     "--neighbour-only",
+    "--dispatch",
+    "--dispatch-only",
 ];
 
 /// The command line past its mode (`--bench` dropped), and what it sets for every part.
@@ -243,6 +247,10 @@ fn in_process(o: &Opts) -> bool {
         std::fs::write(dir.join("conntrack.json"), results.to_string()).expect("write conntrack.json");
         return true;
     }
+    if o.has("--dispatch") {
+        println!("{}", dispatch::run(smoke));
+        return true;
+    }
     if let Some(i) = args.iter().position(|a| a == "--latency") {
         let size = |k: usize| args[i + k].parse().expect("services");
         println!("{}", latency::run(size(1), size(2)));
@@ -319,6 +327,8 @@ fn part_alone(o: &Opts, statics: Option<&musl::Binaries>) -> bool {
         first_state::print(&each("--first-state"));
     } else if o.has("--health-only") {
         health::print(&runs::combine(&each("--health")));
+    } else if o.has("--dispatch-only") {
+        dispatch::print(&each("--dispatch"));
     } else if o.has("--localhost-only") {
         localhost::print(&runs::combine(&each("--localhost")));
     } else if o.has("--cases-only") {

@@ -66,7 +66,7 @@ pub fn lay_out(key: &Key, value: Option<&Value>, scratch: &mut Vec<u8>, mut each
         }
     };
     let past_key = scratch.len();
-    if let Some(Value::Endpoint(ip, port)) = value {
+    if let Some(Value::Endpoint(ip, port, _)) = value {
         ip_bytes(scratch, ip);
         field(scratch, &port.to_be_bytes());
     }
@@ -105,7 +105,7 @@ fn data<'a>(value: &'a Value, endpoint: &'a [u8]) -> (Option<DataRef<'a>>, Optio
         Value::Dispatch(chain, owner) => (goto(chain), Some(crate::render::comment(owner))),
         Value::Drop(owner) => (Some(DataRef::Verdict(NF_DROP, None)), Some(crate::render::comment(owner))),
         Value::Reject(owner) => (goto(crate::render::chain::REJECT), Some(crate::render::comment(owner))),
-        Value::Endpoint(..) => (Some(DataRef::Value(endpoint)), None),
+        Value::Endpoint(_, _, owner) => (Some(DataRef::Value(endpoint)), owner.as_deref().map(crate::render::comment)),
     }
 }
 

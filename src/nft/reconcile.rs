@@ -239,6 +239,9 @@ fn held_as(want: &Value, held: &Value) -> bool {
     match (want, held) {
         (Value::Dispatch(c, w), Value::Dispatch(hc, h)) => c == hc && cut(w, h),
         (Value::Drop(w), Value::Drop(h)) | (Value::Reject(w), Value::Reject(h)) => cut(w, h),
+        (Value::Endpoint(ip, port, w), Value::Endpoint(hip, hport, h)) => {
+            (ip, port) == (hip, hport) && w.as_deref().map(render::comment) == h.as_deref()
+        }
         _ => want == held,
     }
 }

@@ -107,6 +107,8 @@ pub(super) struct Builder<'a> {
     pub(super) rerender: Vec<PortId>,
     /// An update touched an element two ports disagree on; only a rebuild settles it.
     pub(super) contested: bool,
+    /// A shared `lb-*` chain came or went, so the dispatch by endpoint count changes.
+    lb_changed: bool,
 }
 
 impl<'a> Builder<'a> {
@@ -121,6 +123,7 @@ impl<'a> Builder<'a> {
             current: None,
             rerender: vec![],
             contested: false,
+            lb_changed: true,
         }
     }
 
@@ -128,7 +131,7 @@ impl<'a> Builder<'a> {
     /// of them (room made at once, not by growing the journal again and again).
     pub(super) fn resume(ctx: &'a FamilyContext<'a>, table: Table, index: Index, elements: usize) -> Builder<'a> {
         let journal = Some(Journal { elements: HashMap::with_capacity(elements), ..Journal::default() });
-        Builder { ctx, table, index, journal, current: None, rerender: vec![], contested: false }
+        Builder { ctx, table, index, journal, current: None, rerender: vec![], contested: false, lb_changed: false }
     }
 
     /// The recorded ports of a Service.
@@ -219,6 +222,7 @@ impl<'a> Builder<'a> {
         let users = self.index.lb.entry(key).or_insert(0);
         *users += 1;
         if *users == 1 {
+            self.lb_changed = true;
             let name = super::names::lb_chain(&key);
             self.journal_chain(&name);
             self.table.chains.insert(name, lb_chain(self.ctx.words, key)?);
@@ -335,6 +339,7 @@ impl Builder<'_> {
             let users = self.index.lb.entry(key).or_insert(1);
             *users -= 1;
             if *users == 0 {
+                self.lb_changed = true;
                 self.index.lb.remove(&key);
                 let name = super::names::lb_chain(&key);
                 self.journal_chain(&name);
@@ -354,9 +359,37 @@ impl Builder<'_> {
         }
     }
 
+    /// Brings the dispatch by endpoint count (`super::dispatch`) up to the `lb-*` chains in
+    /// use, journaling the chains that change.
+    fn dispatch(&mut self) -> Result<(), RenderError> {
+        if !self.lb_changed {
+            return Ok(());
+        }
+        let wanted = super::dispatch::chains(self.ctx.words, self.index.lb.keys().copied())?;
+        let from = std::ops::Bound::Included(super::names::chain::DISPATCH);
+        let ours = self.table.chains.range::<str, _>((from, std::ops::Bound::Unbounded)).map(|(name, _)| name);
+        let stale: Vec<String> = ours
+            .take_while(|name| name.starts_with(super::names::chain::DISPATCH))
+            .filter(|name| super::names::is_dispatch_chain(name) && !wanted.contains_key(*name))
+            .cloned()
+            .collect();
+        for name in stale {
+            self.journal_chain(&name);
+            self.table.chains.remove(&name);
+        }
+        for (name, body) in wanted {
+            if self.table.chains.get(&name) != Some(&body) {
+                self.journal_chain(&name);
+                self.table.chains.insert(name, body);
+            }
+        }
+        Ok(())
+    }
+
     /// The finished table (its warnings: the context's, then each port's in model order), the
     /// index to update it by later, and the journal of an update.
-    pub(super) fn finish(mut self) -> (Table, Index, Option<Journal>) {
+    pub(super) fn finish(mut self) -> Result<(Table, Index, Option<Journal>), RenderError> {
+        self.dispatch()?;
         let turns = self.table.elements.keys().any(|m| matches!(m, MapName::Turns(_)));
         if let Some(j) = self.journal.as_mut().filter(|_| self.table.fixed.turns != turns) {
             j.fixed_changed = true;
@@ -366,6 +399,6 @@ impl Builder<'_> {
         let warned = self.index.warned.iter().filter_map(|id| self.index.ports.get(id));
         warnings.extend(warned.flat_map(|r| r.warnings.iter().cloned()));
         self.table.warnings = warnings;
-        (self.table, self.index, self.journal)
+        Ok((self.table, self.index, self.journal))
     }
 }

@@ -46,6 +46,10 @@ pub mod chain {
     pub const NAT_OUTPUT: &str = "nat-output";
     /// Base chain: NAT, postrouting.
     pub const NAT_POSTROUTING: &str = "nat-postrouting";
+    /// Where a ClusterIP frontend without a `service-ips` element is led by its endpoint
+    /// count (`render::dispatch`). Every table has it, but its rules follow the counts in use,
+    /// so it is written with the per-service chains, not with these.
+    pub const DISPATCH: &str = "dispatch";
 
     /// Every one of them (a test checks the templates declare exactly these).
     pub const ALL: [&str; 15] = [
@@ -164,6 +168,7 @@ pub fn named_ours(name: &str) -> bool {
     chain::ALL.contains(&name)
         || owner_of_chain(name).is_some()
         || name.starts_with("lb-")
+        || is_dispatch_chain(name)
         || name.strip_prefix("affinity-").and_then(|n| n.parse::<u32>().ok()).is_some_and(|n| n < AFFINITY_SHARDS)
 }
 
@@ -225,6 +230,17 @@ pub(super) fn lb_chain(key: &LbKey) -> String {
         Pick::Hash { port: true } => "hash-port-",
     };
     format!("lb-{}{kind}-{}-{pick}{}", key.scope.as_str(), key.proto, key.n)
+}
+
+/// A step of the dispatch by endpoint count: frontends of `scope` and `proto` with `lo` to
+/// `hi` endpoints (`dispatch-cluster-tcp-2-7`).
+pub(super) fn dispatch_chain(scope: Scope, proto: Protocol, lo: usize, hi: usize) -> String {
+    format!("{}-{}-{proto}-{lo}-{hi}", chain::DISPATCH, scope.as_str())
+}
+
+/// Whether `name` is the dispatch's entry chain or one of its steps ([`dispatch_chain`]).
+pub fn is_dispatch_chain(name: &str) -> bool {
+    name == chain::DISPATCH || name.strip_prefix(chain::DISPATCH).is_some_and(|rest| rest.starts_with('-'))
 }
 
 /// Where a scope's, frontend kind's and protocol's round-robin turns start in the `turns`

@@ -66,7 +66,7 @@ impl Rendered {
                     render_port(&mut b, model, (service.clone(), i as u32))?;
                 }
             }
-            let (table, index, _) = b.finish();
+            let (table, index, _) = b.finish()?;
             ruleset.tables.push(table);
             indexes.push(index);
         }
@@ -112,7 +112,7 @@ impl Rendered {
                 render_service_cidrs(&mut b, model);
             }
             let outcome = patch(&mut b, model, changes);
-            let (table, index, journal) = b.finish();
+            let (table, index, journal) = b.finish()?;
             self.ruleset.tables[i] = table;
             self.indexes[i] = index;
             journals.push(journal.unwrap_or_default());

@@ -24,8 +24,10 @@ pub enum Value {
     Drop(Arc<str>),
     /// `goto reject-chain`, with the service it belongs to as element comment.
     Reject(Arc<str>),
-    /// `ip . port`: a DNAT destination.
-    Endpoint(IpAddr, u16),
+    /// `ip . port`: a DNAT destination. A frontend's slot 0 names its service port in the
+    /// element's comment, as a `service-ips` element would: a ClusterIP found by its
+    /// endpoint count has none (`render::dispatch`), and `trace` and `nft list` name it so.
+    Endpoint(IpAddr, u16, Option<Arc<str>>),
 }
 
 /// One element, the service port that put it there (for conflict messages), and how many
@@ -257,7 +259,7 @@ mod tests {
         let owner: Arc<str> = Arc::from("ns/svc:p");
         for (map, last, port) in elements {
             let key = Key::Ip(Ipv4Addr::new(10, 0, 0, *last).into());
-            let value = port.map_or(Value::None, |p| Value::Endpoint(Ipv4Addr::new(10, 1, 0, 1).into(), p));
+            let value = port.map_or(Value::None, |p| Value::Endpoint(Ipv4Addr::new(10, 1, 0, 1).into(), p, None));
             t.insert(*map, key, value, &owner);
         }
         t

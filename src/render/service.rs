@@ -22,6 +22,14 @@ enum Frontend {
     NodePort(u16),
 }
 
+/// The chain that picks a frontend's endpoint, and whether the dispatch by endpoint count
+/// (`super::dispatch`) finds it from the frontend's slots, so that a ClusterIP needs no
+/// `service-ips` element to reach it.
+struct Picked {
+    chain: String,
+    by_count: bool,
+}
+
 /// The facts about one service port that all its frontends share.
 struct Port<'s> {
     sp: &'s ServicePort,
@@ -94,13 +102,15 @@ impl Builder<'_> {
         }
         let (scope, eps) =
             if p.sp.internal_policy_local { (Scope::Local, &p.cat.local) } else { (Scope::Cluster, &p.cat.cluster) };
-        let Some(pick) = self.pick(p, scope, Frontend::Ip(ip, p.sp.port), eps)? else {
+        let Some(Picked { chain: pick, by_count }) = self.pick(p, scope, Frontend::Ip(ip, p.sp.port), eps)? else {
             self.element(MapName::NoEndpointServices, key, self.no_endpoints(p));
             return Ok(());
         };
         if !self.ctx.cfg.masquerade_all {
-            // Straight to the shared chain: a chain per service would only hold this goto.
-            self.element(MapName::ServiceIps, key, Value::Dispatch(Arc::from(pick), p.owner.clone()));
+            if !by_count {
+                // Straight to the shared chain: a chain per service would only hold this goto.
+                self.element(MapName::ServiceIps, key, Value::Dispatch(Arc::from(pick), p.owner.clone()));
+            }
             return Ok(());
         }
         let chain = names::service_chain(&p.base);
@@ -149,11 +159,11 @@ impl Builder<'_> {
     /// Writes an external or NodePort chain; false when the service has no endpoints at all,
     /// so there is nothing for the chain to lead to.
     fn external_chain(&mut self, p: &Port, chain: &str, frontend: Frontend) -> Result<bool, RenderError> {
-        let Some(cluster_pick) = self.pick(p, Scope::Cluster, frontend, &p.cat.cluster)? else {
+        let Some(Picked { chain: cluster_pick, .. }) = self.pick(p, Scope::Cluster, frontend, &p.cat.cluster)? else {
             return Ok(false);
         };
         let local_pick = match p.sp.external_policy_local {
-            true => self.pick(p, Scope::Local, frontend, &p.cat.local)?,
+            true => self.pick(p, Scope::Local, frontend, &p.cat.local)?.map(|picked| picked.chain),
             false => None,
         };
         let t = ExternalChain {
@@ -210,12 +220,12 @@ impl Builder<'_> {
         scope: Scope,
         frontend: Frontend,
         eps: &[&Endpoint],
-    ) -> Result<Option<String>, RenderError> {
+    ) -> Result<Option<Picked>, RenderError> {
         if eps.is_empty() {
             return Ok(None);
         }
         if let Some(timeout) = p.sp.affinity_timeout {
-            return self.affinity_pick(p, scope, eps, timeout).map(Some);
+            return self.affinity_pick(p, scope, eps, timeout).map(|chain| Some(Picked { chain, by_count: false }));
         }
         let proto = p.sp.name.protocol;
         let nodeport = matches!(frontend, Frontend::NodePort(_));
@@ -233,7 +243,7 @@ impl Builder<'_> {
             other => {
                 let old: Vec<(IpAddr, u16)> = (0u32..)
                     .map_while(|slot| match self.previous_value(map, &slot_key(slot))? {
-                        Value::Endpoint(ip, port) => Some((*ip, *port)),
+                        Value::Endpoint(ip, port, _) => Some((*ip, *port)),
                         _ => None,
                     })
                     .collect();
@@ -243,14 +253,15 @@ impl Builder<'_> {
             }
         };
         for (slot, (ip, port)) in (0u32..).zip(&slots) {
-            self.element(map, slot_key(slot), Value::Endpoint(*ip, *port));
+            let owner = (slot == 0).then(|| p.owner.clone());
+            self.element(map, slot_key(slot), Value::Endpoint(*ip, *port, owner));
         }
         let key = LbKey { scope, nodeport, proto, n: slots.len(), pick };
         if let Pick::Turn(shard) = pick {
-            return self.turns(p, key, shard).map(Some);
+            return self.turns(p, key, shard).map(|chain| Some(Picked { chain, by_count: false }));
         }
         self.use_lb(key)?;
-        Ok(Some(names::lb_chain(&key)))
+        Ok(Some(Picked { chain: names::lb_chain(&key), by_count: pick == Pick::Random }))
     }
 
     /// A round-robin port's own chain, whose turn (a counter of its rule's) leads through

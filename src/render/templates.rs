@@ -190,3 +190,28 @@ pub struct Hooks<'a> {
     /// One view per family.
     pub tables: Vec<TableView<'a>>,
 }
+
+/// One rule of `dispatch.nft`: frontends holding slot `slot` of `map` go on to `to`.
+#[derive(Debug, Clone)]
+pub struct DispatchRule {
+    /// Protocol name.
+    pub proto: &'static str,
+    /// The slot tested.
+    pub slot: usize,
+    /// The endpoint map.
+    pub map: String,
+    /// The chain it leads to.
+    pub to: String,
+}
+
+/// `dispatch.nft`: a chain of the ClusterIP dispatch by endpoint count.
+#[derive(Template)]
+#[template(path = "dispatch.nft")]
+pub struct DispatchChain {
+    /// `ip` or `ip6`.
+    pub fam: &'static str,
+    /// Its tests, in order.
+    pub rules: Vec<DispatchRule>,
+    /// Where a frontend that passes none of them goes.
+    pub otherwise: Option<String>,
+}

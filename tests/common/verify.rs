@@ -30,7 +30,8 @@ fn listed(key: &Key, value: &Elem) -> String {
         Elem::Dispatch(c, o) => format!(" comment \"{o}\" : goto {c}"),
         Elem::Drop(o) => format!(" comment \"{o}\" : drop"),
         Elem::Reject(o) => format!(" comment \"{o}\" : goto reject-chain"),
-        Elem::Endpoint(ip, port) => format!(" : {ip} . {port}"),
+        Elem::Endpoint(ip, port, None) => format!(" : {ip} . {port}"),
+        Elem::Endpoint(ip, port, Some(o)) => format!(" comment \"{o}\" : {ip} . {port}"),
     };
     k + &v
 }

@@ -76,11 +76,9 @@ fn a_failed_sync_changes_nothing_and_the_next_one_is_full() {
     let mut proxy = Proxy::new(node_a_config());
     let first = sync(&c.node, &mut proxy, &web(&c, &["pod-1"]), false);
     first.unwrap();
-    // Someone deletes the service's element and the chain it led to behind our back; the next
-    // partial sync flushes that chain, so its transaction fails halfway (after other commands
-    // were accepted).
-    c.node.nft(&["delete", "element", "ip", "kube-nftproxy", "service-ips", "{ 172.30.0.40 . tcp . 80 }"]);
-    c.node.nft(&["delete", "chain", "ip", "kube-nftproxy", "lb-cluster-tcp-1"]);
+    // Someone deletes the service's endpoint behind our back; the next partial sync deletes
+    // it too, so its transaction fails halfway (after other commands were accepted).
+    c.node.nft(&["delete", "element", "ip", "kube-nftproxy", "cluster-endpoints-tcp", "{ 172.30.0.40 . 80 . 0 }"]);
     let before = c.node.nft(&["list", "ruleset"]);
     let spec = json!({"clusterIP": "172.30.0.40", "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
     let mut changed = web(&c, &["pod-2"]);

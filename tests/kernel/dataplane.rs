@@ -244,6 +244,8 @@ fn slots(c: &Cluster, family: &str, service: &str) -> BTreeMap<u32, String> {
     let mut out = BTreeMap::new();
     for element in listed.split([',', '{', '}']).filter(|e| e.contains(" : ") && e.contains(service)) {
         let (key, value) = element.split_once(" : ").expect("key : value");
+        // Slot 0 carries its service port's name as a comment.
+        let key = key.split(" comment ").next().unwrap_or(key);
         let slot = key.split(" . ").nth(2).and_then(|s| s.trim().parse().ok()).expect("a slot");
         let addr: IpAddr = value.split(" . ").next().and_then(|a| a.trim().parse().ok()).expect("an address");
         let pod = c.pods.iter().find(|p| p.ip4 == addr || p.ip6 == addr).expect("a pod");

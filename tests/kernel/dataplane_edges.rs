@@ -260,8 +260,8 @@ fn objects_as_the_api_server_stores_them_are_served_as_upstream_serves_them() {
         "a port the slice lists numbered 0 or without a number has no endpoints: {}",
         p.who()
     );
-    let map = c.node.nft(&["list", "map", "ip", "kube-nftproxy", "service-ips"]);
-    assert!(!map.contains("172.30.0.82"), "a Service labelled headless was proxied:\n{map}");
+    let table = c.node.nft(&["list", "table", "ip", "kube-nftproxy"]);
+    assert!(!table.contains("172.30.0.82"), "a Service labelled headless was proxied:\n{table}");
     let p = tcp("172.30.0.82:80", SHORT);
     assert!(!matches!(p, Probe::Reply(_)), "a Service labelled headless was DNATed to {}", p.who());
     for dst in ["172.30.0.83:80", "192.168.101.83:80", "192.168.1.1:30083"] {

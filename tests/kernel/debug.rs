@@ -202,7 +202,7 @@ fn sigusr1_logs_a_summary_naming_what_finds_no_endpoint() {
     let expected = [
         "summary: 4 services with 4 ports; last sync ",
         "summary: ip table: 15 fixed and ",
-        "summary: ip6 table: 15 fixed and 0 rendered chains (0 rules in the rendered), 0 set and map elements",
+        "summary: ip6 table: 15 fixed and 1 rendered chains (0 rules in the rendered), 0 set and map elements",
         "summary: 4 service ports (counted per IP family) with 6 endpoints: 4 used, 2 unused (1 not-ready, 1 topology)",
         "summary: 2 service ports have traffic that finds no endpoint: 1 reject it, 1 drop it",
         "summary: shop/empty (IPv4): cluster IP traffic rejected; no endpoints",

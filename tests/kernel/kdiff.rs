@@ -212,11 +212,11 @@ fn manifest_changes_show_under_their_service_and_the_exit_status_says_so() {
     assert_eq!(services(&report), ["test/api:http", "test/extra:http", "test/web:http"], "{out}");
     let api = changes_of(&report, "test/api:http");
     assert!(api.iter().all(|c| c.2 == "removed") && !api.is_empty(), "{api:?}");
-    assert!(api.contains(&("element".into(), "service-ips".into(), "removed".into())), "{api:?}");
+    assert!(api.contains(&("element".into(), "cluster-endpoints-tcp".into(), "removed".into())), "{api:?}");
     let extra = changes_of(&report, "test/extra:http");
     assert!(extra.contains(&("chain".into(), "cluster-test/extra/tcp/http".into(), "added".into())), "{extra:?}");
-    // Two endpoints to three: the frontend's dispatch moves to another shared chain, and
-    // the new endpoint takes slot 2.
+    // Two endpoints to three: the new endpoint takes slot 2 (the dispatch by endpoint count
+    // finds the frontend's new chain; no element of its changes).
     let web = changes_of(&report, "test/web:http");
     assert!(web.contains(&("element".into(), "cluster-endpoints-tcp".into(), "added".into())), "{web:?}");
     assert_eq!(web.iter().filter(|c| c.1 == "cluster-endpoints-tcp").count(), 1, "{web:?}");
@@ -248,7 +248,7 @@ fn changes_by_hand_show_up_and_trouble_exits_2() {
     let (code, text) = run_diff(&ns, &dir.0, &[]);
     assert_eq!(code, 1, "{text}");
     let want = [
-        "test/api:http\n  + ip   cluster-endpoints-tcp  172.30.0.41 . 80 . 0 : 10.2.3.2 . 8080\n",
+        "test/api:http\n  + ip   cluster-endpoints-tcp  172.30.0.41 . 80 . 0 comment \"test/api:http\" : 10.2.3.2 . 8080\n",
         "  ~ ip   chain services\n      - [ counter (not written by kube-nftproxy) ]\n",
         "  - ip   cluster-ips     172.30.0.99\n",
     ];

@@ -18,6 +18,7 @@ mod dataplane;
 mod dataplane_affinity;
 mod dataplane_cidrs;
 mod dataplane_detect;
+mod dataplane_dispatch;
 mod dataplane_edges;
 mod dataplane_policy;
 mod dataplane_topology;

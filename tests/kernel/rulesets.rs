@@ -64,10 +64,13 @@ fn a_follow_up_sync_with_one_more_endpoint_applies_on_top() {
     ns.nft_apply(&after).expect("follow-up sync");
     let new = ns.nft(&["list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp"]);
     assert!(new.contains("172.30.0.20 . 80 . 3 : 10.2.0.23 . 8080"), "new endpoint slot missing:\n{new}");
-    let dispatch = ns.nft(&["list", "map", "ip", "kube-nftproxy", "service-ips"]);
+    // The dispatch by endpoint count leads a frontend holding slot 3 to the chain of four.
+    let table = ns.nft(&["list", "table", "ip", "kube-nftproxy"]);
     assert!(
-        dispatch.contains("172.30.0.20 . tcp . 80 comment \"shop/web:http\" : goto lb-cluster-tcp-4"),
-        "the service did not move to 4 endpoints:\n{dispatch}"
+        table.contains(
+            "ip daddr . tcp dport . numgen random mod 1 offset 3 @cluster-endpoints-tcp goto lb-cluster-tcp-4"
+        ),
+        "no search reaches 4 endpoints:\n{table}"
     );
 }
 

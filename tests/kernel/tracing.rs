@@ -182,9 +182,10 @@ fn a_kernel_that_disagrees_with_the_objects_is_reported_as_such() {
     }
     let c = Cluster::new(1, 0);
     c.apply(web_on(&c, &["pod-1"]), &[]);
-    let deleted = c
-        .node
-        .run(&["nft", "delete", "element", "ip", "kube-nftproxy", "service-ips", "{ 172.30.0.40 . tcp . 80 }"], "");
+    let deleted = c.node.run(
+        &["nft", "delete", "element", "ip", "kube-nftproxy", "cluster-endpoints-tcp", "{ 172.30.0.40 . 80 . 0 }"],
+        "",
+    );
     assert!(deleted.status.success(), "{}", String::from_utf8_lossy(&deleted.stderr));
     let t = tracer(&c, &["--count=1", "--output=json", "--to=172.30.0.40:80"]);
     let probe = in_netns(&c.client.name, || {
@@ -232,10 +233,7 @@ fn beside_the_daemon_nothing_is_repaired_and_its_rules_are_named() {
         );
         let texts: Vec<&str> =
             line["chains"].as_array().into_iter().flatten().filter_map(|h| h["rule"].as_str()).collect();
-        assert!(
-            texts.contains(&"ip daddr . meta l4proto . th dport vmap @service-ips"),
-            "the daemon's rules by their text: {texts:?}"
-        );
+        assert!(texts.contains(&"ip daddr @cluster-ips jump dispatch"), "the daemon's rules by their text: {texts:?}");
     }
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(proxy_tables(&c), before, "the daemon's tables changed");

@@ -7,7 +7,7 @@ use kube_nftproxy::config::{Config, Flags};
 use kube_nftproxy::debug::services_page::{self, SyncState, Verdict};
 use kube_nftproxy::debug::summary;
 use kube_nftproxy::model::{ApiObject, Model, ObjectKey, Scheduler};
-use kube_nftproxy::render::{self, Key, MapName, Value as Element};
+use kube_nftproxy::render::{self, Key, MapName, Scope, Value as Element};
 use serde_json::{Value, json};
 
 const NODE: &str = "node-a";
@@ -251,7 +251,12 @@ fn what_the_view_says_traffic_meets_is_what_the_rules_do() {
             let key = Key::IpProtoPort(p.cluster_ip, proto, p.port);
             assert_eq!(rendered(table, MapName::NoEndpointServices, &key), p.traffic.cluster_ip, "{}", p.name);
             if p.traffic.cluster_ip == Verdict::Endpoints {
-                assert!(table.value(MapName::ServiceIps, &key).is_some(), "{}: no dispatch", p.name);
+                // A `service-ips` element, or slots the dispatch by endpoint count finds.
+                let slot = Key::IpSlot(p.cluster_ip, p.port, 0);
+                let by_count = [Scope::Cluster, Scope::Local]
+                    .into_iter()
+                    .any(|s| table.value(MapName::Endpoints(s, proto), &slot).is_some());
+                assert!(table.value(MapName::ServiceIps, &key).is_some() || by_count, "{}: no dispatch", p.name);
             }
             let external: Vec<(MapName, Key)> = p
                 .node_port

@@ -9,6 +9,7 @@ mod common;
 mod api_answers;
 mod config;
 mod debug_view;
+mod dispatch;
 mod golden;
 mod incremental;
 mod kubeconfig;

@@ -29,16 +29,20 @@ pub(super) struct Owners {
 }
 
 impl Owners {
-    fn learn(&mut self, key: &Key, owner: &str) {
-        match key {
-            Key::IpProtoPort(ip, p, port) => {
-                self.frontends.entry((*ip, *p, *port)).or_insert_with(|| owner.to_string());
-                self.ips.entry(*ip).or_insert_with(|| owner.to_string());
-            }
-            Key::ProtoPort(p, port) => {
-                self.nodeports.entry((*p, *port)).or_insert_with(|| owner.to_string());
-            }
-            _ => {}
+    fn learn(&mut self, map: MapName, key: &Key, owner: &str) {
+        let (frontend, nodeport) = match (key, proto_of(map)) {
+            (Key::IpProtoPort(ip, p, port), _) => (Some((*ip, *p, *port)), None),
+            (Key::IpSlot(ip, port, _), Some(p)) => (Some((*ip, p, *port)), None),
+            (Key::ProtoPort(p, port), _) => (None, Some((*p, *port))),
+            (Key::PortSlot(port, _), Some(p)) => (None, Some((p, *port))),
+            _ => (None, None),
+        };
+        if let Some(f) = frontend {
+            self.frontends.entry(f).or_insert_with(|| owner.to_string());
+            self.ips.entry(f.0).or_insert_with(|| owner.to_string());
+        }
+        if let Some(n) = nodeport {
+            self.nodeports.entry(n).or_insert_with(|| owner.to_string());
         }
     }
 
@@ -48,11 +52,21 @@ impl Owners {
         kernel: &BTreeMap<MapName, ReadMap>,
     ) -> Owners {
         let mut owners = Owners::default();
-        let dispatching =
-            [MapName::ServiceIps, MapName::NoEndpointServices, MapName::ServiceNodeports, MapName::NoEndpointNodeports];
-        for map in dispatching {
+        // The dispatching maps, and the endpoint maps, whose slot 0 names a frontend that the
+        // dispatch by endpoint count finds (it has no `service-ips` element).
+        let mut dispatching = vec![
+            MapName::ServiceIps,
+            MapName::NoEndpointServices,
+            MapName::ServiceNodeports,
+            MapName::NoEndpointNodeports,
+        ];
+        dispatching.extend(MapName::all().into_iter().filter(|m| proto_of(*m).is_some()));
+        for &map in &dispatching {
             for (key, entry) in desired.get(&map).into_iter().flatten() {
-                owners.learn(key, &entry.owner);
+                if matches!(entry.value, Value::Endpoint(_, _, None)) {
+                    continue;
+                }
+                owners.learn(map, key, &entry.owner);
                 let name = Some(entry.owner.to_string());
                 let seen = owners.full.entry(comment(&entry.owner).to_string()).or_insert_with(|| name.clone());
                 if *seen != name {
@@ -63,7 +77,7 @@ impl Owners {
         for map in dispatching {
             for (key, value) in kernel.get(&map).map(|r| r.known.as_slice()).unwrap_or_default() {
                 if let Some(o) = owners.named(value) {
-                    owners.learn(key, &o);
+                    owners.learn(map, key, &o);
                 }
             }
         }
@@ -88,11 +102,7 @@ impl Owners {
     }
 
     fn by_key(&self, map: MapName, key: &Key) -> Option<String> {
-        let proto = match map {
-            MapName::Endpoints(_, p) | MapName::NodeportEndpoints(_, p) => Some(p),
-            _ => None,
-        };
-        match (key, proto) {
+        match (key, proto_of(map)) {
             (Key::IpProtoPort(ip, p, port), _) => self.frontends.get(&(*ip, *p, *port)).cloned(),
             (Key::Allow(a), _) => self.frontends.get(&(a.0, a.1, a.2)).cloned(),
             (Key::ProtoPort(p, port), _) => self.nodeports.get(&(*p, *port)).cloned(),
@@ -107,9 +117,11 @@ impl Owners {
 /// The owner an element's value names: its comment, or the per-service chain it goes to.
 fn named_owner(value: &Value) -> Option<String> {
     match value {
-        Value::Dispatch(_, o) | Value::Drop(o) | Value::Reject(o) => Some(o.to_string()),
+        Value::Dispatch(_, o) | Value::Drop(o) | Value::Reject(o) | Value::Endpoint(_, _, Some(o)) => {
+            Some(o.to_string())
+        }
         Value::Goto(chain) => super::chains::owner_of_chain(chain),
-        Value::None | Value::Endpoint(..) => None,
+        Value::None | Value::Endpoint(_, _, None) => None,
     }
 }
 
@@ -120,6 +132,7 @@ fn as_held(value: &Value) -> Value {
         Value::Dispatch(c, o) => Value::Dispatch(c.clone(), cut(o)),
         Value::Drop(o) => Value::Drop(cut(o)),
         Value::Reject(o) => Value::Reject(cut(o)),
+        Value::Endpoint(ip, port, o) => Value::Endpoint(*ip, *port, o.as_ref().map(cut)),
         other => other.clone(),
     }
 }
@@ -174,6 +187,14 @@ impl MapDiff<'_> {
     }
 }
 
+/// An endpoint map's protocol; `None` for any other map.
+fn proto_of(map: MapName) -> Option<Protocol> {
+    match map {
+        MapName::Endpoints(_, p) | MapName::NodeportEndpoints(_, p) => Some(p),
+        _ => None,
+    }
+}
+
 /// A frontend (an endpoint key without its slot).
 fn frontend(k: &Key) -> Option<(Option<IpAddr>, u16)> {
     match k {
@@ -209,12 +230,17 @@ fn same_endpoints_any_order<'k>(
         s.iter().enumerate().all(|(i, n)| *n == i as u32)
     };
     let (held_slots, want_slots) = (slots(held.keys().copied()), slots(want.keys().copied()));
+    // Slot 0's comment names the service port; an endpoint moved off slot 0 leaves it behind.
+    let bare = |v: &Value| match v {
+        Value::Endpoint(ip, port, _) => Value::Endpoint(*ip, *port, None),
+        other => other.clone(),
+    };
     let mut moved: BTreeMap<_, (Vec<Value>, Vec<Value>)> = BTreeMap::new();
     for (k, v) in gone.iter() {
-        moved.entry(frontend(k)).or_default().0.push(v.clone());
+        moved.entry(frontend(k)).or_default().0.push(bare(v));
     }
     for (k, v, _) in new.iter() {
-        moved.entry(frontend(k)).or_default().1.push(v.clone());
+        moved.entry(frontend(k)).or_default().1.push(bare(v));
     }
     for (f, (mut g, mut n)) in moved {
         let Some(f) = f else { continue };
@@ -224,8 +250,8 @@ fn same_endpoints_any_order<'k>(
         g.sort();
         n.sort();
         let (mut from_gone, mut from_new) = multiset_common(&g, &n);
-        gone.retain(|(key, v)| frontend(key) != Some(f) || !take(&mut from_gone, v));
-        new.retain(|(key, v, _)| frontend(key) != Some(f) || !take(&mut from_new, v));
+        gone.retain(|(key, v)| frontend(key) != Some(f) || !take(&mut from_gone, &bare(v)));
+        new.retain(|(key, v, _)| frontend(key) != Some(f) || !take(&mut from_new, &bare(v)));
     }
 }
 

@@ -52,9 +52,9 @@ fn value(e: &Element) -> Option<Value> {
     let owner = || e.comment.as_deref().map(Arc::<str>::from);
     Some(match (&e.data, owner()) {
         (None, None) => Value::None,
-        (Some(Data::Value(v)), None) => {
+        (Some(Data::Value(v)), owner) => {
             let (ip, port) = endpoint(v)?;
-            Value::Endpoint(ip, port)
+            Value::Endpoint(ip, port, owner)
         }
         (Some(Data::Verdict(NFT_GOTO, Some(c))), None) => Value::Goto(c.clone()),
         (Some(Data::Verdict(NFT_GOTO, Some(c))), Some(o)) if c == crate::render::chain::REJECT => Value::Reject(o),

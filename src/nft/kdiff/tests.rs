@@ -92,7 +92,7 @@ fn a_missing_or_extra_element_shows_under_its_service_and_unreadable_ones_under_
     let ours = report.services.iter().find(|s| s.service == owner).expect("the owner's group");
     let kinds: Vec<(Kind, &str)> = ours.changes.iter().map(|c| (c.change, c.name.as_str())).collect();
     assert_eq!(kinds, [(Kind::Added, "cluster-endpoints-tcp"), (Kind::Removed, "cluster-endpoints-tcp")]);
-    assert!(ours.changes[1].removed[0].contains(" . 7 : "), "{:?}", ours.changes[1]);
+    assert!(ours.changes[1].removed[0].contains(" . 7 comment "), "{:?}", ours.changes[1]);
     assert_eq!(report.table.len(), 1, "{:?}", report.table);
     assert!(report.table[0].removed[0].starts_with("key 0x010203"));
 }

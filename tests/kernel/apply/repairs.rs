@@ -3,6 +3,8 @@
 //! packets, a big table repaired in one transaction.
 
 use super::*;
+use kube_nftproxy::model::Protocol;
+use kube_nftproxy::render::Scope;
 
 /// Adds a base chain that drops everything to our table, as a careless firewall script might.
 fn add_stray_chain(ns: &Netns, hook: &str) {
@@ -163,7 +165,10 @@ fn a_refresh_rewrites_rules_and_maps_in_place_and_keeps_affinity() {
 }
 
 /// What the node's IPv4 table showed at each ruleset generation a sampler saw: whether its
-/// `nat-prerouting` chain had a rule, and how many elements `service-ips` held.
+/// `nat-prerouting` chain had a rule, and how many elements `cluster-endpoints-tcp` held.
+/// The map the sampler counts: the biggest, so its elements span several transactions.
+const ENDPOINTS: &str = "cluster-endpoints-tcp";
+
 fn sample_while(ns: &Netns, stop: Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<Vec<(bool, usize)>> {
     let name = ns.name.clone();
     std::thread::spawn(move || {
@@ -175,7 +180,7 @@ fn sample_while(ns: &Netns, stop: Arc<std::sync::atomic::AtomicBool>) -> std::th
                 let stopping = stop.load(std::sync::atomic::Ordering::SeqCst);
                 let g = sock.generation().expect("generation");
                 let hooked = sock.rule_count(NfFamily::Ip, "kube-nftproxy", "nat-prerouting").expect("rules");
-                let elements = sock.elements(NfFamily::Ip, "kube-nftproxy", "service-ips").expect("elements").len();
+                let elements = sock.elements(NfFamily::Ip, "kube-nftproxy", ENDPOINTS).expect("elements").len();
                 // Kept only when nothing committed while the two were read.
                 if sock.generation().expect("generation") == g && last != Some(g) {
                     seen.push((hooked.unwrap_or(0) > 0, elements));
@@ -217,7 +222,7 @@ fn a_big_first_sync_is_staged_unseen_by_packets_and_a_big_table_is_repaired_in_p
     assert_eq!(report.transactions as usize, expected, "{elements} elements");
     assert_eq!(generation().wrapping_sub(before), report.transactions, "one generation per stage, none else");
     // No packet met a half-built table: whenever the hooks had rules, every element was in.
-    let all = proxy.ruleset().tables[0].elements[&MapName::ServiceIps].len();
+    let all = proxy.ruleset().tables[0].elements[&MapName::Endpoints(Scope::Cluster, Protocol::Tcp)].len();
     let early: Vec<_> = seen.iter().filter(|(hooked, n)| *hooked && *n != all).collect();
     assert!(early.is_empty(), "packets were let into a table holding part of its {all} elements: {early:?}");
     assert!(seen.iter().any(|(hooked, _)| *hooked), "the sampler never saw the finished table: {seen:?}");

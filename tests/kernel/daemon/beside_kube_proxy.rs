@@ -49,7 +49,7 @@ fn beside_kube_proxy_a_service_moves_in_and_out_with_its_label() {
     emu.apply(&Value::Array(vec![Cluster::node_object()]));
     emu.apply(&web_of(None));
     let d = Daemon::start_api(&c.node, &emu.kubeconfig(), &["--service-proxy-name=canary"], &[]);
-    let ours = || c.node.nft(&["list", "map", "ip", "kube-nftproxy", "service-ips"]).contains("172.30.0.40");
+    let ours = || c.node.nft(&["list", "table", "ip", "kube-nftproxy"]).contains("172.30.0.40");
     let synced = wait_for(Duration::from_secs(10), || c.node.nft(&["list", "tables"]).contains("kube-nftproxy"));
     assert!(synced.is_some() && !ours(), "kube-proxy's Service (no label) was served:\n{}", d.logged());
     assert_ne!(who(&c.client, "172.30.0.40:80"), "pod-1", "with no kube-proxy here, nothing serves it");

@@ -98,7 +98,9 @@ fn kernel_slots(c: &Cluster, ip: &str) -> Vec<String> {
     let elems = doc["nftables"].as_array().into_iter().flatten().find_map(|o| o["map"]["elem"].as_array().cloned());
     let mut slots = BTreeMap::new();
     for e in elems.unwrap_or_default() {
-        let (key, value) = (&e[0]["concat"], &e[1]["concat"]);
+        // Slot 0 carries its service port's name as a comment: nft writes its key as an `elem`.
+        let key = if e[0]["elem"].is_object() { &e[0]["elem"]["val"]["concat"] } else { &e[0]["concat"] };
+        let value = &e[1]["concat"];
         if key[0].as_str() == Some(ip) && key[1] == 80 {
             let to: IpAddr = value[0].as_str().and_then(|a| a.parse().ok()).expect("an endpoint address");
             let pod = c.pods.iter().find(|p| p.ip4 == to || p.ip6 == to).expect("a pod's address");

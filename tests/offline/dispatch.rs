@@ -1,0 +1,72 @@
+//! The dispatch by endpoint count: adding a plain ClusterIP Service, or changing its endpoint
+//! count to one in use, changes no chain and adds no jump (the kernel re-validates every jump
+//! of a table when a transaction adds one); a count not yet in use rebuilds the dispatch.
+
+use crate::common::synth::{self, Case};
+use clap::Parser;
+use kube_nftproxy::config::{Config, Flags};
+use kube_nftproxy::model::{ApiObject, Model};
+use kube_nftproxy::render::{Rendered, Update, Value};
+
+fn case(endpoints: u32) -> Case {
+    Case { name: String::new(), services: 0, endpoints, mix: false }
+}
+
+fn service(i: u32) -> ApiObject {
+    ApiObject::Service(Box::new(serde_json::from_value(synth::service_json(&case(1), i)).expect("service")))
+}
+
+/// Applies `objects` and updates `rendered`; returns the chains the update changed and the
+/// values it set that are jumps.
+fn update(
+    rendered: &mut Rendered,
+    model: &mut Model,
+    cfg: &Config,
+    objects: &[ApiObject],
+) -> (Vec<String>, Vec<String>) {
+    for o in objects {
+        model.apply(o, "node-a").expect("object");
+    }
+    let changes = model.take_changes();
+    let Update::Patched(journals) = rendered.update(model, cfg, &changes).expect("update") else {
+        panic!("not an update in place");
+    };
+    let (mut chains, mut jumps) = (Vec::new(), Vec::new());
+    for (journal, table) in journals.iter().zip(&rendered.ruleset().tables) {
+        chains.extend(
+            journal.chains.iter().filter(|(n, old)| table.chains.get(*n) != old.as_ref()).map(|(n, _)| n.clone()),
+        );
+        for ((map, key), old) in &journal.elements {
+            let new = table.value(*map, key);
+            if new != old.as_ref() && matches!(new, Some(Value::Goto(_) | Value::Dispatch(..) | Value::Reject(_))) {
+                jumps.push(format!("{map} {key:?}: {new:?}"));
+            }
+        }
+    }
+    (chains, jumps)
+}
+
+#[test]
+fn a_plain_service_added_or_resized_to_a_count_in_use_adds_no_jump() {
+    let cfg = Config::from_flags(&Flags::parse_from(["kube-nftproxy", "--hostname-override=node-a"])).expect("config");
+    let mut model = Model::default();
+    let node = serde_json::from_value(synth::node_json()).expect("node");
+    model.apply(&ApiObject::Node(Box::new(node)), "node-a").expect("node");
+    for i in 0..20 {
+        model.apply(&service(i), "node-a").expect("service");
+        model.apply(&synth::slice(&case(if i < 10 { 3 } else { 5 }), i, 0), "node-a").expect("slice");
+    }
+    model.take_changes();
+    let mut rendered = Rendered::build(&model, &cfg, None).expect("render");
+
+    let added = update(&mut rendered, &mut model, &cfg, &[service(20), synth::slice(&case(3), 20, 0)]);
+    assert_eq!(added, (vec![], vec![]), "a Service of three endpoints, a count in use");
+    let resized = update(&mut rendered, &mut model, &cfg, &[synth::slice(&case(5), 20, 0)]);
+    assert_eq!(resized, (vec![], vec![]), "three endpoints to five, a count in use");
+
+    // A count not in use yet: its `lb-*` chain and a step of the dispatch are new.
+    let (chains, jumps) = update(&mut rendered, &mut model, &cfg, &[synth::slice(&case(4), 20, 0)]);
+    assert!(chains.contains(&"lb-cluster-tcp-4".to_string()), "{chains:?}");
+    assert!(chains.iter().any(|c| c.starts_with("dispatch-cluster-tcp-")), "{chains:?}");
+    assert_eq!(jumps, Vec::<String>::new());
+}
