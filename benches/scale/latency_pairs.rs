@@ -212,9 +212,9 @@ impl Pairs {
         self.all.push(Pair { id, cluster_ip, endpoint, at, slice_after, first });
     }
 
-    /// The pairs made since the `from`-th: event → kernel (the later of the ClusterIP in
-    /// `service-ips` and the endpoint in an endpoint map) and event → traffic, each waited
-    /// for until `limit` from now.
+    /// The pairs made since the `from`-th: event → kernel (the later of the ClusterIP's slot
+    /// in the endpoint map, which the dispatch by endpoint count finds, and its endpoint) and
+    /// event → traffic, each waited for until `limit` from now.
     pub fn figures(&self, from: usize, mon: &mut Monitor, prober: &Prober, limit: Duration) -> Value {
         let deadline = Instant::now() + limit;
         let left = || deadline.saturating_duration_since(Instant::now());
@@ -224,7 +224,7 @@ impl Pairs {
         for p in &self.all[from..] {
             slice_ms.push(p.slice_after.as_secs_f64() * 1e3);
             not_refused += u32::from(p.first != Probe::Refused);
-            let service = mon.wait(&format!("service-ips/{}", p.cluster_ip), left());
+            let service = mon.wait(&format!("cluster-endpoints-tcp/{}", p.cluster_ip), left());
             match (service, mon.wait(&p.endpoint, left())) {
                 (Some(a), Some(b)) => kernel.push(ms_between(p.at, a.max(b))),
                 _ => kernel_missing += 1,

@@ -10,22 +10,6 @@ use crate::topology::{self, Choice};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
-/// Whether the elements of `map` stand for one service port's frontend: the dispatch maps,
-/// and the endpoint maps (where the dispatch by endpoint count finds a ClusterIP that has no
-/// `service-ips` element).
-fn names_frontend(map: MapName) -> bool {
-    matches!(
-        map,
-        MapName::ServiceIps
-            | MapName::ServiceNodeports
-            | MapName::NoEndpointServices
-            | MapName::NoEndpointNodeports
-            | MapName::FirewallIps
-            | MapName::Endpoints(..)
-            | MapName::NodeportEndpoints(..)
-    )
-}
-
 /// What serves a connection to a loopback address on a NodePort, which the rules leave alone
 /// (`crate::localhost`): the userspace listener, or why there is none.
 fn localhost_nodeport(e: &Explanation, model: &Model, cfg: &Config) -> Option<(&'static str, String)> {
@@ -115,7 +99,7 @@ pub fn endpoint_nodes(model: &Model, family: Family) -> BTreeMap<IpAddr, String>
 pub fn fill(e: &mut Explanation, model: &Model, cfg: &Config) {
     let steps: Vec<Step> = e.outcomes.iter().flat_map(|o| o.path.iter().cloned()).collect();
     let dispatch: Vec<String> =
-        MapName::all().into_iter().filter(|m| names_frontend(*m)).map(|m| m.to_string()).collect();
+        MapName::all().into_iter().filter(|m| m.names_frontend()).map(|m| m.to_string()).collect();
     // The maps that send a frontend's traffic somewhere name its service port; the address
     // sets (cluster-ips, nodeport-ips) hold elements that many ports share.
     let owner = steps.iter().find_map(|s| match s {

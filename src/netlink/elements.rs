@@ -1,15 +1,17 @@
-//! Reading the elements of one set or map (a dump): each element's key, as register bytes,
-//! the last key of a range, flags, a map element's data, its comment, and when it times out.
-//! The sweep of session-affinity sets reads the keys; `--dry-run --diff` reads the rest.
+//! Reading the elements of one set or map (a dump), or one element by its key: each
+//! element's key, as register bytes, the last key of a range, flags, a map element's data, its
+//! comment, and when it times out. The sweep of session-affinity sets reads the keys;
+//! `--dry-run --diff` reads the rest; `trace` asks for a frontend's first endpoint slot.
 
 use super::abi::{
-    NFT_MSG_GETSETELEM, NFTA_DATA_VALUE, NFTA_LIST_ELEM, NFTA_SET_ELEM_DATA, NFTA_SET_ELEM_EXPIRATION,
-    NFTA_SET_ELEM_FLAGS, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_KEY_END, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET,
-    NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA, NFTNL_UDATA_SET_ELEM_COMMENT, NLM_F_DUMP,
+    NFNL_SUBSYS_NFTABLES, NFT_MSG_GETSETELEM, NFTA_DATA_VALUE, NFTA_LIST_ELEM, NFTA_SET_ELEM_DATA,
+    NFTA_SET_ELEM_EXPIRATION, NFTA_SET_ELEM_FLAGS, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_KEY_END,
+    NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA,
+    NFTNL_UDATA_SET_ELEM_COMMENT, NLA_F_NESTED, NLM_F_ACK, NLM_F_DUMP,
 };
 use super::attr::{self, Malformed, all, be32, be64, get};
 use super::data::{Data, read_data};
-use super::{NfFamily, Socket, udata};
+use super::{NfFamily, Socket, msg, udata};
 use std::io;
 
 /// One element of a set or map.
@@ -48,6 +50,37 @@ impl Socket {
             }
         }
         Ok(out)
+    }
+
+    /// The element of set or map `set` whose key is `key` (as the set's key register holds
+    /// it), asked for by its key rather than found in a dump: `None` if it, the set or the
+    /// table is missing. One round trip, however big the set.
+    pub fn element(&mut self, family: NfFamily, table: &str, set: &str, key: &[u8]) -> io::Result<Option<Element>> {
+        self.seq = self.seq.wrapping_add(1);
+        let mut buf = Vec::with_capacity(128);
+        let start = msg::start(&mut buf, (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETSETELEM, NLM_F_ACK, self.seq);
+        msg::nfgen(&mut buf, family as u8, 0);
+        attr::put_str(&mut buf, NFTA_SET_ELEM_LIST_TABLE, table);
+        attr::put_str(&mut buf, NFTA_SET_ELEM_LIST_SET, set);
+        attr::put_with(&mut buf, NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED, |b| {
+            attr::put_with(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| {
+                attr::put_with(b, NFTA_SET_ELEM_KEY | NLA_F_NESTED, |b| attr::put(b, NFTA_DATA_VALUE, key));
+            });
+        });
+        msg::finish(&mut buf, start);
+        self.send(&buf)?;
+        let replies = match self.collect_replies(self.seq) {
+            Ok(replies) => replies,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        for reply in &replies {
+            let Some(list) = attr::top(reply, NFTA_SET_ELEM_LIST_ELEMENTS) else { continue };
+            if let Some((_, elem)) = all(list)?.into_iter().find(|(kind, _)| *kind == NFTA_LIST_ELEM) {
+                return element(elem).map(Some);
+            }
+        }
+        Ok(None)
     }
 }
 

@@ -52,6 +52,8 @@ struct PortRecord {
     /// Elements held, a run of consecutive endpoint slots as its first key and length.
     elements: Vec<(MapName, Key, u32)>,
     lb: Vec<LbKey>,
+    /// The `lb-*` chains its ClusterIPs are found by their endpoint count to reach.
+    by_count: Vec<LbKey>,
     /// Frontends claimed, and whether this port won each.
     claims: Vec<(Key, bool)>,
     warnings: Vec<String>,
@@ -66,6 +68,8 @@ pub struct Index {
     claims: BTreeMap<Key, Vec<PortId>>,
     /// Users of each `lb-*` chain.
     lb: BTreeMap<LbKey, u32>,
+    /// ClusterIP frontends that the dispatch by endpoint count leads to each `lb-*` chain.
+    by_count: BTreeMap<LbKey, u32>,
     /// Elements one port holds while another was refused them.
     contested: HashSet<(MapName, Key)>,
     /// The ports with warnings, so finishing a table does not walk every port's record.
@@ -107,8 +111,8 @@ pub(super) struct Builder<'a> {
     pub(super) rerender: Vec<PortId>,
     /// An update touched an element two ports disagree on; only a rebuild settles it.
     pub(super) contested: bool,
-    /// A shared `lb-*` chain came or went, so the dispatch by endpoint count changes.
-    lb_changed: bool,
+    /// A count came into use by ClusterIPs or went, so the dispatch by endpoint count changes.
+    counts_changed: bool,
 }
 
 impl<'a> Builder<'a> {
@@ -123,7 +127,7 @@ impl<'a> Builder<'a> {
             current: None,
             rerender: vec![],
             contested: false,
-            lb_changed: true,
+            counts_changed: true,
         }
     }
 
@@ -131,7 +135,7 @@ impl<'a> Builder<'a> {
     /// of them (room made at once, not by growing the journal again and again).
     pub(super) fn resume(ctx: &'a FamilyContext<'a>, table: Table, index: Index, elements: usize) -> Builder<'a> {
         let journal = Some(Journal { elements: HashMap::with_capacity(elements), ..Journal::default() });
-        Builder { ctx, table, index, journal, current: None, rerender: vec![], contested: false, lb_changed: false }
+        Builder { ctx, table, index, journal, current: None, rerender: vec![], contested: false, counts_changed: false }
     }
 
     /// The recorded ports of a Service.
@@ -150,6 +154,7 @@ impl<'a> Builder<'a> {
             // Records live as long as the port; growth headroom would be a third of the index.
             record.elements.shrink_to_fit();
             record.lb.shrink_to_fit();
+            record.by_count.shrink_to_fit();
             record.claims.shrink_to_fit();
             if record.warnings.is_empty() {
                 self.index.warned.remove(&id);
@@ -222,12 +227,20 @@ impl<'a> Builder<'a> {
         let users = self.index.lb.entry(key).or_insert(0);
         *users += 1;
         if *users == 1 {
-            self.lb_changed = true;
             let name = super::names::lb_chain(&key);
             self.journal_chain(&name);
             self.table.chains.insert(name, lb_chain(self.ctx.words, key)?);
         }
         Ok(())
+    }
+
+    /// A ClusterIP frontend of the current port is found by its endpoint count, which leads
+    /// it to the `lb-*` chain `key` (`super::dispatch`).
+    pub(super) fn by_count(&mut self, key: LbKey) {
+        self.record().by_count.push(key);
+        let users = self.index.by_count.entry(key).or_insert(0);
+        *users += 1;
+        self.counts_changed |= *users == 1;
     }
 
     /// Makes a set that no service port holds (its elements belong to the table as a whole)
@@ -339,11 +352,18 @@ impl Builder<'_> {
             let users = self.index.lb.entry(key).or_insert(1);
             *users -= 1;
             if *users == 0 {
-                self.lb_changed = true;
                 self.index.lb.remove(&key);
                 let name = super::names::lb_chain(&key);
                 self.journal_chain(&name);
                 self.table.chains.remove(&name);
+            }
+        }
+        for key in record.by_count {
+            let users = self.index.by_count.entry(key).or_insert(1);
+            *users -= 1;
+            if *users == 0 {
+                self.counts_changed = true;
+                self.index.by_count.remove(&key);
             }
         }
         for (key, won) in record.claims {
@@ -362,10 +382,10 @@ impl Builder<'_> {
     /// Brings the dispatch by endpoint count (`super::dispatch`) up to the `lb-*` chains in
     /// use, journaling the chains that change.
     fn dispatch(&mut self) -> Result<(), RenderError> {
-        if !self.lb_changed {
+        if !self.counts_changed {
             return Ok(());
         }
-        let wanted = super::dispatch::chains(self.ctx.words, self.index.lb.keys().copied())?;
+        let wanted = super::dispatch::chains(self.ctx.words, self.index.by_count.keys().copied())?;
         let from = std::ops::Bound::Included(super::names::chain::DISPATCH);
         let ours = self.table.chains.range::<str, _>((from, std::ops::Bound::Unbounded)).map(|(name, _)| name);
         let stale: Vec<String> = ours

@@ -81,6 +81,25 @@ impl MapName {
     }
 }
 
+impl MapName {
+    /// Whether this map's elements stand for one service port's frontend (keyed by it, or by
+    /// it and a slot), so that an element names whose frontend it is: the dispatch maps,
+    /// `firewall-ips`, and the endpoint maps, whose slot 0 stands for a ClusterIP that the
+    /// dispatch by endpoint count finds (it has no `service-ips` element).
+    pub fn names_frontend(self) -> bool {
+        matches!(
+            self,
+            MapName::ServiceIps
+                | MapName::ServiceNodeports
+                | MapName::NoEndpointServices
+                | MapName::NoEndpointNodeports
+                | MapName::FirewallIps
+                | MapName::Endpoints(..)
+                | MapName::NodeportEndpoints(..)
+        )
+    }
+}
+
 /// Hash maps with fewer elements than this are declared without a size: the kernel starts
 /// their table small and grows it as elements come.
 pub const SIZED_FROM: usize = 4096;

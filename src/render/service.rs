@@ -22,12 +22,12 @@ enum Frontend {
     NodePort(u16),
 }
 
-/// The chain that picks a frontend's endpoint, and whether the dispatch by endpoint count
-/// (`super::dispatch`) finds it from the frontend's slots, so that a ClusterIP needs no
-/// `service-ips` element to reach it.
+/// The chain that picks a frontend's endpoint, and its key when the dispatch by endpoint
+/// count (`super::dispatch`) can find it from the frontend's slots, so that a ClusterIP
+/// needs no `service-ips` element to reach it.
 struct Picked {
     chain: String,
-    by_count: bool,
+    by_count: Option<LbKey>,
 }
 
 /// The facts about one service port that all its frontends share.
@@ -77,6 +77,14 @@ impl Builder<'_> {
                 external.push(*ip);
             }
         }
+        if external.contains(&cluster_ip) {
+            // The ClusterIP has this port already; the external chain would take it over.
+            self.warn(format!(
+                "{owner}: its ClusterIP {cluster_ip} is also an external IP; served as the ClusterIP",
+                owner = p.owner
+            ));
+            external.retain(|ip| *ip != cluster_ip);
+        }
         let claimed = self.external_ips(&p, &external)?;
         // Source ranges guard only the LB IPs this service port really holds.
         let guarded: Vec<IpAddr> = lb_ips.into_iter().filter(|ip| claimed.contains(ip)).collect();
@@ -107,9 +115,10 @@ impl Builder<'_> {
             return Ok(());
         };
         if !self.ctx.cfg.masquerade_all {
-            if !by_count {
+            match by_count {
+                Some(lb) => self.by_count(lb),
                 // Straight to the shared chain: a chain per service would only hold this goto.
-                self.element(MapName::ServiceIps, key, Value::Dispatch(Arc::from(pick), p.owner.clone()));
+                None => self.element(MapName::ServiceIps, key, Value::Dispatch(Arc::from(pick), p.owner.clone())),
             }
             return Ok(());
         }
@@ -225,7 +234,7 @@ impl Builder<'_> {
             return Ok(None);
         }
         if let Some(timeout) = p.sp.affinity_timeout {
-            return self.affinity_pick(p, scope, eps, timeout).map(|chain| Some(Picked { chain, by_count: false }));
+            return self.affinity_pick(p, scope, eps, timeout).map(|chain| Some(Picked { chain, by_count: None }));
         }
         let proto = p.sp.name.protocol;
         let nodeport = matches!(frontend, Frontend::NodePort(_));
@@ -258,10 +267,10 @@ impl Builder<'_> {
         }
         let key = LbKey { scope, nodeport, proto, n: slots.len(), pick };
         if let Pick::Turn(shard) = pick {
-            return self.turns(p, key, shard).map(|chain| Some(Picked { chain, by_count: false }));
+            return self.turns(p, key, shard).map(|chain| Some(Picked { chain, by_count: None }));
         }
         self.use_lb(key)?;
-        Ok(Some(Picked { chain: names::lb_chain(&key), by_count: pick == Pick::Random }))
+        Ok(Some(Picked { chain: names::lb_chain(&key), by_count: (pick == Pick::Random).then_some(key) }))
     }
 
     /// A round-robin port's own chain, whose turn (a counter of its rule's) leads through

@@ -10,13 +10,13 @@
 
 use crate::config::Config;
 use crate::explain::Prepared;
-use crate::model::{Family, Model, Protocol};
+use crate::model::{Family, Model};
 use crate::netlink::attr::address;
 use crate::netlink::data::Data;
 use crate::netlink::{NfFamily, Socket};
 use crate::nft::element;
 use crate::nft::kdiff::{HeldRule, RuleNames};
-use crate::render::{self, MapName, Scope, TABLE_NAME};
+use crate::render::{self, Key, MapName, Scope, TABLE_NAME};
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::{Arc, mpsc};
@@ -109,7 +109,26 @@ impl Context {
         if !self.kernel.owners.contains_key(&key) {
             self.reread_kernel();
         }
+        if let (None, Some(addr)) = (self.kernel.owners.get(&key), addr) {
+            // Kept with what was read, until the kernel is read again.
+            let owner = self.slot_owner(family, addr, proto, port)?;
+            self.kernel.owners.insert(key, owner.clone());
+            return Some(owner);
+        }
         self.kernel.owners.get(&key).cloned()
+    }
+
+    /// The service port a ClusterIP frontend's first endpoint slot names: one found by its
+    /// endpoint count has no element in the maps read whole, and the endpoint maps are too
+    /// big to read whole for one connection, so the slot is asked for by its key.
+    fn slot_owner(&mut self, family: Family, addr: IpAddr, proto: u8, port: u16) -> Option<String> {
+        let proto = element::proto_of(proto)?;
+        let sock = self.generation.1.as_mut()?;
+        let key = element::elements(&Key::IpSlot(addr, port, 0), None).into_iter().next()?.key;
+        [Scope::Cluster, Scope::Local].into_iter().find_map(|scope| {
+            let map = MapName::Endpoints(scope, proto).to_string();
+            sock.element(NfFamily::from(family), TABLE_NAME, &map, &key).ok().flatten()?.comment
+        })
     }
 
     /// Whether node ports are served on `ip`, as the kernel's rules say.
@@ -223,23 +242,6 @@ fn read_kernel(names: Option<&RuleNames>) -> Kernel {
     Kernel { rules: rules.unwrap_or_default(), owners, nodeport_ips }
 }
 
-/// The maps whose elements name a frontend's service port: whether keyed by address (else by
-/// node port), and the protocol where the map's name holds it rather than the key. An
-/// endpoint map's slot 0 names its frontend's, for a ClusterIP that the dispatch by endpoint
-/// count finds has no `service-ips` element.
-fn naming_maps() -> Vec<(MapName, bool, Option<u8>)> {
-    let mut maps = vec![
-        (MapName::ServiceIps, true, None),
-        (MapName::NoEndpointServices, true, None),
-        (MapName::ServiceNodeports, false, None),
-        (MapName::NoEndpointNodeports, false, None),
-    ];
-    for scope in [Scope::Cluster, Scope::Local] {
-        maps.extend(Protocol::ALL.map(|p| (MapName::Endpoints(scope, p), true, Some(element::proto_byte(p)))));
-    }
-    maps
-}
-
 /// The dispatch maps' elements, by frontend, and the addresses in the node-port address set
 /// (`None` where the rules take every local address instead, and there is no such set).
 fn owners() -> std::io::Result<(Owners, Option<Vec<IpAddr>>)> {
@@ -253,7 +255,12 @@ fn owners() -> std::io::Result<(Owners, Option<Vec<IpAddr>>)> {
             nodeport_ips.get_or_insert_default().extend(ips);
         }
         let addr_len = if family == Family::V4 { 4 } else { 16 };
-        for (map, by_addr, in_name) in naming_maps() {
+        for (map, by_addr) in [
+            (MapName::ServiceIps, true),
+            (MapName::NoEndpointServices, true),
+            (MapName::ServiceNodeports, false),
+            (MapName::NoEndpointNodeports, false),
+        ] {
             for e in sock.elements(NfFamily::from(family), TABLE_NAME, &map.to_string())? {
                 // A frontend with a chain of its own is named by the chain, not a comment.
                 let chain = match &e.data {
@@ -264,15 +271,11 @@ fn owners() -> std::io::Result<(Owners, Option<Vec<IpAddr>>)> {
                 // Each field of a concatenation takes whole 32-bit registers.
                 let at = if by_addr { addr_len } else { 0 };
                 let addr = e.key.get(..addr_len).and_then(address).filter(|_| by_addr);
-                let (proto, port) = match in_name {
-                    Some(proto) => (Some(proto), e.key.get(at..at + 2)),
-                    None => (e.key.get(at).copied(), e.key.get(at + 4..at + 6)),
-                };
-                let (Some(proto), Some(port)) = (proto, port) else { continue };
+                let (Some(proto), Some(port)) = (e.key.get(at), e.key.get(at + 4..at + 6)) else { continue };
                 if by_addr && addr.is_none() {
                     continue;
                 }
-                out.insert((family, addr, proto, u16::from_be_bytes([port[0], port[1]])), owner);
+                out.insert((family, addr, *proto, u16::from_be_bytes([port[0], port[1]])), owner);
             }
         }
     }

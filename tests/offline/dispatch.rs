@@ -5,8 +5,9 @@
 use crate::common::synth::{self, Case};
 use clap::Parser;
 use kube_nftproxy::config::{Config, Flags};
+use kube_nftproxy::model::Protocol;
 use kube_nftproxy::model::{ApiObject, Model};
-use kube_nftproxy::render::{Rendered, Update, Value};
+use kube_nftproxy::render::{Key, MapName, Rendered, Scope, Update, Value};
 
 fn case(endpoints: u32) -> Case {
     Case { name: String::new(), services: 0, endpoints, mix: false }
@@ -69,4 +70,24 @@ fn a_plain_service_added_or_resized_to_a_count_in_use_adds_no_jump() {
     assert!(chains.contains(&"lb-cluster-tcp-4".to_string()), "{chains:?}");
     assert!(chains.iter().any(|c| c.starts_with("dispatch-cluster-tcp-")), "{chains:?}");
     assert_eq!(jumps, Vec::<String>::new());
+}
+
+#[test]
+fn an_external_ip_equal_to_the_services_own_cluster_ip_is_served_as_the_cluster_ip() {
+    let cfg = Config::from_flags(&Flags::parse_from(["kube-nftproxy", "--hostname-override=node-a"])).expect("config");
+    let mut model = Model::default();
+    let node = serde_json::from_value(synth::node_json()).expect("node");
+    model.apply(&ApiObject::Node(Box::new(node)), "node-a").expect("node");
+    let mut svc = synth::service_json(&case(1), 0);
+    svc["spec"]["externalIPs"] = serde_json::json!([synth::cluster_ip(0)]);
+    model.apply(&ApiObject::Service(Box::new(serde_json::from_value(svc).expect("service"))), "node-a").expect("svc");
+    model.apply(&synth::slice(&case(2), 0, 0), "node-a").expect("slice");
+    let ruleset = kube_nftproxy::render::render(&model, &cfg).expect("render");
+    let table = &ruleset.tables[0];
+    let ip: std::net::IpAddr = synth::cluster_ip(0).parse().expect("ip");
+    let key = Key::IpProtoPort(ip, Protocol::Tcp, 80);
+    assert_eq!(table.value(MapName::ServiceIps, &key), None, "the external chain took the ClusterIP over");
+    assert!(table.value(MapName::Endpoints(Scope::Cluster, Protocol::Tcp), &Key::IpSlot(ip, 80, 0)).is_some());
+    assert!(!table.chains.keys().any(|c| c.starts_with("external-")), "{:?}", table.chains.keys());
+    assert!(table.warnings.iter().any(|w| w.contains("also an external IP")), "{:?}", table.warnings);
 }

@@ -46,21 +46,14 @@ impl Owners {
         }
     }
 
-    /// Learns the owners of the dispatching maps' elements, desired ones first.
+    /// Learns the owners of the elements that name a frontend (`MapName::names_frontend`),
+    /// desired ones first.
     pub(super) fn new(
         desired: &BTreeMap<MapName, BTreeMap<Key, Entry>>,
         kernel: &BTreeMap<MapName, ReadMap>,
     ) -> Owners {
         let mut owners = Owners::default();
-        // The dispatching maps, and the endpoint maps, whose slot 0 names a frontend that the
-        // dispatch by endpoint count finds (it has no `service-ips` element).
-        let mut dispatching = vec![
-            MapName::ServiceIps,
-            MapName::NoEndpointServices,
-            MapName::ServiceNodeports,
-            MapName::NoEndpointNodeports,
-        ];
-        dispatching.extend(MapName::all().into_iter().filter(|m| proto_of(*m).is_some()));
+        let dispatching: Vec<MapName> = MapName::all().into_iter().filter(|m| m.names_frontend()).collect();
         for &map in &dispatching {
             for (key, entry) in desired.get(&map).into_iter().flatten() {
                 if matches!(entry.value, Value::Endpoint(_, _, None)) {
@@ -252,6 +245,31 @@ fn same_endpoints_any_order<'k>(
         let (mut from_gone, mut from_new) = multiset_common(&g, &n);
         gone.retain(|(key, v)| frontend(key) != Some(f) || !take(&mut from_gone, &bare(v)));
         new.retain(|(key, v, _)| frontend(key) != Some(f) || !take(&mut from_new, &bare(v)));
+        renamed_first_slot(f, gone, new, want, held);
+    }
+}
+
+/// Slot 0 names its frontend's service port: when the endpoints only moved, a comment that
+/// differs (none, in a table an earlier version wrote) is still a difference of slot 0.
+fn renamed_first_slot<'k>(
+    f: (Option<IpAddr>, u16),
+    gone: &mut Vec<(&'k Key, Value)>,
+    new: &mut Vec<(&'k Key, Value, &'k str)>,
+    want: &BTreeMap<&'k Key, (Value, &'k str)>,
+    held: &BTreeMap<&'k Key, &Value>,
+) {
+    let first = match f {
+        (Some(ip), port) => Key::IpSlot(ip, port, 0),
+        (None, port) => Key::PortSlot(port, 0),
+    };
+    let comment = |v: &Value| match v {
+        Value::Endpoint(_, _, c) => c.clone(),
+        _ => None,
+    };
+    let (Some((key, (w, owner))), Some(h)) = (want.get_key_value(&first), held.get(&first)) else { return };
+    if comment(w) != comment(h) && !gone.iter().any(|(g, _)| g == key) {
+        gone.push((key, (*h).clone()));
+        new.push((key, w.clone(), owner));
     }
 }
 

@@ -78,6 +78,19 @@ fn a_table_as_applied_has_no_difference_even_with_endpoints_in_other_slots() {
 }
 
 #[test]
+fn a_first_slot_without_its_comment_differs_even_with_its_endpoints_moved() {
+    let (ruleset, declared) = desired();
+    let mut kernel = applied(&ruleset, &declared);
+    let (elements, at) = two_slots(&mut kernel);
+    // As a table an earlier version wrote: no comment on slot 0, and the endpoints swapped.
+    elements[at].comment = None;
+    let (a, b) = (elements[at].clone(), elements[at + 1].clone());
+    (elements[at].data, elements[at + 1].data) = (b.data, a.data);
+    let report = compare(&ruleset, &declared, kernel);
+    assert_eq!((report.summary.added, report.summary.removed), (1, 1), "{}", report.to_text());
+}
+
+#[test]
 fn a_missing_or_extra_element_shows_under_its_service_and_unreadable_ones_under_the_table() {
     let (ruleset, declared) = desired();
     let mut kernel = applied(&ruleset, &declared);
