@@ -379,8 +379,8 @@ impl Builder<'_> {
         }
     }
 
-    /// Brings the dispatch by endpoint count (`super::dispatch`) up to the `lb-*` chains in
-    /// use, journaling the chains that change.
+    /// Brings the dispatch by endpoint count (`super::dispatch`) up to the counts that
+    /// ClusterIPs are found by, journaling the chains that change.
     fn dispatch(&mut self) -> Result<(), RenderError> {
         if !self.counts_changed {
             return Ok(());
