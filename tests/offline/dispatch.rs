@@ -47,12 +47,18 @@ fn update(
     (chains, jumps)
 }
 
-#[test]
-fn a_plain_service_added_or_resized_to_a_count_in_use_adds_no_jump() {
+/// Node `node-a`'s configuration, and a model holding its Node alone.
+fn node_a() -> (Config, Model) {
     let cfg = Config::from_flags(&Flags::parse_from(["kube-nftproxy", "--hostname-override=node-a"])).expect("config");
     let mut model = Model::default();
     let node = serde_json::from_value(synth::node_json()).expect("node");
     model.apply(&ApiObject::Node(Box::new(node)), "node-a").expect("node");
+    (cfg, model)
+}
+
+#[test]
+fn a_plain_service_added_or_resized_to_a_count_in_use_adds_no_jump() {
+    let (cfg, mut model) = node_a();
     for i in 0..20 {
         model.apply(&service(i), "node-a").expect("service");
         model.apply(&synth::slice(&case(if i < 10 { 3 } else { 5 }), i, 0), "node-a").expect("slice");
@@ -74,10 +80,7 @@ fn a_plain_service_added_or_resized_to_a_count_in_use_adds_no_jump() {
 
 #[test]
 fn an_external_ip_equal_to_the_services_own_cluster_ip_is_served_as_the_cluster_ip() {
-    let cfg = Config::from_flags(&Flags::parse_from(["kube-nftproxy", "--hostname-override=node-a"])).expect("config");
-    let mut model = Model::default();
-    let node = serde_json::from_value(synth::node_json()).expect("node");
-    model.apply(&ApiObject::Node(Box::new(node)), "node-a").expect("node");
+    let (cfg, mut model) = node_a();
     let mut svc = synth::service_json(&case(1), 0);
     svc["spec"]["externalIPs"] = serde_json::json!([synth::cluster_ip(0)]);
     model.apply(&ApiObject::Service(Box::new(serde_json::from_value(svc).expect("service"))), "node-a").expect("svc");
