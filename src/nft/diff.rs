@@ -50,7 +50,9 @@ impl TableDiff<'_> {
 }
 
 /// `partial-sync.nft`: its parts in a transaction's order: new sets and chains, rewritten
-/// and stale chains (`head`); the elements; the sets no longer used (`tail`).
+/// chains (`head`); the elements; stale chains flushed and the sets no longer used (`tail`),
+/// once no element leads to them, so that a sync cut into several transactions
+/// (`split`) may send its elements between the two.
 #[derive(Template)]
 #[template(path = "partial-sync.nft")]
 struct PartialSync<'a, 'd> {

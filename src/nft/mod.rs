@@ -17,6 +17,7 @@ pub mod owners;
 mod read;
 mod reconcile;
 mod report;
+mod split;
 mod staged;
 pub mod wire;
 
@@ -77,8 +78,9 @@ impl OwnPorts {
 /// in `compiled`), and the chains it leaves stale and takes back into use.
 struct Partial {
     script: String,
-    batch: Vec<u8>,
-    lines: wire::Lines,
+    /// Its transactions: one, or for a big one several (`split`), each with the lines of
+    /// `compiled` its messages came from.
+    batches: Vec<(Vec<u8>, wire::Lines)>,
     compiled: String,
     flushed: Vec<(Family, String)>,
     reused: Vec<(Family, String)>,
@@ -200,10 +202,15 @@ impl Applier {
         self.send_partial(part, SyncKind::Partial, deleted_chains)
     }
 
-    /// Sends `part` as one transaction, and notes the chains it left stale or took back.
+    /// Sends `part`'s transactions in order, and notes the chains it left stale or took back.
+    /// One the kernel refuses ends the sync with an error: those before it stay (each
+    /// frontend as one generation or the next), and the full sync that follows a refusal
+    /// compares with what the kernel holds and sends the rest.
     fn send_partial(&mut self, part: Partial, kind: SyncKind, deleted_chains: usize) -> Result<SyncReport, NftError> {
         self.own.add(self.sender.port()?);
-        self.sender.send(&part.batch).map_err(|e| part.lines.explain(e, &part.compiled))?;
+        for (batch, lines) in &part.batches {
+            self.sender.send(batch).map_err(|e| lines.explain(e, &part.compiled))?;
+        }
         self.schema.sent();
         let now = Instant::now();
         for chain in part.flushed {
@@ -212,7 +219,8 @@ impl Applier {
         for chain in &part.reused {
             self.stale.remove(chain);
         }
-        let (bytes, script, transactions) = (part.batch.len(), part.script, 1);
+        let bytes = part.batches.iter().map(|(b, _)| b.len()).sum();
+        let (script, transactions) = (part.script, part.batches.len() as u32);
         Ok(SyncReport {
             kind,
             bytes,
@@ -261,7 +269,9 @@ impl Applier {
         Ok(Plan::Partial(self.partial(&diffs, &families)?))
     }
 
-    /// The one transaction that makes the changes `diffs` (of the tables of `families`).
+    /// The transactions that make the changes `diffs` (of the tables of `families`): one, or
+    /// several of at most `STAGE_ELEMENTS` element changes each when there are more and
+    /// `split` may cut them.
     fn partial(&mut self, diffs: &[diff::TableDiff<'_>], families: &[Family]) -> Result<Partial, NftError> {
         let mut flushed = Vec::new();
         let mut reused = Vec::new();
@@ -270,14 +280,30 @@ impl Applier {
             reused.extend(d.rewrite.iter().map(|(c, _)| (*family, c.to_string())));
         }
         let (head, tail) = diff::partial_scripts(diffs)?;
+        let elements: usize = diffs.iter().map(diff::TableDiff::element_count).sum();
+        let stages = if elements > STAGE_ELEMENTS && diffs.iter().all(split::cuttable) {
+            split::element_stages(diffs, STAGE_ELEMENTS)
+        } else {
+            vec![]
+        };
+        let last = stages.len().saturating_sub(1);
         let mut batch = wire::Batch::new();
+        let mut batches = Vec::new();
         compile::compile(&head, &mut self.schema, &mut batch)?;
-        diff::element_ops(&mut batch, diffs, families);
+        if stages.is_empty() {
+            diff::element_ops(&mut batch, diffs, families);
+        }
+        for (i, stage) in stages.iter().enumerate() {
+            diff::element_ops(&mut batch, stage, families);
+            if i < last {
+                batches.push(std::mem::take(&mut batch).finish_with_lines());
+            }
+        }
         compile::compile_after(&tail, head.lines().count(), &mut self.schema, &mut batch)?;
+        batches.push(batch.finish_with_lines());
         let script = diff::partial_script(diffs)?;
         let compiled = head.lines().chain(tail.lines()).collect::<Vec<_>>().join("\n");
-        let (batch, lines) = batch.finish_with_lines();
-        Ok(Partial { script, batch, lines, compiled, flushed, reused })
+        Ok(Partial { script, batches, compiled, flushed, reused })
     }
 
     /// Whether a map of `desired`'s tables of `scope` would be declared with another size

@@ -248,6 +248,7 @@ pub mod explained;
 pub mod follower;
 pub mod inputs;
 pub mod layouts;
+pub mod monitor;
 pub mod net;
 pub mod node;
 pub mod owner;

@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod bounded;
 mod elements;
 mod repairs;
 

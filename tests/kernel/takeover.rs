@@ -13,6 +13,7 @@ use crate::common::check::{bulk, probe_during, web_on, who};
 use crate::common::cluster::{Cluster, ECHO_PORT, endpoint, service, slice};
 use crate::common::daemon::{Daemon, wait_for, write_manifests};
 use crate::common::layouts::{ipsets, iptables_available, ipvs_tools_available, load, state};
+use crate::common::monitor::Monitor;
 use crate::common::net::{Probe, Proto, in_netns, probe};
 use crate::common::owner::TableOwner;
 use crate::common::{Netns, Scratch};
@@ -21,7 +22,6 @@ use kube_nftproxy::netlink::{NfFamily, Socket, link};
 use kube_nftproxy::takeover::{Interface, remove_ipvs_interface};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod beside;
@@ -34,45 +34,6 @@ const WEB: &str = "172.30.0.40:80";
 /// A node of kube-proxy's iptables mode serving `test/web`, with kubelet's, kube-router's
 /// and a user's rules, and tables kube-proxy's nftables mode left.
 const IPTABLES_NODE: &[&str] = &["iptables.rules", "iptables6.rules", "iptables.nft", "iptables-web.rules"];
-
-/// `nft monitor` in a namespace, writing to a file; ended when dropped.
-struct Monitor {
-    child: Child,
-    out: Scratch,
-}
-
-impl Monitor {
-    /// Starts it in `ns` and waits until it reports a change, so nothing after is missed.
-    fn start(ns: &Netns) -> Monitor {
-        let out = Scratch::new("monitor");
-        let file = std::fs::File::create(out.0.join("events")).expect("monitor file");
-        let child = Command::new("ip")
-            .args(["netns", "exec", &ns.name, "nft", "monitor"])
-            .stdout(file)
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nft monitor");
-        let monitor = Monitor { child, out };
-        let ready = wait_for(Duration::from_secs(5), || {
-            ns.nft(&["add", "table", "ip", "monitor-ready"]);
-            ns.nft(&["delete", "table", "ip", "monitor-ready"]);
-            monitor.events().contains("monitor-ready")
-        });
-        assert!(ready.is_some(), "nft monitor reported nothing in {}", ns.name);
-        monitor
-    }
-
-    fn events(&self) -> String {
-        std::fs::read_to_string(self.out.0.join("events")).unwrap_or_default()
-    }
-}
-
-impl Drop for Monitor {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// The line number of the first event starting with `prefix`.
 fn first(events: &str, prefix: &str) -> Option<usize> {
