@@ -11,7 +11,9 @@
 //! - `first sync`: from the daemon's spawn to its first sync;
 //! - `refresh`: SIGHUP, a full sync in place;
 //! - `restart`: the daemon stopped and a new one started over the rules it left, to its first
-//!   sync.
+//!   sync;
+//! - `every slice at once`: every EndpointSlice posted again in one request, each endpoint at
+//!   a new address, until the daemon's partial syncs of them have rested 2.5 s.
 //!
 //! A phase ends at the last of the daemon's syncs in a row: a commit of the probe's during a
 //! full sync makes the daemon check its tables with a refresh ("another process committed to
@@ -23,6 +25,7 @@
 
 use super::common::Netns;
 use super::common::net::spawn_in_netns;
+use super::common::synth;
 use super::observe::{LogTail, is_sync, ms_between, percentile, sync_figures};
 use super::start::{FIRST_SYNC_LIMIT, Stage};
 use kube_nftproxy::model::Family;
@@ -52,7 +55,10 @@ const IDLE: Duration = Duration::from_secs(3);
 const QUIET: Duration = Duration::from_secs(1);
 
 /// The phases in the order they run; commits in none are filed under `BETWEEN`.
-const PHASES: [&str; 4] = ["idle", "first sync", "refresh", "restart"];
+const PHASES: [&str; 5] = ["idle", "first sync", "refresh", "restart", "every slice at once"];
+
+/// How long without a sync ends the phase of every slice changed at once.
+const REST: Duration = Duration::from_millis(2500);
 
 /// Where the commits outside every phase are filed: the daemon idle.
 const BETWEEN: &str = "between";
@@ -134,7 +140,9 @@ struct Phase {
     end: Instant,
     /// The phase's first sync line, ms after its start (`None` for `idle`).
     first_sync_ms: Option<f64>,
-    /// Its full syncs (Full or Refresh) and those announced as repeated for another process.
+    /// Its syncs, those full (Full or Refresh), and those announced as repeated for another
+    /// process.
+    syncs: usize,
     full_syncs: usize,
     resyncs: usize,
 }
@@ -154,6 +162,22 @@ fn settle(name: &'static str, log: &LogTail, from: usize, start: Instant) -> Pha
     {
         last = log.position(i + 1, FIRST_SYNC_LIMIT, is_sync).unwrap_or_else(|| never());
     }
+    phase(name, log, from, (first, last), start)
+}
+
+/// The phase `name` from `start` until the daemon, after line `from` of its log, has logged
+/// no sync for `REST`: every slice changed at once takes syncs one after another.
+fn settle_quiet(name: &'static str, log: &LogTail, from: usize, start: Instant) -> Phase {
+    let first = log.position(from, FIRST_SYNC_LIMIT, is_sync).unwrap_or_else(|| panic!("{name}: no sync"));
+    let mut last = first;
+    while let Some(i) = log.position(last + 1, REST, is_sync) {
+        last = i;
+    }
+    phase(name, log, from, (first, last), start)
+}
+
+/// The phase `name` from `start` to line `last` of the log, its first sync at line `first`.
+fn phase(name: &'static str, log: &LogTail, from: usize, (first, last): (usize, usize), start: Instant) -> Phase {
     let lines = log.lines();
     let seen = &lines[from..=last];
     // A refresh that found nothing to send held no lock: a check, not a full sync.
@@ -167,6 +191,7 @@ fn settle(name: &'static str, log: &LogTail, from: usize, start: Instant) -> Pha
         start,
         end: lines[last].0,
         first_sync_ms: Some(ms_between(start, lines[first].0)),
+        syncs: seen.iter().filter(|(_, l)| is_sync(l)).count(),
         full_syncs: seen.iter().filter(|(_, l)| full(l)).count(),
         resyncs: seen.iter().filter(|(_, l)| l.contains(RESYNC)).count(),
     }
@@ -178,8 +203,15 @@ pub fn run(services: u32) -> Value {
     let probe = Probe::start(&stage.ns);
     let began = Instant::now();
     std::thread::sleep(IDLE);
-    let idle =
-        Phase { name: PHASES[0], start: began, end: Instant::now(), first_sync_ms: None, full_syncs: 0, resyncs: 0 };
+    let idle = Phase {
+        name: PHASES[0],
+        start: began,
+        end: Instant::now(),
+        first_sync_ms: None,
+        syncs: 0,
+        full_syncs: 0,
+        resyncs: 0,
+    };
     let mut phases = vec![idle];
     std::thread::sleep(QUIET);
     let (spawned, d) = (Instant::now(), stage.daemon());
@@ -196,6 +228,12 @@ pub fn run(services: u32) -> Value {
     let log = LogTail::start(&d.log);
     phases.push(settle(PHASES[3], &log, 0, stopping));
     std::thread::sleep(QUIET);
+    // Every slice one generation up (each endpoint a new address), in one post.
+    let slices: Vec<Value> = (0..services).map(|i| synth::slice_json(&stage.case, i, 1)).collect();
+    let (from, posted) = (log.lines().len(), Instant::now());
+    stage.emu.apply(&Value::Array(slices));
+    phases.push(settle_quiet(PHASES[4], &log, from, posted));
+    std::thread::sleep(QUIET);
     let commits = probe.finish();
     d.stop();
     drop(stage);
@@ -210,6 +248,7 @@ fn report(services: u32, phases: &[Phase], commits: &[Commit]) -> Value {
     let mut out = serde_json::Map::new();
     for p in phases {
         let mut fig = waits(commits.iter().filter(|c| within(p, c)));
+        fig["syncs"] = json!(p.syncs);
         fig["full_syncs"] = json!(p.full_syncs);
         fig["resyncs"] = json!(p.resyncs);
         fig["first_sync_ms"] = json!(p.first_sync_ms);
@@ -242,13 +281,13 @@ pub fn print(runs: &[Value]) {
         EVERY.as_millis(),
         runs.len()
     );
-    println!("| phase | worst ms | p99 ms | p50 ms | samples | our full syncs | phase ms |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| phase | worst ms | p99 ms | p50 ms | samples | our syncs | our full syncs | phase ms |");
+    println!("|---|---|---|---|---|---|---|---|");
     for name in PHASES.iter().chain([&BETWEEN]) {
         let cell = |figure: &str| super::runs::spread(&c, &["phases", name, figure]);
         let (worst, p99, p50, samples) = (cell("worst_ms"), cell("p99_ms"), cell("p50_ms"), cell("samples"));
-        let (syncs, length) = (cell("full_syncs"), cell("phase_ms"));
-        println!("| {name} | {worst} | {p99} | {p50} | {samples} | {syncs} | {length} |");
+        let (syncs, full, length) = (cell("syncs"), cell("full_syncs"), cell("phase_ms"));
+        println!("| {name} | {worst} | {p99} | {p50} | {samples} | {syncs} | {full} | {length} |");
     }
     if c["max"]["failed"].as_f64().is_some_and(|n| n > 0.0) {
         println!("  commits the kernel refused: {} in a run", super::runs::spread(&c, &["failed"]));
