@@ -4,7 +4,7 @@
 
 use super::{Explanation, Fate, Step};
 use crate::config::Config;
-use crate::model::{Family, Model, Scheduler, ServicePort};
+use crate::model::{Family, Model, Protocol, Scheduler, ServicePort};
 use crate::render::{self, MapName, chain};
 use crate::topology::{self, Choice};
 use std::collections::BTreeMap;
@@ -106,15 +106,21 @@ pub fn fill(e: &mut Explanation, model: &Model, cfg: &Config) {
         Step::Element { owner: Some(owner), set } if dispatch.contains(set) => Some(owner.to_string()),
         _ => None,
     });
+    let rejected = e.outcomes.iter().any(|o| o.fate == Fate::Rejected);
+    let ran_in = |chain: &str| steps.iter().any(|s| matches!(s, Step::Rule { chain: c, .. } if c == chain));
+    // A ClusterIP's port without endpoints has no element of its own: `cluster-ips-check`
+    // rejects it with the ports no Service has.
+    let no_endpoints = (owner.is_none() && rejected && ran_in(chain::CLUSTER_IPS_CHECK))
+        .then(|| cluster_ip_port(model, e.query.to, e.query.protocol))
+        .flatten();
+    let owner = owner.or_else(|| no_endpoints.map(|sp| sp.name.to_string()));
     let sp = owner.as_ref().and_then(|o| model.services.values().flatten().find(|sp| sp.name.to_string() == *o));
     let frontend = sp.map(|sp| frontend(sp, e.query.to));
     e.service = owner.zip(frontend);
     // What decided is read from where the packet went (chains the templates declare, sets
     // by their names), not from rule text.
-    let ran_in = |chain: &str| steps.iter().any(|s| matches!(s, Step::Rule { chain: c, .. } if c == chain));
     let element_in =
         |set: MapName| steps.iter().any(|s| matches!(s, Step::Element { set: s, .. } if *s == set.to_string()));
-    let rejected = e.outcomes.iter().any(|o| o.fate == Fate::Rejected);
     let localhost = if e.service.is_none() { localhost_nodeport(e, model, cfg) } else { None };
     let mut add = |kind, text: String| e.reasons.push(super::Reason { kind, text });
     let to = format!("{}/{}", e.query.to, e.query.protocol);
@@ -143,7 +149,7 @@ pub fn fill(e: &mut Explanation, model: &Model, cfg: &Config) {
             format!("{} is not in loadBalancerSourceRanges ({}): dropped", e.source, ranges.join(", ")),
         );
     }
-    if element_in(MapName::NoEndpointServices) || element_in(MapName::NoEndpointNodeports) {
+    if no_endpoints.is_some() || element_in(MapName::NoEndpointServices) || element_in(MapName::NoEndpointNodeports) {
         if rejected {
             add("no-endpoints", "the service port has no ready or serving endpoint anywhere: rejected".into());
         } else {
@@ -227,6 +233,12 @@ fn scheduled(e: &Explanation, scheduler: Scheduler) -> Option<String> {
 }
 
 /// Which of the service port's frontends `to` is.
+/// The service port whose ClusterIP and port `to` is, for `protocol`.
+fn cluster_ip_port(model: &Model, to: SocketAddr, protocol: Protocol) -> Option<&ServicePort> {
+    let mut ports = model.services.values().flatten();
+    ports.find(|sp| sp.cluster_ips.contains(&to.ip()) && sp.port == to.port() && sp.name.protocol == protocol)
+}
+
 fn frontend(sp: &ServicePort, to: SocketAddr) -> &'static str {
     let ip = to.ip();
     if sp.cluster_ips.contains(&ip) && to.port() == sp.port {

@@ -61,10 +61,6 @@ const BANKED_FULL_SYNCS: f64 = 2.0;
 /// The longest a change is held for the changes that follow it (see [`Pace::gather`]).
 const GATHER_MAX: Duration = Duration::from_millis(5);
 
-/// The shortest gather window: its quiet gap (half of it) outlasts the millisecond between a
-/// Service and its EndpointSlice, however cheap the last partial sync was.
-const GATHER_MIN: Duration = Duration::from_millis(2);
-
 /// The pace of syncs by their cost. With `min_sync_period` P and F what the last full sync
 /// cost (render and apply; at least `MIN_FULL_COST_PER_PERIOD` of P), the sync thread is busy
 /// at most F / (F + P) of the time: what syncing fully once per period, counted from the end of
@@ -109,14 +105,12 @@ impl Pace {
     }
 
     /// How long a change that arrives to an idle loop may be held for the ones that follow it:
-    /// half what the last partial sync cost, from `GATHER_MIN` to `GATHER_MAX`; nothing with
-    /// the pace off. A Service and its EndpointSlice arrive about a millisecond apart, and a
-    /// Service alone, without endpoints yet, adds a jump (its `no-endpoint-services` reject),
-    /// for which the kernel validates every verdict-map element (about 5 ms at 30k Services):
-    /// held, they take one sync instead of two, and an isolated change pays at most half a
-    /// sync, or a millisecond, more.
+    /// half what the last partial sync cost, at most `GATHER_MAX`; nothing with the pace off.
+    /// An isolated change pays at most half a sync more, and a change that costs little is
+    /// held little: a ClusterIP Service alone, before its EndpointSlice, adds elements only
+    /// (no jump for the kernel to validate), so it may go in a sync of its own.
     pub(super) fn gather(&self) -> Duration {
-        if self.period.is_zero() { Duration::ZERO } else { (self.partial / 2).clamp(GATHER_MIN, GATHER_MAX) }
+        if self.period.is_zero() { Duration::ZERO } else { (self.partial / 2).min(GATHER_MAX) }
     }
 
     /// The busy share the pace allows: F / (F + P), or the share aimed at when lower.
@@ -320,11 +314,11 @@ mod tests {
     #[test]
     fn a_gather_is_half_the_last_partial_sync_that_sent_something() {
         let (mut pace, t) = measured(MS * 200);
-        assert_eq!(pace.gather(), GATHER_MIN, "no partial sync measured yet");
+        assert_eq!(pace.gather(), Duration::ZERO, "no partial sync measured yet");
         pace.charge(t, t + MS * 6, false, true);
         assert_eq!(pace.gather(), MS * 3);
         pace.charge(t + MS * 7, t + MS * 8, false, true);
-        assert_eq!(pace.gather(), GATHER_MIN, "never less than GATHER_MIN");
+        assert_eq!(pace.gather(), MS / 2, "a cheap sync, a short hold");
         pace.charge(t + MS * 9, t + MS * 15, false, true);
         pace.charge(t + MS * 10, t + MS * 11, false, false);
         assert_eq!(pace.gather(), MS * 3, "a sync that sent nothing measures nothing");

@@ -92,11 +92,18 @@ pub fn connection(packet: &Packet, ours: &str, ctx: &mut Context) -> Option<Conn
         explain: String::new(),
     };
     if let Some(owner) = service_port(packet, family, proto, destination, ctx) {
-        let (name, port) = owner.split_once(':').unwrap_or((&owner, ""));
-        (c.service, c.port) = (Some(name.to_string()), Some(port.to_string()));
+        c.name_service(&owner);
     }
     why::fill(&mut c, drop.map(|d| (d.table.as_str(), d.chain.as_str())), ctx);
     Some(c)
+}
+
+impl Connection {
+    /// Names the service port `owner` (`namespace/name:port`) as this connection's.
+    pub(super) fn name_service(&mut self, owner: &str) {
+        let (name, port) = owner.split_once(':').unwrap_or((owner, ""));
+        (self.service, self.port) = (Some(name.to_string()), Some(port.to_string()));
+    }
 }
 
 /// What the kernel did: the verdict, the endpoint, whether the source was masqueraded. The

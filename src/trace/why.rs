@@ -23,6 +23,10 @@ pub fn fill(c: &mut Connection, dropped: Option<(&str, &str)>, ctx: &mut Context
             // Explain's reasons cover all its outcomes; masquerading is this one's only if it was.
             let said = x.reasons.iter().filter(|r| r.kind != "masquerade" || c.masquerade);
             c.why = said.map(|r| r.text.clone()).collect();
+            // A ClusterIP's port without endpoints has no element of its own to be named by.
+            if let Some((owner, _)) = x.service.as_ref().filter(|_| c.service.is_none()) {
+                c.name_service(owner);
+            }
         }
         Ok(x) => {
             c.explain = difference(&x, c);
@@ -93,7 +97,7 @@ fn own_words(c: &Connection, dropped: Option<(&str, &str)>) -> Vec<String> {
             "the source is not in the Service's loadBalancerSourceRanges: dropped".into()
         }
         Some(_) if c.verdict == "reject" && passed(chain::CLUSTER_IPS_CHECK) => {
-            "a ClusterIP, but no service port on it for this port: rejected".into()
+            "a ClusterIP, but no service port with an endpoint on it for this port: rejected".into()
         }
         Some(_) if c.verdict == "reject" => "the service port has no ready or serving endpoint: rejected".into(),
         Some((_, chain::CLUSTER_IPS_CHECK)) => "in a ServiceCIDR, but no Service holds this address: dropped".into(),

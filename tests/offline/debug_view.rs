@@ -249,14 +249,23 @@ fn what_the_view_says_traffic_meets_is_what_the_rules_do() {
         for p in services_page::port_views(&m, FROM, None) {
             let proto = kube_nftproxy::model::Protocol::Tcp;
             let key = Key::IpProtoPort(p.cluster_ip, proto, p.port);
-            assert_eq!(rendered(table, MapName::NoEndpointServices, &key), p.traffic.cluster_ip, "{}", p.name);
+            // A `service-ips` element, or slots the dispatch by endpoint count finds.
+            let slot = Key::IpSlot(p.cluster_ip, p.port, 0);
+            let by_count = [Scope::Cluster, Scope::Local]
+                .into_iter()
+                .any(|s| table.value(MapName::Endpoints(s, proto), &slot).is_some());
+            let dispatched = table.value(MapName::ServiceIps, &key).is_some() || by_count;
+            let cluster_ip = match rendered(table, MapName::NoEndpointServices, &key) {
+                // Nothing DNATs it: `cluster-ips-check` rejects every such port of a ClusterIP.
+                Verdict::Endpoints if !dispatched => {
+                    assert!(table.value(MapName::ClusterIps, &Key::Ip(p.cluster_ip)).is_some(), "{}", p.name);
+                    Verdict::Reject
+                }
+                verdict => verdict,
+            };
+            assert_eq!(cluster_ip, p.traffic.cluster_ip, "{}", p.name);
             if p.traffic.cluster_ip == Verdict::Endpoints {
-                // A `service-ips` element, or slots the dispatch by endpoint count finds.
-                let slot = Key::IpSlot(p.cluster_ip, p.port, 0);
-                let by_count = [Scope::Cluster, Scope::Local]
-                    .into_iter()
-                    .any(|s| table.value(MapName::Endpoints(s, proto), &slot).is_some());
-                assert!(table.value(MapName::ServiceIps, &key).is_some() || by_count, "{}: no dispatch", p.name);
+                assert!(dispatched, "{}: no dispatch", p.name);
             }
             let external: Vec<(MapName, Key)> = p
                 .node_port

@@ -65,7 +65,7 @@ fn example_cluster_renders_every_feature_without_warnings() {
         "@affinity-3 update @affinity-3 {",
         "goto lb-local-tcp-1",
         "comment \"shop/local-none:http\" : drop",
-        "comment \"shop/empty:http\" : goto reject-chain",
+        "ip daddr @cluster-ips goto reject-chain",
         "198.51.100.10 . tcp . 80 . 203.0.113.0/25",
         "lb-cluster-sctp-1",
         "fd00:172:30::20 . 80 . 0 comment \"shop/web:http\"",
