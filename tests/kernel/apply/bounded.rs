@@ -10,7 +10,7 @@ use crate::common::monitor::Monitor;
 use crate::common::proxy::{Proxy, node_a_config};
 use kube_nftproxy::nft::{STAGE_ELEMENTS, SyncKind};
 use serde_json::Value;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// The bulk Services of `bulk(range)`, their endpoints moved from `10.5.*` to `10.6.*`.
@@ -91,4 +91,62 @@ fn a_big_partial_sync_goes_in_bounded_transactions_each_frontend_whole() {
         "a transaction without elements: {:?}",
         ours.iter().map(BTreeSet::len).collect::<Vec<_>>()
     );
+}
+
+/// Each bulk frontend's slots in the kernel's `cluster-endpoints-tcp`, as the second octet of
+/// their endpoints (5 before the move, 6 after).
+fn held_generations(node: &crate::common::Netns) -> BTreeMap<String, Vec<String>> {
+    let listed = node.nft(&["list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp"]);
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for element in listed.split([',', '{', '\n']).map(str::trim).filter(|e| e.starts_with("172.31.")) {
+        let (Some(frontend), Some((_, value))) = (element.split(' ').next(), element.split_once(" : ")) else {
+            continue;
+        };
+        let octet = value.split('.').nth(1).unwrap_or_default().to_string();
+        out.entry(frontend.to_string()).or_default().push(octet);
+    }
+    out
+}
+
+#[test]
+fn a_cut_sync_refused_half_way_leaves_each_frontend_whole_and_the_next_sync_sends_the_rest() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(2, 0);
+    let mut proxy = Proxy::new(node_a_config());
+    let mut before = web(&c, &["pod-1"]);
+    before.extend(bulk(0..2100));
+    sync(&c.node, &mut proxy, &before, false).unwrap();
+    // Someone deletes a slot of the last frontend (the highest address, so its changes go in
+    // the last transaction): that transaction's deletion of it is refused.
+    let last = "172.31.8.100";
+    c.node.nft(&[
+        "delete",
+        "element",
+        "ip",
+        "kube-nftproxy",
+        "cluster-endpoints-tcp",
+        &format!("{{ {last} . 80 . 0 }}"),
+    ]);
+    let mut after = web(&c, &["pod-2"]);
+    after.extend(moved(0..2100));
+    let failed = sync(&c.node, &mut proxy, &after, false).expect("IPv6 went through");
+    assert_eq!(failed.refused.len(), 1, "IPv4 must be refused: {:?}", failed.refused);
+
+    // The first transaction went in, the last did not; every frontend is whole, old or new.
+    let held = held_generations(&c.node);
+    let whole = |slots: &Vec<String>| slots.len() == 5 && slots.iter().all(|s| *s == slots[0]);
+    let broken: Vec<_> = held.iter().filter(|(f, s)| f.as_str() != last && !whole(s)).collect();
+    assert!(broken.is_empty(), "frontends half moved: {broken:?}");
+    let moved_now = held.values().filter(|s| s[0] == "6").count();
+    assert!(moved_now > 0 && moved_now < 2100, "{moved_now} frontends moved: not cut half-way");
+    assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-2", "web's change was in the first transaction");
+
+    // The next sync compares with the kernel and sends the rest.
+    let retry = sync(&c.node, &mut proxy, &after, false).unwrap();
+    assert!(matches!(retry.kind, SyncKind::Full | SyncKind::Refresh), "{:?}", retry.kind);
+    let held = held_generations(&c.node);
+    assert_eq!(held.len(), 2100);
+    assert!(held.values().all(|s| whole(s) && s[0] == "6"), "the rest was not sent");
 }
