@@ -23,6 +23,7 @@ pub mod wire;
 
 pub use error::NftError;
 pub use report::{Resync, SyncKind, SyncReport};
+pub use split::CUT_CHANGES;
 pub use staged::STAGE_ELEMENTS;
 
 use crate::model::Family;
@@ -270,7 +271,7 @@ impl Applier {
     }
 
     /// The transactions that make the changes `diffs` (of the tables of `families`): one, or
-    /// several of at most `STAGE_ELEMENTS` element changes each when there are more and
+    /// several of at most `CUT_CHANGES` element changes each when there are more and
     /// `split` may cut them.
     fn partial(&mut self, diffs: &[diff::TableDiff<'_>], families: &[Family]) -> Result<Partial, NftError> {
         let mut flushed = Vec::new();
@@ -281,8 +282,8 @@ impl Applier {
         }
         let (head, tail) = diff::partial_scripts(diffs)?;
         let elements: usize = diffs.iter().map(diff::TableDiff::element_count).sum();
-        let stages = if elements > STAGE_ELEMENTS && diffs.iter().all(split::cuttable) {
-            split::element_stages(diffs, STAGE_ELEMENTS)
+        let stages = if elements > CUT_CHANGES && diffs.iter().all(split::cuttable) {
+            split::element_stages(diffs, CUT_CHANGES)
         } else {
             vec![]
         };

@@ -8,7 +8,7 @@ use crate::common::daemon::wait_for;
 use crate::common::kernel_available;
 use crate::common::monitor::Monitor;
 use crate::common::proxy::{Proxy, node_a_config};
-use kube_nftproxy::nft::{STAGE_ELEMENTS, SyncKind};
+use kube_nftproxy::nft::{CUT_CHANGES, SyncKind};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -72,8 +72,8 @@ fn a_big_partial_sync_goes_in_bounded_transactions_each_frontend_whole() {
 
     assert_eq!(report.kind, SyncKind::Partial);
     let changes = 2 * 2100 * 5;
-    assert!(changes > STAGE_ELEMENTS);
-    assert_eq!(report.transactions as usize, changes.div_ceil(STAGE_ELEMENTS), "{changes} changes");
+    assert!(changes > CUT_CHANGES);
+    assert_eq!(report.transactions as usize, changes.div_ceil(CUT_CHANGES), "{changes} changes");
     assert!(failures.is_empty(), "connections failed during the cut sync: {failures:?}");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-2");
     // Every bulk frontend's ten changes went in one of the sync's transactions, the last
