@@ -232,13 +232,13 @@ fn scheduled(e: &Explanation, scheduler: Scheduler) -> Option<String> {
     })
 }
 
-/// Which of the service port's frontends `to` is.
 /// The service port whose ClusterIP and port `to` is, for `protocol`.
 fn cluster_ip_port(model: &Model, to: SocketAddr, protocol: Protocol) -> Option<&ServicePort> {
     let mut ports = model.services.values().flatten();
     ports.find(|sp| sp.cluster_ips.contains(&to.ip()) && sp.port == to.port() && sp.name.protocol == protocol)
 }
 
+/// Which of the service port's frontends `to` is.
 fn frontend(sp: &ServicePort, to: SocketAddr) -> &'static str {
     let ip = to.ip();
     if sp.cluster_ips.contains(&ip) && to.port() == sp.port {

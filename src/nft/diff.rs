@@ -25,6 +25,9 @@ pub struct TableDiff<'a> {
     pub add_elements: BTreeMap<MapName, Vec<(&'a Key, &'a Value)>>,
     /// Affinity sets to delete (after the rules using them are gone).
     pub delete_sets: Vec<&'a str>,
+    /// What the dispatch's entry chain held before, when it is rewritten (`None` when not, or
+    /// when the kernel's was compared, not our own).
+    pub dispatch_was: Option<&'a str>,
 }
 
 impl TableDiff<'_> {
@@ -78,10 +81,15 @@ impl<'a> TableDiff<'a> {
 
     /// Files what happened to chain `name`. `existing_stale` are chains still in the kernel
     /// (flushed earlier, not yet deleted): reusing one needs no `add chain`.
-    fn chain(&mut self, name: &'a str, old: Option<&String>, new: Option<&'a String>, stale: &BTreeSet<String>) {
+    fn chain(&mut self, name: &'a str, old: Option<&'a String>, new: Option<&'a String>, stale: &BTreeSet<String>) {
         match (old, new) {
             (Some(o), Some(n)) if o == n => {}
-            (Some(_), Some(n)) => self.rewrite.push((name, n)),
+            (Some(o), Some(n)) => {
+                if name == crate::render::chain::DISPATCH {
+                    self.dispatch_was = Some(o);
+                }
+                self.rewrite.push((name, n));
+            }
             (None, Some(n)) => {
                 if !stale.contains(name) {
                     self.new_chains.push(name);

@@ -46,7 +46,8 @@ impl Applier {
                     }
                     return Err(e);
                 }
-                // Nothing of it was applied, so each family is tried alone as it would have
+                // Nothing of it was applied (or, of a cut partial sync, its families were
+                // forgotten and sync fully), so each family is tried alone as it would have
                 // been: what the other family's table holds is still known.
                 Err(e) => {
                     log::debug!("the kernel refused the transaction of both families; trying each alone: {e}");
@@ -106,7 +107,7 @@ impl Applier {
 
     /// Forgets what was applied to the tables of `scope`, so their next sync is full: after a
     /// refused transaction what they hold is not known (another process may own one).
-    fn invalidate(&mut self, scope: &[Family]) {
+    pub(super) fn invalidate(&mut self, scope: &[Family]) {
         self.in_sync.retain(|f| !scope.contains(f));
         self.stale.retain(|(f, _), _| !scope.contains(f));
         for family in scope {

@@ -83,6 +83,8 @@ struct Partial {
     /// `compiled` its messages came from.
     batches: Vec<(Vec<u8>, wire::Lines)>,
     compiled: String,
+    /// The families whose tables it changes.
+    families: Vec<Family>,
     flushed: Vec<(Family, String)>,
     reused: Vec<(Family, String)>,
 }
@@ -204,13 +206,20 @@ impl Applier {
     }
 
     /// Sends `part`'s transactions in order, and notes the chains it left stale or took back.
-    /// One the kernel refuses ends the sync with an error: those before it stay (each
-    /// frontend as one generation or the next), and the full sync that follows a refusal
-    /// compares with what the kernel holds and sends the rest.
+    /// One the kernel refuses ends the sync with an error. Those before it stay (each
+    /// frontend as one generation or the next); the tables then hold neither what was applied
+    /// nor what was asked, so their families are forgotten, and their next sync (which
+    /// `sync_families` tries at once, each family alone) is full: it compares with what the
+    /// kernel holds and sends the rest.
     fn send_partial(&mut self, part: Partial, kind: SyncKind, deleted_chains: usize) -> Result<SyncReport, NftError> {
         self.own.add(self.sender.port()?);
-        for (batch, lines) in &part.batches {
-            self.sender.send(batch).map_err(|e| lines.explain(e, &part.compiled))?;
+        for (i, (batch, lines)) in part.batches.iter().enumerate() {
+            if let Err(e) = self.sender.send(batch) {
+                if i > 0 {
+                    self.invalidate(&part.families);
+                }
+                return Err(lines.explain(e, &part.compiled));
+            }
         }
         self.schema.sent();
         let now = Instant::now();
@@ -304,7 +313,7 @@ impl Applier {
         batches.push(batch.finish_with_lines());
         let script = diff::partial_script(diffs)?;
         let compiled = head.lines().chain(tail.lines()).collect::<Vec<_>>().join("\n");
-        Ok(Partial { script, batches, compiled, flushed, reused })
+        Ok(Partial { script, batches, compiled, families: families.to_vec(), flushed, reused })
     }
 
     /// Whether a map of `desired`'s tables of `scope` would be declared with another size

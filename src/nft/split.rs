@@ -9,10 +9,11 @@
 //! anchor and the groups packed whole into transactions of some thousands. New chains and
 //! sets, and the dispatch's steps, go first; the node's additions too, so nothing a group
 //! leads to is missing; stale chains, sets no longer used and the node's removals go last,
-//! once nothing leads to them. The dispatch's steps may change before the slots they test:
-//! they find a frontend's endpoint count from its slots, so an old step over new slots (or
-//! the reverse) still ends at a chain for a count the frontend holds. A rewrite of any other
-//! chain packets may be in keeps the sync in one transaction.
+//! once nothing leads to them. The dispatch's steps change in the first transaction, before
+//! the slots they test: the search finds the highest count in use that a frontend has slots
+//! for, which it holds with its old slots as with its new ones, as long as the least count
+//! in use has not risen. A sync in which it rises, or that rewrites any other chain packets
+//! may be in, stays one transaction.
 
 use super::diff::TableDiff;
 
@@ -21,7 +22,7 @@ use super::diff::TableDiff;
 /// table of 100k Services' slots): 16,384 of them held the commit mutex some 50 ms at 100k
 /// Services; 8,192 keep another nftables user's wait near 25 ms.
 pub const CUT_CHANGES: usize = 8_192;
-use crate::render::{Key, MapName, Value, is_dispatch_chain};
+use crate::render::{Key, MapName, Value, chain, dispatch_floors, is_dispatch_chain};
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
@@ -48,9 +49,24 @@ fn anchor(map: MapName, key: &Key) -> Anchor {
 }
 
 /// Whether `d` may be cut: every chain it rewrites is new (nothing leads to it yet) or a step
-/// of the dispatch.
+/// of the dispatch, and the dispatch, if its entry changes, leads no frontend to fewer
+/// endpoints than before (see `dispatch_keeps_floors`).
 pub fn cuttable(d: &TableDiff<'_>) -> bool {
-    d.rewrite.iter().all(|(name, _)| d.new_chains.contains(name) || is_dispatch_chain(name))
+    let new: BTreeSet<&str> = d.new_chains.iter().copied().collect();
+    d.rewrite.iter().filter(|(name, _)| !new.contains(name)).all(|(name, text)| match *name {
+        chain::DISPATCH => d.dispatch_was.is_some_and(|was| dispatch_keeps_floors(was, text)),
+        name => is_dispatch_chain(name),
+    })
+}
+
+/// Whether the dispatch's entry `now` leads each endpoint map's frontends to a count no
+/// higher than `was` did. The new steps go in the first transaction, so a frontend whose
+/// slots a later one changes meets them with its old slots: the search finds the highest
+/// count in use it has slots for, which exists only while the least count in use is no
+/// higher than its own. (Every count a frontend had is at least the least count then.)
+fn dispatch_keeps_floors(was: &str, now: &str) -> bool {
+    let (was, now) = (dispatch_floors(was), dispatch_floors(now));
+    was.iter().all(|(map, floor)| now.get(map).is_some_and(|n| n <= floor))
 }
 
 /// One element change: the table (index into the diffs), its anchor, and the value added
@@ -78,8 +94,9 @@ pub fn element_stages<'a>(diffs: &[TableDiff<'a>], budget: usize) -> Vec<Vec<Tab
             for key in keys {
                 let op = Op { table, anchor: anchor(*map, key), map: *map, key, add: None };
                 // The node's removals wait for the last stage; a changed value goes with its
-                // addition.
-                if op.anchor == Anchor::Node && !node_adds.contains(&(*map, *key)) {
+                // addition, and a ServiceCIDR's range with the ranges added: an interval set
+                // refuses a range overlapping one it holds (a /16 widened to its /12).
+                if op.anchor == Anchor::Node && !node_adds.contains(&(*map, *key)) && *map != MapName::ServiceCidrs {
                     last.push(op)
                 } else {
                     ops.push(op)
@@ -203,13 +220,61 @@ mod tests {
         assert!(first.delete_elements.contains_key(&MapName::HairpinConnections));
     }
 
+    /// The dispatch's entry for `targets`, one rule per endpoint map, as `dispatch.nft`
+    /// writes it.
+    fn entry(targets: &[(&str, &str)]) -> String {
+        let rule = |(map, to): &(&str, &str)| format!("ip daddr . tcp dport . numgen random mod 1 @{map} goto {to}\n");
+        targets.iter().map(rule).collect()
+    }
+
+    #[test]
+    fn the_dispatch_may_change_first_unless_the_least_count_in_use_rises() {
+        let was =
+            entry(&[("cluster-endpoints-tcp", "dispatch-cluster-tcp-2-7"), ("local-endpoints-tcp", "lb-local-tcp-1")]);
+        let cut = |now: &str| {
+            let mut d = TableDiff { fam: "ip", dispatch_was: Some(&was), ..TableDiff::default() };
+            d.rewrite.push((chain::DISPATCH, now));
+            cuttable(&d)
+        };
+        let lower =
+            entry(&[("cluster-endpoints-tcp", "dispatch-cluster-tcp-1-9"), ("local-endpoints-tcp", "lb-local-tcp-1")]);
+        assert!(cut(&lower), "counts added below and above");
+        let single = entry(&[("cluster-endpoints-tcp", "lb-cluster-tcp-2"), ("local-endpoints-tcp", "lb-local-tcp-1")]);
+        assert!(cut(&single), "the least count kept");
+        let risen =
+            entry(&[("cluster-endpoints-tcp", "dispatch-cluster-tcp-3-7"), ("local-endpoints-tcp", "lb-local-tcp-1")]);
+        assert!(!cut(&risen), "frontends of 2 endpoints not yet moved would be led to 3");
+        let gone = entry(&[("cluster-endpoints-tcp", "dispatch-cluster-tcp-2-7")]);
+        assert!(!cut(&gone), "local frontends not yet moved would lose their entry");
+        let mut unknown = TableDiff { fam: "ip", ..TableDiff::default() };
+        unknown.rewrite.push((chain::DISPATCH, &lower));
+        assert!(!cuttable(&unknown), "an entry rewritten from what the kernel held (a refresh) is not compared");
+    }
+
+    #[test]
+    fn a_servicecidr_widened_goes_in_the_first_stage_with_its_removal() {
+        let (old, new) =
+            (Key::Cidr("10.96.0.0/16".parse().expect("cidr")), Key::Cidr("10.96.0.0/12".parse().expect("cidr")));
+        let keys: Vec<Key> = (0..40).map(|f| Key::IpSlot(ip(f), 80, 0)).collect();
+        let value = Value::None;
+        let mut d = TableDiff { fam: "ip", ..TableDiff::default() };
+        d.add_elements
+            .insert(MapName::Endpoints(Scope::Cluster, Protocol::Tcp), keys.iter().map(|k| (k, &value)).collect());
+        d.delete_elements.insert(MapName::ServiceCidrs, vec![&old]);
+        d.add_elements.insert(MapName::ServiceCidrs, vec![(&new, &value)]);
+        let stages = element_stages(std::slice::from_ref(&d), 10);
+        assert!(stages.len() >= 4);
+        let first = &stages[0][0];
+        assert_eq!(first.delete_elements.get(&MapName::ServiceCidrs), Some(&vec![&old]));
+        assert!(first.add_elements.contains_key(&MapName::ServiceCidrs));
+    }
+
     #[test]
     fn a_rewrite_of_a_chain_packets_may_be_in_keeps_the_sync_whole() {
         let body = "goto lb-cluster-tcp-3";
         let mut d = TableDiff { fam: "ip", ..TableDiff::default() };
         d.new_chains.push("svc-ns/a/tcp/80");
         d.rewrite.push(("svc-ns/a/tcp/80", body));
-        d.rewrite.push(("dispatch", body));
         d.rewrite.push(("dispatch-cluster-tcp-2-7", body));
         assert!(cuttable(&d), "new chains and the dispatch's steps");
         d.rewrite.push(("svc-ns/b/tcp/80", body));

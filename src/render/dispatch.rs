@@ -121,6 +121,18 @@ mod tests {
     }
 
     #[test]
+    fn the_floors_read_from_the_entry_are_the_least_counts_in_use() {
+        let keys = [3, 5, 9]
+            .map(|n| random(Scope::Cluster, Protocol::Tcp, n))
+            .into_iter()
+            .chain([random(Scope::Local, Protocol::Tcp, 2), random(Scope::Cluster, Protocol::Udp, 4)]);
+        let chains = chains(words(), keys).expect("render");
+        let floors = names::dispatch_floors(&chains[names::chain::DISPATCH]);
+        let want = [("cluster-endpoints-tcp", 3), ("cluster-endpoints-udp", 4), ("local-endpoints-tcp", 2)];
+        assert_eq!(floors, want.map(|(m, n)| (m.to_string(), n)).into_iter().collect());
+    }
+
+    #[test]
     fn one_count_leads_straight_to_its_chain_and_other_picks_are_not_dispatched() {
         let keys = [
             random(Scope::Local, Protocol::Udp, 2),

@@ -20,8 +20,8 @@ pub mod maglev;
 mod maps;
 mod names;
 pub use names::{
-    TABLE_NAME, affinity_map, chain, comment, is_dispatch_chain, is_service_chain, named_ours, owner_of_chain,
-    picks_endpoints, picks_local_endpoints,
+    TABLE_NAME, affinity_map, chain, comment, dispatch_floors, is_dispatch_chain, is_service_chain, named_ours,
+    owner_of_chain, picks_endpoints, picks_local_endpoints,
 };
 mod rendered;
 mod ruleset;

@@ -7,6 +7,7 @@
 use super::builder::{LbKey, Pick};
 use super::maps::Scope;
 use crate::model::{Protocol, ServicePortName};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 /// The name of the proxy's table in each family.
@@ -241,6 +242,27 @@ pub(super) fn dispatch_chain(scope: Scope, proto: Protocol, lo: usize, hi: usize
 /// Whether `name` is the dispatch's entry chain or one of its steps ([`dispatch_chain`]).
 pub fn is_dispatch_chain(name: &str) -> bool {
     name == chain::DISPATCH || name.strip_prefix(chain::DISPATCH).is_some_and(|rest| rest.starts_with('-'))
+}
+
+/// The least endpoint count the dispatch's entry chain `entry` (its rules' text) leads each
+/// endpoint map's frontends to, by map name: the `lo` of the search its rule goes to
+/// ([`dispatch_chain`]), or the count of the one `lb-*` chain. A frontend with fewer
+/// endpoints than that in the map would be led to slots it does not hold.
+pub fn dispatch_floors(entry: &str) -> BTreeMap<String, usize> {
+    let floor = |to: &str| -> Option<usize> {
+        let mut parts = to.rsplit('-');
+        let last = parts.next()?.parse().ok()?;
+        if is_dispatch_chain(to) { parts.next()?.parse().ok() } else { Some(last) }
+    };
+    let mut out = BTreeMap::new();
+    for line in entry.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let map = words.iter().find_map(|w| w.strip_prefix('@'));
+        if let (Some(map), Some(n)) = (map, words.last().and_then(|to| floor(to))) {
+            out.insert(map.to_string(), n);
+        }
+    }
+    out
 }
 
 /// Where a scope's, frontend kind's and protocol's round-robin turns start in the `turns`

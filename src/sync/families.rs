@@ -73,7 +73,7 @@ impl Refused {
             let name = family.label();
             if *n == 1 {
                 log::error!(
-                    "the kernel refused the {name} rules, which stay as they were; {} applied alone; retrying {name} \
+                    "the kernel refused the {name} rules, which stay as it last took them; {} applied alone; retrying {name} \
                      in {wait:?} with a full sync of its table (retries logged at debug level): {e}",
                     if others.is_empty() { "nothing else was".to_string() } else { others.join(", ") }
                 );

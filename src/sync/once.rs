@@ -102,7 +102,9 @@ impl<K: Kernel> Syncer<K> {
                 self.waits.held(WaitReason::Retry);
                 self.observe.failed(end - started, &tried);
                 let wait = self.retry.failed(end);
-                log::error!("sync failed, old rules stay in place; retrying in {wait:?} with a full sync: {e}");
+                log::error!(
+                    "sync failed, the rules stay as the kernel last took them; retrying in {wait:?} with a full sync: {e}"
+                );
                 self.force_full = true;
             }
         }
