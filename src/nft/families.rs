@@ -47,7 +47,7 @@ impl Applier {
                     return Err(e);
                 }
                 // Nothing of it was applied (or, of a cut partial sync, its families were
-                // forgotten and sync fully), so each family is tried alone as it would have
+                // forgotten, to be synced fully), so each family is tried alone as it would have
                 // been: what the other family's table holds is still known.
                 Err(e) => {
                     log::debug!("the kernel refused the transaction of both families; trying each alone: {e}");
