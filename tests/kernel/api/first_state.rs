@@ -135,9 +135,13 @@ fn a_watch_list_cut_before_its_bookmark_removes_nothing_from_the_node() {
     // The first, the two cut, and the whole one.
     while count(&emu, "watchlist", "services") < 4 {
         assert!(started.elapsed() < Duration::from_secs(20), "no whole WatchList: {}\n{}", emu.stats(), d.logged());
-        assert!(all(), "a cut WatchList removed a Service:\n{}", d.logged());
+        // The whole WatchList may start and be synced while the kernel is being looked at:
+        // gen-0 gone then is its work, not a cut one's.
+        let whole_came = || count(&emu, "watchlist", "services") >= 4;
+        assert!(all() || whole_came(), "a cut WatchList removed a Service:\n{}", d.logged());
         std::thread::sleep(Duration::from_millis(100));
     }
+    assert!(ips[1..].iter().all(|ip| in_kernel(&c, ip)), "a Service sent again went:\n{}", d.logged());
     let gone = wait_for(Duration::from_secs(5), || !in_kernel(&c, &ips[0]));
     assert!(gone.is_some(), "the whole WatchList did not remove gen-0:\n{}", d.logged());
     assert!(ips[1..].iter().all(|ip| in_kernel(&c, ip)), "{}", d.logged());
