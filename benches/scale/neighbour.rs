@@ -13,7 +13,9 @@
 //! - `restart`: the daemon stopped and a new one started over the rules it left, to its first
 //!   sync;
 //! - `every slice at once`: every EndpointSlice posted again in one request, each endpoint at
-//!   a new address, until the daemon's partial syncs of them have rested 2.5 s.
+//!   a new address, until the daemon's partial syncs of them have rested 2.5 s;
+//! - `a map past its size`: as many new Services and their slices as take the endpoint map
+//!   past the size it was declared with, posted in one request, until the syncs rest 2.5 s.
 //!
 //! A phase ends at the last of the daemon's syncs in a row: a commit of the probe's during a
 //! full sync makes the daemon check its tables with a refresh ("another process committed to
@@ -55,7 +57,7 @@ const IDLE: Duration = Duration::from_secs(3);
 const QUIET: Duration = Duration::from_secs(1);
 
 /// The phases in the order they run; commits in none are filed under `BETWEEN`.
-const PHASES: [&str; 5] = ["idle", "first sync", "refresh", "restart", "every slice at once"];
+const PHASES: [&str; 6] = ["idle", "first sync", "refresh", "restart", "every slice at once", "a map past its size"];
 
 /// How long without a sync ends the phase of every slice changed at once.
 const REST: Duration = Duration::from_millis(2500);
@@ -234,12 +236,32 @@ pub fn run(services: u32) -> Value {
     stage.emu.apply(&Value::Array(slices));
     phases.push(settle_quiet(PHASES[4], &log, from, posted));
     std::thread::sleep(QUIET);
+    let (from, posted) = (log.lines().len(), Instant::now());
+    stage.emu.apply(&Value::Array(past_the_size(&stage.case)));
+    phases.push(settle_quiet(PHASES[5], &log, from, posted));
+    std::thread::sleep(QUIET);
     let commits = probe.finish();
     d.stop();
     drop(stage);
     let r = report(services, &phases, &commits);
     eprintln!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
     r
+}
+
+/// New Services after `case`'s, with their slices, enough to take the endpoint map (five
+/// elements a Service) past the size a full sync declared it with.
+fn past_the_size(case: &synth::Case) -> Vec<Value> {
+    let map = MapName::Endpoints(kube_nftproxy::render::Scope::Cluster, kube_nftproxy::model::Protocol::Tcp);
+    let size = |services: u32| map.size_for(services as usize * 5);
+    let first = case.services;
+    let last = (first..).find(|n| size(*n) != size(first)).expect("a larger size");
+    let mut objects = Vec::new();
+    for i in first..=last {
+        objects.push(synth::service_json(case, i));
+        objects.push(synth::slice_json(case, i, 0));
+    }
+    eprintln!("neighbour: {} new Services take {map} past {:?}", last - first + 1, size(first));
+    objects
 }
 
 /// Each phase's figures, and the commits between phases.

@@ -5,7 +5,7 @@
 //! then it is held: left out of the transaction), each time with a full sync of its own
 //! table, since what that table holds is not known then.
 
-use super::{Applier, NftError, Resync, SyncKind, SyncReport, declared_sizes};
+use super::{Applier, NftError, Resync, SyncKind, SyncReport};
 use crate::model::Family;
 use crate::render::{Ruleset, Update};
 
@@ -126,10 +126,6 @@ impl Applier {
     ) -> Result<SyncReport, NftError> {
         let report = self.try_sync(desired, update, resync, scope)?;
         self.in_sync.extend(scope);
-        if matches!(report.kind, SyncKind::Full | SyncKind::Refresh) {
-            self.sizes.retain(|(f, _), _| !scope.contains(f));
-            self.sizes.extend(declared_sizes(desired, scope));
-        }
         if let Err(e) = self.sweeper.after_sync(desired, scope, report.kind, &self.sender, &self.own) {
             log::warn!("sweeping session-affinity entries of gone endpoints failed, will retry: {e}");
         }

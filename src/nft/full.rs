@@ -39,7 +39,9 @@ impl Applier {
         compile(&script, &mut self.schema, &mut batch)?;
         add_elements(&mut batch, desired, scope);
         self.stale.retain(|(f, _), _| !scope.contains(f));
-        self.send_whole(SyncKind::Full, batch, script, deleted_chains)
+        let report = self.send_whole(SyncKind::Full, batch, script, deleted_chains)?;
+        self.sizes.built(desired, scope);
+        Ok(report)
     }
 
     /// Forgets the sets of `scope`'s tables, which a full sync declares anew.
@@ -85,6 +87,7 @@ impl Applier {
         }
         add_elements(&mut batch, desired, scope);
         let report = self.send_whole(SyncKind::Refresh, batch, script, deleted_chains)?;
+        self.sizes.built(desired, scope);
         // A chain flushed as stale and declared again by this refresh is in use once more.
         self.stale.retain(|(family, chain), _| {
             !scope.contains(family) || !desired.tables.iter().any(|t| t.family == *family && t.declares_chain(chain))

@@ -17,6 +17,7 @@ pub mod owners;
 mod read;
 mod reconcile;
 mod report;
+mod sizes;
 mod split;
 mod staged;
 pub mod wire;
@@ -29,7 +30,7 @@ pub use staged::STAGE_ELEMENTS;
 use crate::model::Family;
 use crate::netlink;
 use crate::netlink::send::Sender;
-use crate::render::{self, MapName, Ruleset, Update};
+use crate::render::{self, Ruleset, Update};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -87,6 +88,8 @@ struct Partial {
     families: Vec<Family>,
     flushed: Vec<(Family, String)>,
     reused: Vec<(Family, String)>,
+    /// The maps its first transaction declares larger.
+    grown: Vec<sizes::Growth>,
 }
 
 /// What a partial sync would need to send.
@@ -114,9 +117,9 @@ pub struct Applier {
     /// The sets the kernel holds, for rules compiled between full syncs.
     schema: compile::Schema,
     sweeper: affinity::Sweeper,
-    /// The sizes the kernel's maps were declared with at the last full sync: a partial sync
-    /// may not pass them.
-    sizes: BTreeMap<(Family, MapName), u32>,
+    /// The sizes the kernel's maps are declared with: a partial sync that would pass one
+    /// declares the map larger first.
+    sizes: sizes::Sizes,
     /// The tables being read ahead of the first sync (`reading_ahead`).
     ahead: Option<read::ReadAhead>,
 }
@@ -126,7 +129,7 @@ impl Applier {
     pub fn new(node: &str, own: Arc<OwnPorts>) -> Applier {
         let sender = Sender::default();
         let schema = compile::Schema::default();
-        let (stale, sizes, sweeper) = (BTreeMap::new(), BTreeMap::new(), affinity::Sweeper::default());
+        let (stale, sizes, sweeper) = (BTreeMap::new(), sizes::Sizes::default(), affinity::Sweeper::default());
         let (in_sync, refused) = (BTreeSet::new(), BTreeSet::new());
         let ahead = None;
         Applier {
@@ -222,6 +225,7 @@ impl Applier {
             }
         }
         self.schema.sent();
+        self.sizes.grown(&part.grown);
         let now = Instant::now();
         for chain in part.flushed {
             self.stale.entry(chain).or_insert(now);
@@ -269,20 +273,26 @@ impl Applier {
             Update::Replaced | Update::Rebuilt(_) | Update::Patched(_) => None,
         };
         let Some(diffs) = diffs else { return Ok(Plan::Full) };
-        if self.resized(desired, scope) {
-            return Ok(Plan::Full);
-        }
         if diffs.iter().all(diff::TableDiff::is_empty) {
             return Ok(Plan::Nothing);
         }
+        let Some(grow) = self.sizes.growth(desired, scope) else {
+            log::info!("a map outgrows what its hash table was built for; declaring the maps anew");
+            return Ok(Plan::Full);
+        };
         let families: Vec<Family> = desired.tables.iter().filter(ours).map(|t| t.family).collect();
-        Ok(Plan::Partial(self.partial(&diffs, &families)?))
+        Ok(Plan::Partial(self.partial(&diffs, &families, grow)?))
     }
 
     /// The transactions that make the changes `diffs` (of the tables of `families`): one, or
     /// several of at most `CUT_CHANGES` element changes each when there are more and
     /// `split` may cut them.
-    fn partial(&mut self, diffs: &[diff::TableDiff<'_>], families: &[Family]) -> Result<Partial, NftError> {
+    fn partial(
+        &mut self,
+        diffs: &[diff::TableDiff<'_>],
+        families: &[Family],
+        grown: Vec<sizes::Growth>,
+    ) -> Result<Partial, NftError> {
         let mut flushed = Vec::new();
         let mut reused = Vec::new();
         for (d, family) in diffs.iter().zip(families) {
@@ -300,6 +310,10 @@ impl Applier {
         let mut batch = wire::Batch::new();
         let mut batches = Vec::new();
         compile::compile(&head, &mut self.schema, &mut batch)?;
+        for (family, map, size) in &grown {
+            compile::grow(&mut self.schema, &mut batch, *family, &map.to_string(), *size)?;
+            log::info!("declaring the {} {map} map larger, for {size} elements", render::words(*family).fam);
+        }
         if stages.is_empty() {
             diff::element_ops(&mut batch, diffs, families);
         }
@@ -313,20 +327,7 @@ impl Applier {
         batches.push(batch.finish_with_lines());
         let script = diff::partial_script(diffs)?;
         let compiled = head.lines().chain(tail.lines()).collect::<Vec<_>>().join("\n");
-        Ok(Partial { script, batches, compiled, families: families.to_vec(), flushed, reused })
-    }
-
-    /// Whether a map of `desired`'s tables of `scope` would be declared with another size
-    /// than the kernel's was: past its size it cannot hold the elements, and a map that grew
-    /// past `SIZED_FROM` elements, or shrank to another size, would no longer be what a fresh
-    /// render declares. The kernel cannot resize a map, so only a full sync declares it anew.
-    /// Sizes are powers of two with room for half as many again, so only a map whose count
-    /// sits on a boundary crosses it back and forth; one full sync per crossing is the price
-    /// of a kernel that always equals a fresh render.
-    fn resized(&self, desired: &Ruleset, scope: &[Family]) -> bool {
-        desired.tables.iter().filter(|t| scope.contains(&t.family)).any(|t| {
-            MapName::all().into_iter().any(|map| self.sizes.get(&(t.family, map)).copied() != t.declared_size(map))
-        })
+        Ok(Partial { script, batches, compiled, families: families.to_vec(), flushed, reused, grown })
     }
 
     /// The endpoint slots the tables held when they were read ahead of the first sync (see
@@ -363,17 +364,4 @@ impl Applier {
         }
         Ok(due.len())
     }
-}
-
-/// The sizes the maps of `desired`'s tables of `scope` are declared with at a full sync.
-fn declared_sizes(desired: &Ruleset, scope: &[Family]) -> BTreeMap<(Family, MapName), u32> {
-    let mut sizes = BTreeMap::new();
-    for t in desired.tables.iter().filter(|t| scope.contains(&t.family)) {
-        for map in MapName::all() {
-            if let Some(size) = t.declared_size(map) {
-                sizes.insert((t.family, map), size);
-            }
-        }
-    }
-    sizes
 }

@@ -82,8 +82,14 @@ impl Applier {
             "refresh: compiled in {compiled:?}, read in {read:?}, compared in {:?}",
             started.elapsed() - compiled - read
         );
-        // The tables hold the desired sets now, whether or not anything is sent.
+        // The tables hold the desired sets now, whether or not anything is sent, with the
+        // sizes found (a map grown in place keeps its larger one).
         self.schema.adopt(schema, scope);
+        for family in scope {
+            if let Some(h) = held.get(family) {
+                self.sizes.found(*family, &h.table);
+            }
+        }
         self.schema.sent();
         let elements = diffs.iter().map(TableDiff::element_count).sum();
         if diffs.iter().all(TableDiff::is_empty) {
@@ -100,7 +106,7 @@ impl Applier {
                 refused,
             }));
         }
-        let part = self.partial(&diffs, &families)?;
+        let part = self.partial(&diffs, &families, Vec::new())?;
         let report = self.send_partial(part, SyncKind::Refresh, deleted_chains)?;
         Ok(Some(SyncReport { elements: Some(elements), ..report }))
     }
@@ -178,8 +184,8 @@ fn sets_diff<'a>(
     d: &mut TableDiff<'a>,
 ) -> Result<(), String> {
     for (name, want) in &decl.sets {
-        match held.sets.get(name).map(crate::netlink::SetSpec::as_sent) {
-            Some(have) if have == *want => {}
+        match held.sets.get(name) {
+            Some(have) if have.serves_as(want) => {}
             Some(_) => return Err(format!("set {name} is declared otherwise")),
             None => match t.affinity_maps.get_key_value(name) {
                 Some((name, _)) => d.new_sets.push(name),

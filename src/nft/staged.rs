@@ -97,6 +97,7 @@ impl Applier {
         let sizes: Vec<usize> = stages.iter().map(|s| s.bytes.len()).collect();
         let unsure = self.quietly_each(&stages)?;
         self.schema.sent();
+        self.sizes.built(desired, scope);
         self.stale.retain(|(f, _), _| !scope.contains(f));
         let script = format!("{body}\n{hooks}");
         log::debug!("staged build: {} transactions, {} bytes", sizes.len(), sizes.iter().sum::<usize>());

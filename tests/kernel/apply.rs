@@ -19,6 +19,7 @@ use std::time::Duration;
 
 mod bounded;
 mod elements;
+mod grow;
 mod repairs;
 
 /// Syncs the node to `objects` as the sync loop does after a snapshot: only what changed is

@@ -58,17 +58,18 @@ pub struct SetInfo {
     pub interval: bool,
 }
 
-/// The named sets declared so far, by family and name, and the ids of the batch being built.
+/// The named sets declared so far, by family and name (with their declarations, which a map
+/// growing in place is declared again by), and the ids of the batch being built.
 #[derive(Debug, Clone, Default)]
 pub struct Schema {
-    sets: BTreeMap<(Family, String), SetInfo>,
+    sets: BTreeMap<(Family, String), (SetInfo, SetSpec)>,
     next_id: u32,
 }
 
 impl Schema {
     /// A named set of `family`'s table.
     pub fn set(&self, family: Family, name: &str) -> Option<SetInfo> {
-        self.sets.get(&(family, name.to_string())).copied()
+        self.sets.get(&(family, name.to_string())).map(|(info, _)| *info)
     }
 
     fn id(&mut self) -> u32 {
@@ -105,11 +106,25 @@ impl Schema {
 
     /// The batch went to the kernel: its sets are known there by name from now on.
     pub fn sent(&mut self) {
-        for info in self.sets.values_mut() {
+        for (info, _) in self.sets.values_mut() {
             info.id = None;
         }
         self.next_id = 0;
     }
+}
+
+/// Declares `family`'s map `name` again in `batch`, as it was declared but for `size`: the
+/// kernel (since Linux 6.5) raises the limit of the map it holds, keeping its elements and
+/// its hash table.
+pub fn grow(schema: &mut Schema, batch: &mut Batch, family: Family, name: &str, size: u32) -> Result<(), CompileError> {
+    let Some((_, spec)) = schema.sets.get(&(family, name.to_string())) else {
+        return Err(CompileError::new(format!("{name}, to be declared larger, was never declared")));
+    };
+    let spec = SetSpec { size: Some(size), ..spec.clone() };
+    let obj = Obj { family, table: crate::render::TABLE_NAME.to_string() };
+    let id = schema.id();
+    Out::new(batch, schema, 0).new_set(&obj, &spec, id);
+    Ok(())
 }
 
 /// A hook's number (`NF_INET_*`) by its name.
@@ -273,7 +288,7 @@ impl<'a> Out<'a> {
         let spec = set::spec(d, obj.family)?;
         let id = self.schema.id();
         let interval = spec.flags & NFT_SET_INTERVAL != 0;
-        self.schema.sets.insert((obj.family, d.name.clone()), SetInfo { id: Some(id), interval });
+        self.schema.sets.insert((obj.family, d.name.clone()), (SetInfo { id: Some(id), interval }, spec.clone()));
         if let Some(r) = &mut self.record {
             r.table(obj.family).sets.insert(d.name.clone(), spec.clone());
         }

@@ -237,9 +237,9 @@ pub(super) fn compare_sets(
         (None, c)
     };
     for (name, want) in desired {
-        match kernel.get(name).map(SetSpec::as_sent) {
-            Some(held) if held == *want => {}
-            Some(held) => out.push(change(name, Kind::Changed, Some(&held), Some(want))),
+        match kernel.get(name) {
+            Some(held) if held.serves_as(want) => {}
+            Some(held) => out.push(change(name, Kind::Changed, Some(&held.as_sent()), Some(want))),
             None => out.push(change(name, Kind::Added, None, Some(want))),
         }
     }

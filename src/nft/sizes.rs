@@ -1,0 +1,176 @@
+//! The sizes our hash maps are declared with, and their growth in place: a partial sync that
+//! would take a map past its size declares it again larger in its first transaction (the
+//! kernel raises the limit and keeps the map, its elements and its hash table), instead of a
+//! full sync that declares every map anew in one long transaction. A map never shrinks: a
+//! larger limit costs nothing.
+
+use super::kdiff::KernelTable;
+use crate::model::Family;
+use crate::render::{MapName, Ruleset};
+use std::collections::BTreeMap;
+
+/// How far past the size its hash table was built for a map grows in place. The kernel keeps
+/// the buckets it gave the map when it was declared (4/3 of that size), so at this bound a
+/// lookup walks chains of three elements on average; past it, a full sync declares the
+/// maps anew.
+pub const GROW_IN_PLACE: u32 = 4;
+
+/// A map to declare larger, by family: its new size.
+pub(super) type Growth = (Family, MapName, u32);
+
+/// A sized map as the kernel holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MapSize {
+    /// The limit it was last declared with.
+    declared: u32,
+    /// The size its hash table was built for, when this process declared it; `None` for a
+    /// map found in tables an earlier run left (which may have grown in place already).
+    built: Option<u32>,
+}
+
+/// The sized maps of our tables (a map declared without a size, the kernel's resizable hash,
+/// has no limit and is not here).
+#[derive(Debug, Default)]
+pub(super) struct Sizes(BTreeMap<(Family, MapName), MapSize>);
+
+impl Sizes {
+    /// A full sync declared the maps of `desired`'s tables of `scope` anew, each with the size
+    /// its elements call for.
+    pub(super) fn built(&mut self, desired: &Ruleset, scope: &[Family]) {
+        self.0.retain(|(f, _), _| !scope.contains(f));
+        for t in desired.tables.iter().filter(|t| scope.contains(&t.family)) {
+            for map in MapName::all() {
+                if let Some(size) = t.declared_size(map) {
+                    self.0.insert((t.family, map), MapSize { declared: size, built: Some(size) });
+                }
+            }
+        }
+    }
+
+    /// A refresh found `family`'s maps declared as `held` lists them. A map still declared
+    /// as this process last declared it keeps what its table was built for.
+    pub(super) fn found(&mut self, family: Family, held: &KernelTable) {
+        for map in MapName::all() {
+            let key = (family, map);
+            match held.sets.get(&map.to_string()).and_then(|s| s.as_sent().size) {
+                Some(declared) => {
+                    let built = self.0.get(&key).filter(|was| was.declared == declared).and_then(|was| was.built);
+                    self.0.insert(key, MapSize { declared, built });
+                }
+                None => {
+                    self.0.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// The maps of `desired`'s tables of `scope` a partial sync must declare larger before
+    /// it adds their elements, with their new sizes; `None` when one would grow past
+    /// `GROW_IN_PLACE` times what its table was built for (or was built for an unknown
+    /// size), which takes a full sync.
+    pub(super) fn growth(&self, desired: &Ruleset, scope: &[Family]) -> Option<Vec<Growth>> {
+        let mut grow = Vec::new();
+        for t in desired.tables.iter().filter(|t| scope.contains(&t.family)) {
+            for map in MapName::all() {
+                let (Some(want), Some(have)) = (t.declared_size(map), self.0.get(&(t.family, map))) else { continue };
+                if want <= have.declared {
+                    continue;
+                }
+                match have.built {
+                    Some(built) if want <= built.saturating_mul(GROW_IN_PLACE) => grow.push((t.family, map, want)),
+                    _ => return None,
+                }
+            }
+        }
+        Some(grow)
+    }
+
+    /// A partial sync declared the maps of `grown` larger.
+    pub(super) fn grown(&mut self, grown: &[Growth]) {
+        for (family, map, size) in grown {
+            if let Some(s) = self.0.get_mut(&(*family, *map)) {
+                s.declared = *size;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netlink::SetSpec;
+    use crate::render::{Entry, Key, Table, Value};
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::sync::Arc;
+
+    /// A table whose cluster-ips set holds `n` addresses.
+    fn ruleset(n: u32) -> Ruleset {
+        let fixed = crate::render::Fixed {
+            mark: 0,
+            local: crate::render::Detector::None,
+            nodeport_all: false,
+            drop_unallocated: false,
+            turns: false,
+        };
+        let mut t = Table::new(Family::V4, fixed);
+        let owner: Arc<str> = Arc::from("ns/svc:p");
+        let ips = (0..n).map(|i| {
+            let key = Key::Ip(IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)));
+            (key, Entry { value: Value::None, owner: owner.clone(), refs: 1 })
+        });
+        t.elements.insert(MapName::ClusterIps, ips.collect());
+        Ruleset { tables: vec![t] }
+    }
+
+    #[test]
+    fn a_map_grows_in_place_up_to_its_bound_then_takes_a_full_sync_and_never_shrinks() {
+        let (v4, map) = (Family::V4, MapName::ClusterIps);
+        let built = MapName::ClusterIps.size_for(5_000).expect("sized");
+        let mut sizes = Sizes::default();
+        sizes.built(&ruleset(5_000), &[v4]);
+        assert_eq!(sizes.growth(&ruleset(5_000), &[v4]), Some(vec![]), "it fits");
+        assert_eq!(sizes.growth(&ruleset(1_000), &[v4]), Some(vec![]), "shrinking keeps the size");
+        let twice = map.size_for(10_000).expect("sized");
+        assert_eq!(sizes.growth(&ruleset(10_000), &[v4]), Some(vec![(v4, map, twice)]));
+        sizes.grown(&[(v4, map, twice)]);
+        assert_eq!(sizes.growth(&ruleset(10_000), &[v4]), Some(vec![]), "declared larger now");
+        let bound = built * GROW_IN_PLACE;
+        let last = (1..).map(|k| 5_000 * k).take_while(|n| map.size_for(*n as usize).is_some_and(|s| s <= bound));
+        let last = last.last().expect("some growth in bound") as u32;
+        assert!(sizes.growth(&ruleset(last), &[v4]).is_some_and(|g| g.len() == 1), "{last} is within the bound");
+        assert_eq!(sizes.growth(&ruleset(last * 2), &[v4]), None, "past the bound");
+        assert_eq!(sizes.growth(&ruleset(100_000), &[Family::V6]), Some(vec![]), "another family's");
+    }
+
+    #[test]
+    fn maps_found_keep_what_they_were_built_for_only_while_declared_as_this_process_left_them() {
+        let (v4, map) = (Family::V4, MapName::ClusterIps);
+        let mut sizes = Sizes::default();
+        sizes.built(&ruleset(5_000), &[v4]);
+        let built = map.size_for(5_000).expect("sized");
+        let spec = |size: Option<u32>| SetSpec {
+            name: map.to_string(),
+            flags: 0,
+            key: (7, 4),
+            data: None,
+            timeout_ms: None,
+            size,
+            concat: vec![],
+            udata: vec![],
+        };
+        let held = |size| {
+            let mut t = KernelTable::default();
+            t.sets.insert(map.to_string(), spec(size));
+            t
+        };
+        sizes.found(v4, &held(Some(built)));
+        assert!(sizes.growth(&ruleset(10_000), &[v4]).is_some_and(|g| g.len() == 1), "as left: grows in place");
+        sizes.found(v4, &held(Some(built * 2)));
+        assert_eq!(sizes.growth(&ruleset(20_000), &[v4]), None, "grown by someone before: built for what?");
+        sizes.found(v4, &held(None));
+        assert_eq!(sizes.growth(&ruleset(100_000), &[v4]), Some(vec![]), "a resizable hash has no limit");
+        assert!(spec(Some(built * 2)).serves_as(&spec(Some(built))), "a larger limit serves");
+        assert!(spec(None).serves_as(&spec(Some(built))), "no limit serves");
+        assert!(!spec(Some(built)).serves_as(&spec(Some(built * 2))), "a smaller one cannot hold the elements");
+    }
+}
