@@ -21,7 +21,7 @@
 //! full sync makes the daemon check its tables with a refresh ("another process committed to
 //! nftables during the full sync"), and those syncs are the phase's too; a refresh that found
 //! nothing to send is not counted as a full sync. Per phase: the waits' worst, p99 and p50, the
-//! commits, our full syncs and the phase's length. `-- --neighbour N` runs it once at N
+//! commits, our full syncs, the maps declared larger in place and the phase's length. `-- --neighbour N` runs it once at N
 //! services × 5 endpoints; `-- --neighbour-only [N]` three times at N (100k by default),
 //! written to `target/bench/neighbour-N.json`.
 
@@ -68,6 +68,9 @@ const BETWEEN: &str = "between";
 /// The daemon's note that another process committed during its full sync, which it checks
 /// by a refresh (a comparison with the kernel's tables, sending what differs).
 const RESYNC: &str = "another process committed to nftables during the full sync";
+
+/// The daemon's note that a partial sync declares a map larger (`nft::Applier::partial`).
+const GROWN: &str = "map larger, for";
 
 /// The probe's addresses: 10.200.0.0/16 counted up, so every commit adds a new element.
 const FIRST_ADDRESS: u32 = u32::from_be_bytes([10, 200, 0, 0]);
@@ -147,6 +150,8 @@ struct Phase {
     syncs: usize,
     full_syncs: usize,
     resyncs: usize,
+    /// Maps the daemon declared larger in a partial sync.
+    grown: usize,
 }
 
 /// The phase `name` from `start` until the daemon, after line `from` of its log, has synced
@@ -196,6 +201,7 @@ fn phase(name: &'static str, log: &LogTail, from: usize, (first, last): (usize, 
         syncs: seen.iter().filter(|(_, l)| is_sync(l)).count(),
         full_syncs: seen.iter().filter(|(_, l)| full(l)).count(),
         resyncs: seen.iter().filter(|(_, l)| l.contains(RESYNC)).count(),
+        grown: seen.iter().filter(|(_, l)| l.contains(GROWN)).count(),
     }
 }
 
@@ -213,6 +219,7 @@ pub fn run(services: u32) -> Value {
         syncs: 0,
         full_syncs: 0,
         resyncs: 0,
+        grown: 0,
     };
     let mut phases = vec![idle];
     std::thread::sleep(QUIET);
@@ -273,6 +280,7 @@ fn report(services: u32, phases: &[Phase], commits: &[Commit]) -> Value {
         fig["syncs"] = json!(p.syncs);
         fig["full_syncs"] = json!(p.full_syncs);
         fig["resyncs"] = json!(p.resyncs);
+        fig["maps_grown"] = json!(p.grown);
         fig["first_sync_ms"] = json!(p.first_sync_ms);
         fig["phase_ms"] = json!(ms_between(p.start, p.end));
         out.insert(p.name.into(), fig);
@@ -303,13 +311,13 @@ pub fn print(runs: &[Value]) {
         EVERY.as_millis(),
         runs.len()
     );
-    println!("| phase | worst ms | p99 ms | p50 ms | samples | our syncs | our full syncs | phase ms |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| phase | worst ms | p99 ms | p50 ms | samples | our syncs | our full syncs | maps grown | phase ms |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for name in PHASES.iter().chain([&BETWEEN]) {
         let cell = |figure: &str| super::runs::spread(&c, &["phases", name, figure]);
         let (worst, p99, p50, samples) = (cell("worst_ms"), cell("p99_ms"), cell("p50_ms"), cell("samples"));
-        let (syncs, full, length) = (cell("syncs"), cell("full_syncs"), cell("phase_ms"));
-        println!("| {name} | {worst} | {p99} | {p50} | {samples} | {syncs} | {full} | {length} |");
+        let (syncs, full, grown, length) = (cell("syncs"), cell("full_syncs"), cell("maps_grown"), cell("phase_ms"));
+        println!("| {name} | {worst} | {p99} | {p50} | {samples} | {syncs} | {full} | {grown} | {length} |");
     }
     if c["max"]["failed"].as_f64().is_some_and(|n| n > 0.0) {
         println!("  commits the kernel refused: {} in a run", super::runs::spread(&c, &["failed"]));
