@@ -71,15 +71,6 @@ impl SetSpec {
         let dynamic = self.flags & NFT_SET_EVAL != 0 && self.size == Some(NFT_DYNSET_DEFAULT_SIZE);
         SetSpec { data, size: if dynamic { None } else { self.size }, ..self.clone() }
     }
-
-    /// Whether this listed declaration serves as `want`: the same but for its size, which may
-    /// have grown in place past `want`'s, or be none (the kernel's resizable hash, which has
-    /// no limit). A size below `want`'s cannot hold its elements.
-    pub fn serves_as(&self, want: &SetSpec) -> bool {
-        let held = self.as_sent();
-        let roomy = held.size.is_none_or(|have| have >= want.size.unwrap_or(0));
-        roomy && SetSpec { size: want.size, ..held } == *want
-    }
 }
 
 /// One expression of a listed rule.

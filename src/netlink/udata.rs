@@ -1,6 +1,6 @@
 //! nftables' user data records (type, one-byte length, value), which the kernel keeps unread
 //! in a table's, set's or element's user data attribute and `nft` reads back: the one writer
-//! (records, numbers, comments), and the reader of a comment.
+//! (records, numbers, comments), and the readers of a comment and of every record.
 
 use super::attr;
 
@@ -42,6 +42,16 @@ pub(crate) fn comment(mut udata: &[u8], kind: u8) -> Option<String> {
         udata = &rest[usize::from(*len)..];
     }
     None
+}
+
+/// Every record of `udata`, as type and value; `None` if a record overruns the rest.
+pub(crate) fn records(mut udata: &[u8]) -> Option<Vec<(u8, &[u8])>> {
+    let mut out = Vec::new();
+    while let [k, len, rest @ ..] = udata {
+        out.push((*k, rest.get(..usize::from(*len))?));
+        udata = &rest[usize::from(*len)..];
+    }
+    Some(out)
 }
 
 #[cfg(test)]

@@ -185,7 +185,7 @@ fn sets_diff<'a>(
 ) -> Result<(), String> {
     for (name, want) in &decl.sets {
         match held.sets.get(name) {
-            Some(have) if have.serves_as(want) => {}
+            Some(have) if super::sizes::serves_as(have, want) => {}
             Some(_) => return Err(format!("set {name} is declared otherwise")),
             None => match t.affinity_maps.get_key_value(name) {
                 Some((name, _)) => d.new_sets.push(name),

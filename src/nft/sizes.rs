@@ -6,7 +6,10 @@
 
 use super::kdiff::KernelTable;
 use crate::model::Family;
-use crate::render::{MapName, Ruleset};
+use crate::netlink::SetSpec;
+use crate::netlink::abi::NFTNL_UDATA_SET_COMMENT;
+use crate::netlink::{attr, udata};
+use crate::render::{MapName, Ruleset, built_for, without_built_for};
 use std::collections::BTreeMap;
 
 /// How far past the size its hash table was built for a map grows in place. The kernel keeps
@@ -47,14 +50,16 @@ impl Sizes {
         }
     }
 
-    /// A refresh found `family`'s maps declared as `held` lists them. A map still declared
-    /// as this process last declared it keeps what its table was built for.
+    /// A refresh found `family`'s maps declared as `held` lists them: each with its limit,
+    /// and the size its comment says its table was built for.
     pub(super) fn found(&mut self, family: Family, held: &KernelTable) {
         for map in MapName::all() {
             let key = (family, map);
-            match held.sets.get(&map.to_string()).and_then(|s| s.as_sent().size) {
+            let spec = held.sets.get(&map.to_string());
+            match spec.and_then(|s| s.as_sent().size) {
                 Some(declared) => {
-                    let built = self.0.get(&key).filter(|was| was.declared == declared).and_then(|was| was.built);
+                    let built = spec.and_then(|s| udata::comment(&s.udata, NFTNL_UDATA_SET_COMMENT));
+                    let built = built.and_then(|c| built_for(c.trim_end_matches('\0')));
                     self.0.insert(key, MapSize { declared, built });
                 }
                 None => {
@@ -93,6 +98,28 @@ impl Sizes {
             }
         }
     }
+}
+
+/// Whether the kernel's declaration `held` serves as `want`: the same, but for a limit that
+/// may have grown in place past `want`'s (or be none: the kernel's resizable hash, which has
+/// no limit; a limit below `want`'s cannot hold its elements), and for the size its comment
+/// says its table was built for.
+pub(super) fn serves_as(held: &SetSpec, want: &SetSpec) -> bool {
+    let held = held.as_sent();
+    let roomy = held.size.is_none_or(|have| have >= want.size.unwrap_or(0));
+    let bare = |s: &SetSpec| SetSpec { size: None, udata: Vec::new(), ..s.clone() };
+    roomy && bare(&held) == bare(want) && notes(&held.udata) == notes(&want.udata)
+}
+
+/// A declaration's user data records, its comment without the size its table was built for
+/// (and gone when that was all it said).
+fn notes(data: &[u8]) -> Option<Vec<(u8, Vec<u8>)>> {
+    let value = |k: u8, v: &[u8]| match k {
+        NFTNL_UDATA_SET_COMMENT => without_built_for(attr::lossy(v).trim_end_matches('\0')).as_bytes().to_vec(),
+        _ => v.to_vec(),
+    };
+    let records = udata::records(data)?.into_iter().map(|(k, v)| (k, value(k, v)));
+    Some(records.filter(|(k, v)| *k != NFTNL_UDATA_SET_COMMENT || !v.is_empty()).collect())
 }
 
 #[cfg(test)]
@@ -143,34 +170,51 @@ mod tests {
     }
 
     #[test]
-    fn maps_found_keep_what_they_were_built_for_only_while_declared_as_this_process_left_them() {
+    fn maps_found_are_known_by_their_comment_and_a_larger_limit_or_none_serves() {
         let (v4, map) = (Family::V4, MapName::ClusterIps);
-        let mut sizes = Sizes::default();
-        sizes.built(&ruleset(5_000), &[v4]);
         let built = map.size_for(5_000).expect("sized");
-        let spec = |size: Option<u32>| SetSpec {
-            name: map.to_string(),
-            flags: 0,
-            key: (7, 4),
-            data: None,
-            timeout_ms: None,
-            size,
-            concat: vec![],
-            udata: vec![],
+        let spec = |size: Option<u32>, comment: &str| {
+            let mut data = Vec::new();
+            udata::put_comment(&mut data, NFTNL_UDATA_SET_COMMENT, comment);
+            SetSpec {
+                name: map.to_string(),
+                flags: 0,
+                key: (7, 4),
+                data: None,
+                timeout_ms: None,
+                size,
+                concat: vec![],
+                udata: data,
+            }
         };
-        let held = |size| {
+        let noted = |n: u32| format!("Active ClusterIPs; {}{n}", crate::render::BUILT_FOR);
+        let held = |s: SetSpec| {
             let mut t = KernelTable::default();
-            t.sets.insert(map.to_string(), spec(size));
+            t.sets.insert(map.to_string(), s);
             t
         };
-        sizes.found(v4, &held(Some(built)));
-        assert!(sizes.growth(&ruleset(10_000), &[v4]).is_some_and(|g| g.len() == 1), "as left: grows in place");
-        sizes.found(v4, &held(Some(built * 2)));
-        assert_eq!(sizes.growth(&ruleset(20_000), &[v4]), None, "grown by someone before: built for what?");
-        sizes.found(v4, &held(None));
+        // Grown in place by an earlier run to twice its table: it may grow twice as far again.
+        let mut sizes = Sizes::default();
+        sizes.found(v4, &held(spec(Some(built * 2), &noted(built))));
+        assert!(sizes.growth(&ruleset(20_000), &[v4]).is_some_and(|g| g.len() == 1), "within four times");
+        assert_eq!(sizes.growth(&ruleset(40_000), &[v4]), None, "past four times its table");
+        sizes.found(v4, &held(spec(Some(built), "Active ClusterIPs")));
+        assert_eq!(sizes.growth(&ruleset(10_000), &[v4]), None, "no note: built for what?");
+        sizes.found(v4, &held(spec(None, "Active ClusterIPs")));
         assert_eq!(sizes.growth(&ruleset(100_000), &[v4]), Some(vec![]), "a resizable hash has no limit");
-        assert!(spec(Some(built * 2)).serves_as(&spec(Some(built))), "a larger limit serves");
-        assert!(spec(None).serves_as(&spec(Some(built))), "no limit serves");
-        assert!(!spec(Some(built)).serves_as(&spec(Some(built * 2))), "a smaller one cannot hold the elements");
+
+        let want = spec(Some(built), &noted(built));
+        assert!(serves_as(&spec(Some(built * 2), &noted(built / 2)), &want), "a larger limit serves");
+        assert!(serves_as(&spec(None, "Active ClusterIPs"), &want), "no limit serves");
+        assert!(!serves_as(&spec(Some(built / 2), &noted(built / 2)), &want), "a smaller one cannot hold them");
+        assert!(!serves_as(&spec(Some(built), &noted(built).replace("Active", "Idle")), &want), "another comment");
+        let bare = |size: Option<u32>| SetSpec { udata: Vec::new(), ..spec(size, "") };
+        let mut noted_only = bare(Some(built));
+        udata::put_comment(
+            &mut noted_only.udata,
+            NFTNL_UDATA_SET_COMMENT,
+            &format!("{}{built}", crate::render::BUILT_FOR),
+        );
+        assert!(serves_as(&bare(None), &noted_only), "a map whose comment is the note alone, held without a size");
     }
 }

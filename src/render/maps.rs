@@ -123,6 +123,24 @@ impl MapName {
     }
 }
 
+/// How a sized map's comment ends, before the size its hash table was built for: the kernel
+/// keeps a map's comment when a partial sync declares it larger (only its limit changes), so
+/// the comment tells how far it has grown past its table, across restarts too.
+pub const BUILT_FOR: &str = "hash table built for ";
+
+/// The size a map's comment says its hash table was built for.
+pub fn built_for(comment: &str) -> Option<u32> {
+    comment.rsplit_once(BUILT_FOR)?.1.parse().ok()
+}
+
+/// A map's comment without the size its hash table was built for.
+pub fn without_built_for(comment: &str) -> &str {
+    match comment.rsplit_once(BUILT_FOR) {
+        Some((text, _)) => text.strip_suffix("; ").unwrap_or(text),
+        None => comment,
+    }
+}
+
 impl fmt::Display for MapName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

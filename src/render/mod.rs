@@ -38,7 +38,7 @@ pub use rendered::{Rendered, Update};
 pub use templates::{ElementText, FamilyWords};
 
 pub use key::Key;
-pub use maps::{MapName, Scope};
+pub use maps::{BUILT_FOR, MapName, Scope, built_for, without_built_for};
 pub use ruleset::{AffinityGroup, ElementChange, Entry, Fixed, Inserted, Ruleset, Table, Value, element_changes};
 
 use crate::config::Config;

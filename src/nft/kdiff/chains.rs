@@ -238,7 +238,7 @@ pub(super) fn compare_sets(
     };
     for (name, want) in desired {
         match kernel.get(name) {
-            Some(held) if held.serves_as(want) => {}
+            Some(held) if crate::nft::sizes::serves_as(held, want) => {}
             Some(held) => out.push(change(name, Kind::Changed, Some(&held.as_sent()), Some(want))),
             None => out.push(change(name, Kind::Added, None, Some(want))),
         }

@@ -1,7 +1,8 @@
 //! A map past the size it was declared with grows in place: the partial sync declares it
 //! larger in its first transaction (no full sync, traffic unbroken), a restart over the grown
-//! tables finds nothing to send and `--diff` nothing to show, and a map whose table was built
-//! for a size this process does not know is declared anew by a full sync.
+//! tables finds nothing to send and `--diff` nothing to show and knows from the map's comment
+//! what its table was built for, and a map past four times that is declared anew by a full
+//! sync.
 
 use super::sync;
 use crate::common::check::{bulk, probe_during, web_on as web, who};
@@ -69,10 +70,20 @@ fn a_map_past_its_size_grows_in_place_and_a_restart_finds_nothing_to_send() {
     let diff = in_netns(&c.node.name, move || kdiff::against_kernel(&desired, "node-a").expect("diff"));
     assert!(!diff.differences, "{:?}", diff.table);
 
-    // The restarted proxy does not know what the map's table was built for: past the size
-    // again, the maps are declared anew.
+    // The restarted proxy reads what the map's table was built for in its comment (the
+    // kernel kept it when the map grew): it grows in place up to four times that, and past
+    // it the maps are declared anew by a full sync.
+    let built = format!("comment \"{}{}\"", kube_nftproxy::render::BUILT_FOR, size_for(900));
+    assert!(c.node.nft(&["list", "map", "ip", "kube-nftproxy", MAP]).contains(&built), "{built}");
+    assert!(size_for(4500) <= 4 * size_for(900));
     let report = sync(&c.node, &mut restarted, &with(4500), false).unwrap();
-    assert_eq!(report.kind, SyncKind::Refresh, "declared anew by a full sync");
+    assert_eq!(report.kind, SyncKind::Partial, "within four times its table");
     assert_eq!(listed_size(&c.node), Some(size_for(4500)));
+    assert!(size_for(7000) > 4 * size_for(900));
+    let report = sync(&c.node, &mut restarted, &with(7000), false).unwrap();
+    assert_eq!(report.kind, SyncKind::Refresh, "declared anew by a full sync");
+    assert_eq!(listed_size(&c.node), Some(size_for(7000)));
+    let built = format!("comment \"{}{}\"", kube_nftproxy::render::BUILT_FOR, size_for(7000));
+    assert!(c.node.nft(&["list", "map", "ip", "kube-nftproxy", MAP]).contains(&built), "{built}");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
 }
