@@ -15,7 +15,8 @@
 //! - `every slice at once`: every EndpointSlice posted again in one request, each endpoint at
 //!   a new address, until the daemon's partial syncs of them have rested 2.5 s;
 //! - `a map past its size`: as many new Services and their slices as take the endpoint map
-//!   past the size it was declared with, posted in one request, until the syncs rest 2.5 s.
+//!   past the size it was declared with, posted in one request, until the daemon has synced
+//!   them all and its syncs have rested 2.5 s.
 //!
 //! A phase ends at the last of the daemon's syncs in a row: a commit of the probe's during a
 //! full sync makes the daemon check its tables with a refresh ("another process committed to
@@ -183,6 +184,22 @@ fn settle_quiet(name: &'static str, log: &LogTail, from: usize, start: Instant) 
     phase(name, log, from, (first, last), start)
 }
 
+/// The phase `name` from `start` until the daemon, after line `from` of its log, has synced
+/// `services` Services (a full sync logs only when done, seconds later, so a pause in its
+/// syncs does not end the phase), then logged no sync for `REST`.
+fn settle_at(name: &'static str, log: &LogTail, from: usize, start: Instant, services: u32) -> Phase {
+    let all = format!(" sync: {services} services");
+    let first = log.position(from, FIRST_SYNC_LIMIT, is_sync).unwrap_or_else(|| panic!("{name}: no sync"));
+    let mut last = log.position(first, FIRST_SYNC_LIMIT, |l| l.contains(&all)).unwrap_or_else(|| {
+        let text: String = log.lines().into_iter().map(|(_, l)| l).collect();
+        panic!("{name}: never synced {services} services:\n{text}")
+    });
+    while let Some(i) = log.position(last + 1, REST, is_sync) {
+        last = i;
+    }
+    phase(name, log, from, (first, last), start)
+}
+
 /// The phase `name` from `start` to line `last` of the log, its first sync at line `first`.
 fn phase(name: &'static str, log: &LogTail, from: usize, (first, last): (usize, usize), start: Instant) -> Phase {
     let lines = log.lines();
@@ -244,8 +261,9 @@ pub fn run(services: u32) -> Value {
     phases.push(settle_quiet(PHASES[4], &log, from, posted));
     std::thread::sleep(QUIET);
     let (from, posted) = (log.lines().len(), Instant::now());
-    stage.emu.apply(&Value::Array(past_the_size(&stage.case)));
-    phases.push(settle_quiet(PHASES[5], &log, from, posted));
+    let grown = past_the_size(&stage.case);
+    stage.emu.apply(&Value::Array(grown.clone()));
+    phases.push(settle_at(PHASES[5], &log, from, posted, services + grown.len() as u32 / 2));
     std::thread::sleep(QUIET);
     let commits = probe.finish();
     d.stop();
