@@ -36,7 +36,7 @@ fn main() -> ExitCode {
             // Checked when the flags were read: text or json.
             let format = flags.logging_format.parse().unwrap_or(logging::Format::Text);
             logging::init(format, flags.log_level());
-            notes.log();
+            notes.log(flags.runs_daemon());
             flags
         }
         Err(ConfigError::Usage(e)) => e.exit(),
@@ -46,6 +46,15 @@ fn main() -> ExitCode {
             return RunError::Config(e).exit_code();
         }
     };
+    if let Some(what) = &flags.generate {
+        return match config::help::generate(what).and_then(|text| std::io::stdout().write_all(&text)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                log::error!("--generate {what}: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let (command, run) = match config::Run::from_flags(&flags) {
         Ok(parts) => parts,
         Err(e) => {

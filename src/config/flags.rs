@@ -289,6 +289,13 @@ pub struct Flags {
     #[arg(long, value_name = "DURATION", requires = "command", value_parser = parse_duration, help_heading = EXPLAIN)]
     pub timeout: Option<Duration>,
 
+    /// Print what packages install beside the binary, generated from this command line, and
+    /// exit: `man` (the kube-nftproxy(8) page, roff), or the completions for `bash`, `zsh` or
+    /// `fish`.
+    #[arg(long, hide = true, value_name = "WHAT", value_parser = ["man", "bash", "zsh", "fish"],
+          conflicts_with_all = ["dry_run", "cleanup", "init_only", "command"])]
+    pub generate: Option<String>,
+
     /// The digest of the `--config` file's content as it was loaded (`watch::digest`): a
     /// change is told from this, not from the file when the watch starts.
     #[arg(skip)]
@@ -309,5 +316,13 @@ impl Flags {
     /// The log level `-v N` asks for, if it was given.
     pub fn log_level(&self) -> Option<log::LevelFilter> {
         self.verbosity.map(crate::logging::level_for)
+    }
+
+    /// Whether these flags run the daemon, not a command that does one thing and exits
+    /// (`explain`, `trace`, `--dry-run`, `--cleanup`, `--write-config-to`, `--init-only`,
+    /// `--generate`).
+    pub fn runs_daemon(&self) -> bool {
+        let one_shot = self.dry_run || self.cleanup || self.init_only || self.generate.is_some();
+        self.command.is_none() && self.write_config_to.is_none() && !one_shot
     }
 }

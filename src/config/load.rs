@@ -20,16 +20,19 @@ pub struct Notes {
 }
 
 impl Notes {
-    /// Logs each note at its level.
-    pub fn log(&self) {
+    /// Logs each note at its level; for a command that is not the daemon (`daemon` false),
+    /// the notes on how the daemon would serve (flags with no effect, the mode unset) only
+    /// at debug: they say nothing of the command's answer.
+    pub fn log(&self, daemon: bool) {
         for field in &self.unknown_fields {
             log::warn!("--config: unknown field {field:?} ignored");
         }
         for w in &self.warnings {
             log::warn!("{w}");
         }
+        let level = if daemon { log::Level::Info } else { log::Level::Debug };
         for i in &self.infos {
-            log::info!("{i}");
+            log::log!(level, "{i}");
         }
     }
 }
@@ -87,6 +90,10 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    if let Some(help) = super::help::help_asked(&args) {
+        return Err(help.into());
+    }
     let matches = Flags::command().try_get_matches_from(args)?;
     let mut flags = Flags::from_arg_matches(&matches)?;
     // Fields only the file sets (`#[arg(skip)]`) have no source to ask about.

@@ -7,6 +7,7 @@ mod effective;
 pub mod features;
 mod file;
 mod flags;
+pub mod help;
 mod internal;
 mod load;
 mod run;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 mod binary;
 mod command_lines;
+mod generated;
 
 /// A configuration file alone in a scratch directory; it stands for its path, and takes the
 /// directory with it when dropped.

@@ -65,6 +65,31 @@ fn help_is_grouped_and_version_says_how_it_was_built() {
 }
 
 #[test]
+fn each_command_has_its_own_help_and_commands_that_are_not_the_daemon_say_nothing_of_it() {
+    for command in ["explain", "trace"] {
+        for args in [vec![command, "--help"], vec!["help", command]] {
+            let out = binary(&args);
+            let help = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "{args:?}: {out:?}");
+            assert!(help.contains(&format!("Usage: kube-nftproxy {command} [OPTIONS]")), "{args:?}:\n{help}");
+            assert!(help.contains("--from <SRC>") && help.contains("--manifests <PATH>"), "{args:?}:\n{help}");
+            assert!(!help.contains("--masquerade-all") && !help.contains("--conntrack-min"), "{args:?}:\n{help}");
+        }
+    }
+    let top = String::from_utf8(binary(&["help"]).stdout).unwrap();
+    assert!(top.contains("Commands:\n  explain  ") && top.contains("\n  trace    "), "{top}");
+    // Not the daemon: no note on how it would serve (the mode left unset), before or
+    // instead of what the command says.
+    let out = binary(&["explain"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("explain needs --from") && !said.contains("proxy mode"), "{said}");
+    let out = binary(&["--dry-run", "--manifests", "examples/cluster", "--hostname-override", "node-a"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !said.contains("proxy mode"), "{said}");
+}
+
+#[test]
 fn write_config_to_writes_what_reads_back_the_same() {
     let dir = Scratch::new("config-write");
     let written = dir.path("written.yaml");
