@@ -30,6 +30,7 @@ mod health;
 mod hostile_health;
 mod kdiff;
 mod localhost_nodeports;
+mod monitoring;
 mod packages;
 mod packaging;
 mod packaging_image;
