@@ -97,7 +97,7 @@ fn has_a_number(result: &[Value]) -> bool {
 /// web's slice at `generation`: on pod-1 or pod-2 in turn, with the trigger time an
 /// EndpointSlice controller writes, so network programming latency is observed.
 fn web_slice(c: &Cluster, generation: u32) -> Value {
-    let pod = if generation % 2 == 0 { "pod-1" } else { "pod-2" };
+    let pod = if generation.is_multiple_of(2) { "pod-1" } else { "pod-2" };
     let mut s = slice("web", false, "TCP", vec![endpoint(c.pod_named(pod), false, json!({}))]);
     let now = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
     s["metadata"]["annotations"] = json!({"endpoints.kubernetes.io/last-change-trigger-time": now});
