@@ -3,9 +3,9 @@
 # binary (packaging/build-static.sh; PROFILE as there) with Debian's dpkg-deb: the binary in
 # /usr/bin, the hardened unit in /lib/systemd/system, /etc/kube-nftproxy/config.conf and
 # /etc/default/kube-nftproxy as conffiles (upgrades keep your edits), kube-nftproxy(8), and
-# the bash, zsh and fish completions (packaging/layout.sh). Installing enables the unit,
-# which starts once /etc/kube-nftproxy/kubeconfig exists; removing stops it and leaves the
-# rules to `kube-nftproxy --cleanup` (packaging/maintainer.sh). VERSION overrides the version;
+# the bash, zsh and fish completions (packaging/layout.sh). A first install enables the
+# unit, which starts once /etc/kube-nftproxy/kubeconfig exists; an upgrade restarts it if it
+# runs; removing stops it and leaves its rules in the kernel (packaging/maintainer.sh). VERSION overrides the version;
 # DEB_COMPRESSION dpkg-deb's compressor (xz; the tests' unoptimised binary goes uncompressed).
 #   packaging/build-deb.sh [OUT_DIR]
 set -euo pipefail
@@ -16,7 +16,7 @@ packaging/build-static.sh "$out" >/dev/null
 version=$(package_version)
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
-layout "$out/kube-nftproxy" "$root" /lib/systemd/system
+layout "$out/kube-nftproxy" "$root" /lib/systemd/system /usr/share/zsh/vendor-completions
 mkdir -p "$root/DEBIAN"
 size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
 cat > "$root/DEBIAN/control" <<CONTROL
@@ -35,13 +35,14 @@ Description: Kubernetes service proxy on nftables, a drop-in for kube-proxy
  systemctl start kube-nftproxy.
 CONTROL
 printf '/etc/kube-nftproxy/config.conf\n/etc/default/kube-nftproxy\n' > "$root/DEBIAN/conffiles"
-script() { # name, the function to run, when (a case pattern over the script's first argument)
-  { echo '#!/bin/sh'; echo 'set -e'; cat packaging/maintainer.sh
-    echo "case \"\$1\" in $3) $2 ;; esac"; } > "$root/DEBIAN/$1"
+script() { # name, then what it runs: a case over the script's arguments
+  { echo '#!/bin/sh'; echo 'set -e'; cat packaging/maintainer.sh; echo "$2"; } > "$root/DEBIAN/$1"
   chmod 0755 "$root/DEBIAN/$1"
 }
-script postinst knp_installed 'configure'
-script prerm knp_removing 'remove'
+# postinst configure: $2 is the version replaced, empty on a first install.
+script postinst 'case "$1" in configure) if [ -z "$2" ]; then knp_installed; else knp_upgraded; fi ;; esac'
+script prerm 'case "$1" in remove) knp_removing ;; esac'
+script postrm 'case "$1" in remove|purge) knp_removed ;; esac'
 mkdir -p "$out"
 deb="$out/kube-nftproxy_${version}_amd64.deb"
 dpkg-deb --root-owner-group -Z"${DEB_COMPRESSION:-xz}" --build "$root" "$deb" >/dev/null

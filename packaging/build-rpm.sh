@@ -18,7 +18,7 @@ version=$(package_version)
 top=$(mktemp -d)
 trap 'rm -rf "$top"' EXIT
 root="$top/root"
-layout "$out/kube-nftproxy" "$root" /usr/lib/systemd/system
+layout "$out/kube-nftproxy" "$root" /usr/lib/systemd/system /usr/share/zsh/site-functions
 maintainer=$(cat packaging/maintainer.sh)
 cat > "$top/kube-nftproxy.spec" <<SPEC
 Name: kube-nftproxy
@@ -40,21 +40,25 @@ cp -a "$root/." "%{buildroot}/"
 
 %post
 $maintainer
-knp_installed
+if [ "\$1" -eq 1 ]; then knp_installed; else knp_upgraded; fi
 
 %preun
 $maintainer
 if [ "\$1" -eq 0 ]; then knp_removing; fi
 
+%postun
+$maintainer
+if [ "\$1" -eq 0 ]; then knp_removed; fi
+
 %files
 /usr/bin/kube-nftproxy
 /usr/lib/systemd/system/kube-nftproxy.service
-%dir /etc/kube-nftproxy
+%dir %attr(0700, root, root) /etc/kube-nftproxy
 %config(noreplace) /etc/kube-nftproxy/config.conf
 %config(noreplace) /etc/default/kube-nftproxy
 /usr/share/man/man8/kube-nftproxy.8.gz
 /usr/share/bash-completion/completions/kube-nftproxy
-/usr/share/zsh/vendor-completions/_kube-nftproxy
+/usr/share/zsh/site-functions/_kube-nftproxy
 /usr/share/fish/vendor_completions.d/kube-nftproxy.fish
 SPEC
 rpmbuild --quiet -bb --define "_topdir $top/build" --define "_rpmdir $top/rpms" \

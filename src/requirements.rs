@@ -75,6 +75,16 @@ pub const KERNEL: &[Need] = &[
     },
 ];
 
+/// The first kernel that raises a set's size in place (a partial sync grows a map so; before
+/// it, a map past its size takes a full sync).
+pub const SET_SIZE_UPDATE: &[u32] = &[6, 5];
+
+/// Whether the running kernel is `since` or later (`false` when its release is unreadable).
+pub fn kernel_has(since: &[u32]) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    Version::parse_prefix(release.trim()).is_some_and(|found| found >= Version(since.to_vec()))
+}
+
 /// What an `nft` on the node needs to list this proxy's rules, oldest first (warned about,
 /// never required).
 pub const NFT: &[Need] = &[

@@ -52,7 +52,10 @@ pub fn daemon(run: &Run, cfg: Config, flags: &Flags) -> Result<(), RunError> {
     })
     .doing("watching nftables notifications")?;
     let (sources, api, observe) = sources(run, &cfg, flags, &inbox, &stop)?;
-    let applier = Applier::new(&cfg.node_name, own).with_quiet(Arc::new(quiet)).reading_ahead();
+    let applier = Applier::new(&cfg.node_name, own)
+        .with_quiet(Arc::new(quiet))
+        .growing_maps(requirements::kernel_has(requirements::SET_SIZE_UPDATE))
+        .reading_ahead();
     // A node of kube-proxy's IPVS mode is told if NodePorts move to the primary IPs.
     let nodeport_addresses_set = !cfg.nodeport_addresses.is_primary();
     let proxy_name = cfg.service_proxy_name.clone();

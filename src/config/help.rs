@@ -42,13 +42,17 @@ const COMMANDS: &[CommandInfo] = &[
 pub const EXIT_STATUS: &[(&str, &str)] = &[
     (
         "the daemon",
-        "runs until stopped (SIGTERM or SIGINT: 0, the rules left in place); 1 when the API server or the \
-         credentials fail at start, or --config's file changed (the supervisor restarts it); 2 bad flags or \
-         configuration",
+        "runs until stopped (SIGTERM or SIGINT: 0, the rules left in place); 1 when the kernel lacks what it \
+         needs, the credentials are refused, or --config's file changed (the supervisor restarts it); 2 bad \
+         flags, configuration or input",
     ),
     ("--dry-run", "0 the script printed; 1 the API server failed; 2 bad flags or input"),
     ("--dry-run --diff", "0 no difference; 1 differences; 2 trouble (bad input, the tables unreadable), as diff"),
-    ("--cleanup", "0 done; 1 the kernel refused (or the xtables lock was held); 2 bad flags"),
+    (
+        "--cleanup",
+        "0 done; 1 the kernel refused (or the xtables lock was held); 2 bad flags, or a running daemon owns the \
+         node's tables (stop it first)",
+    ),
     ("--write-config-to", "0 written; 2 bad flags or configuration, or the file could not be written"),
     ("--init-only", "0 the conntrack settings in place; 1 one could not be set; 2 bad flags or configuration"),
     ("explain", COMMANDS[0].exit),
@@ -191,6 +195,22 @@ mod tests {
             std::iter::once("kube-nftproxy").chain(args.iter().copied()).map(OsString::from).collect();
         let e = help_asked(&args).expect("a help request");
         (e.kind(), e.render().to_string())
+    }
+
+    #[test]
+    fn the_readme_s_exit_statuses_are_these() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README");
+        let rows: Vec<(String, String)> = readme
+            .lines()
+            .skip_while(|l| !l.starts_with("| run | exit status |"))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .filter_map(|l| l.trim_matches('|').split_once(" | "))
+            .map(|(run, says)| (run.trim().replace('`', ""), says.trim().replace('`', "")))
+            .collect();
+        let want: Vec<(String, String)> =
+            EXIT_STATUS.iter().map(|(run, says)| (run.to_string(), says.to_string())).collect();
+        assert_eq!(rows, want);
     }
 
     #[test]

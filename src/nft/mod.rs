@@ -157,6 +157,13 @@ impl Applier {
         self
     }
 
+    /// Whether a partial sync may declare a map larger in place (the kernel's
+    /// `requirements::SET_SIZE_UPDATE`): without it, a map past its size takes a full sync.
+    pub fn growing_maps(mut self, yes: bool) -> Applier {
+        self.sizes.in_place = yes;
+        self
+    }
+
     /// Pauses the guard's notifications around full syncs.
     pub fn with_quiet(mut self, quiet: Arc<guard::Quiet>) -> Applier {
         self.quiet = Some(quiet);

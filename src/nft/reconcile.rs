@@ -65,11 +65,16 @@ impl Applier {
         let read = started.elapsed() - compiled;
         let mut diffs = Vec::new();
         let mut families = Vec::new();
+        let mut grow = Vec::new();
         for t in desired.tables.iter().filter(|t| scope.contains(&t.family)) {
             let (Some(decl), Some(h)) = (declared.tables.get(&t.family), held.get(&t.family)) else {
                 return Ok(None);
             };
-            match table_diff(t, decl, h, elements) {
+            // A map the kernel holds too small for its elements is declared larger first.
+            let growing = self.sizes.growth_found(t, &h.table);
+            let names: Vec<String> = growing.iter().map(|(_, map, _)| map.to_string()).collect();
+            grow.extend(growing);
+            match table_diff(t, decl, h, elements, &names) {
                 Ok(d) => diffs.push(d),
                 Err(why) => {
                     log::info!("refresh: {why} in the {} table; rewriting it in place", words(t.family).fam);
@@ -106,7 +111,7 @@ impl Applier {
                 refused,
             }));
         }
-        let part = self.partial(&diffs, &families, Vec::new())?;
+        let part = self.partial(&diffs, &families, grow)?;
         let report = self.send_partial(part, SyncKind::Refresh, deleted_chains)?;
         Ok(Some(SyncReport { elements: Some(elements), ..report }))
     }
@@ -119,13 +124,14 @@ fn table_diff<'a>(
     decl: &'a DeclaredTable,
     held: &'a Held,
     elements: bool,
+    growing: &[String],
 ) -> Result<TableDiff<'a>, String> {
     let mut d = TableDiff { fam: words(t.family).fam, ..TableDiff::default() };
     if held.stateful > 0 {
         return Err(format!("{} flowtables or stateful objects someone else added", held.stateful));
     }
     chains_diff(t, decl, &held.table, &mut d)?;
-    sets_diff(t, decl, &held.table, &mut d)?;
+    sets_diff(t, decl, &held.table, growing, &mut d)?;
     for map in MapName::all().into_iter().filter(|_| elements) {
         let want = t.elements.get(&map);
         let have = held.maps.get(&map);
@@ -175,17 +181,26 @@ fn chains_diff<'a>(
     Ok(())
 }
 
-/// Sets and maps: declarations must match; affinity sets come and go as a partial sync
-/// makes them.
+/// Sets and maps: declarations must match (those `growing` once declared larger); affinity
+/// sets come and go as a partial sync makes them.
 fn sets_diff<'a>(
     t: &'a Table,
     decl: &DeclaredTable,
     held: &'a KernelTable,
+    growing: &[String],
     d: &mut TableDiff<'a>,
 ) -> Result<(), String> {
     for (name, want) in &decl.sets {
+        // A map declared larger first serves once it is, however small it is now.
+        let grown = |have: &crate::netlink::SetSpec| {
+            if growing.contains(name) {
+                crate::netlink::SetSpec { size: want.size, ..have.clone() }
+            } else {
+                have.clone()
+            }
+        };
         match held.sets.get(name) {
-            Some(have) if super::sizes::serves_as(have, want) => {}
+            Some(have) if super::sizes::serves_as(&grown(have), want) => {}
             Some(_) => return Err(format!("set {name} is declared otherwise")),
             None => match t.affinity_maps.get_key_value(name) {
                 Some((name, _)) => d.new_sets.push(name),

@@ -9,7 +9,7 @@ use crate::model::Family;
 use crate::netlink::SetSpec;
 use crate::netlink::abi::NFTNL_UDATA_SET_COMMENT;
 use crate::netlink::{attr, udata};
-use crate::render::{MapName, Ruleset, built_for, without_built_for};
+use crate::render::{MapName, Ruleset, Table, built_for, without_built_for};
 use std::collections::BTreeMap;
 
 /// How far past the size its hash table was built for a map grows in place. The kernel keeps
@@ -32,19 +32,48 @@ struct MapSize {
 }
 
 /// The sized maps of our tables (a map declared without a size, the kernel's resizable hash,
-/// has no limit and is not here).
-#[derive(Debug, Default)]
-pub(super) struct Sizes(BTreeMap<(Family, MapName), MapSize>);
+/// has no limit and is not here), and whether the kernel can raise a size in place.
+#[derive(Debug)]
+pub(super) struct Sizes {
+    maps: BTreeMap<(Family, MapName), MapSize>,
+    /// The kernel raises a set's size in place (Linux 6.5 and later).
+    pub(super) in_place: bool,
+}
+
+impl Default for Sizes {
+    fn default() -> Sizes {
+        Sizes { maps: BTreeMap::new(), in_place: true }
+    }
+}
 
 impl Sizes {
+    /// Whether a map whose table was built for `built` may be declared `want` in place.
+    fn may_grow(&self, want: u32, built: Option<u32>) -> bool {
+        self.in_place && built.is_some_and(|b| want <= b.saturating_mul(GROW_IN_PLACE))
+    }
+
+    /// The maps of table `t` that `held` (the kernel's, read by a refresh) declares smaller
+    /// than `t` needs and that may grow in place, with their new sizes.
+    pub(super) fn growth_found(&self, t: &Table, held: &KernelTable) -> Vec<Growth> {
+        let mut grow = Vec::new();
+        for map in MapName::all() {
+            let Some(spec) = held.sets.get(&map.to_string()) else { continue };
+            let (Some(want), Some(have)) = (t.declared_size(map), spec.as_sent().size) else { continue };
+            if want > have && self.may_grow(want, built_of(spec)) {
+                grow.push((t.family, map, want));
+            }
+        }
+        grow
+    }
+
     /// A full sync declared the maps of `desired`'s tables of `scope` anew, each with the size
     /// its elements call for.
     pub(super) fn built(&mut self, desired: &Ruleset, scope: &[Family]) {
-        self.0.retain(|(f, _), _| !scope.contains(f));
+        self.maps.retain(|(f, _), _| !scope.contains(f));
         for t in desired.tables.iter().filter(|t| scope.contains(&t.family)) {
             for map in MapName::all() {
                 if let Some(size) = t.declared_size(map) {
-                    self.0.insert((t.family, map), MapSize { declared: size, built: Some(size) });
+                    self.maps.insert((t.family, map), MapSize { declared: size, built: Some(size) });
                 }
             }
         }
@@ -58,12 +87,11 @@ impl Sizes {
             let spec = held.sets.get(&map.to_string());
             match spec.and_then(|s| s.as_sent().size) {
                 Some(declared) => {
-                    let built = spec.and_then(|s| udata::comment(&s.udata, NFTNL_UDATA_SET_COMMENT));
-                    let built = built.and_then(|c| built_for(c.trim_end_matches('\0')));
-                    self.0.insert(key, MapSize { declared, built });
+                    let built = spec.and_then(built_of);
+                    self.maps.insert(key, MapSize { declared, built });
                 }
                 None => {
-                    self.0.remove(&key);
+                    self.maps.remove(&key);
                 }
             }
         }
@@ -77,14 +105,16 @@ impl Sizes {
         let mut grow = Vec::new();
         for t in desired.tables.iter().filter(|t| scope.contains(&t.family)) {
             for map in MapName::all() {
-                let (Some(want), Some(have)) = (t.declared_size(map), self.0.get(&(t.family, map))) else { continue };
+                let (Some(want), Some(have)) = (t.declared_size(map), self.maps.get(&(t.family, map))) else {
+                    continue;
+                };
                 if want <= have.declared {
                     continue;
                 }
-                match have.built {
-                    Some(built) if want <= built.saturating_mul(GROW_IN_PLACE) => grow.push((t.family, map, want)),
-                    _ => return None,
+                if !self.may_grow(want, have.built) {
+                    return None;
                 }
+                grow.push((t.family, map, want));
             }
         }
         Some(grow)
@@ -93,11 +123,17 @@ impl Sizes {
     /// A partial sync declared the maps of `grown` larger.
     pub(super) fn grown(&mut self, grown: &[Growth]) {
         for (family, map, size) in grown {
-            if let Some(s) = self.0.get_mut(&(*family, *map)) {
+            if let Some(s) = self.maps.get_mut(&(*family, *map)) {
                 s.declared = *size;
             }
         }
     }
+}
+
+/// The size a declaration's comment says its table was built for.
+fn built_of(spec: &SetSpec) -> Option<u32> {
+    let comment = udata::comment(&spec.udata, NFTNL_UDATA_SET_COMMENT)?;
+    built_for(comment.trim_end_matches('\0'))
 }
 
 /// Whether the kernel's declaration `held` serves as `want`: the same, but for a limit that
@@ -126,7 +162,7 @@ fn notes(data: &[u8]) -> Option<Vec<(u8, Vec<u8>)>> {
 mod tests {
     use super::*;
     use crate::netlink::SetSpec;
-    use crate::render::{Entry, Key, Table, Value};
+    use crate::render::{Entry, Key, Value};
     use std::net::{IpAddr, Ipv4Addr};
     use std::sync::Arc;
 
@@ -167,6 +203,8 @@ mod tests {
         assert!(sizes.growth(&ruleset(last), &[v4]).is_some_and(|g| g.len() == 1), "{last} is within the bound");
         assert_eq!(sizes.growth(&ruleset(last * 2), &[v4]), None, "past the bound");
         assert_eq!(sizes.growth(&ruleset(100_000), &[Family::V6]), Some(vec![]), "another family's");
+        sizes.in_place = false;
+        assert_eq!(sizes.growth(&ruleset(last), &[v4]), None, "a kernel before 6.5 cannot grow it in place");
     }
 
     #[test]

@@ -108,8 +108,8 @@ impl MapName {
     /// The `size` this map is declared with at a full sync when it holds `elements`: room for
     /// half as many again, three times a power of two. A declared size lets the kernel build
     /// its hash table once, where growing it element by element was a third of a 30k-service
-    /// sync; it is also a limit, so a partial sync that would pass it is a full sync instead,
-    /// which declares the map anew. The kernel gives a map of size S a table of
+    /// sync; it is also a limit, which a partial sync that would pass it raises in place
+    /// (`nft::sizes`). The kernel gives a map of size S a table of
     /// 4S/3 buckets rounded up to a power of two, which it allocates and zeroes under the
     /// nf_tables commit mutex: for three times a power of two that is exact, and at 100k
     /// Services the endpoint map's table takes 8 MB (about 35 ms) instead of the 16 MB a power

@@ -258,3 +258,17 @@ pub mod synth;
 pub mod tables;
 pub mod traced;
 pub mod verify;
+
+/// `man`'s text without its overstrikes (bold and underline come as `N\x08N` off a
+/// terminal): the letters alone.
+pub fn without_overstrikes(page: &str) -> String {
+    let mut out = String::new();
+    for c in page.chars() {
+        if c == '\u{8}' {
+            out.pop();
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

@@ -148,7 +148,9 @@ fn manifest_changes_restart_and_cleanup() {
     assert!(took.is_some(), "the daemon did not apply the changed manifests");
     let oom = std::fs::read_to_string(format!("/proc/{}/oom_score_adj", first.pid())).unwrap();
     assert_eq!(oom.trim(), "500", "{}", first.logged());
-    // One info line per sync says what it covered and sent; the objects are at debug.
+    // One info line per sync says what it covered and sent; the objects are at debug. (The
+    // line follows the kernel's commit, which traffic may have seen first.)
+    wait_for(Duration::from_secs(5), || first.logged().contains("Partial sync"));
     let logged = first.logged();
     let synced = logged.lines().filter(|l| l.contains(" INFO ") && l.contains(" sync")).collect::<Vec<_>>();
     let partial = synced.iter().find(|l| l.contains("Partial sync"));

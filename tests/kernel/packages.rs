@@ -4,13 +4,14 @@
 //! its man page rendered by `man`, its bash completion loaded and asked), an upgrade over an
 //! edited configuration keeping the edit, and its removal saying the rules stay.
 
-use crate::common::{Scratch, kernel_available, root};
+use crate::common::{Scratch, kernel_available, root, without_overstrikes};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The files every package installs, its unit under `unit_dir`.
-fn files(unit_dir: &str) -> BTreeSet<String> {
+/// The files every package installs, its unit under `unit_dir` and zsh's function under
+/// `zsh_dir`.
+fn files(unit_dir: &str, zsh_dir: &str) -> BTreeSet<String> {
     [
         "/usr/bin/kube-nftproxy",
         &format!("{unit_dir}/kube-nftproxy.service"),
@@ -18,7 +19,7 @@ fn files(unit_dir: &str) -> BTreeSet<String> {
         "/etc/default/kube-nftproxy",
         "/usr/share/man/man8/kube-nftproxy.8.gz",
         "/usr/share/bash-completion/completions/kube-nftproxy",
-        "/usr/share/zsh/vendor-completions/_kube-nftproxy",
+        &format!("{zsh_dir}/_kube-nftproxy"),
         "/usr/share/fish/vendor_completions.d/kube-nftproxy.fish",
     ]
     .into_iter()
@@ -35,19 +36,6 @@ fn run(argv: &[&str], env: &[(&str, &str)]) -> Output {
 
 fn text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// `man`'s text without its overstrikes (`N\x08N` for bold off a terminal).
-fn plain(page: &str) -> String {
-    let mut out = String::new();
-    for c in page.chars() {
-        if c == '\u{8}' {
-            out.pop();
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// Builds a package with `script` into `out` at `version`; its path.
@@ -83,12 +71,15 @@ fn the_deb_installs_its_files_and_an_upgrade_keeps_an_edited_configuration() {
         .filter_map(|l| l.split_whitespace().last())
         .map(|p| p.trim_start_matches('.').to_string())
         .collect();
-    assert_eq!(listed, files("/lib/systemd/system"));
+    assert_eq!(listed, files("/lib/systemd/system", "/usr/share/zsh/vendor-completions"));
     let conffiles = text(&run(&["dpkg-deb", "--info", deb, "conffiles"], &[]));
     assert_eq!(conffiles, "/etc/kube-nftproxy/config.conf\n/etc/default/kube-nftproxy\n");
 
     let _installed = Installed;
     run(&["dpkg", "--install", deb], &[]);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata("/etc/kube-nftproxy").expect("/etc/kube-nftproxy").permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "the kubeconfig's directory is root's alone");
     let version = text(&run(&["/usr/bin/kube-nftproxy", "--version"], &[]));
     assert!(version.starts_with("kube-nftproxy "), "{version}");
     let unit = "/lib/systemd/system/kube-nftproxy.service";
@@ -96,7 +87,7 @@ fn the_deb_installs_its_files_and_an_upgrade_keeps_an_edited_configuration() {
     let verified = run(&["systemd-analyze", "verify", unit], &[]);
     let said = format!("{}{}", text(&verified), String::from_utf8_lossy(&verified.stderr));
     assert!(said.trim().is_empty(), "systemd-analyze verify: {said}");
-    let page = plain(&text(&run(&["man", "8", "kube-nftproxy"], &[("MANWIDTH", "100")])));
+    let page = without_overstrikes(&text(&run(&["man", "8", "kube-nftproxy"], &[("MANWIDTH", "100")])));
     assert!(page.lines().any(|l| l == "EXIT STATUS") && page.contains("kube-nftproxy explain"), "{page}");
     let completion = "source /usr/share/bash-completion/completions/kube-nftproxy; \
          COMP_WORDS=(kube-nftproxy ex); COMP_CWORD=1; f=$(complete -p kube-nftproxy | sed 's/.*-F \\([^ ]*\\).*/\\1/'); \
@@ -131,7 +122,7 @@ fn the_rpm_holds_the_same_files_its_configuration_kept_on_upgrades() {
     assert!(rpm.ends_with("kube-nftproxy-0.1.0-1.x86_64.rpm"), "{rpm}");
     let query = |format: &str| text(&run(&["rpm", "-qp", "--qf", format, rpm], &[]));
     let listed: BTreeSet<String> = query("[%{FILENAMES}\n]").lines().map(String::from).collect();
-    let mut want = files("/usr/lib/systemd/system");
+    let mut want = files("/usr/lib/systemd/system", "/usr/share/zsh/site-functions");
     want.insert("/etc/kube-nftproxy".into());
     assert_eq!(listed, want);
     // %config(noreplace): flags c and n.

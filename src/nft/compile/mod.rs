@@ -9,6 +9,7 @@
 mod declared;
 pub(crate) mod expr;
 mod field;
+mod grow;
 mod lex;
 mod parse;
 mod read_back;
@@ -19,6 +20,7 @@ pub use crate::netlink::SetSpec;
 pub(crate) use declared::{Declared, DeclaredChain, DeclaredRule, DeclaredTable, declared, declared_with};
 pub use expr::Data;
 pub(crate) use expr::Expr;
+pub use grow::grow;
 pub(crate) use read_back::{ReadExpr, read_back};
 pub use set::AnonSet;
 
@@ -111,20 +113,6 @@ impl Schema {
         }
         self.next_id = 0;
     }
-}
-
-/// Declares `family`'s map `name` again in `batch`, as it was declared but for `size`: the
-/// kernel (since Linux 6.5) raises the limit of the map it holds, keeping its elements and
-/// its hash table.
-pub fn grow(schema: &mut Schema, batch: &mut Batch, family: Family, name: &str, size: u32) -> Result<(), CompileError> {
-    let Some((_, spec)) = schema.sets.get(&(family, name.to_string())) else {
-        return Err(CompileError::new(format!("{name}, to be declared larger, was never declared")));
-    };
-    let spec = SetSpec { size: Some(size), ..spec.clone() };
-    let obj = Obj { family, table: crate::render::TABLE_NAME.to_string() };
-    let id = schema.id();
-    Out::new(batch, schema, 0).new_set(&obj, &spec, id);
-    Ok(())
 }
 
 /// A hook's number (`NF_INET_*`) by its name.

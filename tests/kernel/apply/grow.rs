@@ -1,8 +1,8 @@
 //! A map past the size it was declared with grows in place: the partial sync declares it
 //! larger in its first transaction (no full sync, traffic unbroken), a restart over the grown
-//! tables finds nothing to send and `--diff` nothing to show and knows from the map's comment
-//! what its table was built for, and a map past four times that is declared anew by a full
-//! sync.
+//! tables finds nothing to send and `--diff` nothing to show, a restart over a map too small
+//! for what was added meanwhile grows it in place (its comment says what its table was built
+//! for), and a map past four times that is declared anew by a full sync.
 
 use super::sync;
 use crate::common::check::{bulk, probe_during, web_on as web, who};
@@ -70,18 +70,22 @@ fn a_map_past_its_size_grows_in_place_and_a_restart_finds_nothing_to_send() {
     let diff = in_netns(&c.node.name, move || kdiff::against_kernel(&desired, "node-a").expect("diff"));
     assert!(!diff.differences, "{:?}", diff.table);
 
-    // The restarted proxy reads what the map's table was built for in its comment (the
-    // kernel kept it when the map grew): it grows in place up to four times that, and past
-    // it the maps are declared anew by a full sync.
+    // The kernel kept the comment saying what the map's table was built for when it grew.
     let built = format!("comment \"{}{}\"", kube_nftproxy::render::BUILT_FOR, size_for(900));
     assert!(c.node.nft(&["list", "map", "ip", "kube-nftproxy", MAP]).contains(&built), "{built}");
+    // Another restart, with Services added meanwhile: the refresh finds the map too small,
+    // reads what its table was built for in its comment, and grows it in place with the
+    // difference (a rewrite in place would report no element count).
     assert!(size_for(4500) <= 4 * size_for(900));
-    let report = sync(&c.node, &mut restarted, &with(4500), false).unwrap();
-    assert_eq!(report.kind, SyncKind::Partial, "within four times its table");
+    let mut again = Proxy::new(node_a_config());
+    let report = sync(&c.node, &mut again, &with(4500), false).unwrap();
+    assert_eq!(report.kind, SyncKind::Refresh);
+    assert!(report.elements.is_some_and(|n| n > 0), "rewritten in place: {:?}", report.elements);
     assert_eq!(listed_size(&c.node), Some(size_for(4500)));
+    // Past four times its table, the maps are declared anew by a full sync.
     assert!(size_for(7000) > 4 * size_for(900));
-    let report = sync(&c.node, &mut restarted, &with(7000), false).unwrap();
-    assert_eq!(report.kind, SyncKind::Refresh, "declared anew by a full sync");
+    let report = sync(&c.node, &mut again, &with(7000), false).unwrap();
+    assert_eq!((report.kind, report.elements), (SyncKind::Refresh, None), "declared anew by a full sync");
     assert_eq!(listed_size(&c.node), Some(size_for(7000)));
     let built = format!("comment \"{}{}\"", kube_nftproxy::render::BUILT_FOR, size_for(7000));
     assert!(c.node.nft(&["list", "map", "ip", "kube-nftproxy", MAP]).contains(&built), "{built}");

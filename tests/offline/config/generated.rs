@@ -19,17 +19,7 @@ fn the_man_page_renders_with_each_command_and_the_exit_statuses() {
     let out = Command::new("man").arg("-l").arg(&page).env("MANWIDTH", "100").env("MAN_KEEP_FORMATTING", "0").output();
     std::fs::remove_dir_all(&dir).ok();
     let out = out.expect("man (man-db) is installed by tests/run");
-    // Bold and underline come as overstrikes (`N\x08N`) off a terminal: the letters alone.
-    let raw = String::from_utf8_lossy(&out.stdout);
-    let mut text = String::new();
-    for c in raw.chars() {
-        if c == '\u{8}' {
-            text.pop();
-        } else {
-            text.push(c);
-        }
-    }
-    assert!(out.status.success() && text.starts_with("kube-nftproxy(8)"), "{out:?}");
+    let text = crate::common::without_overstrikes(&String::from_utf8_lossy(&out.stdout));
     for section in ["NAME", "SYNOPSIS", "OPTIONS", "COMMANDS", "EXIT STATUS"] {
         assert!(text.lines().any(|l| l == section), "no {section} section:\n{text}");
     }
