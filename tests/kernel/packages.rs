@@ -2,7 +2,8 @@
 //! built from the static binary as `PROFILE=dev` builds it): what each holds against the list
 //! it must hold, the .deb installed on this machine (its unit verified by `systemd-analyze`,
 //! its man page rendered by `man`, its bash completion loaded and asked), an upgrade over an
-//! edited configuration keeping the edit, and its removal saying the rules stay.
+//! edited configuration keeping the edit (the RPM's in a root of its own), and the .deb's
+//! removal saying the rules stay.
 
 use crate::common::{Scratch, kernel_available, root, without_overstrikes};
 use std::collections::BTreeSet;
@@ -112,12 +113,13 @@ fn the_deb_installs_its_files_and_an_upgrade_keeps_an_edited_configuration() {
 }
 
 #[test]
-fn the_rpm_holds_the_same_files_its_configuration_kept_on_upgrades() {
+fn the_rpm_holds_the_same_files_and_an_upgrade_in_a_scratch_root_keeps_an_edited_configuration() {
     if !kernel_available() {
         return;
     }
     let dir = Scratch::new("pkg-rpm");
     let built = build("build-rpm.sh", &dir.0, "0.1.0");
+    let newer = build("build-rpm.sh", &dir.0, "0.1.1");
     let rpm = built.to_str().expect("utf-8 path");
     assert!(rpm.ends_with("kube-nftproxy-0.1.0-1.x86_64.rpm"), "{rpm}");
     let query = |format: &str| text(&run(&["rpm", "-qp", "--qf", format, rpm], &[]));
@@ -134,4 +136,24 @@ fn the_rpm_holds_the_same_files_its_configuration_kept_on_upgrades() {
     assert_eq!(config, ["/etc/default/kube-nftproxy", "/etc/kube-nftproxy/config.conf"].map(String::from).into());
     let scripts = text(&run(&["rpm", "-qp", "--scripts", rpm], &[]));
     assert!(scripts.contains("knp_installed") && scripts.contains("knp_removing"), "{scripts}");
+
+    // Installed and upgraded in a root of its own (its scripts need the node's systemd; the
+    // .deb's run above): the edit to config.conf stays.
+    let scratch = dir.0.join("root");
+    let root_dir = scratch.to_str().expect("utf-8 path");
+    run(&["rpm", "--root", root_dir, "--initdb"], &[]);
+    run(&["rpm", "--root", root_dir, "-i", "--nodeps", "--noscripts", rpm], &[]);
+    let config = scratch.join("etc/kube-nftproxy/config.conf");
+    let edited = std::fs::read_to_string(&config).expect("config").replace("10.244.0.0/16", "10.42.0.0/16");
+    std::fs::write(&config, &edited).expect("edit config");
+    let upgrade = newer.to_str().expect("utf-8 path");
+    run(&["rpm", "--root", root_dir, "-U", "--nodeps", "--noscripts", upgrade], &[]);
+    assert_eq!(
+        text(&run(&["rpm", "--root", root_dir, "-q", "kube-nftproxy"], &[])).trim(),
+        "kube-nftproxy-0.1.1-1.x86_64"
+    );
+    assert_eq!(std::fs::read_to_string(&config).expect("config"), edited, "the upgrade lost the edit");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(scratch.join("etc/kube-nftproxy")).expect("dir").permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
 }
