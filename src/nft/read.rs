@@ -67,17 +67,10 @@ impl ReadAhead {
     /// The endpoint slots the tables held, as a ruleset of endpoint maps alone: what a first
     /// render keeps, so that it differs from the tables only by what changed meanwhile.
     pub(super) fn slots(&mut self) -> Option<Ruleset> {
-        let fixed = render::Fixed {
-            mark: 0,
-            local: render::Detector::None,
-            nodeport_all: false,
-            drop_unallocated: false,
-            turns: false,
-        };
         let owner: std::sync::Arc<str> = std::sync::Arc::from("");
         let mut tables = Vec::new();
         for (family, held) in self.wait()? {
-            let mut t = Table::new(*family, fixed.clone());
+            let mut t = Table::new(*family, render::Fixed::default());
             for (map, read) in
                 held.maps.iter().filter(|(m, _)| matches!(m, MapName::Endpoints(..) | MapName::NodeportEndpoints(..)))
             {

@@ -168,14 +168,7 @@ mod tests {
 
     /// A table whose cluster-ips set holds `n` addresses.
     fn ruleset(n: u32) -> Ruleset {
-        let fixed = crate::render::Fixed {
-            mark: 0,
-            local: crate::render::Detector::None,
-            nodeport_all: false,
-            drop_unallocated: false,
-            turns: false,
-        };
-        let mut t = Table::new(Family::V4, fixed);
+        let mut t = Table::new(Family::V4, crate::render::Fixed::default());
         let owner: Arc<str> = Arc::from("ns/svc:p");
         let ips = (0..n).map(|i| {
             let key = Key::Ip(IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)));

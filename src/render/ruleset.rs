@@ -84,6 +84,14 @@ pub struct Fixed {
     pub turns: bool,
 }
 
+/// Nothing set: no mark, no detector, NodePorts on `@nodeport-ips`, no ServiceCIDR drop, no
+/// turns (a table read back for its elements alone, whose fixed part is not compared).
+impl Default for Fixed {
+    fn default() -> Fixed {
+        Fixed { mark: 0, local: super::Detector::None, nodeport_all: false, drop_unallocated: false, turns: false }
+    }
+}
+
 /// A session-affinity group (one scope of a service port) as its entries name it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct AffinityGroup {
