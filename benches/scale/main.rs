@@ -17,7 +17,7 @@
 //! family's first sync (`refused.rs`; `-- --refused-only` runs that part alone), and what the
 //! API's JSON and protobuf cost a client per object (`wire.rs`; `-- --wire-only` runs it alone).
 //! `-- --api-start-only [N]` times a daemon's start through the API server at 30k and 100k
-//! services, or N (`start.rs`). Every full run also measures issue 25's schedulers against
+//! services, or N, and a second one's restart over the rules it left (`start.rs`). Every full run also measures issue 25's schedulers against
 //! their baselines (`schedulers.rs`; `-- --schedulers-only` runs that part alone).
 //! `-- --neighbour-only [N]` measures how long another nftables user's commits wait while the
 //! daemon syncs, restarts and refreshes at 100k services, or N (`neighbour.rs`; not part of a

@@ -1,13 +1,15 @@
 //! A daemon's start through the API server at scale: the emulator, loaded with N services ×
 //! 5 endpoints, listens in a node-like namespace's gateway, and the real binary with default
 //! flags (protobuf; the first list at resourceVersion=0 comes whole from the watch cache)
-//! follows it from spawn to its first sync done.
+//! follows it from spawn to its first sync done; then a second daemon restarts over the
+//! rules the first left.
 //!
 //! Measured, from the daemon's log lines as they appear: spawn to "following the API
 //! server" (the process's own start), each resource's list (as the daemon logs it, and when
 //! its line appeared), every source listed, the wait from then to the sync's start (the
 //! last objects filed into the model), the sync's render and apply; and the daemon's
-//! resident memory after the first sync and at its highest. The emulator is warmed first
+//! resident memory after the first sync and at its highest; for the restart, when the read
+//! of our tables ahead of its first sync ended too. The emulator is warmed first
 //! (see `warm_up`). `-- --api-start N` runs it once
 //! at N services; `-- --api-start-only` three times each at 30k and 100k.
 
@@ -117,15 +119,41 @@ pub fn run(services: u32) -> Value {
     eprintln!("api-start: first sync {start_ms} ms after spawning: {}", line.trim());
     let log_text = d.stop();
     let warnings: Vec<&str> = log_text.lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
+    let restart = restart(&stage);
     let (endpoints, warm_ms) = (stage.case.endpoints, stage.warm_ms);
     drop(stage);
-    json!({"services": services, "endpoints": endpoints, "start_ms": start_ms,
+    json!({"services": services, "endpoints": endpoints, "start_ms": start_ms, "restart": restart,
            "following_ms": at(&lines, spawned, "following the API server"),
            "listed": listings(&lines, spawned), "all_listed_ms": all_listed,
            "filing_ms": filing, "render_ms": sync["render_ms"], "apply_ms": sync["apply_ms"],
            "sync": sync, "rss_synced_mb": rss_synced, "rss_after_1s_mb": rss_after, "rss_peak_mb": rss_peak,
            "warnings": warnings.len(), "emulator_warm_up_ms": warm_ms})
 }
+
+/// A second daemon started over the rules the first left (it stopped, its tables stay), as
+/// after an upgrade: spawn to its first sync, and where the time went.
+fn restart(stage: &Stage) -> Value {
+    let spawned = Instant::now();
+    let d = Daemon::start_api(&stage.ns, &stage.emu.kubeconfig(), &[], &[("RUST_LOG", READ_AHEAD_LOG)]);
+    let log = LogTail::start(&d.log);
+    let Some((synced, line)) = log.wait(0, FIRST_SYNC_LIMIT, is_sync) else {
+        panic!("the restarted daemon never synced:\n{}", d.logged());
+    };
+    let lines = log.lines();
+    let sync = sync_figures(&line);
+    let start_ms = ms_between(spawned, synced);
+    eprintln!("api-start: restart synced {start_ms} ms after spawning: {}", line.trim());
+    d.stop();
+    let read_ahead = at(&lines, spawned, "read our tables ahead");
+    // The first render waits for the read (it keeps the slots the tables hold): its logged
+    // render time includes that wait, so the sync's own part is what followed the read.
+    let after_read = read_ahead.map(|r| round2(start_ms - r));
+    json!({"start_ms": start_ms, "all_listed_ms": at(&lines, spawned, "every source has listed"),
+           "read_ahead_ms": read_ahead, "after_read_ms": after_read, "sync": sync})
+}
+
+/// The restart's log filter: the read ahead of its first sync logs at debug.
+const READ_AHEAD_LOG: &str = "info,kube_nftproxy::nft::read=debug";
 
 /// Prints runs at one size combined: median (lowest–highest) of each part.
 pub fn print(runs: &[Value]) {
@@ -156,6 +184,13 @@ pub fn print(runs: &[Value]) {
         cell(&["listed", "services", "took_ms"]),
         cell(&["listed", "endpointslices", "took_ms"]),
         cell(&["listed", "nodes", "took_ms"])
+    );
+    println!(
+        "  restart over its own rules: synced {} ms after spawning; all listed {}, tables read ahead {}, the sync after that read {}",
+        cell(&["restart", "start_ms"]),
+        cell(&["restart", "all_listed_ms"]),
+        cell(&["restart", "read_ahead_ms"]),
+        cell(&["restart", "after_read_ms"]),
     );
     let name = format!("api-start-{}.json", c["median"]["services"]);
     super::runs::write(&name, &json!({"combined": c, "runs": runs}));

@@ -102,6 +102,20 @@ pub(crate) fn top(body: &[u8], t: u16) -> Option<&[u8]> {
     find(body.get(4..)?, t)
 }
 
+/// The first payload of each of `types` in `data`, in one walk and without collecting the
+/// attributes (a dump reads hundreds of thousands of elements this way); an error if one is
+/// malformed.
+pub(crate) fn pick<const N: usize>(data: &[u8], types: [u16; N]) -> io::Result<[Option<&[u8]>; N]> {
+    let mut out = [None; N];
+    for a in iter(data) {
+        let (kind, payload) = a?;
+        if let Some(i) = types.iter().position(|t| *t == kind) {
+            out[i].get_or_insert(payload);
+        }
+    }
+    Ok(out)
+}
+
 /// The payload of the first attribute of type `t` among `attrs`.
 pub(crate) fn get<'a>(attrs: &[(u16, &'a [u8])], t: u16) -> Option<&'a [u8]> {
     attrs.iter().find(|(kind, _)| *kind == t).map(|(_, payload)| *payload)
@@ -170,5 +184,16 @@ mod tests {
         assert_eq!(find(&buf[..buf.len() - 1], 1), None);
         assert_eq!(find(&buf[..buf.len() - 1], 3), Some(&b"ab\0"[..]));
         assert_eq!((be32(&[0, 0, 7]), be64(&[0; 7]), lossy(b"a\xff\0")), (None, None, "a\u{fffd}".to_string()));
+    }
+
+    #[test]
+    fn picking_takes_the_first_of_each_type_and_checks_every_length() {
+        let mut buf = Vec::new();
+        put_str(&mut buf, 3, "ab");
+        put_be32(&mut buf, 1, 7);
+        put_be32(&mut buf, 3, 8);
+        let [one, two, three] = pick(&buf, [1, 2, 3]).unwrap();
+        assert_eq!((one.and_then(be32), two, three), (Some(7), None, Some(&b"ab\0"[..])));
+        assert!(pick(&buf[..buf.len() - 1], [3]).is_err(), "a cut attribute is an error even past the one asked for");
     }
 }

@@ -4,7 +4,7 @@
 //! reading of listed expressions.
 
 use super::abi::{NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE, NLA_F_NESTED};
-use super::attr::{Malformed, all, be32, get, lossy, put, put_str, put_with};
+use super::attr::{Malformed, all, be32, get, lossy, pick, put, put_str, put_with};
 use std::io;
 
 /// Immediate data: a value, or a verdict (`NF_DROP`, `NF_ACCEPT`, `NFT_JUMP`, `NFT_GOTO`)
@@ -68,11 +68,11 @@ impl DataRef<'_> {
 
 /// Nested data (`NFTA_DATA_*`): a value's bytes, or a verdict's code and chain.
 pub(crate) fn read_data(wrapped: &[u8]) -> io::Result<Data> {
-    let attrs = all(wrapped)?;
-    if let Some(v) = get(&attrs, NFTA_DATA_VALUE) {
+    let [value, verdict] = pick(wrapped, [NFTA_DATA_VALUE, NFTA_DATA_VERDICT])?;
+    if let Some(v) = value {
         return Ok(Data::Value(v.to_vec()));
     }
-    read_verdict(get(&attrs, NFTA_DATA_VERDICT).ok_or(Malformed("data with neither value nor verdict"))?)
+    read_verdict(verdict.ok_or(Malformed("data with neither value nor verdict"))?)
 }
 
 /// A verdict's nested attributes (`NFTA_VERDICT_*`): its code and, for a jump or goto, the

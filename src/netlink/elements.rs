@@ -9,7 +9,7 @@ use super::abi::{
     NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA,
     NFTNL_UDATA_SET_ELEM_COMMENT, NLA_F_NESTED, NLM_F_ACK, NLM_F_DUMP,
 };
-use super::attr::{self, Malformed, all, be32, be64, get};
+use super::attr::{self, Malformed, all, be32, be64, pick};
 use super::data::{Data, read_data};
 use super::{NfFamily, Socket, msg, udata};
 use std::io;
@@ -86,23 +86,33 @@ impl Socket {
 
 /// One `NFTA_LIST_ELEM`: its key (required), range end, flags, data, comment and timeout.
 fn element(elem: &[u8]) -> io::Result<Element> {
-    let attrs = all(elem)?;
-    let wrapped = get(&attrs, NFTA_SET_ELEM_KEY).ok_or(Malformed("no valid element key"))?;
-    let key = value(wrapped)?.ok_or(Malformed("no valid key value"))?;
-    let key_end = get(&attrs, NFTA_SET_ELEM_KEY_END).map(value).transpose()?.flatten();
-    let flags = match get(&attrs, NFTA_SET_ELEM_FLAGS) {
+    let [key, key_end, flags, data, comment, expires] = pick(
+        elem,
+        [
+            NFTA_SET_ELEM_KEY,
+            NFTA_SET_ELEM_KEY_END,
+            NFTA_SET_ELEM_FLAGS,
+            NFTA_SET_ELEM_DATA,
+            NFTA_SET_ELEM_USERDATA,
+            NFTA_SET_ELEM_EXPIRATION,
+        ],
+    )?;
+    let key = value(key.ok_or(Malformed("no valid element key"))?)?.ok_or(Malformed("no valid key value"))?;
+    let key_end = key_end.map(value).transpose()?.flatten();
+    let flags = match flags {
         Some(f) => be32(f).ok_or(Malformed("no valid element flags"))?,
         None => 0,
     };
-    let data = get(&attrs, NFTA_SET_ELEM_DATA).map(read_data).transpose()?;
-    let comment = get(&attrs, NFTA_SET_ELEM_USERDATA).and_then(|u| udata::comment(u, NFTNL_UDATA_SET_ELEM_COMMENT));
-    let expires_ms = get(&attrs, NFTA_SET_ELEM_EXPIRATION).and_then(be64);
+    let data = data.map(read_data).transpose()?;
+    let comment = comment.and_then(|u| udata::comment(u, NFTNL_UDATA_SET_ELEM_COMMENT));
+    let expires_ms = expires.and_then(be64);
     Ok(Element { key, key_end, flags, data, comment, expires_ms })
 }
 
-/// The bytes of a all `NFTA_DATA_VALUE`.
+/// The bytes of a nested `NFTA_DATA_VALUE`.
 fn value(wrapped: &[u8]) -> io::Result<Option<Vec<u8>>> {
-    Ok(get(&all(wrapped)?, NFTA_DATA_VALUE).map(<[u8]>::to_vec))
+    let [v] = pick(wrapped, [NFTA_DATA_VALUE])?;
+    Ok(v.map(<[u8]>::to_vec))
 }
 
 #[cfg(test)]

@@ -29,37 +29,49 @@ pub(super) struct Held {
 /// Our tables as the kernel holds them, by family.
 pub(super) type Tables = BTreeMap<Family, Held>;
 
+/// Both tables as the kernel held them, and the endpoint slots they hold.
+type ReadWhole = (Tables, Ruleset);
+
 /// Both tables as the kernel held them, read on a thread of their own while the daemon lists
 /// the cluster: a restart's first render keeps the endpoint slots they hold, and its first
-/// sync compares against them instead of reading them then (at 30k Services the read is about
-/// as long as the listing). A monitor socket opened before the read tells whether our tables
+/// sync compares against them instead of reading them then (at 30k Services the read ends
+/// about half a second after the listing, the kernel's dump of the endpoint map most of it). A monitor socket opened before the read tells whether our tables
 /// changed since.
 pub(super) struct ReadAhead {
     monitor: Socket,
-    read: Option<std::thread::JoinHandle<Result<Option<Tables>, NftError>>>,
+    read: Option<std::thread::JoinHandle<Result<Option<ReadWhole>, NftError>>>,
     held: Option<Tables>,
+    slots: Option<Ruleset>,
 }
 
 impl ReadAhead {
     /// Starts reading both tables, elements included.
     pub(super) fn start() -> std::io::Result<ReadAhead> {
         let monitor = Socket::monitor()?;
-        let read =
-            std::thread::Builder::new().name("nft-read-ahead".into()).spawn(|| read_settled(&Family::ALL, true))?;
-        Ok(ReadAhead { monitor, read: Some(read), held: None })
+        let read = std::thread::Builder::new().name("nft-read-ahead".into()).spawn(|| {
+            let began = std::time::Instant::now();
+            let Some(tables) = read_settled(&Family::ALL, true)? else { return Ok(None) };
+            // Here rather than on the sync thread, which waits for it.
+            let slots = slots(&tables);
+            let elements: usize = tables.values().flat_map(|h| h.maps.values()).map(|m| m.known.len()).sum();
+            log::debug!("read our tables ahead: {elements} elements in {:?}", began.elapsed());
+            Ok(Some((tables, slots)))
+        })?;
+        Ok(ReadAhead { monitor, read: Some(read), held: None, slots: None })
     }
 
     /// Waits for the read to end; what it read, if it read both tables whole.
     fn wait(&mut self) -> Option<&Tables> {
         if let Some(read) = self.read.take() {
-            self.held = match read.join() {
-                Ok(Ok(held)) => held,
+            let (held, slots) = match read.join() {
+                Ok(Ok(read)) => read.unzip(),
                 Ok(Err(e)) => {
                     log::debug!("reading the tables ahead failed: {e}");
-                    None
+                    (None, None)
                 }
-                Err(_) => None,
+                Err(_) => (None, None),
             };
+            (self.held, self.slots) = (held, slots);
         }
         self.held.as_ref()
     }
@@ -67,22 +79,8 @@ impl ReadAhead {
     /// The endpoint slots the tables held, as a ruleset of endpoint maps alone: what a first
     /// render keeps, so that it differs from the tables only by what changed meanwhile.
     pub(super) fn slots(&mut self) -> Option<Ruleset> {
-        let owner: std::sync::Arc<str> = std::sync::Arc::from("");
-        let mut tables = Vec::new();
-        for (family, held) in self.wait()? {
-            let mut t = Table::new(*family, render::Fixed::default());
-            for (map, read) in
-                held.maps.iter().filter(|(m, _)| matches!(m, MapName::Endpoints(..) | MapName::NodeportEndpoints(..)))
-            {
-                let entries = read
-                    .known
-                    .iter()
-                    .map(|(k, v)| (k.clone(), render::Entry { value: v.clone(), owner: owner.clone(), refs: 1 }));
-                t.elements.insert(*map, entries.collect());
-            }
-            tables.push(t);
-        }
-        Some(Ruleset { tables })
+        self.wait();
+        self.slots.take()
     }
 
     /// What was read, if it was read whole and our tables did not change since.
@@ -93,6 +91,26 @@ impl ReadAhead {
             _ => None,
         }
     }
+}
+
+/// The endpoint slots `tables` hold (see [`ReadAhead::slots`]).
+fn slots(tables: &Tables) -> Ruleset {
+    let owner: std::sync::Arc<str> = std::sync::Arc::from("");
+    let mut out = Vec::new();
+    for (family, held) in tables {
+        let mut t = Table::new(*family, render::Fixed::default());
+        for (map, read) in
+            held.maps.iter().filter(|(m, _)| matches!(m, MapName::Endpoints(..) | MapName::NodeportEndpoints(..)))
+        {
+            let entries = read
+                .known
+                .iter()
+                .map(|(k, v)| (k.clone(), render::Entry { value: v.clone(), owner: owner.clone(), refs: 1 }));
+            t.elements.insert(*map, entries.collect());
+        }
+        out.push(t);
+    }
+    Ruleset { tables: out }
 }
 
 /// The tables of `scope` as the kernel holds them, read while no other process changed

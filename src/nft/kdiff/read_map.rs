@@ -15,7 +15,7 @@ use std::sync::Arc;
 /// One map's elements as read: those in the desired state's terms, and the rest.
 #[derive(Debug, Default)]
 pub(crate) struct ReadMap {
-    /// Elements that read back exactly.
+    /// Elements that read back exactly, in key order.
     pub known: Vec<(Key, Value)>,
     /// Elements no sync writes in this form.
     pub raw: Vec<Element>,
@@ -23,12 +23,19 @@ pub(crate) struct ReadMap {
 
 /// Reads `elements` of `map` in a table of `family`.
 pub(crate) fn read_map(family: Family, map: MapName, elements: Vec<Element>) -> ReadMap {
-    if map == MapName::ServiceCidrs {
-        return read_ranges(family, elements);
-    }
-    let mut out = ReadMap::default();
+    let mut out =
+        if map == MapName::ServiceCidrs { read_ranges(family, elements) } else { read_each(family, map, elements) };
+    // In key order, as the desired state holds them: the comparison and a restart's first
+    // render take them so, and the reader is often a thread of its own.
+    out.known.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+fn read_each(family: Family, map: MapName, elements: Vec<Element>) -> ReadMap {
+    let mut out = ReadMap { known: Vec::with_capacity(elements.len()), raw: Vec::new() };
+    let mut scratch = Vec::with_capacity(64);
     for e in elements {
-        match read_one(family, map, &e) {
+        match read_one(family, map, &e, &mut scratch) {
             Some(kv) => out.known.push(kv),
             None => out.raw.push(e),
         }
@@ -36,15 +43,21 @@ pub(crate) fn read_map(family: Family, map: MapName, elements: Vec<Element>) -> 
     out
 }
 
-fn read_one(family: Family, map: MapName, e: &Element) -> Option<(Key, Value)> {
+fn read_one(family: Family, map: MapName, e: &Element, scratch: &mut Vec<u8>) -> Option<(Key, Value)> {
     let key = key(family, map, &e.key, e.key_end.as_deref())?;
     let value = value(e)?;
-    // Compared field by field, the timeout aside, rather than against a copy: a refresh reads
-    // every element of the table this way.
-    let laid = element::elements(&key, Some(&value));
-    let same = matches!(laid.as_slice(), [l] if l.key == e.key && l.key_end == e.key_end && l.flags == e.flags
-        && l.data == e.data && l.comment == e.comment);
-    same.then_some((key, value))
+    // Laid out again and compared field by field in place, the timeout aside, rather than
+    // against a copy: a refresh reads every element of the table this way.
+    let (mut laid, mut same) = (0, false);
+    element::lay_out(&key, Some(&value), scratch, |l| {
+        laid += 1;
+        same = l.key == e.key.as_slice()
+            && l.key_end == e.key_end.as_deref()
+            && l.flags == e.flags
+            && l.data == e.data.as_ref().map(|d| d.as_data_ref())
+            && l.comment == e.comment.as_deref();
+    });
+    (same && laid == 1).then_some((key, value))
 }
 
 /// The value of a map element (or none, for a set's), in the form a sync writes.

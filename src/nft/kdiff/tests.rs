@@ -155,3 +155,22 @@ fn a_verdict_no_desired_rule_has_reads_back_as_nft_writes_it() {
     assert_eq!(super::chains::verdict_text(NFT_JUMP, Some("c")), "jump c");
     assert_eq!(super::chains::verdict_text(NF_DROP, None), "drop");
 }
+
+#[test]
+fn every_element_a_sync_writes_reads_back_known_and_in_key_order_however_it_is_listed() {
+    let (ruleset, _) = desired();
+    let mut maps = 0;
+    for t in &ruleset.tables {
+        for (map, entries) in &t.elements {
+            // Listed backwards: a dump lists in the kernel's hash order, not the key order.
+            let listed: Vec<Element> = entries.iter().rev().map(|(key, e)| element(key, &e.value)).collect();
+            let read = read_map(t.family, *map, listed);
+            assert!(read.raw.is_empty(), "{map}: {:?} did not read back", read.raw);
+            let want: Vec<(&Key, &Value)> = entries.iter().map(|(k, e)| (k, &e.value)).collect();
+            let got: Vec<(&Key, &Value)> = read.known.iter().map(|(k, v)| (k, v)).collect();
+            assert_eq!(got, want, "{map}");
+            maps += usize::from(!entries.is_empty());
+        }
+    }
+    assert!(maps >= 4, "the golden case fills only {maps} maps");
+}
