@@ -92,31 +92,53 @@ impl Stage {
 
     /// Starts a daemon with default flags following the emulator.
     pub(super) fn daemon(&self) -> Daemon {
-        Daemon::start_api(&self.ns, &self.emu.kubeconfig(), &[], &[])
+        self.daemon_with(&[])
     }
+
+    /// As [`Stage::daemon`], with `env` set for it (a log filter).
+    fn daemon_with(&self, env: &[(&str, &str)]) -> Daemon {
+        Daemon::start_api(&self.ns, &self.emu.kubeconfig(), &[], env)
+    }
+
+    /// Starts a daemon (with `env`) and waits for its first sync; `what` names it if it never
+    /// syncs.
+    fn synced(&self, env: &[(&str, &str)], what: &str) -> Synced {
+        let spawned = Instant::now();
+        let d = self.daemon_with(env);
+        let log = LogTail::start(&d.log);
+        let Some((at, line)) = log.wait(0, FIRST_SYNC_LIMIT, is_sync) else {
+            panic!("{what} never synced:\n{}", d.logged());
+        };
+        let start_ms = ms_between(spawned, at);
+        eprintln!("api-start: {what} synced {start_ms} ms after spawning: {}", line.trim());
+        Synced { d, log, spawned, start_ms, line }
+    }
+}
+
+/// A daemon that has done its first sync: its log, when it was spawned, spawn to synced
+/// (ms), and the sync's line.
+struct Synced {
+    d: Daemon,
+    log: LogTail,
+    spawned: Instant,
+    start_ms: f64,
+    line: String,
 }
 
 /// One start at `services` services × 5 endpoints; one JSON object.
 pub fn run(services: u32) -> Value {
     let stage = Stage::new(services, "startbench");
-    let spawned = Instant::now();
-    let d = stage.daemon();
-    let log = LogTail::start(&d.log);
-    let Some((synced, line)) = log.wait(0, FIRST_SYNC_LIMIT, is_sync) else {
-        panic!("the daemon never synced:\n{}", d.logged());
-    };
+    let Synced { d, log, spawned, start_ms, line } = stage.synced(&[], "the daemon");
     let rss_synced = rss_mb(d.pid());
     std::thread::sleep(Duration::from_secs(1));
     let (rss_after, rss_peak) = (rss_mb(d.pid()), peak_rss_of(d.pid()));
     let lines = log.lines();
     let sync = sync_figures(&line);
-    let start_ms = ms_between(spawned, synced);
     let all_listed = at(&lines, spawned, "every source has listed");
     // The sync began `took` before its line; from every source listed to then, the sync thread
     // filed what was still waiting.
     let sync_began = sync["took_ms"].as_f64().map(|took| start_ms - took);
     let filing = all_listed.zip(sync_began).map(|(l, b)| round2(b - l));
-    eprintln!("api-start: first sync {start_ms} ms after spawning: {}", line.trim());
     let log_text = d.stop();
     let warnings: Vec<&str> = log_text.lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
     let restart = restart(&stage);
@@ -133,16 +155,9 @@ pub fn run(services: u32) -> Value {
 /// A second daemon started over the rules the first left (it stopped, its tables stay), as
 /// after an upgrade: spawn to its first sync, and where the time went.
 fn restart(stage: &Stage) -> Value {
-    let spawned = Instant::now();
-    let d = Daemon::start_api(&stage.ns, &stage.emu.kubeconfig(), &[], &[("RUST_LOG", READ_AHEAD_LOG)]);
-    let log = LogTail::start(&d.log);
-    let Some((synced, line)) = log.wait(0, FIRST_SYNC_LIMIT, is_sync) else {
-        panic!("the restarted daemon never synced:\n{}", d.logged());
-    };
+    let Synced { d, log, spawned, start_ms, line } = stage.synced(&[("RUST_LOG", READ_AHEAD_LOG)], "the restart");
     let lines = log.lines();
     let sync = sync_figures(&line);
-    let start_ms = ms_between(spawned, synced);
-    eprintln!("api-start: restart synced {start_ms} ms after spawning: {}", line.trim());
     d.stop();
     let read_ahead = at(&lines, spawned, "read our tables ahead");
     // The first render waits for the read (it keeps the slots the tables hold): its logged
