@@ -224,7 +224,7 @@ impl Pairs {
         for p in &self.all[from..] {
             slice_ms.push(p.slice_after.as_secs_f64() * 1e3);
             not_refused += u32::from(p.first != Probe::Refused);
-            let service = mon.wait(&format!("cluster-endpoints-tcp/{}", p.cluster_ip), left());
+            let service = mon.wait(&format!("cluster-endpoints-tcp-0/{}", p.cluster_ip), left());
             match (service, mon.wait(&p.endpoint, left())) {
                 (Some(a), Some(b)) => kernel.push(ms_between(p.at, a.max(b))),
                 _ => kernel_missing += 1,

@@ -273,11 +273,14 @@ pub fn run(services: u32) -> Value {
     r
 }
 
-/// New Services after `case`'s, with their slices, enough to take the endpoint map (five
-/// elements a Service) past the size a full sync declared it with.
+/// New Services after `case`'s, with their slices, enough to take the endpoint map's last
+/// part (the slots from `PARTS - 1` on: two of a Service's five) past the size a full sync
+/// declared it with.
 fn past_the_size(case: &synth::Case) -> Vec<Value> {
-    let map = MapName::Endpoints(kube_nftproxy::render::Scope::Cluster, kube_nftproxy::model::Protocol::Tcp);
-    let size = |services: u32| map.size_for(services as usize * 5);
+    use kube_nftproxy::render::{PARTS, Scope};
+    let map = MapName::Endpoints(Scope::Cluster, kube_nftproxy::model::Protocol::Tcp, PARTS - 1);
+    let per_service = (case.endpoints as usize).saturating_sub(usize::from(PARTS - 1));
+    let size = |services: u32| map.size_for(services as usize * per_service);
     let first = case.services;
     let last = (first..).find(|n| size(*n) != size(first)).expect("a larger size");
     let mut objects = Vec::new();

@@ -176,7 +176,7 @@ mod tests {
 
     #[test]
     fn each_frontends_changes_go_whole_into_one_stage_the_nodes_removals_last() {
-        let slots = MapName::Endpoints(Scope::Cluster, Protocol::Tcp);
+        let slots = MapName::Endpoints(Scope::Cluster, Protocol::Tcp, 0);
         // 40 frontends moving all three slots (a deletion and an addition each), a node port
         // doing the same, a node address coming and one going, a hairpin pair changing value.
         let keys: Vec<Key> = (0..40).flat_map(|f| (0..3).map(move |s| Key::IpSlot(ip(f), 80, s))).collect();
@@ -184,11 +184,12 @@ mod tests {
         let (new_node, old_node, pair) = (Key::Ip(ip(900)), Key::Ip(ip(901)), Key::SamePair(ip(7)));
         let value = Value::None;
         let mut d = TableDiff { fam: "ip", ..TableDiff::default() };
-        d.delete_elements.insert(slots, keys.iter().collect());
-        d.add_elements.insert(slots, keys.iter().map(|k| (k, &value)).collect());
-        let ports = MapName::NodeportEndpoints(Scope::Cluster, Protocol::Tcp);
-        d.delete_elements.insert(ports, port.iter().collect());
-        d.add_elements.insert(ports, port.iter().map(|k| (k, &value)).collect());
+        // Each slot in the part of the endpoint maps that holds it.
+        let ports = MapName::NodeportEndpoints(Scope::Cluster, Protocol::Tcp, 0);
+        for (map, k) in keys.iter().map(|k| (slots, k)).chain(port.iter().map(|k| (ports, k))) {
+            d.delete_elements.entry(map.holding(k)).or_default().push(k);
+            d.add_elements.entry(map.holding(k)).or_default().push((k, &value));
+        }
         d.delete_elements.insert(MapName::NodeportIps, vec![&old_node]);
         d.add_elements.insert(MapName::NodeportIps, vec![(&new_node, &value)]);
         d.delete_elements.insert(MapName::HairpinConnections, vec![&pair]);
@@ -259,7 +260,7 @@ mod tests {
         let value = Value::None;
         let mut d = TableDiff { fam: "ip", ..TableDiff::default() };
         d.add_elements
-            .insert(MapName::Endpoints(Scope::Cluster, Protocol::Tcp), keys.iter().map(|k| (k, &value)).collect());
+            .insert(MapName::Endpoints(Scope::Cluster, Protocol::Tcp, 0), keys.iter().map(|k| (k, &value)).collect());
         d.delete_elements.insert(MapName::ServiceCidrs, vec![&old]);
         d.add_elements.insert(MapName::ServiceCidrs, vec![(&new, &value)]);
         let stages = element_stages(std::slice::from_ref(&d), 10);

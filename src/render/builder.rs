@@ -49,7 +49,8 @@ struct PortRecord {
     owner: Arc<str>,
     chains: Vec<String>,
     sets: Vec<(String, AffinityGroup)>,
-    /// Elements held, a run of consecutive endpoint slots as its first key and length.
+    /// Elements held, a run of consecutive endpoint slots as its first key and length, under
+    /// the first part of the endpoint maps the run spreads over.
     elements: Vec<(MapName, Key, u32)>,
     lb: Vec<LbKey>,
     /// The `lb-*` chains its ClusterIPs are found by their endpoint count to reach.
@@ -183,9 +184,10 @@ impl<'a> Builder<'a> {
         match self.table.insert(map, key.clone(), value, &owner) {
             Inserted::New | Inserted::Shared => {
                 let held = &mut self.record().elements;
+                let runs = map.first_part();
                 match held.last_mut() {
-                    Some((m, first, run)) if *m == map && first.slot_plus(*run).as_ref() == Some(&key) => *run += 1,
-                    _ => held.push((map, key, 1)),
+                    Some((m, first, run)) if *m == runs && first.slot_plus(*run).as_ref() == Some(&key) => *run += 1,
+                    _ => held.push((runs, key, 1)),
                 }
             }
             Inserted::Refused { first } => {
@@ -340,9 +342,10 @@ impl Builder<'_> {
                 }
             }
         }
-        for (map, first, run) in record.elements {
+        for (runs, first, run) in record.elements {
             // Only slot keys have runs longer than one.
             for key in (0..run).map(|i| first.slot_plus(i).unwrap_or_else(|| first.clone())) {
+                let map = runs.holding(&key);
                 self.journal_element(map, &key);
                 self.contested |= self.index.contested.contains(&(map, key.clone()));
                 self.table.release(map, &key);

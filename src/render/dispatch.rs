@@ -30,10 +30,10 @@ pub(super) fn chains(
     for ((proto, scope), mut ns) in counts {
         ns.sort_unstable();
         ns.dedup();
-        let search = Search { words, scope, proto, map: MapName::Endpoints(scope, proto).to_string() };
+        let search = Search { words, scope, proto };
         let to = search.step(&ns, &mut out)?;
         // Slot 0: the frontend has endpoints of this scope at all.
-        entry.push(DispatchRule { proto: proto.as_str(), slot: 0, map: search.map, to });
+        entry.push(DispatchRule { proto: proto.as_str(), slot: 0, map: search.map(0), to });
     }
     let t = DispatchChain { fam: words.fam, rules: entry, otherwise: None };
     out.insert(names::chain::DISPATCH.to_string(), render_template(&t, "dispatch.nft")?);
@@ -45,10 +45,14 @@ struct Search {
     words: FamilyWords,
     scope: Scope,
     proto: Protocol,
-    map: String,
 }
 
 impl Search {
+    /// The endpoint map that holds `slot`.
+    fn map(&self, slot: usize) -> String {
+        MapName::endpoints(self.scope, self.proto, false, u32::try_from(slot).unwrap_or(u32::MAX)).to_string()
+    }
+
     /// The chain that leads a frontend with one of the counts `ns` (sorted, distinct) to its
     /// `lb-*` chain, adding the steps it needs to `out`: the `lb-*` chain itself for one
     /// count; otherwise a step that tests the middle count's last slot and halves the rest.
@@ -64,7 +68,8 @@ impl Search {
         let at_least = ns[mid];
         let more = self.step(&ns[mid..], out)?;
         let fewer = self.step(&ns[..mid], out)?;
-        let rule = DispatchRule { proto: self.proto.as_str(), slot: at_least - 1, map: self.map.clone(), to: more };
+        let rule =
+            DispatchRule { proto: self.proto.as_str(), slot: at_least - 1, map: self.map(at_least - 1), to: more };
         let t = DispatchChain { fam: self.words.fam, rules: vec![rule], otherwise: Some(fewer) };
         let name = names::dispatch_chain(self.scope, self.proto, lo, hi);
         out.insert(name.clone(), render_template(&t, "dispatch.nft")?);
@@ -128,7 +133,7 @@ mod tests {
             .chain([random(Scope::Local, Protocol::Tcp, 2), random(Scope::Cluster, Protocol::Udp, 4)]);
         let chains = chains(words(), keys).expect("render");
         let floors = names::dispatch_floors(&chains[names::chain::DISPATCH]);
-        let want = [("cluster-endpoints-tcp", 3), ("cluster-endpoints-udp", 4), ("local-endpoints-tcp", 2)];
+        let want = [("cluster-endpoints-tcp-0", 3), ("cluster-endpoints-udp-0", 4), ("local-endpoints-tcp-0", 2)];
         assert_eq!(floors, want.map(|(m, n)| (m.to_string(), n)).into_iter().collect());
     }
 
@@ -149,7 +154,7 @@ mod tests {
         assert_eq!(chains.len(), 1, "{chains:?}");
         assert_eq!(
             chains[names::chain::DISPATCH],
-            "ip daddr . udp dport . numgen random mod 1 @local-endpoints-udp goto lb-local-udp-2\n"
+            "ip daddr . udp dport . numgen random mod 1 @local-endpoints-udp-0 goto lb-local-udp-2\n"
         );
     }
 

@@ -1,5 +1,6 @@
 //! The named sets and maps of a table, and the scope (cluster or node-local) their names carry.
 
+use super::key::Key;
 use crate::model::Protocol;
 use std::fmt;
 
@@ -45,10 +46,12 @@ pub enum MapName {
     HairpinConnections,
     /// `service-cidrs`: the ServiceCIDRs' ranges, where an address no Service holds is dropped.
     ServiceCidrs,
-    /// `{scope}-endpoints-{proto}`: frontend IP . port . slot → endpoint.
-    Endpoints(Scope, Protocol),
-    /// `{scope}-nodeport-endpoints-{proto}`: node port . slot → endpoint.
-    NodeportEndpoints(Scope, Protocol),
+    /// `{scope}-endpoints-{proto}-{part}`: frontend IP . port . slot → endpoint, for the
+    /// slots of one [`part`].
+    Endpoints(Scope, Protocol, u8),
+    /// `{scope}-nodeport-endpoints-{proto}-{part}`: node port . slot → endpoint, for the
+    /// slots of one [`part`].
+    NodeportEndpoints(Scope, Protocol, u8),
     /// `turns-{shard}`: a round-robin turn → the chain that takes the endpoint slot of that
     /// number, each scope, frontend kind and protocol in a range of turns of its own. Round
     /// robin's rules (one per port) read these small maps, not the endpoint maps, spread
@@ -73,15 +76,60 @@ impl MapName {
             MapName::ServiceCidrs,
         ];
         for scope in [Scope::Cluster, Scope::Local] {
-            all.extend(Protocol::ALL.map(|proto| MapName::Endpoints(scope, proto)));
-            all.extend(Protocol::ALL.map(|proto| MapName::NodeportEndpoints(scope, proto)));
+            for proto in Protocol::ALL {
+                all.extend((0..PARTS).map(|part| MapName::Endpoints(scope, proto, part)));
+                all.extend((0..PARTS).map(|part| MapName::NodeportEndpoints(scope, proto, part)));
+            }
         }
         all.extend((0..super::names::TURN_SHARDS).map(MapName::Turns));
         all
     }
 }
 
+/// How many maps one scope's, protocol's and frontend kind's endpoint slots are spread over:
+/// slot `k` is in part `k` up to the last part, which holds every slot from there on. The
+/// kernel dumps a map 32 KB a message, each message walking the map from its start, so a
+/// restart's read of one map costs the square of its size: five maps of 30,000 elements
+/// dump in a sixth of the time one of 150,000 takes (docs/performance.md).
+pub const PARTS: u8 = 4;
+
+/// The part of the endpoint maps that holds `slot`.
+pub fn part(slot: u32) -> u8 {
+    u8::try_from(slot).map_or(PARTS - 1, |s| s.min(PARTS - 1))
+}
+
 impl MapName {
+    /// The endpoint map holding `slot` of a frontend of `scope` and `proto`: an IP frontend's,
+    /// or a node port's.
+    pub fn endpoints(scope: Scope, proto: Protocol, nodeport: bool, slot: u32) -> MapName {
+        if nodeport {
+            MapName::NodeportEndpoints(scope, proto, part(slot))
+        } else {
+            MapName::Endpoints(scope, proto, part(slot))
+        }
+    }
+
+    /// For an endpoint map, its part that holds `key`'s slot; any other map is itself.
+    pub fn holding(self, key: &Key) -> MapName {
+        match (self, key) {
+            (MapName::Endpoints(s, p, _), Key::IpSlot(_, _, slot)) => MapName::Endpoints(s, p, part(*slot)),
+            (MapName::NodeportEndpoints(s, p, _), Key::PortSlot(_, slot)) => {
+                MapName::NodeportEndpoints(s, p, part(*slot))
+            }
+            _ => self,
+        }
+    }
+
+    /// For an endpoint map, its first part (where a frontend's slots start); any other map
+    /// is itself.
+    pub fn first_part(self) -> MapName {
+        match self {
+            MapName::Endpoints(s, p, _) => MapName::Endpoints(s, p, 0),
+            MapName::NodeportEndpoints(s, p, _) => MapName::NodeportEndpoints(s, p, 0),
+            _ => self,
+        }
+    }
+
     /// Whether this map's elements stand for one service port's frontend (keyed by it, or by
     /// it and a slot), so that an element names whose frontend it is: the dispatch maps,
     /// `firewall-ips`, and the endpoint maps, whose slot 0 stands for a ClusterIP that the
@@ -98,6 +146,16 @@ impl MapName {
                 | MapName::NodeportEndpoints(..)
         )
     }
+}
+
+/// Whether `name` is an endpoint map of the layout before the parts (one map for all of a
+/// scope's, protocol's and frontend kind's slots, as `cluster-endpoints-tcp`): what a
+/// restart over an earlier version's tables removes as its own.
+pub fn unparted_endpoint_map(name: &str) -> bool {
+    MapName::all()
+        .into_iter()
+        .filter(|m| matches!(m, MapName::Endpoints(_, _, 0) | MapName::NodeportEndpoints(_, _, 0)))
+        .any(|m| m.to_string().strip_suffix("-0") == Some(name))
 }
 
 /// Hash maps with fewer elements than this are declared without a size: the kernel starts
@@ -154,8 +212,8 @@ impl fmt::Display for MapName {
             MapName::FirewallAllow => f.write_str("firewall-allow"),
             MapName::HairpinConnections => f.write_str("hairpin-connections"),
             MapName::ServiceCidrs => f.write_str("service-cidrs"),
-            MapName::Endpoints(s, p) => write!(f, "{}-endpoints-{p}", s.as_str()),
-            MapName::NodeportEndpoints(s, p) => write!(f, "{}-nodeport-endpoints-{p}", s.as_str()),
+            MapName::Endpoints(s, p, part) => write!(f, "{}-endpoints-{p}-{part}", s.as_str()),
+            MapName::NodeportEndpoints(s, p, part) => write!(f, "{}-nodeport-endpoints-{p}-{part}", s.as_str()),
             MapName::Turns(shard) => write!(f, "turns-{shard}"),
         }
     }

@@ -38,7 +38,7 @@ pub use rendered::{Rendered, Update};
 pub use templates::{ElementText, FamilyWords};
 
 pub use key::Key;
-pub use maps::{BUILT_FOR, MapName, Scope, built_for, without_built_for};
+pub use maps::{BUILT_FOR, MapName, PARTS, Scope, built_for, part, without_built_for};
 pub use ruleset::{AffinityGroup, ElementChange, Entry, Fixed, Inserted, Ruleset, Table, Value, element_changes};
 
 use crate::config::Config;
@@ -198,25 +198,35 @@ fn context<'a>(model: &'a Model, cfg: &'a Config, family: Family, previous: Opti
     }
 }
 
-/// Renders an `lb-*` chain: one scope's and frontend kind's endpoint map, picked from as
-/// `key.pick` says; a round-robin turn's goes through the `turns` map instead.
+/// Renders an `lb-*` chain: the slot of a frontend of one scope and kind picked as
+/// `key.pick` says, a step for each part of the endpoint maps the slots spread over; a
+/// round-robin turn's goes through the `turns` map instead.
 fn lb_chain(words: FamilyWords, key: builder::LbKey) -> Result<String, RenderError> {
     let builder::LbKey { scope, nodeport, proto, n, pick } = key;
-    let map = match (pick, nodeport) {
-        (builder::Pick::Turn(shard), _) => MapName::Turns(shard),
-        (_, true) => MapName::NodeportEndpoints(scope, proto),
-        (_, false) => MapName::Endpoints(scope, proto),
-    };
     let (how, port) = match pick {
         builder::Pick::Random => ("random", false),
         builder::Pick::Turn(_) => ("turn", false),
         builder::Pick::Slot => ("slot", false),
         builder::Pick::Hash { port } => ("hash", port),
     };
+    let map =
+        |slot: usize| MapName::endpoints(scope, proto, nodeport, u32::try_from(slot).unwrap_or(u32::MAX)).to_string();
+    let own = usize::from(maps::PARTS - 1);
+    let steps = match pick {
+        builder::Pick::Turn(_) => Vec::new(),
+        builder::Pick::Slot => vec![templates::LbStep { slot: n, rest: 1, last: true, map: map(n) }],
+        _ => (0..n)
+            .take(own + 1)
+            .map(|k| templates::LbStep { slot: k, rest: n - k, last: k + 1 == n || k == own, map: map(k) })
+            .collect(),
+    };
+    let turns = match pick {
+        builder::Pick::Turn(shard) => MapName::Turns(shard).to_string(),
+        _ => String::new(),
+    };
     let seed = format!("{:#x}", hash::HASH_SEED);
     let offset = names::turn_base(scope, nodeport, proto);
-    let t =
-        LbChain { fam: words.fam, proto: proto.as_str(), n, nodeport, map: map.to_string(), how, port, seed, offset };
+    let t = LbChain { fam: words.fam, proto: proto.as_str(), n, nodeport, map: turns, how, port, seed, offset, steps };
     render_template(&t, "lb.nft")
 }
 
@@ -231,8 +241,8 @@ fn endpoint_maps() -> Vec<EndpointMapDecl> {
     MapName::all()
         .into_iter()
         .filter_map(|map| match map {
-            MapName::Endpoints(_, proto) => Some(decl(map, proto, false)),
-            MapName::NodeportEndpoints(_, proto) => Some(decl(map, proto, true)),
+            MapName::Endpoints(_, proto, _) => Some(decl(map, proto, false)),
+            MapName::NodeportEndpoints(_, proto, _) => Some(decl(map, proto, true)),
             _ => None,
         })
         .collect()

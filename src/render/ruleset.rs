@@ -275,7 +275,7 @@ mod tests {
 
     #[test]
     fn element_changes_are_what_differs_map_by_map_in_key_order() {
-        let eps = MapName::Endpoints(Scope::Cluster, Protocol::Tcp);
+        let eps = MapName::Endpoints(Scope::Cluster, Protocol::Tcp, 0);
         let old = table(&[
             (MapName::ClusterIps, 1, None),
             (MapName::ClusterIps, 2, None),

@@ -244,7 +244,7 @@ impl Builder<'_> {
         }
         let proto = p.sp.name.protocol;
         let nodeport = matches!(frontend, Frontend::NodePort(_));
-        let map = if nodeport { MapName::NodeportEndpoints(scope, proto) } else { MapName::Endpoints(scope, proto) };
+        let map = |slot| MapName::endpoints(scope, proto, nodeport, slot);
         let slot_key = |slot: u32| match frontend {
             Frontend::Ip(ip, port) => Key::IpSlot(ip, port, slot),
             Frontend::NodePort(port) => Key::PortSlot(port, slot),
@@ -257,7 +257,7 @@ impl Builder<'_> {
             }
             other => {
                 let old: Vec<(IpAddr, u16)> = (0u32..)
-                    .map_while(|slot| match self.previous_value(map, &slot_key(slot))? {
+                    .map_while(|slot| match self.previous_value(map(slot), &slot_key(slot))? {
                         Value::Endpoint(ip, port, _) => Some((*ip, *port)),
                         _ => None,
                     })
@@ -269,7 +269,7 @@ impl Builder<'_> {
         };
         for (slot, (ip, port)) in (0u32..).zip(&slots) {
             let owner = (slot == 0).then(|| p.owner.clone());
-            self.element(map, slot_key(slot), Value::Endpoint(*ip, *port, owner));
+            self.element(map(slot), slot_key(slot), Value::Endpoint(*ip, *port, owner));
         }
         let key = LbKey { scope, nodeport, proto, n: slots.len(), pick };
         if let Pick::Turn(shard) = pick {

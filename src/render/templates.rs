@@ -87,7 +87,8 @@ pub struct BalanceChain<'a> {
 }
 
 /// `lb.nft`: the chain that DNATs to slot `numgen mod n` (the client's `jhash mod n`, or
-/// slot `n`) of a frontend in an endpoint map, or a round-robin port's turn.
+/// slot `n`) of a frontend in the endpoint maps, one step per map part, or a round-robin
+/// port's turn.
 #[derive(Template)]
 #[template(path = "lb.nft")]
 pub struct LbChain {
@@ -108,7 +109,23 @@ pub struct LbChain {
     pub offset: u32,
     /// Keyed by node port rather than by destination IP and port.
     pub nodeport: bool,
-    /// The endpoint map (`turns` for a turn).
+    /// The `turns` map, for a turn.
+    pub map: String,
+    /// The steps over the endpoint maps' parts, in slot order.
+    pub steps: Vec<LbStep>,
+}
+
+/// One rule of an `lb-*` chain: the slot it takes, in the part of the endpoint maps that
+/// holds it.
+#[derive(Debug, Clone)]
+pub struct LbStep {
+    /// The slot, or on the last step the first of the slots it picks from.
+    pub slot: usize,
+    /// How many slots are left from this one on.
+    pub rest: usize,
+    /// The last step: no test before it (every slot before it was passed over).
+    pub last: bool,
+    /// The endpoint map that holds the slot.
     pub map: String,
 }
 

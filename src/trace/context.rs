@@ -126,7 +126,7 @@ impl Context {
         let sock = self.generation.1.as_mut()?;
         let key = element::elements(&Key::IpSlot(addr, port, 0), None).into_iter().next()?.key;
         [Scope::Cluster, Scope::Local].into_iter().find_map(|scope| {
-            let map = MapName::Endpoints(scope, proto).to_string();
+            let map = MapName::Endpoints(scope, proto, 0).to_string();
             sock.element(NfFamily::from(family), TABLE_NAME, &map, &key).ok().flatten()?.comment
         })
     }

@@ -68,13 +68,19 @@ pub fn who(ns: &Netns, dst: &str) -> String {
 /// Services `bulk-N` for `range`, each with five endpoints on node-b (addresses nothing
 /// answers on): bulk for a big table.
 pub fn bulk(range: std::ops::Range<u32>) -> Vec<Value> {
+    bulk_wide(range, 5)
+}
+
+/// As [`bulk`], with `endpoints` endpoints each.
+pub fn bulk_wide(range: std::ops::Range<u32>, endpoints: u32) -> Vec<Value> {
     let mut objects = Vec::new();
     for i in range {
         let ip = format!("172.31.{}.{}", i / 250, i % 250 + 1);
         let spec = json!({"clusterIP": ip, "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
         let name = format!("bulk-{i}");
-        let eps: Vec<Value> =
-            (1..=5).map(|e| json!({"addresses": [format!("10.5.{}.{e}", i % 250)], "nodeName": "node-b"})).collect();
+        let eps: Vec<Value> = (1..=endpoints)
+            .map(|e| json!({"addresses": [format!("10.5.{}.{e}", i % 250)], "nodeName": "node-b"}))
+            .collect();
         objects.push(service(&name, spec, json!({})));
         objects.push(slice(&name, false, "TCP", eps));
     }

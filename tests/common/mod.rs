@@ -59,16 +59,18 @@ pub const SCHEDULER_PICKS: [&str; 5] = [
     "numgen inc mod {n} offset 2",
 ];
 
-/// `rules` with every dnat rule's `numgen random mod N` pick replaced by `pick` (one of
-/// [`SCHEDULER_PICKS`]).
+/// `rules` with every dnat rule's `numgen random mod N` pick (with no offset) replaced by
+/// `pick` (one of [`SCHEDULER_PICKS`]).
 pub fn with_pick(rules: &str, pick: &str) -> String {
     let mut out = String::new();
     for line in rules.split_inclusive('\n') {
-        let Some((head, rest)) = line.split_once(" . numgen random mod ").filter(|_| line.contains("dnat ip")) else {
+        let picked = line.split_once(" . numgen random mod ").filter(|_| line.contains("dnat ip"));
+        let Some((head, (n, tail))) =
+            picked.and_then(|(h, r)| Some((h, r.split_once(' ')?))).filter(|(_, (_, t))| t.starts_with("map "))
+        else {
             out.push_str(line);
             continue;
         };
-        let (n, tail) = rest.split_once(' ').expect("a map after the pick");
         let ip = if line.contains("dnat ip6 ") { "ip6" } else { "ip" };
         let proto = head.strip_suffix(" dport").and_then(|h| h.rsplit(' ').next()).expect("a dport before the pick");
         let pick = pick.replace("{ip}", ip).replace("{proto}", proto).replace("{n}", n);
@@ -229,6 +231,14 @@ impl Netns {
         let out = self.run(&cmd, "");
         assert!(out.status.success(), "nft {args:?} in {}: {}", self.name, String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `nft list map` of every part of endpoint map `base` (`cluster-endpoints-tcp`) in
+    /// `family`'s table, one after another.
+    pub fn endpoint_map(&self, family: &str, base: &str) -> String {
+        (0..kube_nftproxy::render::PARTS)
+            .map(|part| self.nft(&["list", "map", family, "kube-nftproxy", &format!("{base}-{part}")]))
+            .collect()
     }
 }
 

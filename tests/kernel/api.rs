@@ -116,7 +116,7 @@ fn the_daemon_follows_the_api_server_through_a_real_kernel() {
     emu.apply(&Value::Array(svc(&c, "api", "172.30.0.41", &["pod-2"])));
     // In the kernel (its endpoint map dispatches the new ClusterIP) within a second; a probe
     // sent before that would only be retransmitted a second later, so the kernel is polled.
-    let endpoints = || c.node.nft(&["list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp"]);
+    let endpoints = || c.node.nft(&["list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp-0"]);
     let took = wait_for(Duration::from_secs(5), || endpoints().contains("172.30.0.41 . 80"));
     assert!(took.is_some(), "the new Service never reached the kernel:\n{}", d.logged());
     assert!(

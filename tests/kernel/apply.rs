@@ -80,7 +80,7 @@ fn a_failed_sync_changes_nothing_and_the_next_one_is_full() {
     first.unwrap();
     // Someone deletes the service's endpoint behind our back; the next partial sync deletes
     // it too, so its transaction fails halfway (after other commands were accepted).
-    c.node.nft(&["delete", "element", "ip", "kube-nftproxy", "cluster-endpoints-tcp", "{ 172.30.0.40 . 80 . 0 }"]);
+    c.node.nft(&["delete", "element", "ip", "kube-nftproxy", "cluster-endpoints-tcp-0", "{ 172.30.0.40 . 80 . 0 }"]);
     let before = c.node.nft(&["list", "ruleset"]);
     let spec = json!({"clusterIP": "172.30.0.40", "ports": [{"name": "http", "port": 80, "targetPort": ECHO_PORT}]});
     let mut changed = web(&c, &["pod-2"]);

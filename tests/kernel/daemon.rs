@@ -38,7 +38,7 @@ fn tampering_is_repaired_within_two_seconds() {
     c.node.nft(&["flush", "ruleset"]);
     let took = wait_for(Duration::from_secs(2), || who(&c.client, "172.30.0.40:80") == "pod-1");
     assert!(took.is_some(), "`nft flush ruleset` was not repaired within 2 s");
-    c.node.nft(&["delete", "element", "ip", "kube-nftproxy", "cluster-endpoints-tcp", "{ 172.30.0.40 . 80 . 0 }"]);
+    c.node.nft(&["delete", "element", "ip", "kube-nftproxy", "cluster-endpoints-tcp-0", "{ 172.30.0.40 . 80 . 0 }"]);
     let took = wait_for(Duration::from_secs(2), || who(&c.client, "172.30.0.40:80") == "pod-1");
     assert!(took.is_some(), "a deleted element was not restored within 2 s");
     let log = child.stop();
@@ -116,7 +116,7 @@ fn in_a_pid_namespace_its_own_commits_are_not_tampering_and_others_are() {
     assert!(log.matches("Partial sync").count() >= 2, "{log}");
     assert!(!log.contains("restoring the tables"), "its own partial syncs were taken for tampering:\n{log}");
     // Someone else's change still is.
-    c.node.nft(&["delete", "element", "ip", "kube-nftproxy", "cluster-endpoints-tcp", "{ 172.30.0.40 . 80 . 0 }"]);
+    c.node.nft(&["delete", "element", "ip", "kube-nftproxy", "cluster-endpoints-tcp-0", "{ 172.30.0.40 . 80 . 0 }"]);
     let repaired = wait_for(Duration::from_secs(3), || d.logged().contains("restoring the tables"));
     assert!(repaired.is_some(), "tampering went unnoticed:\n{}", d.logged());
     assert!(wait_for(Duration::from_secs(3), || who(&c.client, "172.30.0.40:80") == "pod-1").is_some());

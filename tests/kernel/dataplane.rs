@@ -3,17 +3,14 @@
 //! Each test builds its own cluster of network namespaces (see `crate::common::cluster`), loads the
 //! dry run's ruleset into the node and checks where connections land and what source the
 //! endpoint saw. Failures name the packet, where it went and where it should have gone. The
-//! schedulers' picks (a hash of the client, a round robin) are checked against
-//! `render::hash` and the counter's turns, compiled in-process.
+//! schedulers' picks (a hash of the client, a round robin) are checked in
+//! `dataplane_affinity/schedulers.rs`.
 
 use crate::common::check::{LONG, SHORT, reached, send, spread, web};
 use crate::common::cluster::{Cluster, ECHO_PORT, endpoint, service, slice};
 use crate::common::kernel_available;
-use crate::common::net::{Probe, Proto, in_netns, probe};
-use kube_nftproxy::render::hash;
+use crate::common::net::{Probe, Proto};
 use serde_json::json;
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 #[test]
@@ -203,94 +200,5 @@ fn ipv6_clusterip_and_nodeport() {
         let r = reached(send(&c.client, Proto::Tcp, dst, None, LONG), &format!("{what} from outside"), &any);
         assert!(r.seen.is_ipv6(), "{what}: the endpoint saw {}", r.seen);
         reached(send(&c.pod_named("pod-1").ns, Proto::Tcp, dst, None, LONG), &format!("{what} from a pod"), &any);
-    }
-}
-
-/// The dnat rules of `family`'s table in the dry run's `script` with `pick` (one of
-/// `crate::common::SCHEDULER_PICKS`) for `numgen random`, compiled in-process and sent to the node:
-/// each chain flushed and its rule added anew, the maps and their elements kept.
-fn repick(c: &Cluster, script: &str, family: &str, pick: &str) {
-    use kube_nftproxy::netlink::send::Sender;
-    use kube_nftproxy::nft::compile::{Schema, compile};
-    use kube_nftproxy::nft::wire::Batch;
-    let head = format!("table {family} kube-nftproxy {{");
-    let table: String =
-        script.lines().skip_while(|l| *l != head).take_while(|l| *l != "}").collect::<Vec<_>>().join("\n");
-    let (mut rules, mut chain) = (String::new(), "");
-    for line in table.lines() {
-        if let Some(name) = line.trim().strip_prefix("chain ").and_then(|l| l.strip_suffix(" {")) {
-            chain = name;
-        } else if line.contains("dnat ") && line.contains(" . numgen random mod ") {
-            let rule = crate::common::with_pick(line.trim(), pick);
-            rules.push_str(&format!(
-                "flush chain {family} kube-nftproxy {chain}\nadd rule {family} kube-nftproxy {chain} {rule}\n"
-            ));
-        }
-    }
-    assert!(rules.contains("add rule"), "{family}: no dnat rules to change in:\n{table}");
-    let mut schema = Schema::default();
-    compile(&format!("{table}\n}}\n"), &mut schema, &mut Batch::new()).expect("the table compiles");
-    schema.sent();
-    crate::common::net::in_netns(&c.node.name, || {
-        let mut batch = Batch::new();
-        compile(&rules, &mut schema, &mut batch).expect("the rules compile");
-        Sender::default().send(&batch.finish()).expect("the kernel takes the rules");
-    });
-}
-
-/// The pod each slot of `service`'s endpoint map sends to, as the node's kernel holds it.
-fn slots(c: &Cluster, family: &str, service: &str) -> BTreeMap<u32, String> {
-    let listed = c.node.nft(&["list", "map", family, "kube-nftproxy", "cluster-endpoints-tcp"]);
-    let mut out = BTreeMap::new();
-    for element in listed.split([',', '{', '}']).filter(|e| e.contains(" : ") && e.contains(service)) {
-        let (key, value) = element.split_once(" : ").expect("key : value");
-        // Slot 0 carries its service port's name as a comment.
-        let key = key.split(" comment ").next().unwrap_or(key);
-        let slot = key.split(" . ").nth(2).and_then(|s| s.trim().parse().ok()).expect("a slot");
-        let addr: IpAddr = value.split(" . ").next().and_then(|a| a.trim().parse().ok()).expect("an address");
-        let pod = c.pods.iter().find(|p| p.ip4 == addr || p.ip6 == addr).expect("a pod");
-        out.insert(slot, pod.name.clone());
-    }
-    out
-}
-
-#[test]
-fn the_kernel_sends_each_client_where_the_hash_says_and_a_round_robin_in_turn() {
-    if !kernel_available() {
-        return;
-    }
-    let c = Cluster::new(3, 0);
-    let script = c.apply(c.dual("web", 7, &["pod-1", "pod-2", "pod-3"]), &[]);
-    for (family, service, prefix) in [("ip", "172.30.0.7", "172.16.0."), ("ip6", "fd00:172:30::7", "fd00:172:16::")] {
-        let pods = slots(&c, family, service);
-        assert_eq!(pods.len(), 3, "{family}: {pods:?}");
-        let dst = SocketAddr::new(service.parse().unwrap(), 80);
-        repick(&c, &script, family, crate::common::SCHEDULER_PICKS[0]);
-        let mut seen = BTreeSet::new();
-        for i in 100..130 {
-            let src: IpAddr = format!("{prefix}{i}").parse().unwrap();
-            let (len, dad) = if src.is_ipv4() { ("24", None) } else { ("64", Some("nodad")) };
-            let add = ["ip", "addr", "add", &format!("{src}/{len}"), "dev", "eth0"];
-            let out = c.client.run(&add.into_iter().chain(dad).collect::<Vec<_>>(), "");
-            assert!(out.status.success(), "{add:?}: {}", String::from_utf8_lossy(&out.stderr));
-            let want = &pods[&hash::slot(&bytes(src), 3)];
-            let got = in_netns(&c.client.name, || probe(Proto::Tcp, dst, Some(src), LONG)).who();
-            assert_eq!(&got, want, "{src} to {dst}");
-            seen.insert(got);
-        }
-        assert_eq!(seen.len(), 3, "{family}: thirty clients took only {seen:?}");
-        // A counter from the first slot on, one more each connection.
-        repick(&c, &script, family, crate::common::SCHEDULER_PICKS[2]);
-        let turns: Vec<String> =
-            (0..6).map(|_| in_netns(&c.client.name, || probe(Proto::Tcp, dst, None, LONG)).who()).collect();
-        let want: Vec<String> = (0..6).map(|i| pods[&(i % 3)].clone()).collect();
-        assert_eq!(turns, want, "{family}: round robin");
-    }
-}
-
-fn bytes(ip: IpAddr) -> Vec<u8> {
-    match ip {
-        IpAddr::V4(v) => v.octets().to_vec(),
-        IpAddr::V6(v) => v.octets().to_vec(),
     }
 }

@@ -194,7 +194,7 @@ fn an_endpoint_in_two_slices_is_used_once_as_its_ready_copy() {
     let mut objects = duplicated(&c, "dup-a", "172.30.0.75", true);
     objects.extend(duplicated(&c, "dup-b", "172.30.0.76", false));
     c.apply(objects, &[]);
-    let map = c.node.nft(&["list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp"]);
+    let map = c.node.endpoint_map("ip", "cluster-endpoints-tcp");
     for ip in ["172.30.0.75", "172.30.0.76"] {
         let slots = map.matches(&format!("{ip} . 80 . ")).count();
         assert_eq!(slots, 2, "{ip} must have one slot per distinct endpoint:\n{map}");

@@ -376,7 +376,7 @@ fn the_data_plane_check_fails_when_the_kernel_disagrees() {
     crate::common::check::send(&c.client, Proto::Tcp, "172.30.0.18:80", None, crate::common::check::LONG);
     assert_eq!(crate::common::explained::checked(), before + 1, "the probe was checked against explain");
     let out = c.node.run(
-        &["nft", "delete", "element", "ip", "kube-nftproxy", "cluster-endpoints-tcp", "{ 172.30.0.18 . 80 . 0 }"],
+        &["nft", "delete", "element", "ip", "kube-nftproxy", "cluster-endpoints-tcp-0", "{ 172.30.0.18 . 80 . 0 }"],
         "",
     );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -113,13 +113,14 @@ fn a_thousand_mixed_services_diff_empty_and_nothing_is_written() {
     if !kernel_available() {
         return;
     }
-    let case = synth::Case { name: "1k mix".into(), services: 1000, endpoints: 5, mix: true };
+    // Ten endpoints each: the endpoint map's last part (slots 3 to 9) holds enough for a size.
+    let case = synth::Case { name: "1k mix".into(), services: 1000, endpoints: 10, mix: true };
     let cfg = config(&["--cluster-cidr=10.0.0.0/8".to_string()]);
     let ns = Netns::new("kdiff-1k");
     let ruleset = render_and_apply(&ns, synth::model(&case), &cfg);
-    let sized = ruleset.tables[0]
-        .declared_size(render::MapName::Endpoints(render::Scope::Cluster, kube_nftproxy::model::Protocol::Tcp));
-    assert!(sized.is_some(), "the test needs a map declared with a size");
+    let last =
+        render::MapName::Endpoints(render::Scope::Cluster, kube_nftproxy::model::Protocol::Tcp, render::PARTS - 1);
+    assert!(ruleset.tables[0].declared_size(last).is_some(), "the test needs a map declared with a size");
     let before = generation(&ns);
     let report = diff_in(&ns, &ruleset);
     assert!(!report.differences, "a fresh ruleset differs:\n{}", report.to_text());
@@ -212,14 +213,14 @@ fn manifest_changes_show_under_their_service_and_the_exit_status_says_so() {
     assert_eq!(services(&report), ["test/api:http", "test/extra:http", "test/web:http"], "{out}");
     let api = changes_of(&report, "test/api:http");
     assert!(api.iter().all(|c| c.2 == "removed") && !api.is_empty(), "{api:?}");
-    assert!(api.contains(&("element".into(), "cluster-endpoints-tcp".into(), "removed".into())), "{api:?}");
+    assert!(api.contains(&("element".into(), "cluster-endpoints-tcp-0".into(), "removed".into())), "{api:?}");
     let extra = changes_of(&report, "test/extra:http");
     assert!(extra.contains(&("chain".into(), "cluster-test/extra/tcp/http".into(), "added".into())), "{extra:?}");
     // Two endpoints to three: the new endpoint takes slot 2 (the dispatch by endpoint count
     // finds the frontend's new chain; no element of its changes).
     let web = changes_of(&report, "test/web:http");
-    assert!(web.contains(&("element".into(), "cluster-endpoints-tcp".into(), "added".into())), "{web:?}");
-    assert_eq!(web.iter().filter(|c| c.1 == "cluster-endpoints-tcp").count(), 1, "{web:?}");
+    assert!(web.contains(&("element".into(), "cluster-endpoints-tcp-2".into(), "added".into())), "{web:?}");
+    assert_eq!(web.iter().filter(|c| c.1.starts_with("cluster-endpoints-tcp")).count(), 1, "{web:?}");
     for field in ["summary", "table"] {
         assert!(report.get(field).is_some(), "{field} missing");
     }
@@ -227,7 +228,7 @@ fn manifest_changes_show_under_their_service_and_the_exit_status_says_so() {
     // Text: a header per service, +/- lines.
     let (code, text) = run_diff(&ns, &dir.0, &[]);
     assert_eq!(code, 1);
-    assert!(text.contains("test/web:http\n  + ip   cluster-endpoints-tcp"), "{text}");
+    assert!(text.contains("test/web:http\n  + ip   cluster-endpoints-tcp-2"), "{text}");
     assert!(text.lines().last().is_some_and(|l| l.ends_with("changed")), "{text}");
     assert_eq!(generation(&ns), before, "the diff wrote to the kernel");
 }
@@ -242,13 +243,13 @@ fn changes_by_hand_show_up_and_trouble_exits_2() {
     write(&dir, &objects(&["10.2.1.2"], true, false));
     let (model, _) = manifests::load_model(&dir.0, "node-a").expect("manifests");
     render_and_apply(&ns, model, &config(&[]));
-    ns.nft(&["delete", "element", "ip", "kube-nftproxy", "cluster-endpoints-tcp", "{ 172.30.0.41 . 80 . 0 }"]);
+    ns.nft(&["delete", "element", "ip", "kube-nftproxy", "cluster-endpoints-tcp-0", "{ 172.30.0.41 . 80 . 0 }"]);
     ns.nft(&["add", "rule", "ip", "kube-nftproxy", "services", "counter"]);
     ns.nft(&["add", "element", "ip", "kube-nftproxy", "cluster-ips", "{ 172.30.0.99 }"]);
     let (code, text) = run_diff(&ns, &dir.0, &[]);
     assert_eq!(code, 1, "{text}");
     let want = [
-        "test/api:http\n  + ip   cluster-endpoints-tcp  172.30.0.41 . 80 . 0 comment \"test/api:http\" : 10.2.3.2 . 8080\n",
+        "test/api:http\n  + ip   cluster-endpoints-tcp-0  172.30.0.41 . 80 . 0 comment \"test/api:http\" : 10.2.3.2 . 8080\n",
         "  ~ ip   chain services\n      - [ counter (not written by kube-nftproxy) ]\n",
         "  - ip   cluster-ips     172.30.0.99\n",
     ];

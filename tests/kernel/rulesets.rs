@@ -59,16 +59,16 @@ fn a_follow_up_sync_with_one_more_endpoint_applies_on_top() {
 
     let ns = Netns::new("followup");
     ns.nft_apply(&before).expect("first sync");
-    let old = ns.nft(&["list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp"]);
+    let old = ns.endpoint_map("ip", "cluster-endpoints-tcp");
     assert!(!old.contains("10.2.0.23"));
     ns.nft_apply(&after).expect("follow-up sync");
-    let new = ns.nft(&["list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp"]);
+    let new = ns.endpoint_map("ip", "cluster-endpoints-tcp");
     assert!(new.contains("172.30.0.20 . 80 . 3 : 10.2.0.23 . 8080"), "new endpoint slot missing:\n{new}");
     // The dispatch by endpoint count leads a frontend holding slot 3 to the chain of four.
     let table = ns.nft(&["list", "table", "ip", "kube-nftproxy"]);
     assert!(
         table.contains(
-            "ip daddr . tcp dport . numgen random mod 1 offset 3 @cluster-endpoints-tcp goto lb-cluster-tcp-4"
+            "ip daddr . tcp dport . numgen random mod 1 offset 3 @cluster-endpoints-tcp-3 goto lb-cluster-tcp-4"
         ),
         "no search reaches 4 endpoints:\n{table}"
     );

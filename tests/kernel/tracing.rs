@@ -183,7 +183,7 @@ fn a_kernel_that_disagrees_with_the_objects_is_reported_as_such() {
     let c = Cluster::new(1, 0);
     c.apply(web_on(&c, &["pod-1"]), &[]);
     let deleted = c.node.run(
-        &["nft", "delete", "element", "ip", "kube-nftproxy", "cluster-endpoints-tcp", "{ 172.30.0.40 . 80 . 0 }"],
+        &["nft", "delete", "element", "ip", "kube-nftproxy", "cluster-endpoints-tcp-0", "{ 172.30.0.40 . 80 . 0 }"],
         "",
     );
     assert!(deleted.status.success(), "{}", String::from_utf8_lossy(&deleted.stderr));

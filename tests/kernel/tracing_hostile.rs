@@ -126,12 +126,17 @@ fn a_tracer_running_across_a_full_sync_names_the_rules_the_packet_passed() {
     std::thread::sleep(Duration::from_millis(1500));
     let second = connect(&c, "172.30.0.40:80");
     std::thread::sleep(Duration::from_millis(500));
-    let fresh = tracer(&c, &["--output=json", "--count=1", "--timeout=8s", "--from=172.16.0.2", "--protocol=tcp"]);
-    let third = connect(&c, "172.30.0.40:80");
-    let truth = of_port(&lines(fresh, Duration::from_secs(10)), third);
+    // The `lb-*` chain takes a random endpoint with a rule per slot: the fresh tracer's truth
+    // is a connection that reached the same endpoint as the second did.
+    let fresh = tracer(&c, &["--output=json", "--count=20", "--timeout=15s", "--from=172.16.0.2", "--protocol=tcp"]);
+    let thirds: Vec<Option<u16>> = (0..20).map(|_| connect(&c, "172.30.0.40:80")).collect();
+    let fresh = lines(fresh, Duration::from_secs(20));
     let traced = lines(running, Duration::from_secs(20));
     let _ = of_port(&traced, first);
     let after = of_port(&traced, second);
+    let truth = (thirds.into_iter().map(|p| of_port(&fresh, p)))
+        .find(|t| t["endpoint"] == after["endpoint"])
+        .expect("none of twenty connections reached the second's endpoint");
     assert_eq!(
         rules(&after),
         rules(&truth),

@@ -253,7 +253,7 @@ fn what_the_view_says_traffic_meets_is_what_the_rules_do() {
             let slot = Key::IpSlot(p.cluster_ip, p.port, 0);
             let by_count = [Scope::Cluster, Scope::Local]
                 .into_iter()
-                .any(|s| table.value(MapName::Endpoints(s, proto), &slot).is_some());
+                .any(|s| table.value(MapName::Endpoints(s, proto, 0), &slot).is_some());
             let dispatched = table.value(MapName::ServiceIps, &key).is_some() || by_count;
             let cluster_ip = match rendered(table, MapName::NoEndpointServices, &key) {
                 // Nothing DNATs it: `cluster-ips-check` rejects every such port of a ClusterIP.

@@ -90,7 +90,7 @@ fn an_external_ip_equal_to_the_services_own_cluster_ip_is_served_as_the_cluster_
     let ip: std::net::IpAddr = synth::cluster_ip(0).parse().expect("ip");
     let key = Key::IpProtoPort(ip, Protocol::Tcp, 80);
     assert_eq!(table.value(MapName::ServiceIps, &key), None, "the external chain took the ClusterIP over");
-    assert!(table.value(MapName::Endpoints(Scope::Cluster, Protocol::Tcp), &Key::IpSlot(ip, 80, 0)).is_some());
+    assert!(table.value(MapName::Endpoints(Scope::Cluster, Protocol::Tcp, 0), &Key::IpSlot(ip, 80, 0)).is_some());
     assert!(!table.chains.keys().any(|c| c.starts_with("external-")), "{:?}", table.chains.keys());
     assert!(table.warnings.iter().any(|w| w.contains("also an external IP")), "{:?}", table.warnings);
 }

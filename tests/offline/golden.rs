@@ -69,7 +69,7 @@ fn example_cluster_renders_every_feature_without_warnings() {
         "198.51.100.10 . tcp . 80 . 203.0.113.0/25",
         "lb-cluster-sctp-1",
         "fd00:172:30::20 . 80 . 0 comment \"shop/web:http\"",
-        "ip6 daddr . tcp dport . numgen random mod 1 @cluster-endpoints-tcp goto lb-cluster-tcp-2",
+        "ip6 daddr . tcp dport . numgen random mod 1 @cluster-endpoints-tcp-0 goto lb-cluster-tcp-2",
         "ip daddr @service-cidrs drop",
         "add element ip6 kube-nftproxy service-cidrs {\n\tfd00:172:30::/108,\n}",
     ] {

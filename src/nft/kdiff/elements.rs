@@ -134,23 +134,35 @@ fn as_held(value: &Value) -> Value {
 pub(super) struct MapDiff<'a> {
     /// The table's family.
     pub family: Family,
-    /// The map.
+    /// The map (an endpoint map's first part, standing for all of its parts).
     pub map: MapName,
     /// Who owns what.
     pub owners: &'a Owners,
 }
 
 impl MapDiff<'_> {
-    fn change(&self, kind: Kind, text: String) -> Change {
+    fn change(&self, map: MapName, kind: Kind, text: String) -> Change {
         let (removed, added) = if kind == Kind::Removed { (vec![text], vec![]) } else { (vec![], vec![text]) };
         let family = crate::netlink::NfFamily::from(self.family).word();
-        Change { family, object: Object::Element, name: self.map.to_string(), change: kind, removed, added }
+        Change { family, object: Object::Element, name: map.to_string(), change: kind, removed, added }
     }
 
-    /// The differences of the map: `desired` against what the kernel holds.
-    pub(super) fn compare(&self, desired: Option<&BTreeMap<Key, Entry>>, kernel: ReadMap, out: &mut Vec<Owned>) {
-        let want: BTreeMap<&Key, (Value, &str)> =
-            desired.into_iter().flatten().map(|(k, e)| (k, (as_held(&e.value), &*e.owner))).collect();
+    /// The elements of `part` (the map or one of its parts) that no sync writes in that form:
+    /// each a difference.
+    pub(super) fn raw(&self, part: MapName, raw: Vec<Element>, out: &mut Vec<Owned>) {
+        for e in raw {
+            out.push((None, self.change(part, Kind::Removed, raw_text(&e))));
+        }
+    }
+
+    /// The differences of the map (of all its parts): `desired` against what the kernel holds.
+    pub(super) fn compare<'d>(
+        &self,
+        desired: impl Iterator<Item = (&'d Key, &'d Entry)>,
+        kernel: ReadMap,
+        out: &mut Vec<Owned>,
+    ) {
+        let want: BTreeMap<&Key, (Value, &str)> = desired.map(|(k, e)| (k, (as_held(&e.value), &*e.owner))).collect();
         let held: BTreeMap<&Key, &Value> = kernel.known.iter().map(|(k, v)| (k, v)).collect();
         let (mut gone, mut new) = (Vec::new(), Vec::new());
         for (k, v) in &held {
@@ -167,15 +179,12 @@ impl MapDiff<'_> {
             same_endpoints_any_order(&mut gone, &mut new, &want, &held);
         }
         for (k, v) in gone {
-            out.push((self.owners.of(self.map, k, &v), self.change(Kind::Removed, text(k, &v))));
+            out.push((self.owners.of(self.map, k, &v), self.change(self.map.holding(k), Kind::Removed, text(k, &v))));
         }
         // The node's addresses and the ServiceCIDRs belong to no service port.
         let of_service = !matches!(self.map, MapName::NodeportIps | MapName::ServiceCidrs);
         for (k, v, o) in new {
-            out.push((of_service.then(|| o.to_string()), self.change(Kind::Added, text(k, &v))));
-        }
-        for e in kernel.raw {
-            out.push((None, self.change(Kind::Removed, raw_text(&e))));
+            out.push((of_service.then(|| o.to_string()), self.change(self.map.holding(k), Kind::Added, text(k, &v))));
         }
     }
 }
@@ -183,7 +192,7 @@ impl MapDiff<'_> {
 /// An endpoint map's protocol; `None` for any other map.
 fn proto_of(map: MapName) -> Option<Protocol> {
     match map {
-        MapName::Endpoints(_, p) | MapName::NodeportEndpoints(_, p) => Some(p),
+        MapName::Endpoints(_, p, _) | MapName::NodeportEndpoints(_, p, _) => Some(p),
         _ => None,
     }
 }

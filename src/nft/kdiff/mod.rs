@@ -110,8 +110,18 @@ fn compare_elements(
     let read: BTreeMap<_, _> = held.into_iter().map(|(m, e)| (m, read_map::read_map(family, m, e))).collect();
     let owners = Owners::new(desired, &read);
     let mut read = read;
-    for map in render::MapName::all() {
-        let kernel = read.remove(&map).unwrap_or_default();
-        MapDiff { family, map, owners: &owners }.compare(desired.get(&map), kernel, out);
+    let all = render::MapName::all();
+    // An endpoint map's parts are compared as one, so that an endpoint moved to another slot
+    // of its frontend in another part is no difference either.
+    for map in all.iter().copied().filter(|m| m.first_part() == *m) {
+        let parts: Vec<_> = all.iter().copied().filter(|p| p.first_part() == map).collect();
+        let mut kernel = read_map::ReadMap::default();
+        let diff = MapDiff { family, map, owners: &owners };
+        for part in &parts {
+            let held = read.remove(part).unwrap_or_default();
+            kernel.known.extend(held.known);
+            diff.raw(*part, held.raw, out);
+        }
+        diff.compare(parts.iter().filter_map(|p| desired.get(p)).flatten(), kernel, out);
     }
 }

@@ -111,6 +111,12 @@ fn port(b: &[u8]) -> u16 {
 
 /// The key of `map`'s layout in `family`; the caller checks it by encoding it again.
 fn key(family: Family, map: MapName, b: &[u8], end: Option<&[u8]>) -> Option<Key> {
+    // A slot in another part of the endpoint maps than the one it was read from is not where
+    // a sync writes it: it stays raw, named by the map that holds it.
+    laid_out(family, map, b, end).filter(|k| map.holding(k) == map)
+}
+
+fn laid_out(family: Family, map: MapName, b: &[u8], end: Option<&[u8]>) -> Option<Key> {
     let a = if family == Family::V4 { 4 } else { 16 };
     Some(match map {
         MapName::ServiceIps | MapName::NoEndpointServices | MapName::FirewallIps => {

@@ -56,14 +56,33 @@ fn applied(ruleset: &Ruleset, declared: &Declared) -> BTreeMap<Family, Option<Ke
     out
 }
 
-const ENDPOINTS: MapName = MapName::Endpoints(Scope::Cluster, crate::model::Protocol::Tcp);
+const ENDPOINTS: MapName = MapName::Endpoints(Scope::Cluster, crate::model::Protocol::Tcp, 0);
+const SECOND: MapName = MapName::Endpoints(Scope::Cluster, crate::model::Protocol::Tcp, 1);
 
-/// The kernel's endpoint elements, and where the first frontend with two slots starts.
-fn two_slots(kernel: &mut BTreeMap<Family, Option<KernelTable>>) -> (&mut Vec<Element>, usize) {
+/// Where the first frontend with two slots is: its slot 0 in the first part of the endpoint
+/// maps, and its slot 1 in the second.
+fn two_slots(kernel: &BTreeMap<Family, Option<KernelTable>>) -> (usize, usize) {
+    let table = kernel.get(&Family::V4).and_then(Option::as_ref).expect("ip table");
+    let (first, second) = (&table.maps[&ENDPOINTS], &table.maps[&SECOND]);
+    second
+        .iter()
+        .enumerate()
+        .find_map(|(j, e)| first.iter().position(|f| f.key[..8] == e.key[..8]).map(|i| (i, j)))
+        .expect("two slots")
+}
+
+/// Swaps the endpoints of the first frontend with two slots, keeping or dropping slot 0's
+/// comment.
+fn swap_two_slots(kernel: &mut BTreeMap<Family, Option<KernelTable>>, comment: bool) {
+    let (i, j) = two_slots(kernel);
     let table = kernel.get_mut(&Family::V4).and_then(Option::as_mut).expect("ip table");
-    let elements = table.maps.get_mut(&ENDPOINTS).expect("endpoints");
-    let at = (0..elements.len() - 1).find(|i| elements[*i].key[..8] == elements[i + 1].key[..8]).expect("two slots");
-    (elements, at)
+    let b = table.maps[&SECOND][j].data.clone();
+    let first = &mut table.maps.get_mut(&ENDPOINTS).expect("first part")[i];
+    let a = std::mem::replace(&mut first.data, b);
+    if !comment {
+        first.comment = None;
+    }
+    table.maps.get_mut(&SECOND).expect("second part")[j].data = a;
 }
 
 #[test]
@@ -71,9 +90,7 @@ fn a_table_as_applied_has_no_difference_even_with_endpoints_in_other_slots() {
     let (ruleset, declared) = desired();
     let mut kernel = applied(&ruleset, &declared);
     assert!(!compare(&ruleset, &declared, kernel.clone()).differences);
-    let (elements, at) = two_slots(&mut kernel);
-    let (a, b) = (elements[at].clone(), elements[at + 1].clone());
-    (elements[at].data, elements[at + 1].data) = (b.data, a.data);
+    swap_two_slots(&mut kernel, true);
     assert!(!compare(&ruleset, &declared, kernel).differences, "slots swapped are the same endpoints");
 }
 
@@ -81,11 +98,8 @@ fn a_table_as_applied_has_no_difference_even_with_endpoints_in_other_slots() {
 fn a_first_slot_without_its_comment_differs_even_with_its_endpoints_moved() {
     let (ruleset, declared) = desired();
     let mut kernel = applied(&ruleset, &declared);
-    let (elements, at) = two_slots(&mut kernel);
     // As a table an earlier version wrote: no comment on slot 0, and the endpoints swapped.
-    elements[at].comment = None;
-    let (a, b) = (elements[at].clone(), elements[at + 1].clone());
-    (elements[at].data, elements[at + 1].data) = (b.data, a.data);
+    swap_two_slots(&mut kernel, false);
     let report = compare(&ruleset, &declared, kernel);
     assert_eq!((report.summary.added, report.summary.removed), (1, 1), "{}", report.to_text());
 }
@@ -94,20 +108,27 @@ fn a_first_slot_without_its_comment_differs_even_with_its_endpoints_moved() {
 fn a_missing_or_extra_element_shows_under_its_service_and_unreadable_ones_under_the_table() {
     let (ruleset, declared) = desired();
     let mut kernel = applied(&ruleset, &declared);
-    let (elements, at) = two_slots(&mut kernel);
-    let gone = elements.remove(at);
+    let (at, _) = two_slots(&kernel);
+    let table = kernel.get_mut(&Family::V4).and_then(Option::as_mut).expect("ip table");
     let owner = ruleset.tables[0].elements[&ENDPOINTS].values().nth(at).expect("an endpoint").owner.to_string();
+    let elements = table.maps.get_mut(&ENDPOINTS).expect("endpoints");
+    let gone = elements.remove(at);
     let mut extra = gone.clone();
     extra.key[8..12].copy_from_slice(&7u32.to_ne_bytes());
-    elements.push(extra);
+    // Slot 7 where a sync writes it (the last part), and where it does not (the first).
+    let last = MapName::Endpoints(Scope::Cluster, crate::model::Protocol::Tcp, crate::render::PARTS - 1);
+    elements.push(extra.clone());
     elements.push(Element { key: vec![1, 2, 3], ..Element::default() });
+    table.maps.entry(last).or_default().push(extra);
     let report = compare(&ruleset, &declared, kernel);
     let ours = report.services.iter().find(|s| s.service == owner).expect("the owner's group");
     let kinds: Vec<(Kind, &str)> = ours.changes.iter().map(|c| (c.change, c.name.as_str())).collect();
-    assert_eq!(kinds, [(Kind::Added, "cluster-endpoints-tcp"), (Kind::Removed, "cluster-endpoints-tcp")]);
+    let last = last.to_string();
+    assert_eq!(kinds, [(Kind::Added, "cluster-endpoints-tcp-0"), (Kind::Removed, last.as_str())]);
     assert!(ours.changes[1].removed[0].contains(" . 7 comment "), "{:?}", ours.changes[1]);
-    assert_eq!(report.table.len(), 1, "{:?}", report.table);
-    assert!(report.table[0].removed[0].starts_with("key 0x010203"));
+    assert_eq!(report.table.len(), 2, "{:?}", report.table);
+    assert!(report.table.iter().all(|c| c.name == "cluster-endpoints-tcp-0"), "{:?}", report.table);
+    assert!(report.table.iter().any(|c| c.removed[0].starts_with("key 0x010203")), "{:?}", report.table);
 }
 
 #[test]

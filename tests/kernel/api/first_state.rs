@@ -16,7 +16,7 @@ fn count(emu: &Emulator, verb: &str, resource: &str) -> u64 {
 
 /// Whether the node's IPv4 table holds ClusterIP `ip` (not before the table is there).
 fn in_kernel(c: &Cluster, ip: &str) -> bool {
-    let out = c.node.run(&["nft", "list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp"], "");
+    let out = c.node.run(&["nft", "list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp-0"], "");
     out.status.success() && String::from_utf8_lossy(&out.stdout).contains(&format!("{ip} . 80"))
 }
 

@@ -158,7 +158,7 @@ fn a_big_partial_sync_goes_in_bounded_transactions_each_frontend_whole() {
 /// Each bulk frontend's slots in the kernel's `cluster-endpoints-tcp`, as the second octet of
 /// their endpoints (5 before the move, 6 after).
 fn held_generations(node: &crate::common::Netns) -> BTreeMap<String, Vec<String>> {
-    let listed = node.nft(&["list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp"]);
+    let listed = node.endpoint_map("ip", "cluster-endpoints-tcp");
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for element in listed.split([',', '{', '\n']).map(str::trim).filter(|e| e.starts_with("172.31.")) {
         let (Some(frontend), Some((_, value))) = (element.split(' ').next(), element.split_once(" : ")) else {
@@ -186,7 +186,7 @@ fn a_cut_sync_refused_half_way_is_mended_at_once_each_frontend_whole_throughout(
         "element",
         "ip",
         "kube-nftproxy",
-        "cluster-endpoints-tcp",
+        "cluster-endpoints-tcp-0",
         &format!("{{ {last} . 80 . 0 }}"),
     ]);
     let mark = settled(&monitor);

@@ -65,7 +65,7 @@ fn one_endpoint_of_many_changing_changes_one_slot() {
         .map(|l| l.matches("172.30.0.50 . 80 .").count())
         .sum();
     assert_eq!(changed, 2, "one slot must be deleted and re-added, nothing else:\n{script}");
-    let listed = ns.nft(&["list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp"]);
+    let listed = ns.endpoint_map("ip", "cluster-endpoints-tcp");
     assert!(
         listed.contains("172.30.0.50 . 80 . 2 : 10.9.0.250 . 8080"),
         "the new endpoint must take the freed slot:\n{listed}"

@@ -5,7 +5,7 @@
 //! for), and a map past four times that is declared anew by a full sync.
 
 use super::sync;
-use crate::common::check::{bulk, probe_during, web_on as web, who};
+use crate::common::check::{bulk_wide, probe_during, web_on as web, who};
 use crate::common::cluster::Cluster;
 use crate::common::net::in_netns;
 use crate::common::proxy::{Proxy, node_a_config};
@@ -15,7 +15,10 @@ use kube_nftproxy::nft::{SyncKind, kdiff};
 use kube_nftproxy::render::{MapName, Scope};
 use std::time::Duration;
 
-const MAP: &str = "cluster-endpoints-tcp";
+/// The last part of the endpoint map, which holds slots 3 and over: five of each bulk
+/// Service's eight.
+const MAP: &str = "cluster-endpoints-tcp-3";
+const LAST: MapName = MapName::Endpoints(Scope::Cluster, Protocol::Tcp, kube_nftproxy::render::PARTS - 1);
 
 /// The size the kernel lists the endpoint map with.
 fn listed_size(ns: &Netns) -> Option<u32> {
@@ -24,9 +27,9 @@ fn listed_size(ns: &Netns) -> Option<u32> {
     line.trim_start_matches("size ").parse().ok()
 }
 
-/// The endpoint map's size for `services` bulk Services of five endpoints and web's one.
+/// The map's size for `services` bulk Services of eight endpoints.
 fn size_for(services: usize) -> u32 {
-    MapName::Endpoints(Scope::Cluster, Protocol::Tcp).size_for(services * 5 + 1).expect("sized")
+    LAST.size_for(services * 5).expect("sized")
 }
 
 #[test]
@@ -38,7 +41,7 @@ fn a_map_past_its_size_grows_in_place_and_a_restart_finds_nothing_to_send() {
     let mut proxy = Proxy::new(node_a_config());
     let with = |services: u32| {
         let mut objects = web(&c, &["pod-1"]);
-        objects.extend(bulk(0..services));
+        objects.extend(bulk_wide(0..services, 8));
         objects
     };
     assert_eq!(sync(&c.node, &mut proxy, &with(900), false).unwrap().kind, SyncKind::Full);

@@ -165,9 +165,12 @@ fn a_refresh_rewrites_rules_and_maps_in_place_and_keeps_affinity() {
 }
 
 /// What the node's IPv4 table showed at each ruleset generation a sampler saw: whether its
-/// `nat-prerouting` chain had a rule, and how many elements `cluster-endpoints-tcp` held.
-/// The map the sampler counts: the biggest, so its elements span several transactions.
-const ENDPOINTS: &str = "cluster-endpoints-tcp";
+/// `nat-prerouting` chain had a rule, and how many elements the parts of
+/// `cluster-endpoints-tcp` held (the biggest maps, so their elements span several
+/// transactions).
+fn endpoint_parts() -> Vec<String> {
+    (0..kube_nftproxy::render::PARTS).map(|part| format!("cluster-endpoints-tcp-{part}")).collect()
+}
 
 fn sample_while(ns: &Netns, stop: Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<Vec<(bool, usize)>> {
     let name = ns.name.clone();
@@ -180,7 +183,9 @@ fn sample_while(ns: &Netns, stop: Arc<std::sync::atomic::AtomicBool>) -> std::th
                 let stopping = stop.load(std::sync::atomic::Ordering::SeqCst);
                 let g = sock.generation().expect("generation");
                 let hooked = sock.rule_count(NfFamily::Ip, "kube-nftproxy", "nat-prerouting").expect("rules");
-                let elements = sock.elements(NfFamily::Ip, "kube-nftproxy", ENDPOINTS).expect("elements").len();
+                let elements: usize = (endpoint_parts().iter())
+                    .map(|m| sock.elements(NfFamily::Ip, "kube-nftproxy", m).expect("elements").len())
+                    .sum();
                 // Kept only when nothing committed while the two were read.
                 if sock.generation().expect("generation") == g && last != Some(g) {
                     seen.push((hooked.unwrap_or(0) > 0, elements));
@@ -217,12 +222,14 @@ fn a_big_first_sync_is_staged_unseen_by_packets_and_a_big_table_is_repaired_in_p
     let elements = proxy.ruleset().element_count();
     let t = &proxy.ruleset().tables[0];
     let sized = MapName::all().into_iter().filter(|m| t.declared_size(*m).is_some()).count();
-    assert_eq!(sized, 1, "the endpoint map alone is big enough for a size");
+    assert_eq!(sized, 1, "the endpoint map's last part alone is big enough for a size");
     let expected = 1 + 2 * sized + elements.div_ceil(STAGE_ELEMENTS) + 1;
     assert_eq!(report.transactions as usize, expected, "{elements} elements");
     assert_eq!(generation().wrapping_sub(before), report.transactions, "one generation per stage, none else");
     // No packet met a half-built table: whenever the hooks had rules, every element was in.
-    let all = proxy.ruleset().tables[0].elements[&MapName::Endpoints(Scope::Cluster, Protocol::Tcp)].len();
+    let all: usize = (0..kube_nftproxy::render::PARTS)
+        .map(|part| proxy.ruleset().tables[0].elements[&MapName::Endpoints(Scope::Cluster, Protocol::Tcp, part)].len())
+        .sum();
     let early: Vec<_> = seen.iter().filter(|(hooked, n)| *hooked && *n != all).collect();
     assert!(early.is_empty(), "packets were let into a table holding part of its {all} elements: {early:?}");
     assert!(seen.iter().any(|(hooked, _)| *hooked), "the sampler never saw the finished table: {seen:?}");
@@ -241,20 +248,20 @@ fn a_big_first_sync_is_staged_unseen_by_packets_and_a_big_table_is_repaired_in_p
     assert_eq!(repair.kind, SyncKind::Refresh, "a big table is repaired in place");
     assert_only(&c.node, &staged, "the repair");
     // ...a map someone redefined included: a refresh declares every map of ours anew.
-    c.node.nft(&["delete", "map", "ip", "kube-nftproxy", "local-endpoints-sctp"]);
-    c.node.nft(&["add", "map", "ip", "kube-nftproxy", "local-endpoints-sctp", "{ type ipv4_addr : ipv4_addr; }"]);
+    c.node.nft(&["delete", "map", "ip", "kube-nftproxy", "local-endpoints-sctp-0"]);
+    c.node.nft(&["add", "map", "ip", "kube-nftproxy", "local-endpoints-sctp-0", "{ type ipv4_addr : ipv4_addr; }"]);
     let redefined = sync(&c.node, &mut proxy, &objects, true).unwrap();
     assert_eq!(redefined.kind, SyncKind::Refresh, "a redefined map is declared anew in place");
     assert!(sorted_lines(c.node.nft(&["list", "ruleset"])) == staged, "the refresh left drift behind");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
-    // The endpoint map's 10,500 elements were declared room for 24,576; growing past that
-    // declares it larger in the partial sync.
-    let sized = |ns: &Netns| ns.nft(&["list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp"]);
-    assert!(sized(&c.node).contains("size 24576"), "{}", sized(&c.node).chars().take(300).collect::<String>());
-    objects.extend(bulk(2100..5000));
+    // The last part's 4,200 elements (slots 3 and 4) were declared room for 12,288; growing
+    // past that declares it larger in the partial sync.
+    let sized = |ns: &Netns| ns.nft(&["list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp-3"]);
+    assert!(sized(&c.node).contains("size 12288"), "{}", sized(&c.node).chars().take(300).collect::<String>());
+    objects.extend(bulk(2100..6500));
     let grown = sync(&c.node, &mut proxy, &objects, false).unwrap();
-    assert_eq!(grown.kind, SyncKind::Partial, "25,000 endpoint slots: the map declared larger in place");
-    assert!(sized(&c.node).contains("size 49152"), "{}", sized(&c.node).chars().take(300).collect::<String>());
+    assert_eq!(grown.kind, SyncKind::Partial, "13,000 slots in the last part: the map declared larger in place");
+    assert!(sized(&c.node).contains("size 24576"), "{}", sized(&c.node).chars().take(300).collect::<String>());
     let smaller = sync(&c.node, &mut proxy, &objects[..objects.len() - 200], false).unwrap();
     assert_eq!(smaller.kind, SyncKind::Partial, "shrinking fits");
     assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
@@ -266,15 +273,16 @@ fn a_map_declared_without_a_size_keeps_its_declaration_across_the_threshold_and_
         return;
     }
     let c = Cluster::new(1, 0);
-    let small = [web(&c, &["pod-1"]), bulk(0..700)].concat();
+    let small = [web(&c, &["pod-1"]), bulk(0..1900)].concat();
     let mut proxy = Proxy::new(node_a_config());
     sync(&c.node, &mut proxy, &small, false).unwrap();
-    let map = |ns: &Netns| ns.nft(&["list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp"]);
+    // The last part of the endpoint map: slots 3 and 4 of each bulk Service.
+    let map = |ns: &Netns| ns.nft(&["list", "map", "ip", "kube-nftproxy", "cluster-endpoints-tcp-3"]);
     let head = |ns: &Netns| map(ns).lines().take(4).collect::<Vec<_>>().join("\n");
-    assert!(!head(&c.node).contains("size"), "3,501 slots are declared without a size:\n{}", head(&c.node));
+    assert!(!head(&c.node).contains("size"), "3,800 slots are declared without a size:\n{}", head(&c.node));
     // Grown past 4,096 slots by one change: a fresh render would declare a size, but the
     // kernel's resizable hash has no limit, so the change goes as it is.
-    let grown = [small.clone(), bulk(700..900)].concat();
+    let grown = [small.clone(), bulk(1900..2100)].concat();
     let report = sync(&c.node, &mut proxy, &grown, false).unwrap();
     assert_eq!(report.kind, SyncKind::Partial, "{}", report.script);
     assert!(!head(&c.node).contains("size"), "{}", head(&c.node));

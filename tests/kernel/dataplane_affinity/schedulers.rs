@@ -93,11 +93,16 @@ fn checked(c: &Cluster, dst: &str, src: IpAddr) -> String {
 /// pod names, slot by slot.
 fn kernel_slots(c: &Cluster, ip: &str) -> Vec<String> {
     let family = if ip.contains(':') { "ip6" } else { "ip" };
-    let listed = c.node.nft(&["-j", "list", "map", family, "kube-nftproxy", "cluster-endpoints-tcp"]);
-    let doc: Value = serde_json::from_str(&listed).expect("nft's JSON");
-    let elems = doc["nftables"].as_array().into_iter().flatten().find_map(|o| o["map"]["elem"].as_array().cloned());
+    let mut elems = Vec::new();
+    for part in 0..kube_nftproxy::render::PARTS {
+        let map = format!("cluster-endpoints-tcp-{part}");
+        let listed = c.node.nft(&["-j", "list", "map", family, "kube-nftproxy", &map]);
+        let doc: Value = serde_json::from_str(&listed).expect("nft's JSON");
+        let found = doc["nftables"].as_array().into_iter().flatten().find_map(|o| o["map"]["elem"].as_array().cloned());
+        elems.extend(found.unwrap_or_default());
+    }
     let mut slots = BTreeMap::new();
-    for e in elems.unwrap_or_default() {
+    for e in elems {
         // Slot 0 carries its service port's name as a comment: nft writes its key as an `elem`.
         let key = if e[0]["elem"].is_object() { &e[0]["elem"]["val"]["concat"] } else { &e[0]["concat"] };
         let value = &e[1]["concat"];
