@@ -150,7 +150,8 @@ impl Applier {
                     found.maps.push(o.name);
                 } else if !ours(&o) {
                     let fam = render::words(t.family).fam;
-                    if render::named_ours(&o.name) {
+                    let earlier_map = o.kind == TableObject::Set && render::unparted_endpoint_map(&o.name);
+                    if render::named_ours(&o.name) || earlier_map {
                         log::debug!("deleting {} {:?} from {fam} {TABLE_NAME}: ours, no longer used", o.kind, o.name);
                     } else {
                         log::warn!(

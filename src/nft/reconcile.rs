@@ -210,7 +210,7 @@ fn sets_diff<'a>(
     }
     let maps: Vec<String> = MapName::all().iter().map(MapName::to_string).collect();
     for name in held.sets.keys().filter(|n| !decl.sets.contains_key(*n)) {
-        if !render::named_ours(name) && !maps.contains(name) {
+        if !render::named_ours(name) && !maps.contains(name) && !render::unparted_endpoint_map(name) {
             return Err(format!("a set someone else added ({name:?})"));
         }
         // Ours, no longer used (a scheduler's maps after it changed): deleted after the rules

@@ -4,9 +4,10 @@
 //! difference on those keys alone, never a walk over the whole table).
 
 use super::key::Key;
+use super::lb::lb_chain;
 use super::maps::{MapName, Scope};
 use super::ruleset::{AffinityGroup, Inserted, Table, Value};
-use super::{FamilyContext, RenderError, lb_chain};
+use super::{FamilyContext, RenderError};
 use crate::model::{ObjectKey, Protocol};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;

@@ -16,6 +16,7 @@ mod dispatch;
 mod foreign;
 pub mod hash;
 mod key;
+mod lb;
 pub mod maglev;
 mod maps;
 mod names;
@@ -38,7 +39,7 @@ pub use rendered::{Rendered, Update};
 pub use templates::{ElementText, FamilyWords};
 
 pub use key::Key;
-pub use maps::{BUILT_FOR, MapName, PARTS, Scope, built_for, part, without_built_for};
+pub use maps::{BUILT_FOR, MapName, PARTS, Scope, built_for, part, unparted_endpoint_map, without_built_for};
 pub use ruleset::{AffinityGroup, ElementChange, Entry, Fixed, Inserted, Ruleset, Table, Value, element_changes};
 
 use crate::config::Config;
@@ -46,7 +47,7 @@ use crate::model::{Family, Model, NodeInfo, Protocol};
 use askama::Template;
 use ipnet::IpNet;
 use std::net::IpAddr;
-use templates::{EndpointMapDecl, FullSync, Hooks, LbChain, TableView};
+use templates::{EndpointMapDecl, FullSync, Hooks, TableView};
 
 /// Rendering failed; only a template that cannot be written out does that.
 #[derive(Debug, thiserror::Error)]
@@ -196,38 +197,6 @@ fn context<'a>(model: &'a Model, cfg: &'a Config, family: Family, previous: Opti
         warnings,
         previous,
     }
-}
-
-/// Renders an `lb-*` chain: the slot of a frontend of one scope and kind picked as
-/// `key.pick` says, a step for each part of the endpoint maps the slots spread over; a
-/// round-robin turn's goes through the `turns` map instead.
-fn lb_chain(words: FamilyWords, key: builder::LbKey) -> Result<String, RenderError> {
-    let builder::LbKey { scope, nodeport, proto, n, pick } = key;
-    let (how, port) = match pick {
-        builder::Pick::Random => ("random", false),
-        builder::Pick::Turn(_) => ("turn", false),
-        builder::Pick::Slot => ("slot", false),
-        builder::Pick::Hash { port } => ("hash", port),
-    };
-    let map =
-        |slot: usize| MapName::endpoints(scope, proto, nodeport, u32::try_from(slot).unwrap_or(u32::MAX)).to_string();
-    let own = usize::from(maps::PARTS - 1);
-    let steps = match pick {
-        builder::Pick::Turn(_) => Vec::new(),
-        builder::Pick::Slot => vec![templates::LbStep { slot: n, rest: 1, last: true, map: map(n) }],
-        _ => (0..n)
-            .take(own + 1)
-            .map(|k| templates::LbStep { slot: k, rest: n - k, last: k + 1 == n || k == own, map: map(k) })
-            .collect(),
-    };
-    let turns = match pick {
-        builder::Pick::Turn(shard) => MapName::Turns(shard).to_string(),
-        _ => String::new(),
-    };
-    let seed = format!("{:#x}", hash::HASH_SEED);
-    let offset = names::turn_base(scope, nodeport, proto);
-    let t = LbChain { fam: words.fam, proto: proto.as_str(), n, nodeport, map: turns, how, port, seed, offset, steps };
-    render_template(&t, "lb.nft")
 }
 
 /// The `turns-*` maps `table` declares: all of them when some port takes turns.

@@ -162,17 +162,16 @@ pub fn owner_of_chain(chain: &str) -> Option<ServicePortName> {
 }
 
 /// Whether a chain or set named `name` is one this proxy makes: a fixed chain, a service
-/// port's chain, a shared or round-robin `lb-` chain, an affinity set, or an endpoint map of
-/// an earlier version's layout. A full sync that finds such an object it no longer declares
-/// (a scheduler's chains after the Service left it) deletes it as its own leftover, not as
-/// something another process added.
+/// port's chain, a shared or round-robin `lb-` chain, or an affinity set. A full sync that
+/// finds such an object it no longer declares (a scheduler's chains after the Service left
+/// it) deletes it as its own leftover, not as something another process added. (An
+/// earlier version's endpoint maps are sets of ours too: [`super::unparted_endpoint_map`].)
 pub fn named_ours(name: &str) -> bool {
     chain::ALL.contains(&name)
         || owner_of_chain(name).is_some()
         || name.starts_with("lb-")
         || is_dispatch_chain(name)
         || name.strip_prefix("affinity-").and_then(|n| n.parse::<u32>().ok()).is_some_and(|n| n < AFFINITY_SHARDS)
-        || super::maps::unparted_endpoint_map(name)
 }
 
 /// How many sets session-affinity entries are spread over: few, because every named set
@@ -291,12 +290,12 @@ mod tests {
 
     #[test]
     fn our_names_are_told_from_others() {
-        let ours = ["services", "service-ns/web/tcp/http", "lb-cluster-tcp-slot-2", "lb-local-rr-ns/web/tcp/80"];
-        // The endpoint maps of the layout before their parts, as an earlier version left them.
-        for ours in ours.into_iter().chain(["affinity-63", "cluster-endpoints-tcp", "local-nodeport-endpoints-sctp"]) {
+        for ours in
+            ["services", "service-ns/web/tcp/http", "lb-cluster-tcp-slot-2", "lb-local-rr-ns/web/tcp/80", "affinity-63"]
+        {
             assert!(named_ours(ours), "{ours}");
         }
-        for theirs in ["stray", "affinity-64", "affinity-x", "service-", "KUBE-SERVICES", "cluster-endpoints-icmp"] {
+        for theirs in ["stray", "affinity-64", "affinity-x", "service-", "KUBE-SERVICES"] {
             assert!(!named_ours(theirs), "{theirs}");
         }
     }

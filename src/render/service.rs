@@ -291,7 +291,7 @@ impl Builder<'_> {
             self.element(MapName::Turns(shard), Key::Turn(turn), Value::Goto(names::lb_chain(&slot)));
         }
         let chain = names::rr_chain(key.scope, key.nodeport, &p.base);
-        self.chain(&chain, super::lb_chain(self.ctx.words, key)?);
+        self.chain(&chain, super::lb::lb_chain(self.ctx.words, key)?);
         Ok(chain)
     }
 

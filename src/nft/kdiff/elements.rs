@@ -155,15 +155,16 @@ impl MapDiff<'_> {
         }
     }
 
-    /// The differences of the map (of all its parts): `desired` against what the kernel holds.
+    /// The differences of the map (of all its parts): `desired` against the elements the
+    /// kernel holds in the forms a sync writes (`ReadMap::known`; the others are [`Self::raw`]).
     pub(super) fn compare<'d>(
         &self,
         desired: impl Iterator<Item = (&'d Key, &'d Entry)>,
-        kernel: ReadMap,
+        known: &[(Key, Value)],
         out: &mut Vec<Owned>,
     ) {
         let want: BTreeMap<&Key, (Value, &str)> = desired.map(|(k, e)| (k, (as_held(&e.value), &*e.owner))).collect();
-        let held: BTreeMap<&Key, &Value> = kernel.known.iter().map(|(k, v)| (k, v)).collect();
+        let held: BTreeMap<&Key, &Value> = known.iter().map(|(k, v)| (k, v)).collect();
         let (mut gone, mut new) = (Vec::new(), Vec::new());
         for (k, v) in &held {
             if want.get(k).is_none_or(|(w, _)| w != *v) {

@@ -110,3 +110,59 @@ fn a_big_batch_of_long_named_elements_is_split_and_lists_as_nft_loads_it() {
     by_nft.nft_apply(&kube_nftproxy::render::full_sync_script(proxy.ruleset(), "node-a").unwrap()).unwrap();
     assert_eq!(listed, by_nft.nft(&["list", "ruleset"]), "our batch built another ruleset than nft -f");
 }
+
+/// `script` (a full sync's) as a version before the endpoint maps' parts wrote it: one
+/// endpoint map per scope, frontend kind and protocol (`cluster-endpoints-tcp`), holding
+/// every slot.
+fn before_the_parts(script: &str) -> String {
+    let parts: Vec<String> =
+        MapName::all().into_iter().filter(|m| *m != m.first_part()).map(|m| m.to_string()).collect();
+    let (mut out, mut skipping) = (String::new(), false);
+    for line in script.lines() {
+        // The parts after the first are declared no more; the first takes the old name.
+        let declared = line.trim().strip_prefix("map ").and_then(|l| l.strip_suffix(" {"));
+        if declared.is_some_and(|name| parts.iter().any(|p| p == name)) {
+            skipping = true;
+        }
+        if !skipping {
+            let mut line = line.to_string();
+            for part in 0..kube_nftproxy::render::PARTS {
+                for proto in ["tcp", "udp", "sctp"] {
+                    line = line.replace(&format!("-endpoints-{proto}-{part}"), &format!("-endpoints-{proto}"));
+                }
+            }
+            out.push_str(&line);
+            out.push('\n');
+        }
+        skipping &= line.trim() != "}";
+    }
+    out
+}
+
+#[test]
+fn a_restart_over_an_earlier_versions_endpoint_maps_moves_to_the_parts_in_place() {
+    if !kernel_available() {
+        return;
+    }
+    let c = Cluster::new(2, 0);
+    let objects = web(&c, &["pod-1", "pod-2"]);
+    let mut proxy = Proxy::new(node_a_config());
+    proxy.model.replace(model_of(&objects));
+    proxy.render();
+    let script = kube_nftproxy::render::full_sync_script(proxy.ruleset(), "node-a").unwrap();
+    c.node.nft_apply(&before_the_parts(&script)).expect("the earlier layout loads");
+    let listed = c.node.nft(&["list", "table", "ip", "kube-nftproxy"]);
+    assert!(listed.contains("map cluster-endpoints-tcp {") && !listed.contains("cluster-endpoints-tcp-1"), "{listed}");
+    let before = who(&c.client, "172.30.0.40:80");
+    assert!(before == "pod-1" || before == "pod-2", "the earlier layout serves: {before}");
+    // A restarted daemon finds maps it does not declare, of its own earlier layout: the
+    // tables are rewritten in place, and hold what a first sync would.
+    let mut restarted = Proxy::new(node_a_config());
+    let report = sync(&c.node, &mut restarted, &objects, false).unwrap();
+    assert_eq!(report.kind, SyncKind::Refresh, "{}", report.script);
+    let fresh = Netns::new("parts-fresh");
+    fresh.nft_apply(&script).expect("a first sync");
+    assert_eq!(sorted_lines(c.node.nft(&["list", "ruleset"])), sorted_lines(fresh.nft(&["list", "ruleset"])));
+    let served: std::collections::BTreeSet<String> = (0..40).map(|_| who(&c.client, "172.30.0.40:80")).collect();
+    assert_eq!(served, ["pod-1", "pod-2"].map(String::from).into(), "both endpoints, through the parts");
+}
