@@ -8,7 +8,7 @@ use super::maps::MapName;
 use super::ruleset::{Entry, Ruleset, Value};
 use super::{NodePorts, RenderError, context};
 use crate::config::Config;
-use crate::model::{Changes, Family, Model};
+use crate::model::{Changes, Family, Model, ServicePort};
 use crate::topology::categorize_endpoints;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -62,8 +62,10 @@ impl Rendered {
             }
             render_service_cidrs(&mut b, model);
             for (service, ports) in &model.services {
-                for (i, _) in ports.iter().enumerate() {
-                    render_port(&mut b, model, (service.clone(), i as u32))?;
+                // Walked as held, not looked up again by id; a port of another family only
+                // (half of a single-stack cluster's ports) costs no id.
+                for (i, sp) in ports.iter().enumerate().filter(|(_, sp)| serves(sp, family)) {
+                    render_found(&mut b, model, (service.clone(), i as u32), sp)?;
                 }
             }
             let (table, index, _) = b.finish()?;
@@ -219,14 +221,21 @@ fn render_service_cidrs(b: &mut Builder, model: &Model) {
 
 /// Renders one port of the model, if it exists.
 fn render_port(b: &mut Builder, model: &Model, id: PortId) -> Result<(), RenderError> {
-    let Some(sp) = model.services.get(&id.0).and_then(|ports| ports.get(id.1 as usize)) else {
-        return Ok(());
-    };
-    // A port without a ClusterIP of this family puts nothing in its table: not worth its
-    // endpoints' lookup, nor a record (half of a single-stack cluster's render).
-    if !sp.cluster_ips.iter().any(|ip| Family::of(ip) == b.ctx.family) {
-        return Ok(());
+    match model.services.get(&id.0).and_then(|ports| ports.get(id.1 as usize)) {
+        Some(sp) if serves(sp, b.ctx.family) => render_found(b, model, id, sp),
+        _ => Ok(()),
     }
+}
+
+/// Whether `sp` has a ClusterIP of `family`: a port without one puts nothing in that
+/// family's table, not worth its endpoints' lookup, nor a record (half of a single-stack
+/// cluster's render).
+fn serves(sp: &ServicePort, family: Family) -> bool {
+    sp.cluster_ips.iter().any(|ip| Family::of(ip) == family)
+}
+
+/// Renders port `id` of the model, `sp`, served in the builder's family.
+fn render_found(b: &mut Builder, model: &Model, id: PortId, sp: &ServicePort) -> Result<(), RenderError> {
     let endpoints = model.endpoints(&sp.name, b.ctx.family);
     let zone = b.ctx.node.and_then(|n| n.zone.as_deref());
     let cat = categorize_endpoints(&endpoints, sp, &b.ctx.cfg.node_name, zone);
