@@ -50,7 +50,7 @@ struct Search {
 impl Search {
     /// The endpoint map that holds `slot`.
     fn map(&self, slot: usize) -> String {
-        MapName::endpoints(self.scope, self.proto, false, u32::try_from(slot).unwrap_or(u32::MAX)).to_string()
+        MapName::endpoints(self.scope, self.proto, false, slot).to_string()
     }
 
     /// The chain that leads a frontend with one of the counts `ns` (sorted, distinct) to its

@@ -17,8 +17,7 @@ pub(super) fn lb_chain(words: FamilyWords, key: LbKey) -> Result<String, RenderE
         Pick::Slot => ("slot", false),
         Pick::Hash { port } => ("hash", port),
     };
-    let map =
-        |slot: usize| MapName::endpoints(scope, proto, nodeport, u32::try_from(slot).unwrap_or(u32::MAX)).to_string();
+    let map = |slot: usize| MapName::endpoints(scope, proto, nodeport, slot).to_string();
     let own = usize::from(maps::PARTS - 1);
     let steps = match pick {
         Pick::Turn(_) => Vec::new(),

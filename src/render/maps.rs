@@ -95,14 +95,14 @@ impl MapName {
 pub const PARTS: u8 = 4;
 
 /// The part of the endpoint maps that holds `slot`.
-pub fn part(slot: u32) -> u8 {
+pub fn part(slot: usize) -> u8 {
     u8::try_from(slot).map_or(PARTS - 1, |s| s.min(PARTS - 1))
 }
 
 impl MapName {
     /// The endpoint map holding `slot` of a frontend of `scope` and `proto`: an IP frontend's,
     /// or a node port's.
-    pub fn endpoints(scope: Scope, proto: Protocol, nodeport: bool, slot: u32) -> MapName {
+    pub fn endpoints(scope: Scope, proto: Protocol, nodeport: bool, slot: usize) -> MapName {
         if nodeport {
             MapName::NodeportEndpoints(scope, proto, part(slot))
         } else {
@@ -113,9 +113,9 @@ impl MapName {
     /// For an endpoint map, its part that holds `key`'s slot; any other map is itself.
     pub fn holding(self, key: &Key) -> MapName {
         match (self, key) {
-            (MapName::Endpoints(s, p, _), Key::IpSlot(_, _, slot)) => MapName::Endpoints(s, p, part(*slot)),
+            (MapName::Endpoints(s, p, _), Key::IpSlot(_, _, slot)) => MapName::Endpoints(s, p, part(*slot as usize)),
             (MapName::NodeportEndpoints(s, p, _), Key::PortSlot(_, slot)) => {
-                MapName::NodeportEndpoints(s, p, part(*slot))
+                MapName::NodeportEndpoints(s, p, part(*slot as usize))
             }
             _ => self,
         }
@@ -227,7 +227,7 @@ mod tests {
 
     #[test]
     fn each_slot_is_in_its_own_part_up_to_the_last_which_holds_the_rest() {
-        let parts: Vec<u8> = [0, 1, 2, 3, 4, 100, u32::MAX].into_iter().map(part).collect();
+        let parts: Vec<u8> = [0, 1, 2, 3, 4, 100, usize::MAX].into_iter().map(part).collect();
         assert_eq!(parts, [0, 1, 2, 3, 3, 3, 3]);
         let ip = IpAddr::V4(Ipv4Addr::new(172, 30, 0, 1));
         let map = MapName::endpoints(Scope::Local, Protocol::Udp, false, 0);

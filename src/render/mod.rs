@@ -39,7 +39,7 @@ pub use rendered::{Rendered, Update};
 pub use templates::{ElementText, FamilyWords};
 
 pub use key::Key;
-pub use maps::{BUILT_FOR, MapName, PARTS, Scope, built_for, part, unparted_endpoint_map, without_built_for};
+pub use maps::{BUILT_FOR, MapName, PARTS, Scope, built_for, unparted_endpoint_map, without_built_for};
 pub use ruleset::{AffinityGroup, ElementChange, Entry, Fixed, Inserted, Ruleset, Table, Value, element_changes};
 
 use crate::config::Config;

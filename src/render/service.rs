@@ -244,7 +244,7 @@ impl Builder<'_> {
         }
         let proto = p.sp.name.protocol;
         let nodeport = matches!(frontend, Frontend::NodePort(_));
-        let map = |slot| MapName::endpoints(scope, proto, nodeport, slot);
+        let map = |slot: u32| MapName::endpoints(scope, proto, nodeport, slot as usize);
         let slot_key = |slot: u32| match frontend {
             Frontend::Ip(ip, port) => Key::IpSlot(ip, port, slot),
             Frontend::NodePort(port) => Key::PortSlot(port, slot),

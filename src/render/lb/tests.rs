@@ -69,7 +69,7 @@ fn at_random_every_slot_has_the_same_chance_read_from_its_part() {
             left -= taken;
             let slots = rule.pick.expect("a random pick");
             for &s in &slots {
-                assert_eq!(part(s as u32), rule.part, "n = {n}: slot {s} read from part {}", rule.part);
+                assert_eq!(part(s), rule.part, "n = {n}: slot {s} read from part {}", rule.part);
                 chance[s] += taken / slots.len() as f64;
             }
         }
@@ -92,7 +92,7 @@ fn by_hash_each_client_gets_the_slot_of_its_hash_read_from_its_part() {
                 }
             };
             assert_eq!(slot, h, "n = {n}: hash {h}");
-            assert_eq!(part(slot as u32), rule.part, "n = {n}: slot {slot} read from part {}", rule.part);
+            assert_eq!(part(slot), rule.part, "n = {n}: slot {slot} read from part {}", rule.part);
         }
     }
 }
@@ -104,6 +104,6 @@ fn a_fixed_slot_is_read_from_its_part() {
         assert_eq!(rules.len(), 1, "{rules:?}");
         let rule = parse(&rules[0]);
         assert!(rule.guard.is_none());
-        assert_eq!((rule.pick, rule.part), (Ok(vec![slot]), part(slot as u32)), "{rules:?}");
+        assert_eq!((rule.pick, rule.part), (Ok(vec![slot]), part(slot)), "{rules:?}");
     }
 }
