@@ -1,7 +1,8 @@
 //! Waiting after a failed request, as client-go's reflector does: from 800 ms doubling up to
 //! 30 s, each wait stretched by a random part of itself so that many nodes do not retry in
 //! step, starting over after two quiet minutes or once the caller says it recovered; a
-//! server's `Retry-After` is waited exactly, never less (up to an hour). And
+//! server's `Retry-After` is waited exactly, never less (up to an hour), and does not move
+//! the schedule on. And
 //! logging failures without flooding: a new kind of failure is logged, repeats only now and then.
 
 use super::client::ApiError;
@@ -60,13 +61,14 @@ impl Backoff {
             self.next = INITIAL;
         }
         self.last_failure = Some(now);
+        // The server set this wait: our own schedule stays where it was, so that a busy
+        // server's one 429 does not double the wait after the next, unrelated failure.
+        if let ApiError::Status { retry_after: Some(after), .. } = e {
+            return (*after).min(MAX_RETRY_AFTER).max(INITIAL);
+        }
         let base = self.next;
         self.next = (base * 2).min(CAP);
-        let jittered = base + base.mul_f64(fastrand::f64());
-        match e {
-            ApiError::Status { retry_after: Some(after), .. } => (*after).min(MAX_RETRY_AFTER).max(INITIAL),
-            _ => jittered,
-        }
+        base + base.mul_f64(fastrand::f64())
     }
 }
 
@@ -153,6 +155,26 @@ mod tests {
         }
         assert_eq!(b.failed(&busy(0)), INITIAL, "a server asking for no wait still gets the floor");
         assert_eq!(b.failed(&busy(86_400)), MAX_RETRY_AFTER, "a day is a misconfigured server's");
+    }
+
+    #[test]
+    fn a_server_set_wait_leaves_the_own_schedule_where_it_was() {
+        let mut b = Backoff::default();
+        let t0 = Instant::now();
+        let first = b.failed_at(&refused(), t0);
+        assert!(first <= INITIAL * 2, "{first:?}");
+        let busy = ApiError::Status {
+            code: 429,
+            reason: "TooManyRequests".into(),
+            message: String::new(),
+            retry_after: Some(Duration::from_secs(1)),
+        };
+        for i in 1..6 {
+            assert_eq!(b.failed_at(&busy, t0 + Duration::from_secs(i)), Duration::from_secs(1));
+        }
+        // The next failure of our own takes the second step, not the seventh.
+        let next = b.failed_at(&refused(), t0 + Duration::from_secs(7));
+        assert!(next >= INITIAL * 2 && next <= INITIAL * 4, "{next:?}");
     }
 
     #[test]

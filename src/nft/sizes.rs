@@ -201,6 +201,21 @@ mod tests {
     }
 
     #[test]
+    fn a_turns_map_declared_without_a_size_is_never_grown_however_many_turns_it_holds() {
+        let v4 = Family::V4;
+        let turns = |n: u32| {
+            let mut r = ruleset(0);
+            let owner: Arc<str> = Arc::from("ns/rr:p");
+            let entries = (0..n).map(|k| (Key::Turn(k), Entry { value: Value::None, owner: owner.clone(), refs: 1 }));
+            r.tables[0].elements.insert(MapName::Turns(3), entries.collect());
+            r
+        };
+        let mut sizes = Sizes::default();
+        sizes.built(&turns(5_000), &[v4]);
+        assert_eq!(sizes.growth(&turns(50_000), &[v4]), Some(vec![]), "no size to raise, no full sync");
+    }
+
+    #[test]
     fn maps_found_are_known_by_their_comment_and_a_larger_limit_or_none_serves() {
         let (v4, map) = (Family::V4, MapName::ClusterIps);
         let built = map.size_for(5_000).expect("sized");

@@ -172,10 +172,13 @@ impl MapName {
     /// 4S/3 buckets rounded up to a power of two, which it allocates and zeroes under the
     /// nf_tables commit mutex: for three times a power of two that is exact, and at 100k
     /// Services the endpoint map's table takes 8 MB (about 35 ms) instead of the 16 MB a power
-    /// of two called for. `None` for small maps and for interval sets, whose backend is not a
-    /// hash.
+    /// of two called for. `None` for small maps, for interval sets, whose backend is not a
+    /// hash, and for the `turns-*` maps, which are declared without a size (a round-robin
+    /// Service of thousands of endpoints would otherwise have its map counted as sized, and
+    /// a later sync would declare that unsized map with a size).
     pub fn size_for(self, elements: usize) -> Option<u32> {
-        if matches!(self, MapName::FirewallAllow | MapName::ServiceCidrs) || elements < SIZED_FROM {
+        let never_sized = matches!(self, MapName::FirewallAllow | MapName::ServiceCidrs | MapName::Turns(_));
+        if never_sized || elements < SIZED_FROM {
             return None;
         }
         u32::try_from((elements + elements / 2).div_ceil(3).next_power_of_two() * 3).ok()
@@ -236,6 +239,15 @@ mod tests {
         assert_eq!(nodeport.to_string(), "cluster-nodeport-endpoints-tcp-1");
         assert_eq!(nodeport.first_part().to_string(), "cluster-nodeport-endpoints-tcp-0");
         assert_eq!(MapName::ServiceIps.holding(&Key::IpSlot(ip, 80, 2)), MapName::ServiceIps);
+    }
+
+    #[test]
+    fn only_hash_maps_the_table_declares_with_a_size_are_sized() {
+        assert_eq!(MapName::ClusterIps.size_for(SIZED_FROM - 1), None);
+        assert_eq!(MapName::ClusterIps.size_for(5_000), Some(12_288), "room for half as many again");
+        for bare in [MapName::FirewallAllow, MapName::ServiceCidrs, MapName::Turns(7)] {
+            assert_eq!(bare.size_for(100_000), None, "{bare}");
+        }
     }
 
     #[test]
