@@ -159,10 +159,11 @@ pub struct Flags {
     /// what differs sent, repairing any drift.
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_period, help_heading = NFTABLES)]
     pub full_sync_period: Duration,
-    /// The share of one core syncs aim for while changes keep coming: each sync is followed by
-    /// a rest that keeps syncing within it, so a steady stream of changes is applied several
-    /// at a time, while an isolated change still goes at once. Below the min-sync-period's
-    /// bound; 1 leaves that bound alone.
+    /// The share of one core that syncing often may take while changes keep coming: each sync's
+    /// fixed cost is followed by a rest that keeps it within that share, so a steady stream of
+    /// changes is applied several at a time, while an isolated change still goes at once and a
+    /// burst of big syncs is paced by the min-sync-period's bound alone. 1 leaves that bound
+    /// alone.
     #[arg(long, value_name = "SHARE", default_value = "0.08", value_parser = parse_share, help_heading = NFTABLES)]
     pub sync_share: f64,
     /// Longest a helper command may run before it is killed: `nft --version` (at most 10s; the

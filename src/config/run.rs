@@ -115,7 +115,7 @@ pub struct Periods {
     pub sync: Duration,
     /// Interval of full syncs that repair drift.
     pub full_sync: Duration,
-    /// The share of one core syncs aim for while changes keep coming (`--sync-share`).
+    /// The share of one core syncing often may take while changes keep coming (`--sync-share`).
     pub share: f64,
 }
 
