@@ -10,7 +10,9 @@ cd "$(dirname "$0")/.."
 out=${1:-dist}
 if ! command -v rpmbuild >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends rpm >/dev/null
+  # As in build-static.sh: builds run at once take turns at apt-get.
+  flock -w 300 "${TMPDIR:-/tmp}/kube-nftproxy-apt.lock" \
+    sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends rpm >/dev/null' 
 fi
 packaging/build-static.sh "$out" >/dev/null
 . packaging/layout.sh

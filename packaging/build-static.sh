@@ -22,8 +22,10 @@ if [ ${#need[@]} -gt 0 ]; then
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends "${need[@]}" >/dev/null
+  # Builds run at once (the tests build the deb, the rpm and the image together) take turns:
+  # apt-get fails at once on a lock another holds.
+  flock -w 300 "${TMPDIR:-/tmp}/kube-nftproxy-apt.lock" \
+    sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends "$@" >/dev/null' sh "${need[@]}"
 fi
 export CC_x86_64_unknown_linux_musl=musl-gcc
 

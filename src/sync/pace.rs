@@ -62,8 +62,10 @@ const BANKED_FULL_SYNCS: f64 = 2.0;
 const GATHER_MAX: Duration = Duration::from_millis(5);
 
 /// How fast the estimate of a sync's fixed cost (the cheapest recent sync) rises towards a
-/// dearer sync: a sixteenth of the way each time, so that a storm's big syncs barely move it
-/// while a lasting rise (a grown cluster) is followed within some dozens of syncs.
+/// dearer sync: a sixteenth of the way each time, so that a lasting rise (a grown cluster) is
+/// followed within some dozens of syncs. A long burst of big syncs raises it too, but by then
+/// each sync's rest under the aim, f / aim − c, is mostly spent while the sync runs, and the
+/// bound paces them.
 const FIXED_COST_RISE: u32 = 16;
 
 /// Seconds of sync work that may start at `at`, earned at some share of the time, up to a bank;
@@ -76,7 +78,7 @@ struct Credit {
 
 impl Credit {
     /// The credit at `t`: what was banked, plus what `share` earned since, up to `bank`.
-    fn at(&self, t: Instant, share: f64, bank: f64) -> f64 {
+    fn value_at(&self, t: Instant, share: f64, bank: f64) -> f64 {
         let earned = t.saturating_duration_since(self.at).as_secs_f64() * share;
         (self.credit + earned).min(bank)
     }
@@ -129,7 +131,8 @@ pub(super) struct Pace {
     /// What the last partial sync that sent something cost.
     partial: Duration,
     /// A sync's fixed cost: the cheapest recent partial sync that sent something (rising a
-    /// `FIXED_COST_RISE`th of the way towards each dearer one); unknown before the first.
+    /// `FIXED_COST_RISE`th of the way towards each dearer one); unknown before the first, and
+    /// nothing is charged to the aim until then.
     fixed: Option<Duration>,
     /// The busy share aimed for while changes keep coming (`--sync-share`), when below the
     /// period's bound.
@@ -153,9 +156,10 @@ impl Pace {
     }
 
     /// Aims the pace at `share` of one core for the fixed cost of syncing while changes keep
-    /// coming: each sync earns a rest of its fixed cost × (1 − share) / share once the bank is
-    /// spent, so a steady stream of changes goes out several to a sync instead of one each,
-    /// and the first changes after a quiet spell still go at once from the bank.
+    /// coming: once the bank is spent, a sync of fixed cost f that took c earns a rest of
+    /// f / share − c (none once c reaches f / share), so a steady stream of changes goes out
+    /// several to a sync instead of one each, and the first changes after a quiet spell still
+    /// go at once from the bank.
     pub(super) fn aiming_at(mut self, share: f64) -> Pace {
         self.aim = share.clamp(f64::MIN_POSITIVE, 1.0);
         self
@@ -171,7 +175,7 @@ impl Pace {
     }
 
     /// The busy share the period's bound allows: F / (F + P).
-    pub(super) fn share(&self) -> f64 {
+    fn share(&self) -> f64 {
         let f = self.full.as_secs_f64();
         f / (f + self.period.as_secs_f64())
     }
@@ -205,7 +209,7 @@ impl Pace {
             return;
         }
         let (share, bank) = (self.share(), self.bank());
-        let mut credits = [self.bound.at(end, share, bank), self.aimed.at(end, self.aim.min(share), bank)];
+        let mut credits = [self.bound.value_at(end, share, bank), self.aimed.value_at(end, self.aim.min(share), bank)];
         let cost = end.saturating_duration_since(start);
         if full {
             self.full = cost.max(self.period.mul_f64(MIN_FULL_COST_PER_PERIOD));
@@ -214,7 +218,7 @@ impl Pace {
             }
             self.measured = true;
         }
-        let fixed = self.fixed.map_or(cost, |f| f.min(cost));
+        let fixed = self.fixed.map_or(Duration::ZERO, |f| f.min(cost));
         if sent && !full {
             self.partial = cost;
             self.fixed = Some(match self.fixed {
@@ -323,7 +327,7 @@ mod tests {
     }
 
     /// Changes arriving at `arrivals`, each sync as soon as the pace allows, taking every
-    /// change arrived, and costing `cost(changes)`: the longest wait of the last change.
+    /// change arrived, and costing `cost(changes)`: how long the last change waited.
     fn last_wait(pace: &mut Pace, arrivals: &[Instant], cost: impl Fn(usize) -> Duration) -> Duration {
         let (mut t, mut next, mut last) = (arrivals[0], 0, Duration::ZERO);
         while next < arrivals.len() {

@@ -150,8 +150,9 @@ fn chi_square(counts: &BTreeMap<String, usize>, expected: &BTreeMap<String, f64>
 /// independent draws (chi-square 0.5 to 2 in runs by hand), but beside the rest of the suite
 /// on two cores the spread drifted further, to 14 and 15 in two full runs, past the 0.1 %
 /// bound (13.8) one run in a few; where the connections lose their independence then was not
-/// found. A chain with wrong odds is far past either bound: one slot at 0.4 instead of 1/3
-/// gives about 40 over 2,000 connections, a rule's wrong modulus over 100.
+/// found. A chain with wrong odds still fails: one slot at 0.4 instead of 1/3 gives about 42
+/// over 2,000 connections on average, past this bound some 19 times in 20; a rule's wrong
+/// modulus (a slot at 1/2) gives about 250.
 const CHI2_1PCT_DF2: f64 = 9.210;
 const CHI2_0001PCT_DF2: f64 = 23.026;
 const CHI2_01PCT_DF8: f64 = 26.124;
