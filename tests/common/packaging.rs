@@ -129,3 +129,11 @@ pub fn unit_exec_start(unit: &str) -> Vec<String> {
 pub fn setpriv_caps(names: &[String]) -> Vec<String> {
     names.iter().map(|n| n.trim_start_matches("CAP_").to_lowercase()).collect()
 }
+
+/// Held while a test builds the static binary (`packaging/build-static.sh`, itself or through
+/// a package's script) or reads what that build wrote: the packaging tests run at once and
+/// build into one target directory, where one build rewrites the dep-info another test reads.
+pub fn static_build_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

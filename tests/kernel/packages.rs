@@ -5,6 +5,7 @@
 //! edited configuration keeping the edit (the RPM's in a root of its own), and the .deb's
 //! removal saying the rules stay.
 
+use crate::common::packaging::static_build_lock;
 use crate::common::{Scratch, kernel_available, root, without_overstrikes};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -43,8 +44,12 @@ fn text(out: &Output) -> String {
 fn build(script: &str, out: &Path, version: &str) -> PathBuf {
     let script = root().join("packaging").join(script);
     let out_dir = out.to_str().expect("utf-8 path");
-    let env = [("PROFILE", "dev"), ("VERSION", version), ("DEB_COMPRESSION", "none")];
-    let built = run(&[script.to_str().expect("utf-8 path"), out_dir], &env);
+    // Without incremental state, as `packaging_image` builds it: the same artifacts, built once.
+    let env = [("PROFILE", "dev"), ("CARGO_INCREMENTAL", "0"), ("VERSION", version), ("DEB_COMPRESSION", "none")];
+    let built = {
+        let _building = static_build_lock();
+        run(&[script.to_str().expect("utf-8 path"), out_dir], &env)
+    };
     PathBuf::from(text(&built).lines().last().expect("the package's path").trim())
 }
 

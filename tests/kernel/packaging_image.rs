@@ -9,7 +9,7 @@
 
 use crate::common::daemon::{Daemon, wait_for};
 use crate::common::layouts::{iptables_available, load, state};
-use crate::common::packaging::{daemonset_containers, setpriv_caps, unit, unit_values};
+use crate::common::packaging::{daemonset_containers, setpriv_caps, static_build_lock, unit, unit_values};
 use crate::common::{Netns, Scratch, root};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use std::ffi::OsString;
@@ -26,6 +26,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_kube-nftproxy");
 fn static_binary() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
+        let _building = static_build_lock();
         let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("static");
         let status = Command::new(root().join("packaging/build-static.sh"))
             .arg(&out)
@@ -113,7 +114,11 @@ fn build_inputs() -> Vec<PathBuf> {
     let target_dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
     let dep_info = target_dir.join("x86_64-unknown-linux-musl/debug/kube-nftproxy.d");
     let _ = static_binary();
-    let text = std::fs::read_to_string(&dep_info).unwrap_or_else(|e| panic!("{}: {e}", dep_info.display()));
+    let read = {
+        let _building = static_build_lock();
+        std::fs::read_to_string(&dep_info)
+    };
+    let text = read.unwrap_or_else(|e| panic!("{}: {e}", dep_info.display()));
     let mut inputs: Vec<PathBuf> = text
         .lines()
         .next()
