@@ -21,7 +21,9 @@
 //! their baselines (`schedulers.rs`; `-- --schedulers-only` runs that part alone).
 //! `-- --neighbour-only [N]` measures how long another nftables user's commits wait while the
 //! daemon syncs, restarts and refreshes at 100k services, or N (`neighbour.rs`; not part of a
-//! full run). `-- --dispatch-only` measures what the dispatch by endpoint count costs a new
+//! full run). `-- --rehash-only [N]` measures the same waits, and our syncs, while the daemon
+//! rehashes the maps it built at 16 % of 100k Services, or N, as the cluster grows past four
+//! times them (`rehash.rs`; not part of a full run). `-- --dispatch-only` measures what the dispatch by endpoint count costs a new
 //! connection, 64 counts in use against one (`dispatch.rs`; not part of a full run).
 //! Every full run also measures what `trace` costs a node (`tracing.rs`; `-- --tracing-only`
 //! runs that part alone), what localhost NodePorts cost against the primary address
@@ -50,6 +52,7 @@ mod musl;
 mod neighbour;
 mod observe;
 mod refused;
+mod rehash;
 mod report;
 mod runs;
 mod schedulers;
@@ -94,7 +97,7 @@ fn config() -> Config {
 
 /// The flags that start a run or a child part of one; with none of them, this target was run
 /// as a test (`cargo test --all-targets`) and only says how to run it.
-const MODES: [&str; 30] = [
+const MODES: [&str; 32] = [
     "--bench",
     "--case",
     "--latency",
@@ -123,6 +126,8 @@ const MODES: [&str; 30] = [
     "--first-state-only",
     "--neighbour",
     "--neighbour-only",
+    "--rehash",
+    "--rehash-only",
     "--dispatch",
     "--dispatch-only",
 ];
@@ -267,8 +272,10 @@ fn daemon_part(o: &Opts) -> bool {
     // nftables user's waits (`neighbour.rs`) at N, or 100k.
     let (api_start, neighbour): (runs::Sized, runs::Sized) =
         ((start::run, start::print), (neighbour::run, neighbour::print));
+    let rehashing: runs::Sized = (rehash::run, rehash::print);
     if runs::sized_part(&o.args, o.runs, ("--api-start", "--api-start-only"), &start::SIZES, api_start)
         || runs::sized_part(&o.args, o.runs, ("--neighbour", "--neighbour-only"), &[neighbour::SERVICES], neighbour)
+        || runs::sized_part(&o.args, o.runs, ("--rehash", "--rehash-only"), &[rehash::SERVICES], rehashing)
     {
         return true;
     }

@@ -52,10 +52,10 @@ const TABLE: &str = "neighbour-probe";
 const EVERY: Duration = Duration::from_millis(20);
 
 /// The probe alone before any daemon: the run's baseline.
-const IDLE: Duration = Duration::from_secs(3);
+pub(super) const IDLE: Duration = Duration::from_secs(3);
 
 /// The quiet between phases, so one phase's last syncs do not run into the next's.
-const QUIET: Duration = Duration::from_secs(1);
+pub(super) const QUIET: Duration = Duration::from_secs(1);
 
 /// The phases in the order they run; commits in none are filed under `BETWEEN`.
 const PHASES: [&str; 6] = ["idle", "first sync", "refresh", "restart", "every slice at once", "a map past its size"];
@@ -64,7 +64,7 @@ const PHASES: [&str; 6] = ["idle", "first sync", "refresh", "restart", "every sl
 const REST: Duration = Duration::from_millis(2500);
 
 /// Where the commits outside every phase are filed: the daemon idle.
-const BETWEEN: &str = "between";
+pub(super) const BETWEEN: &str = "between";
 
 /// The daemon's note that another process committed during its full sync, which it checks
 /// by a refresh (a comparison with the kernel's tables, sending what differs).
@@ -73,20 +73,23 @@ const RESYNC: &str = "another process committed to nftables during the full sync
 /// The daemon's note that a partial sync declares a map larger (`nft::Applier::partial`).
 const GROWN: &str = "map larger, for";
 
+/// The daemon's note that it rehashed a map (`nft::Applier::rehash`).
+pub(super) const REHASHED: &str = "rehashed the ";
+
 /// The probe's addresses: 10.200.0.0/16 counted up, so every commit adds a new element.
 const FIRST_ADDRESS: u32 = u32::from_be_bytes([10, 200, 0, 0]);
 const ADDRESSES: u32 = 1 << 16;
 
 /// One commit of the probe: when it was sent, how long until the kernel acknowledged it
 /// (ms), and whether it went through.
-struct Commit {
+pub(super) struct Commit {
     at: Instant,
     wait_ms: f64,
     ok: bool,
 }
 
 /// The probe thread, committing until finished.
-struct Probe {
+pub(super) struct Probe {
     stop: Arc<AtomicBool>,
     commits: Arc<Mutex<Vec<Commit>>>,
     thread: JoinHandle<()>,
@@ -94,7 +97,7 @@ struct Probe {
 
 impl Probe {
     /// Creates the probe's table in `ns` and starts committing to it.
-    fn start(ns: &Netns) -> Probe {
+    pub(super) fn start(ns: &Netns) -> Probe {
         ns.nft_apply(&format!("table ip {TABLE} {{ set {} {{ type ipv4_addr; }}\n}}\n", MapName::ClusterIps))
             .expect("the probe's table");
         let (stop, commits): (Arc<AtomicBool>, Arc<Mutex<Vec<Commit>>>) = Default::default();
@@ -104,7 +107,7 @@ impl Probe {
     }
 
     /// Stops the probe; its commits.
-    fn finish(self) -> Vec<Commit> {
+    pub(super) fn finish(self) -> Vec<Commit> {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.join().expect("probe thread");
         std::mem::take(&mut *self.commits.lock().expect("commits"))
@@ -140,19 +143,21 @@ fn commit_loop(stop: &AtomicBool, out: &Mutex<Vec<Commit>>, ns: &str) {
 }
 
 /// One phase of a run: its span, and the daemon's syncs in it.
-struct Phase {
-    name: &'static str,
-    start: Instant,
-    end: Instant,
+pub(super) struct Phase {
+    pub(super) name: &'static str,
+    pub(super) start: Instant,
+    pub(super) end: Instant,
     /// The phase's first sync line, ms after its start (`None` for `idle`).
-    first_sync_ms: Option<f64>,
+    pub(super) first_sync_ms: Option<f64>,
     /// Its syncs, those full (Full or Refresh), and those announced as repeated for another
     /// process.
-    syncs: usize,
-    full_syncs: usize,
-    resyncs: usize,
+    pub(super) syncs: usize,
+    pub(super) full_syncs: usize,
+    pub(super) resyncs: usize,
     /// Maps the daemon declared larger in a partial sync.
-    grown: usize,
+    pub(super) grown: usize,
+    /// Maps the daemon rehashed (`nft::rehash`).
+    pub(super) rehashed: usize,
 }
 
 /// The phase `name` from `start` until the daemon, after line `from` of its log, has synced
@@ -187,7 +192,7 @@ fn settle_quiet(name: &'static str, log: &LogTail, from: usize, start: Instant) 
 /// The phase `name` from `start` until the daemon, after line `from` of its log, has synced
 /// `services` Services (a full sync logs only when done, seconds later, so a pause in its
 /// syncs does not end the phase), then logged no sync for `REST`.
-fn settle_at(name: &'static str, log: &LogTail, from: usize, start: Instant, services: u32) -> Phase {
+pub(super) fn settle_at(name: &'static str, log: &LogTail, from: usize, start: Instant, services: u32) -> Phase {
     let all = format!(" sync: {services} services");
     let first = log.position(from, FIRST_SYNC_LIMIT, is_sync).unwrap_or_else(|| panic!("{name}: no sync"));
     let mut last = log.position(first, FIRST_SYNC_LIMIT, |l| l.contains(&all)).unwrap_or_else(|| {
@@ -219,6 +224,25 @@ fn phase(name: &'static str, log: &LogTail, from: usize, (first, last): (usize, 
         full_syncs: seen.iter().filter(|(_, l)| full(l)).count(),
         resyncs: seen.iter().filter(|(_, l)| l.contains(RESYNC)).count(),
         grown: seen.iter().filter(|(_, l)| l.contains(GROWN)).count(),
+        rehashed: seen.iter().filter(|(_, l)| l.contains(REHASHED)).count(),
+    }
+}
+
+/// The probe alone for `IDLE`, before any daemon: the run's baseline.
+pub(super) fn idle() -> Phase {
+    let start = Instant::now();
+    std::thread::sleep(IDLE);
+    let (syncs, full_syncs, resyncs, grown, rehashed) = (0, 0, 0, 0, 0);
+    Phase {
+        name: PHASES[0],
+        start,
+        end: Instant::now(),
+        first_sync_ms: None,
+        syncs,
+        full_syncs,
+        resyncs,
+        grown,
+        rehashed,
     }
 }
 
@@ -226,19 +250,7 @@ fn phase(name: &'static str, log: &LogTail, from: usize, (first, last): (usize, 
 pub fn run(services: u32) -> Value {
     let stage = Stage::new(services, "neighbour");
     let probe = Probe::start(&stage.ns);
-    let began = Instant::now();
-    std::thread::sleep(IDLE);
-    let idle = Phase {
-        name: PHASES[0],
-        start: began,
-        end: Instant::now(),
-        first_sync_ms: None,
-        syncs: 0,
-        full_syncs: 0,
-        resyncs: 0,
-        grown: 0,
-    };
-    let mut phases = vec![idle];
+    let mut phases = vec![idle()];
     std::thread::sleep(QUIET);
     let (spawned, d) = (Instant::now(), stage.daemon());
     let log = LogTail::start(&d.log);
@@ -293,7 +305,7 @@ fn past_the_size(case: &synth::Case) -> Vec<Value> {
 }
 
 /// Each phase's figures, and the commits between phases.
-fn report(services: u32, phases: &[Phase], commits: &[Commit]) -> Value {
+pub(super) fn report(services: u32, phases: &[Phase], commits: &[Commit]) -> Value {
     let within = |p: &Phase, c: &Commit| (p.start..=p.end).contains(&c.at);
     let mut out = serde_json::Map::new();
     for p in phases {
@@ -302,6 +314,7 @@ fn report(services: u32, phases: &[Phase], commits: &[Commit]) -> Value {
         fig["full_syncs"] = json!(p.full_syncs);
         fig["resyncs"] = json!(p.resyncs);
         fig["maps_grown"] = json!(p.grown);
+        fig["maps_rehashed"] = json!(p.rehashed);
         fig["first_sync_ms"] = json!(p.first_sync_ms);
         fig["phase_ms"] = json!(ms_between(p.start, p.end));
         out.insert(p.name.into(), fig);
@@ -312,7 +325,7 @@ fn report(services: u32, phases: &[Phase], commits: &[Commit]) -> Value {
 }
 
 /// The waits of `commits`: how many, how many failed, and the worst, p99 and p50 (ms).
-fn waits<'c>(commits: impl Iterator<Item = &'c Commit>) -> Value {
+pub(super) fn waits<'c>(commits: impl Iterator<Item = &'c Commit>) -> Value {
     let (mut ms, mut failed) = (Vec::new(), 0);
     for c in commits {
         ms.push(c.wait_ms);

@@ -16,6 +16,7 @@ pub mod kdiff;
 pub mod owners;
 mod read;
 mod reconcile;
+mod rehash;
 mod report;
 mod sizes;
 mod split;
@@ -24,6 +25,7 @@ pub mod wire;
 
 pub use error::NftError;
 pub use report::{Resync, SyncKind, SyncReport};
+pub use sizes::GROW_IN_PLACE;
 pub use split::CUT_CHANGES;
 pub use staged::STAGE_ELEMENTS;
 
@@ -90,6 +92,8 @@ struct Partial {
     reused: Vec<(Family, String)>,
     /// The maps its first transaction declares larger.
     grown: Vec<sizes::Growth>,
+    /// The maps rehashed before it (`rehash`).
+    rehash: Vec<sizes::Growth>,
 }
 
 /// What a partial sync would need to send.
@@ -222,6 +226,13 @@ impl Applier {
     /// `sync_families` tries at once, each family alone) is full: it compares with what the
     /// kernel holds and sends the rest.
     fn send_partial(&mut self, part: Partial, kind: SyncKind, deleted_chains: usize) -> Result<SyncReport, NftError> {
+        let rehashed = match self.rehash(&part.rehash) {
+            Ok(sent) => sent,
+            Err(e) => {
+                self.invalidate(&part.families);
+                return Err(e);
+            }
+        };
         self.own.add(self.sender.port()?);
         for (i, (batch, lines)) in part.batches.iter().enumerate() {
             if let Err(e) = self.sender.send(batch) {
@@ -241,7 +252,7 @@ impl Applier {
             self.stale.remove(chain);
         }
         let bytes = part.batches.iter().map(|(b, _)| b.len()).sum();
-        let (script, transactions) = (part.script, part.batches.len() as u32);
+        let (script, transactions) = (part.script, part.batches.len() as u32 + rehashed);
         Ok(SyncReport {
             kind,
             bytes,
@@ -283,10 +294,7 @@ impl Applier {
         if diffs.iter().all(diff::TableDiff::is_empty) {
             return Ok(Plan::Nothing);
         }
-        let Some(grow) = self.sizes.growth(desired, scope) else {
-            log::info!("a map outgrows what its hash table was built for; declaring the maps anew");
-            return Ok(Plan::Full);
-        };
+        let grow = self.sizes.growth(desired, scope);
         let families: Vec<Family> = desired.tables.iter().filter(ours).map(|t| t.family).collect();
         Ok(Plan::Partial(self.partial(&diffs, &families, grow)?))
     }
@@ -298,8 +306,9 @@ impl Applier {
         &mut self,
         diffs: &[diff::TableDiff<'_>],
         families: &[Family],
-        grown: Vec<sizes::Growth>,
+        grow: sizes::Growths,
     ) -> Result<Partial, NftError> {
+        let sizes::Growths { in_place: grown, rehash } = grow;
         let mut flushed = Vec::new();
         let mut reused = Vec::new();
         for (d, family) in diffs.iter().zip(families) {
@@ -334,7 +343,7 @@ impl Applier {
         batches.push(batch.finish_with_lines());
         let script = diff::partial_script(diffs)?;
         let compiled = head.lines().chain(tail.lines()).collect::<Vec<_>>().join("\n");
-        Ok(Partial { script, batches, compiled, families: families.to_vec(), flushed, reused, grown })
+        Ok(Partial { script, batches, compiled, families: families.to_vec(), flushed, reused, grown, rehash })
     }
 
     /// The endpoint slots the tables held when they were read ahead of the first sync (see

@@ -9,6 +9,7 @@
 use super::diff::TableDiff;
 use super::kdiff::{self, KernelTable, ReadMap};
 use super::read::{Held, ReadAhead, read_settled};
+use super::sizes::Growths;
 use super::{Applier, NftError, SyncKind, SyncReport};
 use crate::model::Family;
 use crate::nft::compile::{self, DeclaredTable};
@@ -48,7 +49,10 @@ impl Applier {
         let mut schema = compile::Schema::default();
         let declared = compile::declared_with(&script, &mut schema)?;
         let compiled = started.elapsed();
-        let ahead = self.ahead.take().filter(|_| elements && scope == Family::ALL).and_then(ReadAhead::finish);
+        // A rehash cut short is finished first; the tables read ahead held it still.
+        let finished = self.finish_rehashes(scope)?;
+        let ahead = self.ahead.take().filter(|_| elements && scope == Family::ALL && !finished);
+        let ahead = ahead.and_then(ReadAhead::finish);
         let held = match ahead {
             Some(held) => held,
             None => match read_settled(scope, elements) {
@@ -65,15 +69,17 @@ impl Applier {
         let read = started.elapsed() - compiled;
         let mut diffs = Vec::new();
         let mut families = Vec::new();
-        let mut grow = Vec::new();
+        let mut grow = Growths::default();
         for t in desired.tables.iter().filter(|t| scope.contains(&t.family)) {
             let (Some(decl), Some(h)) = (declared.tables.get(&t.family), held.get(&t.family)) else {
                 return Ok(None);
             };
             // A map the kernel holds too small for its elements is declared larger first.
             let growing = self.sizes.growth_found(t, &h.table);
-            let names: Vec<String> = growing.iter().map(|(_, map, _)| map.to_string()).collect();
-            grow.extend(growing);
+            let all = growing.in_place.iter().chain(&growing.rehash);
+            let names: Vec<String> = all.map(|(_, map, _)| map.to_string()).collect();
+            grow.in_place.extend(growing.in_place);
+            grow.rehash.extend(growing.rehash);
             match table_diff(t, decl, h, elements, &names) {
                 Ok(d) => diffs.push(d),
                 Err(why) => {

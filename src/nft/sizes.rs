@@ -1,25 +1,44 @@
-//! The sizes our hash maps are declared with, and their growth in place: a partial sync that
-//! would take a map past its size declares it again larger in its first transaction (the
-//! kernel raises the limit and keeps the map, its elements and its hash table), instead of a
-//! full sync that declares every map anew in one long transaction. A map never shrinks: a
-//! larger limit costs nothing.
+//! The sizes our hash maps are declared with, and their growth: a partial sync that would
+//! take a map past its size declares it again larger in its first transaction (the kernel
+//! raises the limit and keeps the map, its elements and its hash table), up to four times
+//! the size its table was built for; past that, or on a kernel that cannot raise a limit, the
+//! map is rehashed first (`rehash`: a table built anew, in short transactions). A map never
+//! shrinks: a larger limit costs nothing.
 
 use super::kdiff::KernelTable;
 use crate::model::Family;
 use crate::netlink::SetSpec;
 use crate::netlink::abi::NFTNL_UDATA_SET_COMMENT;
 use crate::netlink::{attr, udata};
-use crate::render::{MapName, Ruleset, Table, built_for, without_built_for};
+use crate::render::{MapName, Ruleset, Table, built_for, with_built_for, without_built_for};
 use std::collections::BTreeMap;
 
 /// How far past the size its hash table was built for a map grows in place. The kernel keeps
 /// the buckets it gave the map when it was declared (4/3 of that size), so at this bound a
-/// lookup walks chains of three elements on average; past it, a full sync declares the
-/// maps anew.
+/// lookup walks chains of three elements on average; past it, the map is rehashed.
 pub const GROW_IN_PLACE: u32 = 4;
 
 /// A map to declare larger, by family: its new size.
 pub(super) type Growth = (Family, MapName, u32);
+
+/// The maps a sync takes past the sizes they are declared with.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct Growths {
+    /// Declared larger in place, in the sync's first transaction.
+    pub(super) in_place: Vec<Growth>,
+    /// Rehashed before the sync: past `GROW_IN_PLACE` times what their table was built for
+    /// (or built for a size nobody noted), or on a kernel that cannot raise a limit.
+    pub(super) rehash: Vec<Growth>,
+}
+
+impl Growths {
+    fn add(&mut self, sizes: &Sizes, growth: Growth, built: Option<u32>) {
+        match sizes.may_grow(growth.2, built) {
+            true => self.in_place.push(growth),
+            false => self.rehash.push(growth),
+        }
+    }
+}
 
 /// A sized map as the kernel holds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,14 +72,14 @@ impl Sizes {
     }
 
     /// The maps of table `t` that `held` (the kernel's, read by a refresh) declares smaller
-    /// than `t` needs and that may grow in place, with their new sizes.
-    pub(super) fn growth_found(&self, t: &Table, held: &KernelTable) -> Vec<Growth> {
-        let mut grow = Vec::new();
+    /// than `t` needs, with their new sizes.
+    pub(super) fn growth_found(&self, t: &Table, held: &KernelTable) -> Growths {
+        let mut grow = Growths::default();
         for map in MapName::all() {
             let Some(spec) = held.sets.get(&map.to_string()) else { continue };
             let (Some(want), Some(have)) = (t.declared_size(map), spec.as_sent().size) else { continue };
-            if want > have && self.may_grow(want, built_of(spec)) {
-                grow.push((t.family, map, want));
+            if want > have {
+                grow.add(self, (t.family, map, want), built_of(spec));
             }
         }
         grow
@@ -98,26 +117,25 @@ impl Sizes {
     }
 
     /// The maps of `desired`'s tables of `scope` a partial sync must declare larger before
-    /// it adds their elements, with their new sizes; `None` when one would grow past
-    /// `GROW_IN_PLACE` times what its table was built for (or was built for an unknown
-    /// size), which takes a full sync.
-    pub(super) fn growth(&self, desired: &Ruleset, scope: &[Family]) -> Option<Vec<Growth>> {
-        let mut grow = Vec::new();
+    /// it adds their elements, with their new sizes.
+    pub(super) fn growth(&self, desired: &Ruleset, scope: &[Family]) -> Growths {
+        let mut grow = Growths::default();
         for t in desired.tables.iter().filter(|t| scope.contains(&t.family)) {
             for map in MapName::all() {
                 let (Some(want), Some(have)) = (t.declared_size(map), self.maps.get(&(t.family, map))) else {
                     continue;
                 };
-                if want <= have.declared {
-                    continue;
+                if want > have.declared {
+                    grow.add(self, (t.family, map, want), have.built);
                 }
-                if !self.may_grow(want, have.built) {
-                    return None;
-                }
-                grow.push((t.family, map, want));
             }
         }
-        Some(grow)
+        grow
+    }
+
+    /// Map `map` of `family`'s table was rehashed: declared anew, its table built for `size`.
+    pub(super) fn rehashed(&mut self, family: Family, map: MapName, size: u32) {
+        self.maps.insert((family, map), MapSize { declared: size, built: Some(size) });
     }
 
     /// A partial sync declared the maps of `grown` larger.
@@ -128,6 +146,26 @@ impl Sizes {
             }
         }
     }
+}
+
+/// Listed declaration `listed`, named `name` and declared for `size`: its limit, and the
+/// size its comment says its table was built for.
+pub(super) fn declared_for(listed: &SetSpec, name: &str, size: u32) -> SetSpec {
+    let mut data = Vec::new();
+    let mut noted = false;
+    for (kind, value) in udata::records(&listed.udata).unwrap_or_default() {
+        if kind == NFTNL_UDATA_SET_COMMENT {
+            let text = attr::lossy(value);
+            udata::put_comment(&mut data, kind, &with_built_for(without_built_for(text.trim_end_matches('\0')), size));
+            noted = true;
+        } else {
+            udata::put(&mut data, kind, value);
+        }
+    }
+    if !noted {
+        udata::put_comment(&mut data, NFTNL_UDATA_SET_COMMENT, &with_built_for("", size));
+    }
+    SetSpec { name: name.to_string(), size: Some(size), udata: data, ..listed.as_sent() }
 }
 
 /// The size a declaration's comment says its table was built for.
@@ -166,6 +204,18 @@ mod tests {
     use std::net::{IpAddr, Ipv4Addr};
     use std::sync::Arc;
 
+    fn none() -> Growths {
+        Growths::default()
+    }
+
+    fn in_place(in_place: Vec<Growth>) -> Growths {
+        Growths { in_place, rehash: vec![] }
+    }
+
+    fn rehashed(rehash: Vec<Growth>) -> Growths {
+        Growths { in_place: vec![], rehash }
+    }
+
     /// A table whose cluster-ips set holds `n` addresses.
     fn ruleset(n: u32) -> Ruleset {
         let mut t = Table::new(Family::V4, crate::render::Fixed::default());
@@ -179,25 +229,32 @@ mod tests {
     }
 
     #[test]
-    fn a_map_grows_in_place_up_to_its_bound_then_takes_a_full_sync_and_never_shrinks() {
+    fn a_map_grows_in_place_up_to_its_bound_then_is_rehashed_and_never_shrinks() {
         let (v4, map) = (Family::V4, MapName::ClusterIps);
         let built = MapName::ClusterIps.size_for(5_000).expect("sized");
         let mut sizes = Sizes::default();
         sizes.built(&ruleset(5_000), &[v4]);
-        assert_eq!(sizes.growth(&ruleset(5_000), &[v4]), Some(vec![]), "it fits");
-        assert_eq!(sizes.growth(&ruleset(1_000), &[v4]), Some(vec![]), "shrinking keeps the size");
+        assert_eq!(sizes.growth(&ruleset(5_000), &[v4]), none(), "it fits");
+        assert_eq!(sizes.growth(&ruleset(1_000), &[v4]), none(), "shrinking keeps the size");
         let twice = map.size_for(10_000).expect("sized");
-        assert_eq!(sizes.growth(&ruleset(10_000), &[v4]), Some(vec![(v4, map, twice)]));
+        assert_eq!(sizes.growth(&ruleset(10_000), &[v4]), in_place(vec![(v4, map, twice)]));
         sizes.grown(&[(v4, map, twice)]);
-        assert_eq!(sizes.growth(&ruleset(10_000), &[v4]), Some(vec![]), "declared larger now");
+        assert_eq!(sizes.growth(&ruleset(10_000), &[v4]), none(), "declared larger now");
         let bound = built * GROW_IN_PLACE;
         let last = (1..).map(|k| 5_000 * k).take_while(|n| map.size_for(*n as usize).is_some_and(|s| s <= bound));
         let last = last.last().expect("some growth in bound") as u32;
-        assert!(sizes.growth(&ruleset(last), &[v4]).is_some_and(|g| g.len() == 1), "{last} is within the bound");
-        assert_eq!(sizes.growth(&ruleset(last * 2), &[v4]), None, "past the bound");
-        assert_eq!(sizes.growth(&ruleset(100_000), &[Family::V6]), Some(vec![]), "another family's");
+        let within = sizes.growth(&ruleset(last), &[v4]);
+        assert!(within.in_place.len() == 1 && within.rehash.is_empty(), "{last} is within the bound");
+        let past = map.size_for(last as usize * 2).expect("sized");
+        assert_eq!(sizes.growth(&ruleset(last * 2), &[v4]), rehashed(vec![(v4, map, past)]), "past the bound");
+        sizes.rehashed(v4, map, past);
+        let again = map.size_for(last as usize * 3).expect("sized");
+        assert_eq!(sizes.growth(&ruleset(last * 3), &[v4]), in_place(vec![(v4, map, again)]), "its new table");
+        assert_eq!(sizes.growth(&ruleset(100_000), &[Family::V6]), none(), "another family's");
         sizes.in_place = false;
-        assert_eq!(sizes.growth(&ruleset(last), &[v4]), None, "a kernel before 6.5 cannot grow it in place");
+        sizes.built(&ruleset(5_000), &[v4]);
+        let want = map.size_for(last as usize).expect("sized");
+        assert_eq!(sizes.growth(&ruleset(last), &[v4]), rehashed(vec![(v4, map, want)]), "a kernel before 6.5");
     }
 
     #[test]
@@ -212,7 +269,7 @@ mod tests {
         };
         let mut sizes = Sizes::default();
         sizes.built(&turns(5_000), &[v4]);
-        assert_eq!(sizes.growth(&turns(50_000), &[v4]), Some(vec![]), "no size to raise, no full sync");
+        assert_eq!(sizes.growth(&turns(50_000), &[v4]), none(), "no size to raise, no rehash");
     }
 
     #[test]
@@ -242,12 +299,12 @@ mod tests {
         // Grown in place by an earlier run to twice its table: it may grow twice as far again.
         let mut sizes = Sizes::default();
         sizes.found(v4, &held(spec(Some(built * 2), &noted(built))));
-        assert!(sizes.growth(&ruleset(20_000), &[v4]).is_some_and(|g| g.len() == 1), "within four times");
-        assert_eq!(sizes.growth(&ruleset(40_000), &[v4]), None, "past four times its table");
+        assert_eq!(sizes.growth(&ruleset(20_000), &[v4]).in_place.len(), 1, "within four times");
+        assert_eq!(sizes.growth(&ruleset(40_000), &[v4]).rehash.len(), 1, "past four times its table");
         sizes.found(v4, &held(spec(Some(built), "Active ClusterIPs")));
-        assert_eq!(sizes.growth(&ruleset(10_000), &[v4]), None, "no note: built for what?");
+        assert_eq!(sizes.growth(&ruleset(10_000), &[v4]).rehash.len(), 1, "no note: built for what?");
         sizes.found(v4, &held(spec(None, "Active ClusterIPs")));
-        assert_eq!(sizes.growth(&ruleset(100_000), &[v4]), Some(vec![]), "a resizable hash has no limit");
+        assert_eq!(sizes.growth(&ruleset(100_000), &[v4]), none(), "a resizable hash has no limit");
 
         let want = spec(Some(built), &noted(built));
         assert!(serves_as(&spec(Some(built * 2), &noted(built / 2)), &want), "a larger limit serves");
@@ -262,5 +319,35 @@ mod tests {
             &format!("{}{built}", crate::render::BUILT_FOR),
         );
         assert!(serves_as(&bare(None), &noted_only), "a map whose comment is the note alone, held without a size");
+    }
+
+    #[test]
+    fn a_rehashed_map_is_declared_as_listed_but_for_its_name_limit_and_the_size_its_table_is_built_for() {
+        let mut data = Vec::new();
+        udata::put_u32(&mut data, 1, 7);
+        udata::put_comment(&mut data, NFTNL_UDATA_SET_COMMENT, &with_built_for("Active ClusterIPs", 6144));
+        let listed = SetSpec {
+            name: "cluster-ips".into(),
+            flags: 0x4,
+            key: (7, 4),
+            data: None,
+            timeout_ms: None,
+            size: Some(12_288),
+            concat: vec![],
+            udata: data,
+        };
+        let spec = declared_for(&listed, "cluster-ips-copy", 24_576);
+        assert_eq!(
+            (spec.name.as_str(), spec.size, spec.flags, spec.key),
+            ("cluster-ips-copy", Some(24_576), 0x4, (7, 4))
+        );
+        let records = udata::records(&spec.udata).expect("records");
+        assert_eq!(records[0], (1, &7u32.to_ne_bytes()[..]), "other records kept, in order");
+        let comment = udata::comment(&spec.udata, NFTNL_UDATA_SET_COMMENT).expect("comment");
+        assert_eq!(comment.trim_end_matches('\0'), "Active ClusterIPs; hash table built for 24576");
+        assert_eq!(built_of(&spec), Some(24_576));
+        // A map whose comment said nothing gets the note alone.
+        let bare = SetSpec { udata: Vec::new(), ..listed };
+        assert_eq!(built_of(&declared_for(&bare, "cluster-ips", 49_152)), Some(49_152));
     }
 }

@@ -1,20 +1,21 @@
 //! nf_tables batches: the messages of one transaction (what `compile` writes, map and set
-//! elements straight from the desired state as `element` lays them out, deletions of foreign
-//! stateful objects), and which script line each message came from; `netlink::send` sends
-//! them.
+//! elements straight from the desired state as `element` lays them out or copied from a
+//! dump, deletions of foreign stateful objects and of a rehashed map), and which script line
+//! each message came from; `netlink::send` sends them.
 
 use super::element::{self, Laid};
 use crate::model::Family;
 use crate::netlink::NfFamily;
 use crate::netlink::abi::{
-    NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NFT_MSG_DELOBJ, NFT_MSG_DELSETELEM,
+    NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NFT_MSG_DELOBJ, NFT_MSG_DELSET, NFT_MSG_DELSETELEM,
     NFT_MSG_NEWSETELEM, NFTA_LIST_ELEM, NFTA_OBJ_HANDLE, NFTA_OBJ_TABLE, NFTA_OBJ_TYPE, NFTA_SET_ELEM_DATA,
     NFTA_SET_ELEM_FLAGS, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_KEY_END, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET,
-    NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA, NFTNL_UDATA_SET_ELEM_COMMENT, NLA_F_NESTED, NLM_F_ACK,
-    NLM_F_CREATE,
+    NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA, NFTA_SET_NAME, NFTA_SET_TABLE, NFTNL_UDATA_SET_ELEM_COMMENT,
+    NLA_F_NESTED, NLM_F_ACK, NLM_F_CREATE,
 };
 use crate::netlink::attr::{put_be32, put_str, put_with};
 use crate::netlink::data::DataRef;
+use crate::netlink::elements::Element;
 use crate::netlink::{msg, udata};
 use crate::render::{Key, MapName, Value};
 use std::io;
@@ -114,6 +115,38 @@ impl Batch {
                 });
             });
         }
+    }
+
+    /// Adds `elems`, as a dump lists them, to set or map `set` of `family`'s table `table`:
+    /// a copy of another map's elements (`rehash`).
+    pub fn copied_elements(&mut self, family: Family, table: &str, set: &str, elems: &[Element]) {
+        let fam = NfFamily::from(family) as u8;
+        let mut elems = elems.iter().peekable();
+        while elems.peek().is_some() {
+            self.message(NFT_MSG_NEWSETELEM, NLM_F_CREATE | NLM_F_ACK, fam, |b| {
+                put_str(b, NFTA_SET_ELEM_LIST_TABLE, table);
+                put_str(b, NFTA_SET_ELEM_LIST_SET, set);
+                put_with(b, NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED, |b| {
+                    let start = b.len();
+                    while b.len() - start < ELEMENT_LIST_BUDGET {
+                        let Some(e) = elems.next() else { break };
+                        let data = e.data.as_ref().map(|d| d.as_data_ref());
+                        let (key, key_end, comment) = (&e.key[..], e.key_end.as_deref(), e.comment.as_deref());
+                        let laid = Laid { key, key_end, flags: e.flags, data, comment };
+                        put_with(b, NFTA_LIST_ELEM | NLA_F_NESTED, |b| element(b, &laid));
+                    }
+                });
+            });
+        }
+    }
+
+    /// Deletes set or map `set` of `family`'s table `table`, with its elements.
+    pub fn delete_set(&mut self, family: Family, table: &str, set: &str) {
+        let fam = NfFamily::from(family) as u8;
+        self.message(NFT_MSG_DELSET, NLM_F_ACK, fam, |b| {
+            put_str(b, NFTA_SET_TABLE, table);
+            put_str(b, NFTA_SET_NAME, set);
+        });
     }
 
     /// Deletes the stateful object of `NFT_OBJECT_*` type `kind` with handle `handle` from

@@ -190,9 +190,33 @@ impl MapName {
 /// the comment tells how far it has grown past its table, across restarts too.
 pub const BUILT_FOR: &str = "hash table built for ";
 
+/// How the copy of a map being rehashed is named: the map's name and this. Rules read the
+/// copy while the map is declared anew with a larger table (`nft::rehash`); a copy found in
+/// the table is a rehash cut short, which the next full sync finishes.
+pub const COPY_SUFFIX: &str = "-copy";
+
+/// The name of the copy of map `name` a rehash reads from meanwhile.
+pub fn copy_of(name: &str) -> String {
+    format!("{name}{COPY_SUFFIX}")
+}
+
+/// The map that `name` is the rehash copy of, if it is one of ours.
+pub fn copied_map(name: &str) -> Option<MapName> {
+    let map = name.strip_suffix(COPY_SUFFIX)?;
+    MapName::all().into_iter().find(|m| m.to_string() == map)
+}
+
 /// The size a map's comment says its hash table was built for.
 pub fn built_for(comment: &str) -> Option<u32> {
     comment.rsplit_once(BUILT_FOR)?.1.parse().ok()
+}
+
+/// A sized map's comment: its text, then the size its hash table was built for.
+pub fn with_built_for(text: &str, size: impl fmt::Display) -> String {
+    match text {
+        "" => format!("{BUILT_FOR}{size}"),
+        _ => format!("{text}; {BUILT_FOR}{size}"),
+    }
 }
 
 /// A map's comment without the size its hash table was built for.

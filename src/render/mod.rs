@@ -39,7 +39,10 @@ pub use rendered::{Rendered, Update};
 pub use templates::{ElementText, FamilyWords};
 
 pub use key::Key;
-pub use maps::{BUILT_FOR, MapName, PARTS, Scope, built_for, unparted_endpoint_map, without_built_for};
+pub use maps::{
+    BUILT_FOR, COPY_SUFFIX, MapName, PARTS, Scope, built_for, copied_map, copy_of, unparted_endpoint_map,
+    with_built_for, without_built_for,
+};
 pub use ruleset::{AffinityGroup, ElementChange, Entry, Fixed, Inserted, Ruleset, Table, Value, element_changes};
 
 use crate::config::Config;

@@ -162,7 +162,8 @@ pub fn owner_of_chain(chain: &str) -> Option<ServicePortName> {
 }
 
 /// Whether a chain or set named `name` is one this proxy makes: a fixed chain, a service
-/// port's chain, a shared or round-robin `lb-` chain, or an affinity set. A full sync that
+/// port's chain, a shared or round-robin `lb-` chain, an affinity set, or the copy of a map
+/// a rehash reads from meanwhile. A full sync that
 /// finds such an object it no longer declares (a scheduler's chains after the Service left
 /// it) deletes it as its own leftover, not as something another process added. (An
 /// earlier version's endpoint maps are sets of ours too: [`super::unparted_endpoint_map`].)
@@ -172,6 +173,7 @@ pub fn named_ours(name: &str) -> bool {
         || name.starts_with("lb-")
         || is_dispatch_chain(name)
         || name.strip_prefix("affinity-").and_then(|n| n.parse::<u32>().ok()).is_some_and(|n| n < AFFINITY_SHARDS)
+        || super::copied_map(name).is_some()
 }
 
 /// How many sets session-affinity entries are spread over: few, because every named set

@@ -20,6 +20,7 @@ use std::time::Duration;
 mod bounded;
 mod elements;
 mod grow;
+mod rehash;
 mod repairs;
 
 /// Syncs the node to `objects` as the sync loop does after a snapshot: only what changed is

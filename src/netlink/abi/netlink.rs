@@ -20,6 +20,8 @@ pub(crate) const NLM_F_MULTI: u16 = 0x2;
 pub(crate) const NLM_F_ACK: u16 = 0x4;
 /// A dump whose contents changed while it ran.
 pub(crate) const NLM_F_DUMP_INTR: u16 = 0x10;
+/// Replace the object (a rule, named by its handle).
+pub(crate) const NLM_F_REPLACE: u16 = 0x100;
 /// Fail if the object exists.
 pub(crate) const NLM_F_EXCL: u16 = 0x200;
 /// Create the object if it does not exist.

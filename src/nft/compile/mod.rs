@@ -6,6 +6,7 @@
 //! table's elements are never written as text. `tests/kernel/compile.rs` holds every golden script's
 //! compilation to `nft`'s own, message by message, and the kernel's tables to `nft -f`'s.
 
+mod copy;
 mod declared;
 pub(crate) mod expr;
 mod field;
@@ -17,6 +18,7 @@ mod rule;
 mod set;
 
 pub use crate::netlink::SetSpec;
+pub use copy::{ListedAnon, declare, lookups, reread};
 pub(crate) use declared::{Declared, DeclaredChain, DeclaredRule, DeclaredTable, declared, declared_with};
 pub use expr::Data;
 pub(crate) use expr::Expr;
@@ -92,6 +94,12 @@ impl Schema {
     fn anon_vmap(&mut self, entries: Vec<(u32, Data)>) -> AnonSet {
         let id = self.id();
         set::anon_vmap(entries, id)
+    }
+
+    /// `family`'s set `spec.name` was declared anew as `spec`, in a transaction sent already.
+    pub fn redeclared(&mut self, family: Family, spec: SetSpec) {
+        let interval = spec.flags & NFT_SET_INTERVAL != 0;
+        self.sets.insert((family, spec.name.clone()), (SetInfo { id: None, interval }, spec));
     }
 
     /// Forgets `family`'s sets, before a full sync declares them anew.

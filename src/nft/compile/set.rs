@@ -191,6 +191,9 @@ pub fn spec(d: &SetDecl, family: Family) -> Result<SetSpec, CompileError> {
     })
 }
 
+/// The name an anonymous set is declared with: the kernel numbers it in place of `%d`.
+pub const ANON_NAME: &str = "__set%d";
+
 /// An anonymous set a rule declares, with its elements: (key, `NFT_SET_ELEM_*` flags, data).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AnonSet {
@@ -249,7 +252,7 @@ pub fn anon_interval(f: Field, prefixes: &[(Vec<u8>, u32)], id: u32) -> AnonSet 
     tlv_u32(&mut udata, NFTNL_UDATA_SET_MERGE_ELEMENTS, 1);
     tlv(&mut udata, NFTNL_UDATA_SET_KEY_TYPEOF, &expr_udata(&f));
     let spec = SetSpec {
-        name: "__set%d".into(),
+        name: ANON_NAME.into(),
         flags: NFT_SET_ANONYMOUS | NFT_SET_CONSTANT | NFT_SET_INTERVAL,
         key: (f.kind as u32, f.kind.len()),
         data: None,
@@ -273,7 +276,7 @@ pub fn anon_values(f: Field, keys: Vec<Vec<u8>>, id: u32) -> Result<AnonSet, Com
     tlv_u32(&mut udata, NFTNL_UDATA_SET_KEYBYTEORDER, byteorder_of(f.kind));
     tlv(&mut udata, NFTNL_UDATA_SET_KEY_TYPEOF, &expr_udata(&f));
     let spec = SetSpec {
-        name: "__set%d".into(),
+        name: ANON_NAME.into(),
         flags: NFT_SET_ANONYMOUS | NFT_SET_CONSTANT,
         key: (f.kind as u32, f.kind.len()),
         data: None,
