@@ -34,6 +34,9 @@ pub const SERVICES: u32 = 100_000;
 /// The phases after `idle` and `first sync`, in the order they run.
 const PHASES: [&str; 4] = ["idle", "first sync", "grown in place", "rehash, one by one"];
 
+/// The daemon's debug line for each transaction of a rehash (`nft::rehash`).
+const STEP: &str = "rehash: ";
+
 /// Services posted one at a time, around the count that takes the maps past four times.
 const ONE_BY_ONE: u32 = 600;
 
@@ -71,7 +74,7 @@ pub fn run(services: u32) -> Value {
     let probe = Probe::start(&stage.ns);
     let mut phases = vec![neighbour::idle()];
     std::thread::sleep(QUIET);
-    let (spawned, d) = (Instant::now(), stage.daemon());
+    let (spawned, d) = (Instant::now(), stage.daemon_with(&[("RUST_LOG", "info,kube_nftproxy::nft::rehash=debug")]));
     let log = LogTail::start(&d.log);
     phases.push(neighbour::settle_at(PHASES[1], &log, 0, spawned, built));
     std::thread::sleep(QUIET);
@@ -95,8 +98,27 @@ pub fn run(services: u32) -> Value {
     r["built_at"] = json!(built);
     r["past_four_times_at"] = json!(past);
     r["rehashes"] = rehashes(&lines);
+    r["steps"] = longest_step(&lines);
     eprintln!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
     r
+}
+
+/// The rehash's transactions as the daemon logged them (at debug level): the longest's
+/// time from send to acknowledgement (ms), and what it did.
+fn longest_step(lines: &[String]) -> Value {
+    let steps = lines.iter().filter_map(|l| {
+        let (_, rest) = l.split_once(STEP)?;
+        let (what, took) = rest.rsplit_once(" in ")?;
+        Some((debug_ms(took)?, what.trim().to_string()))
+    });
+    let (mut longest, mut count) = ((0.0, String::new()), 0);
+    for step in steps {
+        count += 1;
+        if step.0 > longest.0 {
+            longest = step;
+        }
+    }
+    json!({"steps": count, "longest_ms": longest.0, "longest": longest.1})
 }
 
 /// Each rehash the daemon logged: its map, transactions and length (ms).

@@ -96,7 +96,7 @@ impl Stage {
     }
 
     /// As [`Stage::daemon`], with `env` set for it (a log filter).
-    fn daemon_with(&self, env: &[(&str, &str)]) -> Daemon {
+    pub(super) fn daemon_with(&self, env: &[(&str, &str)]) -> Daemon {
         Daemon::start_api(&self.ns, &self.emu.kubeconfig(), &[], env)
     }
 

@@ -226,8 +226,8 @@ impl Applier {
     /// `sync_families` tries at once, each family alone) is full: it compares with what the
     /// kernel holds and sends the rest.
     fn send_partial(&mut self, part: Partial, kind: SyncKind, deleted_chains: usize) -> Result<SyncReport, NftError> {
-        let rehashed = match self.rehash(&part.rehash) {
-            Ok(sent) => sent,
+        let (rehashed, unsure) = match self.rehash(&part.rehash) {
+            Ok(done) => done,
             Err(e) => {
                 self.invalidate(&part.families);
                 return Err(e);
@@ -260,7 +260,7 @@ impl Applier {
             transactions,
             script,
             deleted_chains,
-            unsure: false,
+            unsure,
             refused: Vec::new(),
         })
     }

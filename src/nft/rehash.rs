@@ -22,10 +22,22 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 impl Applier {
-    /// Rehashes the maps of `maps`, each into a table built for its new size; returns the
-    /// transactions sent. The tables hold what they held before, but for the maps' sizes.
-    pub(super) fn rehash(&mut self, maps: &[Growth]) -> Result<u32, NftError> {
+    /// Rehashes the maps of `maps`, each into a table built for its new size, with the
+    /// guard's notifications paused (the kernel would describe every element copied to it);
+    /// returns the transactions sent, and whether another process committed meanwhile (as
+    /// `counting` tells). The tables hold what they held before, but for the maps' sizes.
+    pub(super) fn rehash(&mut self, maps: &[Growth]) -> Result<(u32, bool), NftError> {
+        if maps.is_empty() {
+            return Ok((0, false));
+        }
         let mut sock = netlink::Socket::open()?;
+        let Some(quiet) = self.quiet.clone() else { return Ok((self.rehash_each(&mut sock, maps)?, false)) };
+        let before = sock.generation()?;
+        let sent = quiet.during(|| self.rehash_each(&mut sock, maps))?;
+        Ok((sent, sock.generation()?.wrapping_sub(before) != sent))
+    }
+
+    fn rehash_each(&mut self, sock: &mut netlink::Socket, maps: &[Growth]) -> Result<u32, NftError> {
         let mut sent = 0;
         for (family, map, size) in maps {
             let started = Instant::now();
@@ -36,8 +48,8 @@ impl Applier {
             };
             let spec = declared_for(&listed, &name, *size);
             let copy = SetSpec { name: copy_of(&name), ..spec.clone() };
-            let steps = self.move_map(&mut sock, *family, &name, &copy)?
-                + self.move_map(&mut sock, *family, &copy.name, &spec)?;
+            let steps =
+                self.move_map(sock, *family, &name, &copy)? + self.move_map(sock, *family, &copy.name, &spec)?;
             log::info!(
                 "rehashed the {} {name} map into a table for {size} elements: {steps} transactions in {:?}",
                 words(*family).fam,
@@ -53,6 +65,13 @@ impl Applier {
     /// Finishes the rehashes cut short in the tables of `scope`: what reads a copy is moved
     /// back to its map (declared as the copy is, if the map is gone). True when there was one.
     pub(super) fn finish_rehashes(&mut self, scope: &[Family]) -> Result<bool, NftError> {
+        match self.quiet.clone() {
+            Some(quiet) => quiet.during(|| self.finish_each(scope)),
+            None => self.finish_each(scope),
+        }
+    }
+
+    fn finish_each(&mut self, scope: &[Family]) -> Result<bool, NftError> {
         let mut sock = netlink::Socket::open()?;
         let mut found = false;
         for family in scope {
@@ -113,8 +132,12 @@ impl Applier {
     /// Sends one step of a rehash as a transaction of its own; a refusal names the step.
     fn step(&mut self, batch: Batch, what: impl Fn() -> String) -> Result<u32, NftError> {
         self.own.add(self.sender.port()?);
+        let started = Instant::now();
         match self.sender.send(&batch.finish()) {
-            Ok(()) => Ok(1),
+            Ok(()) => {
+                log::debug!("rehash: {} in {:?}", what(), started.elapsed());
+                Ok(1)
+            }
             Err(e) => match NftError::from(e) {
                 NftError::Kernel { errno, .. } => Err(NftError::Rejected {
                     message: std::io::Error::from_raw_os_error(errno).to_string(),

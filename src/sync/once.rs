@@ -174,16 +174,17 @@ impl<K: Kernel> Syncer<K> {
         {
             then();
         }
-        // Another process committed while notifications were paused: most often a neighbour
-        // changing its own table. The next sync compares our tables' chains and sets with the
-        // kernel's (`Resync::Check`: cheap, no lock held) and mends what differs. After a few
-        // such collisions in a row (checks that had to rewrite in place, notifications paused
-        // again, beside a busy neighbour), settle for the cheap intactness check.
+        // Another process committed while notifications were paused (a full sync, a rehash):
+        // most often a neighbour changing its own table. The next sync compares our tables'
+        // chains and sets with the kernel's (`Resync::Check`: cheap, no lock held) and mends
+        // what differs. After a few such collisions in a row (checks that had to rewrite in
+        // place, notifications paused again, beside a busy neighbour), settle for the cheap
+        // intactness check.
         if report.unsure {
             self.unsure_streak += 1;
             if self.unsure_streak <= MAX_UNSURE_RESYNCS || !self.kernel.tables_look_intact() {
                 log::info!(
-                    "another process committed to nftables during the full sync; checking our tables' chains and sets"
+                    "another process committed to nftables during the full sync or rehash; checking our tables' chains and sets"
                 );
                 self.dirty = true;
                 (self.force_full, self.refresh, self.check) = (false, false, true);
