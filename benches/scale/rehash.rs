@@ -19,7 +19,7 @@
 //! `target/bench/rehash-N.json`; `-- --rehash N` runs it once.
 
 use super::neighbour::{self, BETWEEN, Probe, QUIET, REHASHED};
-use super::observe::{LogTail, debug_ms};
+use super::observe::{LogTail, debug_ms, is_sync, round2, sync_figures};
 use super::start::Stage;
 use super::synth::{self, Case};
 use kube_nftproxy::model::Protocol;
@@ -99,26 +99,30 @@ pub fn run(services: u32) -> Value {
     r["past_four_times_at"] = json!(past);
     r["rehashes"] = rehashes(&lines);
     r["steps"] = longest_step(&lines);
+    // The changes posted meanwhile wait for the sync that rehashes: its length, as logged.
+    let took = lines[from..].iter().filter(|l| is_sync(l)).filter_map(|l| sync_figures(l)["took_ms"].as_f64());
+    r["longest_sync_ms"] = json!(took.fold(0.0, f64::max));
     eprintln!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
     r
 }
 
-/// The rehash's transactions as the daemon logged them (at debug level): the longest's
-/// time from send to acknowledgement (ms), and what it did.
+/// The rehash's transactions as the daemon logged them (at debug level): how many, the
+/// longest's time from send to acknowledgement (ms) and what it did, and all of theirs.
 fn longest_step(lines: &[String]) -> Value {
     let steps = lines.iter().filter_map(|l| {
         let (_, rest) = l.split_once(STEP)?;
         let (what, took) = rest.rsplit_once(" in ")?;
         Some((debug_ms(took)?, what.trim().to_string()))
     });
-    let (mut longest, mut count) = ((0.0, String::new()), 0);
+    let (mut longest, mut count, mut sum) = ((0.0, String::new()), 0, 0.0);
     for step in steps {
         count += 1;
+        sum += step.0;
         if step.0 > longest.0 {
             longest = step;
         }
     }
-    json!({"steps": count, "longest_ms": longest.0, "longest": longest.1})
+    json!({"steps": count, "longest_ms": longest.0, "longest": longest.1, "all_ms": round2(sum)})
 }
 
 /// Each rehash the daemon logged: its map, transactions and length (ms).
@@ -159,6 +163,12 @@ pub fn print(runs: &[Value]) {
             cell("phase_ms")
         );
     }
+    println!(
+        "  the longest sync while Services came one by one (the one that rehashed), ms: {}",
+        super::runs::spread(&c, &["longest_sync_ms"])
+    );
+    println!("  our longest transaction of a rehash, ms: {}", super::runs::spread(&c, &["steps", "longest_ms"]));
+    println!("  the rehashes' transactions, all together, ms: {}", super::runs::spread(&c, &["steps", "all_ms"]));
     for (i, run) in runs.iter().enumerate() {
         let each: Vec<String> = run["rehashes"]
             .as_array()

@@ -16,6 +16,7 @@ use super::wire::Batch;
 use super::{Applier, NftError, STAGE_ELEMENTS};
 use crate::model::Family;
 use crate::netlink::abi::NFT_SET_ANONYMOUS;
+use crate::netlink::elements::Element;
 use crate::netlink::{self, NfFamily, RuleListing, SetSpec};
 use crate::render::{TABLE_NAME, copied_map, copy_of, words};
 use std::collections::BTreeMap;
@@ -48,8 +49,10 @@ impl Applier {
             };
             let spec = declared_for(&listed, &name, *size);
             let copy = SetSpec { name: copy_of(&name), ..spec.clone() };
-            let steps =
-                self.move_map(sock, *family, &name, &copy)? + self.move_map(sock, *family, &copy.name, &spec)?;
+            // Read once: the copy holds the same.
+            let elements = sock.elements(fam, TABLE_NAME, &name)?;
+            let steps = self.move_map(sock, *family, (&name, &elements), &copy)?
+                + self.move_map(sock, *family, (&copy.name, &elements), &spec)?;
             log::info!(
                 "rehashed the {} {name} map into a table for {size} elements: {steps} transactions in {:?}",
                 words(*family).fam,
@@ -79,7 +82,8 @@ impl Applier {
                 let Some(map) = copied_map(&copy.name) else { continue };
                 log::info!("finishing the rehash of the {} {map} map, cut short", words(*family).fam);
                 let spec = SetSpec { name: map.to_string(), ..copy.as_sent() };
-                self.move_map(&mut sock, *family, &copy.name, &spec)?;
+                let elements = sock.elements(NfFamily::from(*family), TABLE_NAME, &copy.name)?;
+                self.move_map(&mut sock, *family, (&copy.name, &elements), &spec)?;
                 found = true;
             }
         }
@@ -87,13 +91,14 @@ impl Applier {
     }
 
     /// Moves what reads set `from` of `family`'s table to the set `to` declares (declared so
-    /// unless it exists): `from`'s elements are added to it, the rules reading `from` read it
-    /// instead, and `from` is deleted. Returns the transactions sent.
+    /// unless it exists): `from`'s elements (`elements`, as a dump lists them) are added to
+    /// it, the rules reading `from` read it instead, and `from` is deleted. Returns the
+    /// transactions sent.
     fn move_map(
         &mut self,
         sock: &mut netlink::Socket,
         family: Family,
-        from: &str,
+        (from, elements): (&str, &[Element]),
         to: &SetSpec,
     ) -> Result<u32, NftError> {
         let fam = NfFamily::from(family);
@@ -105,7 +110,7 @@ impl Applier {
             sent += self.step(batch, || format!("declaring {}", to.name))?;
         }
         // Elements added again as they are change nothing: a move cut short is finished so.
-        for chunk in sock.elements(fam, TABLE_NAME, from)?.chunks(STAGE_ELEMENTS) {
+        for chunk in elements.chunks(STAGE_ELEMENTS) {
             let mut batch = Batch::new();
             batch.copied_elements(family, TABLE_NAME, &to.name, chunk);
             sent += self.step(batch, || format!("copying {from}'s elements to {}", to.name))?;
