@@ -73,8 +73,8 @@ const RESYNC: &str = "another process committed to nftables during the full sync
 /// The daemon's note that a partial sync declares a map larger (`nft::Applier::partial`).
 const GROWN: &str = "map larger, for";
 
-/// The daemon's note that it rehashed a map (`nft::Applier::rehash`).
-pub(super) const REHASHED: &str = "rehashed the ";
+/// The daemon's note that it rehashed a map (`nft::rehash`).
+pub(super) use kube_nftproxy::nft::REHASHED;
 
 /// The probe's addresses: 10.200.0.0/16 counted up, so every commit adds a new element.
 const FIRST_ADDRESS: u32 = u32::from_be_bytes([10, 200, 0, 0]);

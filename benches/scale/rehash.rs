@@ -35,7 +35,7 @@ pub const SERVICES: u32 = 100_000;
 const PHASES: [&str; 4] = ["idle", "first sync", "grown in place", "rehash, one by one"];
 
 /// The daemon's debug line for each transaction of a rehash (`nft::rehash`).
-const STEP: &str = "rehash: ";
+use kube_nftproxy::nft::REHASH_STEP as STEP;
 
 /// Services posted one at a time, around the count that takes the maps past four times.
 const ONE_BY_ONE: u32 = 600;

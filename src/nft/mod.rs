@@ -24,6 +24,7 @@ mod staged;
 pub mod wire;
 
 pub use error::NftError;
+pub use rehash::{REHASH_STEP, REHASHED};
 pub use report::{Resync, SyncKind, SyncReport};
 pub use sizes::GROW_IN_PLACE;
 pub use split::CUT_CHANGES;

@@ -8,7 +8,7 @@
 
 use super::diff::TableDiff;
 use super::kdiff::{self, KernelTable, ReadMap};
-use super::read::{Held, ReadAhead, read_settled};
+use super::read::{Held, ReadAhead, Tables, read_settled};
 use super::sizes::Growths;
 use super::{Applier, NftError, SyncKind, SyncReport};
 use crate::model::Family;
@@ -49,23 +49,7 @@ impl Applier {
         let mut schema = compile::Schema::default();
         let declared = compile::declared_with(&script, &mut schema)?;
         let compiled = started.elapsed();
-        // A rehash cut short is finished first; the tables read ahead held it still.
-        let finished = self.finish_rehashes(scope)?;
-        let ahead = self.ahead.take().filter(|_| elements && scope == Family::ALL && !finished);
-        let ahead = ahead.and_then(ReadAhead::finish);
-        let held = match ahead {
-            Some(held) => held,
-            None => match read_settled(scope, elements) {
-                Ok(Some(held)) => held,
-                Ok(None) => return Ok(None),
-                // Someone keeps changing our tables: rewrite them in place, as a repair.
-                Err(NftError::Unsettled(n)) => {
-                    log::info!("refresh: our tables changed while they were read, {n} times; rewriting them in place");
-                    return Ok(None);
-                }
-                Err(e) => return Err(e),
-            },
-        };
+        let Some(held) = self.held(scope, elements)? else { return Ok(None) };
         let read = started.elapsed() - compiled;
         let mut diffs = Vec::new();
         let mut families = Vec::new();
@@ -104,23 +88,40 @@ impl Applier {
         self.schema.sent();
         let elements = diffs.iter().map(TableDiff::element_count).sum();
         if diffs.iter().all(TableDiff::is_empty) {
-            let (kind, script, refused) = (SyncKind::Refresh, String::new(), Vec::new());
-            let elements = Some(0);
-            return Ok(Some(SyncReport {
-                kind,
-                bytes: 0,
-                elements,
-                transactions: 0,
-                script,
-                deleted_chains,
-                unsure: false,
-                refused,
-            }));
+            return Ok(Some(nothing_sent(deleted_chains)));
         }
         let part = self.partial(&diffs, &families, grow)?;
         let report = self.send_partial(part, SyncKind::Refresh, deleted_chains)?;
         Ok(Some(SyncReport { elements: Some(elements), ..report }))
     }
+}
+
+impl Applier {
+    /// What the tables of `scope` hold (their maps' elements too when `elements` says so):
+    /// those read ahead of the first sync, or read now; `None` when they cannot be read as
+    /// one state, for the caller to rewrite them in place. A rehash cut short is finished
+    /// first (the tables read ahead held it still).
+    fn held(&mut self, scope: &[Family], elements: bool) -> Result<Option<Tables>, NftError> {
+        let finished = self.finish_rehashes(scope)?;
+        let ahead = self.ahead.take().filter(|_| elements && scope == Family::ALL && !finished);
+        if let Some(held) = ahead.and_then(ReadAhead::finish) {
+            return Ok(Some(held));
+        }
+        match read_settled(scope, elements) {
+            // Someone keeps changing our tables: rewrite them in place, as a repair.
+            Err(NftError::Unsettled(n)) => {
+                log::info!("refresh: our tables changed while they were read, {n} times; rewriting them in place");
+                Ok(None)
+            }
+            other => other,
+        }
+    }
+}
+
+/// The report of a refresh that found nothing to send.
+fn nothing_sent(deleted_chains: usize) -> SyncReport {
+    let (kind, script, refused) = (SyncKind::Refresh, String::new(), Vec::new());
+    SyncReport { kind, bytes: 0, elements: Some(0), transactions: 0, script, deleted_chains, unsure: false, refused }
 }
 
 /// What differs between table `t` (declared as `decl`) and what the kernel holds, as a

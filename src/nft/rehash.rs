@@ -1,14 +1,15 @@
 //! A map that outgrows the hash table it was built with (past four times the size it was
-//! built for, or on a kernel that cannot raise a limit) given a table built anew, without
-//! holding the kernel's commit mutex long and without any packet seeing a change. The map
-//! is copied under another name (`service-ips-copy`) some thousands of elements to a
-//! transaction; the rules that read it are replaced, one chain to a transaction, by the same
-//! rules reading the copy; the map is deleted. Then the same the other way, into the map
-//! declared anew with its larger table. The kernel walks every element of a map when a rule
-//! of a chain not yet reading it starts to, which is why each chain moves alone. Both hold
-//! the same elements throughout, so whichever a packet meets answers the same. A rehash cut
-//! short (a refused transaction, a crash) leaves a copy so named, which the next full sync
-//! finishes the same way before it reads the tables.
+//! built for, past a size nobody noted, or on a kernel that cannot raise a limit) given a
+//! table built anew, without holding the kernel's commit mutex long and without any packet
+//! seeing a change. The map is copied under another name (`service-ips-copy`) some thousands
+//! of elements to a transaction; the rules that read it are replaced, one chain to a
+//! transaction, by the same rules reading the copy; the map is deleted. Then the same the
+//! other way, into the map declared anew with its larger table. The kernel walks every
+//! element of a map (a vmap, a `dnat … map`) when a rule of a chain not yet reading it starts
+//! to, which is why each chain moves alone. Both hold the same elements throughout, so
+//! whichever a packet meets answers the same. A rehash cut short (a refused transaction, a
+//! crash) leaves a copy so named, which the next full sync finishes the same way before it
+//! reads the tables.
 
 use super::compile::{self, ListedAnon};
 use super::sizes::{Growth, declared_for};
@@ -22,11 +23,18 @@ use crate::render::{TABLE_NAME, copied_map, copy_of, words};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+/// How the log says a map was rehashed (the benchmark counts these lines).
+pub const REHASHED: &str = "rehashed the ";
+
+/// How a rehash's transaction is logged, at debug level, with what it did and its time.
+pub const REHASH_STEP: &str = "rehash: ";
+
 impl Applier {
     /// Rehashes the maps of `maps`, each into a table built for its new size, with the
     /// guard's notifications paused (the kernel would describe every element copied to it);
-    /// returns the transactions sent, and whether another process committed meanwhile (as
-    /// `counting` tells). The tables hold what they held before, but for the maps' sizes.
+    /// returns the transactions sent, and whether another process committed meanwhile (the
+    /// generation moved by more than them, as a full sync tells it). The tables hold what
+    /// they held before, but for the maps' sizes.
     pub(super) fn rehash(&mut self, maps: &[Growth]) -> Result<(u32, bool), NftError> {
         if maps.is_empty() {
             return Ok((0, false));
@@ -44,18 +52,27 @@ impl Applier {
             let started = Instant::now();
             let name = map.to_string();
             let fam = NfFamily::from(*family);
-            let Some(listed) = sock.set_listings(fam, TABLE_NAME)?.into_iter().find(|s| s.name == name) else {
-                return Err(step_error(format!("the {} {name} map to rehash is missing", words(*family).fam)));
+            let fam_word = words(*family).fam;
+            let sets = sock.set_listings(fam, TABLE_NAME)?;
+            let copy_name = copy_of(&name);
+            // Left by someone else (ours are finished before a refresh reads the tables): the
+            // full sync that follows a failed one finishes it first.
+            if sets.iter().any(|s| s.name == copy_name) {
+                return Err(cannot(format!("the {fam_word} {name} map has a copy left, {copy_name}")));
+            }
+            let Some(listed) = sets.iter().find(|s| s.name == name) else {
+                return Err(cannot(format!("the {fam_word} {name} map is missing")));
             };
-            let spec = declared_for(&listed, &name, *size);
-            let copy = SetSpec { name: copy_of(&name), ..spec.clone() };
+            let Some(spec) = declared_for(listed, &name, *size) else {
+                return Err(cannot(format!("the {fam_word} {name} map's user data cannot be read")));
+            };
+            let copy = SetSpec { name: copy_name, ..spec.clone() };
             // Read once: the copy holds the same.
             let elements = sock.elements(fam, TABLE_NAME, &name)?;
             let steps = self.move_map(sock, *family, (&name, &elements), &copy)?
                 + self.move_map(sock, *family, (&copy.name, &elements), &spec)?;
             log::info!(
-                "rehashed the {} {name} map into a table for {size} elements: {steps} transactions in {:?}",
-                words(*family).fam,
+                "{REHASHED}{fam_word} {name} map into a table for {size} elements: {steps} transactions in {:?}",
                 started.elapsed()
             );
             self.sizes.rehashed(*family, *map, *size);
@@ -140,7 +157,7 @@ impl Applier {
         let started = Instant::now();
         match self.sender.send(&batch.finish()) {
             Ok(()) => {
-                log::debug!("rehash: {} in {:?}", what(), started.elapsed());
+                log::debug!("{REHASH_STEP}{} in {:?}", what(), started.elapsed());
                 Ok(1)
             }
             Err(e) => match NftError::from(e) {
@@ -170,7 +187,7 @@ fn anonymous_sets(
     Ok(anon)
 }
 
-/// A rehash that cannot go on, named as a refused step is.
-fn step_error(what: String) -> NftError {
-    NftError::Rejected { message: "cannot rehash".into(), line: Some(what) }
+/// A rehash that cannot go on for what the tables hold.
+fn cannot(why: String) -> NftError {
+    NftError::Io(std::io::Error::other(format!("cannot rehash: {why}")))
 }

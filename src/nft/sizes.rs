@@ -149,11 +149,11 @@ impl Sizes {
 }
 
 /// Listed declaration `listed`, named `name` and declared for `size`: its limit, and the
-/// size its comment says its table was built for.
-pub(super) fn declared_for(listed: &SetSpec, name: &str, size: u32) -> SetSpec {
+/// size its comment says its table was built for; `None` if its user data cannot be read.
+pub(super) fn declared_for(listed: &SetSpec, name: &str, size: u32) -> Option<SetSpec> {
     let mut data = Vec::new();
     let mut noted = false;
-    for (kind, value) in udata::records(&listed.udata).unwrap_or_default() {
+    for (kind, value) in udata::records(&listed.udata)? {
         if kind == NFTNL_UDATA_SET_COMMENT {
             let text = attr::lossy(value);
             udata::put_comment(&mut data, kind, &with_built_for(without_built_for(text.trim_end_matches('\0')), size));
@@ -165,7 +165,7 @@ pub(super) fn declared_for(listed: &SetSpec, name: &str, size: u32) -> SetSpec {
     if !noted {
         udata::put_comment(&mut data, NFTNL_UDATA_SET_COMMENT, &with_built_for("", size));
     }
-    SetSpec { name: name.to_string(), size: Some(size), udata: data, ..listed.as_sent() }
+    Some(SetSpec { name: name.to_string(), size: Some(size), udata: data, ..listed.as_sent() })
 }
 
 /// The size a declaration's comment says its table was built for.
@@ -336,7 +336,7 @@ mod tests {
             concat: vec![],
             udata: data,
         };
-        let spec = declared_for(&listed, "cluster-ips-copy", 24_576);
+        let spec = declared_for(&listed, "cluster-ips-copy", 24_576).expect("readable");
         assert_eq!(
             (spec.name.as_str(), spec.size, spec.flags, spec.key),
             ("cluster-ips-copy", Some(24_576), 0x4, (7, 4))
@@ -348,6 +348,8 @@ mod tests {
         assert_eq!(built_of(&spec), Some(24_576));
         // A map whose comment said nothing gets the note alone.
         let bare = SetSpec { udata: Vec::new(), ..listed };
-        assert_eq!(built_of(&declared_for(&bare, "cluster-ips", 49_152)), Some(49_152));
+        assert_eq!(built_of(&declared_for(&bare, "cluster-ips", 49_152).expect("readable")), Some(49_152));
+        let torn = SetSpec { udata: vec![NFTNL_UDATA_SET_COMMENT, 9, b'x'], ..bare };
+        assert_eq!(declared_for(&torn, "cluster-ips", 49_152), None, "a record past its end");
     }
 }

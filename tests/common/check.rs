@@ -96,13 +96,23 @@ pub fn web_on(c: &Cluster, pods: &[&str]) -> Vec<Value> {
 /// Connects from `ns` to `dst` every 10 ms for `how_long` on a thread of its own; the thread
 /// returns every failure (when, and what happened instead of a reply).
 pub fn probe_during(ns: &Netns, dst: &str, how_long: Duration) -> std::thread::JoinHandle<Vec<String>> {
+    let start = std::time::Instant::now();
+    probe_while(ns, dst, move || start.elapsed() < how_long)
+}
+
+/// As [`probe_during`], for as long as `going` says (asked before each connection).
+pub fn probe_while(
+    ns: &Netns,
+    dst: &str,
+    going: impl Fn() -> bool + Send + 'static,
+) -> std::thread::JoinHandle<Vec<String>> {
     let client = ns.name.clone();
     let dst: SocketAddr = dst.parse().unwrap();
     std::thread::spawn(move || {
         in_netns(&client, move || {
             let mut failures = Vec::new();
             let start = std::time::Instant::now();
-            while start.elapsed() < how_long {
+            while going() {
                 let p = probe(Proto::Tcp, dst, None, Duration::from_secs(1));
                 if !matches!(p, Probe::Reply(_)) {
                     failures.push(format!("{:?}: {}", start.elapsed(), p.who()));

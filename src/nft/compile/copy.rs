@@ -105,10 +105,13 @@ fn lookup(
     Ok(b)
 }
 
-/// A listed anonymous set, to be declared anew in the batch as set `id`.
+/// A listed anonymous set, to be declared anew in the batch as set `id`: its elements in
+/// ascending order, as `nft` sends an interval set's (a dump lists them descending).
 fn anon_copy(set: &ListedAnon, id: u32) -> Result<AnonSet, CompileError> {
     let mut elements = Vec::with_capacity(set.elements.len());
-    for e in &set.elements {
+    let mut listed: Vec<&Element> = set.elements.iter().collect();
+    listed.sort_by(|a, b| a.key.cmp(&b.key));
+    for e in listed {
         if e.key_end.is_some() {
             return Err(CompileError::new(format!("anonymous set {} holds ranges of concatenations", set.spec.name)));
         }

@@ -5,7 +5,7 @@
 //! to send. A rehash cut short (a copy left, the map gone) is finished by the next full sync.
 
 use super::sync;
-use crate::common::check::{bulk_wide, probe_during, web_on as web, who};
+use crate::common::check::{bulk_wide, probe_while, web_on as web, who};
 use crate::common::cluster::Cluster;
 use crate::common::net::in_netns;
 use crate::common::proxy::Proxy;
@@ -14,9 +14,10 @@ use clap::Parser;
 use kube_nftproxy::config::{Config, Flags};
 use kube_nftproxy::model::Protocol;
 use kube_nftproxy::nft::{Applier, OwnPorts, SyncKind, kdiff};
-use kube_nftproxy::render::{BUILT_FOR, MapName, Scope};
+use kube_nftproxy::render::{BUILT_FOR, COPY_SUFFIX, MapName, Scope, copy_of};
 use serde_json::Value;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Node A with two IPv4 cluster CIDRs: the rule that marks traffic from outside them reads
@@ -52,11 +53,11 @@ fn declared(ns: &Netns, name: &str) -> (Option<u32>, String) {
     (line("size ").and_then(|s| s.parse().ok()), line("comment ").unwrap_or_default())
 }
 
-/// Every set of the IPv4 table whose name ends `-copy`.
+/// Every set and map of the IPv4 table named as a rehash's copy.
 fn copies(ns: &Netns) -> Vec<String> {
     let listed = ns.nft(&["list", "sets", "ip"]) + &ns.nft(&["list", "maps", "ip"]);
     let names = listed.lines().filter_map(|l| l.trim().strip_prefix("map ").or(l.trim().strip_prefix("set ")));
-    names.filter_map(|n| n.split_whitespace().next()).filter(|n| n.ends_with("-copy")).map(str::to_string).collect()
+    names.filter_map(|n| n.split_whitespace().next()).filter(|n| n.ends_with(COPY_SUFFIX)).map(str::to_string).collect()
 }
 
 #[test]
@@ -74,9 +75,12 @@ fn maps_past_their_tables_are_rehashed_in_short_transactions_while_connections_g
     assert!(before.contains("ip saddr != { 10.0.0.0/8, 100.64.0.0/10 }"), "{before}");
 
     // 9,000 Services pass every sized map's size: each is rehashed, then the partial sync adds.
-    let probe = probe_during(&c.client, "172.30.0.40:80", Duration::from_millis(1500));
+    let done = Arc::new(AtomicBool::new(false));
+    let going = done.clone();
+    let probe = probe_while(&c.client, "172.30.0.40:80", move || !going.load(Ordering::Relaxed));
     std::thread::sleep(Duration::from_millis(200));
     let report = sync(&c.node, &mut proxy, &with(&c, 9000), false).unwrap();
+    done.store(true, Ordering::Relaxed);
     assert!(probe.join().expect("probe").is_empty(), "connections failed while the maps were rehashed");
     assert_eq!(report.kind, SyncKind::Partial, "{}", report.script);
     // Four maps, each: declared, filled, its chains moved, deleted; twice.
@@ -104,6 +108,40 @@ fn maps_past_their_tables_are_rehashed_in_short_transactions_while_connections_g
     assert!(!diff.differences, "{:?}", diff.table);
 }
 
+/// `nft` copies map (or set) `name` of the IPv4 table, elements and all, as a rehash does.
+fn copy_by_hand(ns: &Netns, kind: &str, name: &str) {
+    let listed = ns.nft(&["list", kind, "ip", "kube-nftproxy", name]);
+    let copy = listed.replace(&format!("{kind} {name} {{"), &format!("{kind} {} {{", copy_of(name)));
+    ns.nft_apply(&copy).expect("the copy");
+}
+
+/// `nft` replaces the first rule of `chain` reading `@from` by the same reading `@to`.
+fn move_rule(ns: &Netns, chain: &str, from: &str, to: &str) {
+    let listed = ns.nft(&["-a", "list", "chain", "ip", "kube-nftproxy", chain]);
+    let reads = |l: &&str| l.split_whitespace().any(|w| w == format!("@{from}"));
+    let rule = listed.lines().find(reads).unwrap_or_else(|| panic!("no rule of {chain} reads {from}"));
+    let handle = rule.rsplit_once("# handle ").expect("a handle").1.trim();
+    let text = rule.split(" # handle").next().expect("rule").trim().replace(&format!("@{from}"), &format!("@{to}"));
+    ns.nft_apply(&format!("replace rule ip kube-nftproxy {chain} handle {handle} {text}\n")).expect("moved");
+}
+
+/// A restart over tables a rehash was cut short in: the rehash is finished before the tables
+/// are read, the copy is gone, traffic flows, and nothing else differs.
+fn restart_finishes(c: &Cluster, reading: &[(&str, &str)]) {
+    let mut restarted = unraised();
+    let report = sync(&c.node, &mut restarted, &with(c, 4200), false).unwrap();
+    assert_eq!((report.kind, report.elements), (SyncKind::Refresh, Some(0)), "{}", report.script);
+    assert_eq!(copies(&c.node), Vec::<String>::new(), "the copy was left");
+    for (chain, map) in reading {
+        let listed = c.node.nft(&["list", "chain", "ip", "kube-nftproxy", chain]);
+        assert!(listed.split_whitespace().any(|w| w == format!("@{map}")), "{chain} does not read {map}:\n{listed}");
+    }
+    assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
+    let desired = restarted.ruleset().clone();
+    let diff = in_netns(&c.node.name, move || kdiff::against_kernel(&desired, "node-a").expect("diff"));
+    assert!(!diff.differences, "{:?}", diff.table);
+}
+
 #[test]
 fn a_rehash_cut_short_is_finished_by_the_next_full_sync() {
     if !kernel_available() {
@@ -112,29 +150,26 @@ fn a_rehash_cut_short_is_finished_by_the_next_full_sync() {
     let c = Cluster::new(2, 0);
     let mut proxy = unraised();
     assert_eq!(sync(&c.node, &mut proxy, &with(&c, 4200), false).unwrap().kind, SyncKind::Full);
-    // Cut short after the first half: the rules read the copy, the map is gone.
-    let listed = c.node.nft(&["list", "map", "ip", "kube-nftproxy", "service-ips"]);
-    c.node.nft_apply(&listed.replace("map service-ips {", "map service-ips-copy {")).expect("the copy");
-    let chain = c.node.nft(&["-a", "list", "chain", "ip", "kube-nftproxy", "services"]);
-    let rule = chain.lines().find(|l| l.contains("vmap @service-ips")).expect("the rule reading service-ips");
-    let handle = rule.rsplit_once("# handle ").expect("a handle").1.trim();
-    let text = rule.split(" # handle").next().expect("rule").trim().replace("@service-ips", "@service-ips-copy");
-    let script = format!(
-        "replace rule ip kube-nftproxy services handle {handle} {text}\ndelete map ip kube-nftproxy service-ips\n"
-    );
-    c.node.nft_apply(&script).expect("the cut-short state");
-    assert_eq!(copies(&c.node), vec!["service-ips-copy".to_string()]);
-    assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1", "the copy serves");
+    let (ips, cluster_ips) = ("service-ips", "cluster-ips");
 
-    // A restart: the rehash is finished before the tables are read, and nothing else differs.
-    let mut restarted = unraised();
-    let report = sync(&c.node, &mut restarted, &with(&c, 4200), false).unwrap();
-    assert_eq!((report.kind, report.elements), (SyncKind::Refresh, Some(0)), "{}", report.script);
-    assert_eq!(copies(&c.node), Vec::<String>::new(), "the copy was left");
-    let chain = c.node.nft(&["list", "chain", "ip", "kube-nftproxy", "services"]);
-    assert!(chain.contains("vmap @service-ips\n"), "{chain}");
-    assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1");
-    let desired = restarted.ruleset().clone();
-    let diff = in_netns(&c.node.name, move || kdiff::against_kernel(&desired, "node-a").expect("diff"));
-    assert!(!diff.differences, "{:?}", diff.table);
+    // Cut short after the first half: the rules read the copy, the map is gone.
+    copy_by_hand(&c.node, "map", ips);
+    move_rule(&c.node, "services", ips, &copy_of(ips));
+    c.node.nft_apply(&format!("delete map ip kube-nftproxy {ips}\n")).expect("the map deleted");
+    assert_eq!(copies(&c.node), vec![copy_of(ips)]);
+    assert_eq!(who(&c.client, "172.30.0.40:80"), "pod-1", "the copy serves");
+    restart_finishes(&c, &[("services", ips)]);
+
+    // Cut short while the first chains moved: one chain reads the copy, another the set.
+    copy_by_hand(&c.node, "set", cluster_ips);
+    move_rule(&c.node, "cluster-ips-check", cluster_ips, &copy_of(cluster_ips));
+    restart_finishes(&c, &[("cluster-ips-check", cluster_ips), ("services", cluster_ips)]);
+
+    // Cut short right after the copy was declared: nothing reads it, it holds nothing.
+    let declared = c.node.nft(&["list", "set", "ip", "kube-nftproxy", cluster_ips]);
+    let empty: String = declared.lines().take_while(|l| !l.contains("elements = ")).collect::<Vec<_>>().join("\n");
+    let empty = empty.replace(&format!("set {cluster_ips} {{"), &format!("set {} {{", copy_of(cluster_ips)));
+    c.node.nft_apply(&format!("{empty}\n}}\n}}\n")).expect("the empty copy");
+    assert_eq!(copies(&c.node), vec![copy_of(cluster_ips)]);
+    restart_finishes(&c, &[("services", cluster_ips)]);
 }
