@@ -33,10 +33,7 @@ pub(super) struct Growths {
 
 impl Growths {
     fn add(&mut self, sizes: &Sizes, growth: Growth, built: Option<u32>) {
-        match sizes.may_grow(growth.2, built) {
-            true => self.in_place.push(growth),
-            false => self.rehash.push(growth),
-        }
+        if sizes.may_grow(growth.2, built) { self.in_place.push(growth) } else { self.rehash.push(growth) }
     }
 }
 
