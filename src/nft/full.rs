@@ -122,7 +122,7 @@ impl Applier {
     /// Sends `batch` with the guard's notifications paused; true when another process
     /// committed meanwhile (the generation moved by more than our one transaction).
     fn quietly(&self, batch: &[u8]) -> Result<bool, NftError> {
-        self.counting(|| {
+        super::staged::counting(self.quiet.as_deref(), || {
             self.own.add(self.sender.port()?);
             self.sender.send(batch)?;
             Ok(1)

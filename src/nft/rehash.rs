@@ -13,6 +13,7 @@
 
 use super::compile::{self, ListedAnon};
 use super::sizes::{Growth, declared_for};
+use super::staged::counting;
 use super::wire::Batch;
 use super::{Applier, NftError, STAGE_ELEMENTS};
 use crate::model::Family;
@@ -32,18 +33,21 @@ pub const REHASH_STEP: &str = "rehash: ";
 impl Applier {
     /// Rehashes the maps of `maps`, each into a table built for its new size, with the
     /// guard's notifications paused (the kernel would describe every element copied to it);
-    /// returns the transactions sent, and whether another process committed meanwhile (the
-    /// generation moved by more than them, as a full sync tells it). The tables hold what
-    /// they held before, but for the maps' sizes.
+    /// returns the transactions sent, and whether another process committed meanwhile
+    /// (`counting`, as for a full sync). The tables hold what they held before, but for the
+    /// maps' sizes.
     pub(super) fn rehash(&mut self, maps: &[Growth]) -> Result<(u32, bool), NftError> {
         if maps.is_empty() {
             return Ok((0, false));
         }
         let mut sock = netlink::Socket::open()?;
-        let Some(quiet) = self.quiet.clone() else { return Ok((self.rehash_each(&mut sock, maps)?, false)) };
-        let before = sock.generation()?;
-        let sent = quiet.during(|| self.rehash_each(&mut sock, maps))?;
-        Ok((sent, sock.generation()?.wrapping_sub(before) != sent))
+        let quiet = self.quiet.clone();
+        let mut sent = 0;
+        let unsure = counting(quiet.as_deref(), || {
+            sent = self.rehash_each(&mut sock, maps)?;
+            Ok(sent)
+        })?;
+        Ok((sent, unsure))
     }
 
     fn rehash_each(&mut self, sock: &mut netlink::Socket, maps: &[Growth]) -> Result<u32, NftError> {

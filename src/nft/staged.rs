@@ -8,7 +8,7 @@
 
 use super::compile::compile;
 use super::wire::{Batch, Lines};
-use super::{Applier, NftError, SyncKind, SyncReport};
+use super::{Applier, NftError, SyncKind, SyncReport, guard};
 use crate::model::Family;
 use crate::netlink;
 use crate::render::{self, MapName, Ruleset, TABLE_NAME};
@@ -141,26 +141,30 @@ impl Applier {
             }
             Ok(sent)
         };
-        let unsure = self.counting(send)?;
+        let unsure = counting(self.quiet.as_deref(), send)?;
         match refused {
             Some(e) => Err(e),
             None => Ok(unsure),
         }
     }
+}
 
-    /// Runs `send` (which returns how many transactions it committed) with the guard's
-    /// notifications paused; true when the ruleset generation moved by more than that.
-    pub(super) fn counting(&self, send: impl FnOnce() -> Result<u32, NftError>) -> Result<bool, NftError> {
-        let Some(quiet) = &self.quiet else {
-            send()?;
-            return Ok(false);
-        };
-        let mut sock = netlink::Socket::open()?;
-        let before = sock.generation()?;
-        let ours = quiet.during(send)?;
-        let after = sock.generation()?;
-        Ok(after.wrapping_sub(before) != ours)
-    }
+/// Runs `send` (which returns how many transactions it committed) with the guard's
+/// notifications paused (`quiet`, when there is a guard); true when the ruleset generation
+/// moved by more than that: another process committed meanwhile.
+pub(super) fn counting(
+    quiet: Option<&guard::Quiet>,
+    send: impl FnOnce() -> Result<u32, NftError>,
+) -> Result<bool, NftError> {
+    let Some(quiet) = quiet else {
+        send()?;
+        return Ok(false);
+    };
+    let mut sock = netlink::Socket::open()?;
+    let before = sock.generation()?;
+    let ours = quiet.during(send)?;
+    let after = sock.generation()?;
+    Ok(after.wrapping_sub(before) != ours)
 }
 
 /// The elements of `desired`'s tables of `scope`, in batches of at most `budget` elements,
